@@ -1,0 +1,47 @@
+# stoker: a Makefile front for the CMake build.
+#   make         build build/stoker and build/libstoker.so
+#   make demo    install what is missing, build, make the synthetic dataset, benchmark it
+#   make test    build and run every test, also under AddressSanitizer and UBSan
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+DEMO_DIR   ?= data/synth
+DEMO_IMAGES ?= 2000
+DEMO_CLASSES ?= 100
+# CI turns warnings into errors.
+CMAKE_FLAGS ?= $(if $(CI),-DSTK_WERROR=ON,)
+
+.PHONY: all deps demo test test-c test-asan clean
+
+all:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/install-deps.sh
+
+$(DEMO_DIR)/.complete: | all
+	$(BUILD)/stoker synth $(DEMO_DIR) --images $(DEMO_IMAGES) --classes $(DEMO_CLASSES) --seed 0
+	@touch $@
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(DEMO_DIR)/.complete
+	$(BUILD)/stoker info
+	$(BUILD)/stoker bench $(DEMO_DIR) --pipeline train --batch 256 --epochs 2
+
+test-c: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTK_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+test: deps
+	@$(MAKE) --no-print-directory test-c
+	@$(MAKE) --no-print-directory test-asan
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,276 @@
+/*
+ * stoker.h: the one public header of libstoker.
+ *
+ * libstoker turns a folder of images (or a list file) into batches of
+ * decoded, augmented, normalised training tensors, in memory that the library
+ * owns and lends to the caller. A loader is built once from stk_options; every
+ * buffer it will ever use is sized then. stk_loader_next() hands out batches in
+ * a deterministic order; stk_batch_release() gives a batch's slot back.
+ *
+ * Errors
+ * ------
+ * Every function that can fail returns an int: STK_OK (0) or a negative
+ * STK_E* code. stk_strerror() names a code. A loader also keeps a message
+ * that names the function, the file and the reason for the last failure;
+ * stk_loader_error() returns it. Creating a loader reports its error through
+ * the optional `err` buffer of stk_loader_create(), because there is no loader
+ * yet to hold it.
+ *
+ * Ownership rules
+ * ---------------
+ *  1. stk_loader_create() allocates a loader; only stk_loader_destroy() frees it.
+ *     The options struct and every string it points to are copied during
+ *     create: the caller may free them as soon as create returns.
+ *  2. A batch filled by stk_loader_next() points into one of the loader's
+ *     batch slots. The caller owns that slot until it passes the batch to
+ *     stk_batch_release(); the library never writes into a slot that the caller
+ *     still owns. A caller may hold several batches at once, up to
+ *     stk_loader_num_slots() - 1; asking for another while holding every slot
+ *     returns STK_EBUSY instead of waiting forever.
+ *  3. Every pointer inside a stk_batch (data, labels, indices) stays valid
+ *     until that batch is released, and no longer.
+ *  4. Strings returned by stk_loader_error(), stk_loader_skipped() and
+ *     stk_loader_class_name() belong to the loader. They stay valid until the
+ *     next call on the same loader from the same thread (error), or until the
+ *     loader is destroyed (skipped list, class names).
+ *  5. stk_loader_destroy() may be called at any time, also mid-epoch with
+ *     batches still held: it stops and joins every worker thread, then frees
+ *     all slots. Pointers from unreleased batches are invalid afterwards.
+ *  6. One loader is used by one consumer thread at a time. Different loaders
+ *     are independent and may be used from different threads.
+ *
+ * Versioning
+ * ----------
+ * Call stk_loader_create() through the STK_LOADER_CREATE macro, or pass
+ * STK_VERSION yourself: the library refuses a header whose major version
+ * differs from its own, and refuses an options struct larger than it knows.
+ */
+#ifndef STOKER_H
+#define STOKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STK_VERSION_MAJOR 0
+#define STK_VERSION_MINOR 1
+#define STK_VERSION_PATCH 0
+#define STK_VERSION (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
+
+#if defined(__GNUC__)
+#define STK_API __attribute__((visibility("default")))
+#else
+#define STK_API
+#endif
+
+/* ---- error codes ------------------------------------------------------- */
+enum {
+  STK_OK = 0,
+  STK_EINVAL = -1,    /* bad argument or option */
+  STK_ENOMEM = -2,    /* out of memory */
+  STK_EIO = -3,       /* a file or folder could not be read */
+  STK_EDECODE = -4,   /* corrupt, truncated or unsupported image data */
+  STK_ELIMIT = -5,    /* a limit was exceeded (pixels, file size) */
+  STK_EFORMAT = -6,   /* the content is no image format this build decodes */
+  STK_EEND = -7,      /* the epoch has no more batches */
+  STK_ESTATE = -8,    /* the loader was poisoned by an earlier fatal error */
+  STK_EVERSION = -9,  /* the header and the library disagree */
+  STK_EBUSY = -10,    /* every batch slot is held by the caller */
+  STK_EEMPTY = -11,   /* the dataset has no images */
+  STK_ETOOMANY = -12, /* too many consecutive files failed under on_error=skip */
+  STK_ENODEV = -13,   /* a GPU was asked for and none can be used */
+  STK_ECUDA = -14,    /* the CUDA driver or nvJPEG reported an error */
+};
+
+/* Static string naming an error code. Never NULL. */
+STK_API const char *stk_strerror(int code);
+
+/* ---- enums -------------------------------------------------------------- */
+typedef enum { STK_PIPELINE_TRAIN = 0, STK_PIPELINE_EVAL = 1 } stk_pipeline;
+
+/* Element type of the output tensor. STK_DTYPE_UINT8 writes raw 0..255 RGB
+ * values: it is not normalised (mean/std are ignored). */
+typedef enum {
+  STK_DTYPE_FLOAT32 = 0,
+  STK_DTYPE_FLOAT16 = 1,
+  STK_DTYPE_BFLOAT16 = 2,
+  STK_DTYPE_UINT8 = 3,
+} stk_dtype;
+
+typedef enum { STK_LAYOUT_NCHW = 0, STK_LAYOUT_NHWC = 1 } stk_layout;
+
+typedef enum { STK_ON_ERROR_RAISE = 0, STK_ON_ERROR_SKIP = 1 } stk_on_error;
+
+/* ---- options ------------------------------------------------------------ */
+/* Fill with stk_options_init(), then change what you need. The defaults are
+ * those of torchvision's ImageNet recipe. */
+typedef struct stk_options {
+  size_t struct_size;        /* set by stk_options_init(); do not change */
+
+  /* source: exactly one of root / list_file */
+  const char *root;          /* ImageFolder layout root/<class>/<image>. NULL */
+  const char *list_file;     /* lines "relative/or/absolute/path label". NULL */
+  const char *list_base;     /* folder that relative list paths start from;
+                                NULL = the list file's own folder */
+
+  /* pipeline */
+  stk_pipeline pipeline;     /* STK_PIPELINE_TRAIN */
+  int size;                  /* output height and width. 224 */
+  int resize_size;           /* eval: shorter side before the centre crop;
+                                0 = round(size * 256 / 224) = 256 for 224 */
+  float scale[2];            /* train crop area fraction. {0.08, 1.0} */
+  float ratio[2];            /* train crop aspect ratio. {3/4, 4/3} */
+  float flip_prob;           /* train horizontal flip probability. 0.5;
+                                eval never flips */
+  float mean[3];             /* on the 0..1 scale. {0.485, 0.456, 0.406} */
+  float std[3];              /* on the 0..1 scale. {0.229, 0.224, 0.225} */
+  int dct_scaling;           /* let the JPEG decoder shrink by 1/2, 1/4 or 1/8
+                                when the crop is at least that much larger
+                                than the output. -1 = on for train, off for
+                                eval (exactness against torchvision) */
+  stk_dtype dtype;           /* STK_DTYPE_FLOAT32 */
+  stk_layout layout;         /* STK_LAYOUT_NCHW */
+
+  /* batching and order */
+  int batch_size;            /* 256 */
+  int drop_last;             /* drop the last, partial batch. 0 */
+  int shuffle;               /* -1 = shuffle for train, not for eval */
+  uint64_t seed;             /* 0 */
+  int rank;                  /* 0 */
+  int world_size;            /* 1 */
+  int shard_drop_last;       /* DistributedSampler(drop_last=): drop the tail
+                                instead of padding shards to equal length. 0 */
+
+  /* executor */
+  int threads;               /* worker threads; 0 = number of online CPUs */
+  int prefetch;              /* batches prepared ahead of the consumer. 2 */
+  int device;                /* -1 = CPU output; >= 0 = that CUDA device */
+
+  /* bad input */
+  stk_on_error on_error;     /* STK_ON_ERROR_RAISE */
+  uint64_t max_pixels;       /* width*height limit, checked from the header
+                                before any allocation. 178956970 (PIL's
+                                decompression-bomb limit); 0 = no limit */
+  uint64_t max_file_bytes;   /* 256 MiB; 0 = no limit */
+  int max_consecutive_failures; /* under skip, this many failures in a row end
+                                the epoch with STK_ETOOMANY. 100; 0 = none */
+} stk_options;
+
+/* Fills `opt` with the defaults above. */
+STK_API void stk_options_init(stk_options *opt);
+
+/* ---- loader ------------------------------------------------------------- */
+typedef struct stk_loader stk_loader;
+
+/* One batch, lent by the loader (ownership rule 2). */
+typedef struct stk_batch {
+  void *data;              /* the images; device memory when device >= 0 */
+  int64_t shape[4];        /* NCHW: {n,3,h,w}; NHWC: {n,h,w,3} */
+  int64_t strides[4];      /* in elements, C-contiguous */
+  stk_dtype dtype;
+  stk_layout layout;
+  int device;              /* -1 for host memory */
+  int64_t n;               /* images in this batch (shape[0]) */
+  size_t nbytes;           /* bytes of data */
+  int64_t *labels;         /* n class indices, host memory */
+  int64_t *indices;        /* n sample indices into the dataset, host memory */
+  int64_t *labels_device;  /* n labels in device memory, or NULL on the CPU */
+  void *ready_event;       /* CUDA event (CUevent) recorded when the data is
+                              written, or NULL on the CPU */
+  uint64_t epoch;
+  int64_t batch_index;     /* position of this batch within the epoch */
+  int slot;                /* internal slot number; pass the batch back */
+} stk_batch;
+
+/* Builds a loader: scans the source, plans every buffer, starts the threads.
+ * `header_version` must be STK_VERSION. On failure returns a code and, when
+ * `err` is not NULL, writes a message into err[0..errlen). */
+STK_API int stk_loader_create(const stk_options *opt, int header_version,
+                              stk_loader **out, char *err, size_t errlen);
+#define STK_LOADER_CREATE(opt, out, err, errlen) \
+  stk_loader_create((opt), STK_VERSION, (out), (err), (errlen))
+
+/* Stops and joins every thread, frees every buffer. NULL is a no-op. */
+STK_API void stk_loader_destroy(stk_loader *l);
+
+/* Next batch of the current epoch, in order. Blocks until it is ready.
+ * Returns STK_OK, STK_EEND once at the end of an epoch (the next call starts
+ * the following epoch), or an error. Under on_error=raise a bad file fails
+ * its batch: the call returns STK_EDECODE (or EIO, ELIMIT, EFORMAT) with a
+ * message naming the file, and the next call goes on with the next batch. */
+STK_API int stk_loader_next(stk_loader *l, stk_batch *out);
+
+/* Gives a batch's slot back to the loader. */
+STK_API int stk_batch_release(stk_loader *l, stk_batch *b);
+
+/* Abandons the current epoch (waits for work in flight) and positions the
+ * loader at batch `batch` of `epoch`. set_epoch(e) is seek(e, 0). Batches the
+ * caller still holds stay valid. The output of a seek is identical to what the
+ * same batches would have been in an uninterrupted epoch, which is what makes
+ * exact mid-epoch resume possible. */
+STK_API int stk_loader_set_epoch(stk_loader *l, uint64_t epoch);
+STK_API int stk_loader_seek(stk_loader *l, uint64_t epoch, int64_t batch);
+
+/* Position of the next batch stk_loader_next() will return. */
+STK_API void stk_loader_position(const stk_loader *l, uint64_t *epoch, int64_t *batch);
+
+/* Counts. len = batches per epoch for this rank when no file is skipped. */
+STK_API int64_t stk_loader_num_samples(const stk_loader *l);   /* whole dataset */
+STK_API int64_t stk_loader_shard_size(const stk_loader *l);    /* this rank, per epoch */
+STK_API int64_t stk_loader_len(const stk_loader *l);
+STK_API int stk_loader_num_slots(const stk_loader *l);
+STK_API int stk_loader_num_classes(const stk_loader *l);
+STK_API const char *stk_loader_class_name(const stk_loader *l, int label);
+/* Path of sample `index` (absolute or relative to the root), or NULL. */
+STK_API const char *stk_loader_sample_path(const stk_loader *l, int64_t index);
+STK_API int64_t stk_loader_sample_label(const stk_loader *l, int64_t index);
+
+/* Message of the last failure on this loader ("" if none). */
+STK_API const char *stk_loader_error(const stk_loader *l);
+
+/* ---- statistics --------------------------------------------------------- */
+typedef struct stk_stats {
+  uint64_t images;           /* images delivered in batches */
+  uint64_t batches;          /* batches delivered */
+  uint64_t skipped;          /* files skipped under on_error=skip */
+  uint64_t failed;           /* files that failed (skipped or raised) */
+  uint64_t bytes_read;       /* file bytes read */
+  double seconds;            /* wall time since the loader was created */
+  double images_per_s;       /* images / seconds */
+  double wait_seconds;       /* time the consumer spent blocked in next() */
+  double read_seconds;       /* summed over threads: reading files */
+  double decode_seconds;     /* summed over threads: entropy decode + IDCT */
+  double augment_seconds;    /* summed over threads: resize, flip, normalise, store */
+  uint64_t host_bytes;       /* host memory held by batch slots and scratch */
+  uint64_t device_bytes;     /* device memory held (0 on the CPU) */
+  int threads;
+  int slots;
+} stk_stats;
+
+STK_API int stk_loader_stats(const stk_loader *l, stk_stats *out);
+
+/* Skipped files, in the order they were met: i in [0, stats.skipped). */
+STK_API int stk_loader_skipped(const stk_loader *l, uint64_t i,
+                               const char **path, const char **reason);
+
+/* ---- single-image helpers (used by `stoker check` and tests) ------------ */
+/* Decodes a whole file to 8-bit RGB to check that it is valid. Returns
+ * STK_OK or an error, with the reason in msg[0..msglen). Applies the limits
+ * of `opt` (NULL = defaults). Dimensions go to *w, *h when not NULL. */
+STK_API int stk_check_file(const char *path, const stk_options *opt,
+                           int *w, int *h, char *msg, size_t msglen);
+
+/* ---- build information -------------------------------------------------- */
+STK_API int stk_version(void);               /* STK_VERSION of the library */
+STK_API const char *stk_version_string(void);
+STK_API const char *stk_simd_level(void);    /* e.g. "avx2" */
+/* Human-readable lines: formats, SIMD, GPU status. Static storage. */
+STK_API const char *stk_build_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOKER_H */

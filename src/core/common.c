@@ -1,0 +1,72 @@
+/* common.c: see common.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "core/common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+int stk__fail(char *msg, size_t len, int code, const char *fmt, ...) {
+  if (msg && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+double stk__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int stk__buf_reserve(stk__buf *b, size_t n) {
+  if (n <= b->cap) return STK_OK;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < n) cap = cap / 2 * 3 + 4096; /* grow by 1.5x: few reallocations */
+  void *p = realloc(b->p, cap);
+  if (!p) return STK_ENOMEM;
+  b->p = p;
+  b->cap = cap;
+  return STK_OK;
+}
+
+void stk__buf_free(stk__buf *b) {
+  free(b->p);
+  b->p = NULL;
+  b->cap = 0;
+}
+
+int64_t stk__rng_range(stk__rng *r, int64_t lo, int64_t hi) {
+  uint64_t span = (uint64_t)(hi - lo);
+  /* Rejection sampling: drop the top partial copy of the span. */
+  uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+  uint64_t v;
+  do {
+    v = stk__rng_next(r);
+  } while (v >= limit);
+  return lo + (int64_t)(v % span);
+}
+
+const char *stk_strerror(int code) {
+  switch (code) {
+    case STK_OK: return "success";
+    case STK_EINVAL: return "invalid argument";
+    case STK_ENOMEM: return "out of memory";
+    case STK_EIO: return "input/output error";
+    case STK_EDECODE: return "corrupt or truncated image";
+    case STK_ELIMIT: return "limit exceeded";
+    case STK_EFORMAT: return "unsupported format";
+    case STK_EEND: return "end of epoch";
+    case STK_ESTATE: return "loader is in a failed state";
+    case STK_EVERSION: return "header and library versions differ";
+    case STK_EBUSY: return "every batch slot is held by the caller";
+    case STK_EEMPTY: return "dataset is empty";
+    case STK_ETOOMANY: return "too many consecutive failures";
+    case STK_ENODEV: return "no usable GPU";
+    case STK_ECUDA: return "CUDA error";
+    default: return "unknown error";
+  }
+}

@@ -1,0 +1,43 @@
+/* info.c: version and build information. */
+#include <stdio.h>
+
+#include "codecs/codec.h"
+#include "stoker.h"
+
+int stk_version(void) { return STK_VERSION; }
+
+const char *stk_version_string(void) {
+#define STK_STR2(x) #x
+#define STK_STR(x) STK_STR2(x)
+  return STK_STR(STK_VERSION_MAJOR) "." STK_STR(STK_VERSION_MINOR) "." STK_STR(STK_VERSION_PATCH);
+}
+
+/* The widest vector unit this CPU offers; libjpeg-turbo picks its SIMD
+ * kernels the same way at run time. */
+const char *stk_simd_level(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512";
+  if (__builtin_cpu_supports("avx2")) return "avx2";
+  if (__builtin_cpu_supports("sse4.1")) return "sse4.1";
+  return "sse2";
+#elif defined(__aarch64__)
+  return "neon";
+#else
+  return "none";
+#endif
+}
+
+const char *stk_build_info(void) {
+  static char buf[1024];
+  snprintf(buf, sizeof buf,
+           "stoker %s\n"
+           "simd: %s\n"
+           "jpeg: libjpeg-turbo %s (baseline, progressive%s; greyscale, YCbCr, RGB, CMYK, YCCK; "
+           "region decode, DCT scaling 1/2 1/4 1/8)\n"
+           "png: libspng %s (palette, greyscale, 16-bit, alpha -> 8-bit RGB)\n"
+           "gpu: not built (CPU decoding only)\n",
+           stk_version_string(), stk_simd_level(), stk__jpeg_lib_version(),
+           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version());
+  return buf;
+}

@@ -1,0 +1,774 @@
+/*
+ * loader.c: the executor. A fixed ring of batch slots, a pool of worker
+ * threads, and the consumer API of stoker.h.
+ *
+ * How it fits together
+ * --------------------
+ * An epoch is a list of positions (this rank's shard of the sampler's
+ * order). Batch b covers positions [b*B, b*B + B). When a slot is free, a
+ * worker starts the next batch in it; workers then claim single positions of
+ * the oldest unfinished batch, one at a time under the loader mutex, and
+ * process them without the lock (read, decode, augment straight into the
+ * slot). So all threads help finish the batch the consumer will want next.
+ *
+ * The worker that completes a batch "finalises" batches in order: it looks
+ * at the failures, and under on_error=skip refills each hole with a sample
+ * taken from the end of the epoch. Finalising strictly in batch order, and
+ * taking refills only from batches that cannot have started yet (at least
+ * `nslots` batches ahead: every batch in between holds a slot), makes the
+ * result independent of thread timing: the same seed gives the same batches
+ * with 1 or N threads, failures included.
+ *
+ * Every slot is allocated when the loader is built; a slot returns to the
+ * ring only through stk_batch_release(), so the library never writes memory
+ * the consumer still reads.
+ *
+ * Locking: one mutex guards all shared state; workers hold it only to claim
+ * and to report. Resets (set_epoch, seek, destroy) bump a generation number
+ * and wait until no worker is inside a sample, so late results of an old
+ * epoch are dropped without touching a slot that was handed out again.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "loader/pipeline.h"
+#include "sources/dataset.h"
+#include "sources/sampler.h"
+#include "stoker.h"
+
+#define MSG_LEN 512
+
+typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state;
+
+typedef struct {
+  slot_state state;
+  uint8_t *data;
+  int64_t *labels, *indices;
+  int32_t *codes;         /* per position: 0 or the failure code */
+  char *msgs;             /* per position: MSG_LEN bytes of failure reason */
+  uint64_t gen, epoch;
+  int64_t batch, start;
+  int n, claimed, done;
+  int complete;
+  int err;                /* raise: the batch failed with this code */
+  char errmsg[MSG_LEN * 2];
+} slot;
+
+typedef struct {
+  stk_loader *l;
+  int id;
+  stk__worker w;
+} worker_ctx;
+
+struct stk_loader {
+  stk_options opt;
+  char *root, *list_file, *list_base;
+  stk__dataset ds;
+  stk__sampler sampler;
+  stk__plan plan;
+  int64_t *order; /* positions of this epoch -> sample index */
+  int B, nslots;
+  slot *slots;
+  worker_ctx *workers;
+  pthread_t *threads;
+  int nthreads, started;
+
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;  /* workers: a slot was freed or a batch started */
+  pthread_cond_t ready_cv; /* consumer: a batch was finalised */
+  pthread_cond_t idle_cv;  /* reset: a worker left a sample */
+  int stop;
+
+  uint64_t epoch, gen;
+  int64_t next_batch, next_finalize, next_deliver;
+  int64_t tail_end;
+  int finalizing, active;
+  int resetting; /* a reset waits for workers: start and claim nothing */
+  int consec_fail;
+  int epoch_err;
+  char epoch_errmsg[MSG_LEN * 2];
+  uint64_t epoch_images, epoch_failed;
+
+  /* statistics */
+  double t0, wait_s, read_s, decode_s, augment_s;
+  uint64_t images, batches, skipped, failed, bytes_read;
+  char **skip_paths, **skip_reasons; /* skip_len entries: the listed skipped files */
+  uint64_t skip_len, skip_cap;
+
+  char errmsg[MSG_LEN * 2];
+};
+
+static int loader_err(stk_loader *l, int code, const char *fmt, ...) STK__PRINTF(3, 4);
+static int loader_err(stk_loader *l, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l->errmsg, sizeof l->errmsg, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void stk_options_init(stk_options *o) {
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->pipeline = STK_PIPELINE_TRAIN;
+  o->size = 224;
+  o->scale[0] = 0.08f;
+  o->scale[1] = 1.0f;
+  o->ratio[0] = 3.0f / 4.0f;
+  o->ratio[1] = 4.0f / 3.0f;
+  o->flip_prob = 0.5f;
+  o->mean[0] = 0.485f;
+  o->mean[1] = 0.456f;
+  o->mean[2] = 0.406f;
+  o->std[0] = 0.229f;
+  o->std[1] = 0.224f;
+  o->std[2] = 0.225f;
+  o->dct_scaling = -1;
+  o->dtype = STK_DTYPE_FLOAT32;
+  o->layout = STK_LAYOUT_NCHW;
+  o->batch_size = 256;
+  o->shuffle = -1;
+  o->world_size = 1;
+  o->prefetch = 2;
+  o->device = -1;
+  o->on_error = STK_ON_ERROR_RAISE;
+  o->max_pixels = 178956970ULL;
+  o->max_file_bytes = 256ULL << 20;
+  o->max_consecutive_failures = 100;
+}
+
+static int validate(const stk_options *o, char *err, size_t errlen) {
+#define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
+  if (!o->root == !o->list_file) BAD("set exactly one of root and list_file");
+  if (o->pipeline != STK_PIPELINE_TRAIN && o->pipeline != STK_PIPELINE_EVAL)
+    BAD("pipeline must be train or eval");
+  if (o->size < 1 || o->size > 8192) BAD("size must be in 1..8192, got %d", o->size);
+  if (o->resize_size < 0 || (o->resize_size > 0 && o->resize_size < o->size))
+    BAD("resize_size must be 0 or at least size (%d), got %d", o->size, o->resize_size);
+  if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->scale[1] <= 1.0f))
+    BAD("scale must satisfy 0 < scale[0] <= scale[1] <= 1");
+  if (!(o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1])) BAD("ratio must satisfy 0 < ratio[0] <= ratio[1]");
+  if (!(o->flip_prob >= 0 && o->flip_prob <= 1)) BAD("flip_prob must be in [0, 1]");
+  for (int c = 0; c < 3; c++)
+    if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
+  if (o->dtype < STK_DTYPE_FLOAT32 || o->dtype > STK_DTYPE_UINT8) BAD("unknown dtype %d", (int)o->dtype);
+  if (o->layout != STK_LAYOUT_NCHW && o->layout != STK_LAYOUT_NHWC) BAD("unknown layout %d", (int)o->layout);
+  if (o->batch_size < 1 || o->batch_size > 1 << 20) BAD("batch_size must be in 1..1048576, got %d", o->batch_size);
+  if (o->world_size < 1) BAD("world_size must be at least 1, got %d", o->world_size);
+  if (o->rank < 0 || o->rank >= o->world_size)
+    BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
+  if (o->threads < 0 || o->threads > 1024) BAD("threads must be in 0..1024, got %d", o->threads);
+  if (o->prefetch < 1 || o->prefetch > 64) BAD("prefetch must be in 1..64, got %d", o->prefetch);
+  if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP) BAD("on_error must be raise or skip");
+  if (o->max_consecutive_failures < 0) BAD("max_consecutive_failures must be >= 0");
+#undef BAD
+  if (o->device >= 0)
+    return stk__fail(err, errlen, STK_ENODEV,
+                     "device %d asked for, but this build of stoker has no GPU support", o->device);
+  return STK_OK;
+}
+
+/* ---- epoch control (mutex held) ---------------------------------------- */
+
+static slot *slot_of(stk_loader *l, int64_t batch) {
+  for (int i = 0; i < l->nslots; i++) {
+    slot *s = &l->slots[i];
+    if (s->state != SLOT_FREE && s->state != SLOT_HELD && s->gen == l->gen && s->batch == batch)
+      return s;
+  }
+  return NULL;
+}
+
+/* Batch b exists when its first position is still in the epoch (and, with
+ * drop_last, when it is full). */
+static int batch_exists(const stk_loader *l, int64_t b) {
+  int64_t start = b * l->B;
+  if (l->opt.drop_last) return start + l->B <= l->tail_end;
+  return start < l->tail_end;
+}
+
+/* Drops every unfinished batch and positions the loader at (epoch, batch).
+ * Waits for workers inside a sample to leave it. */
+static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
+  l->gen++;
+  l->resetting++;
+  while (l->active > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
+  l->resetting--;
+  for (int i = 0; i < l->nslots; i++)
+    if (l->slots[i].state != SLOT_HELD) l->slots[i].state = SLOT_FREE;
+  l->epoch = epoch;
+  stk__sampler_epoch(&l->sampler, epoch, l->order);
+  l->next_batch = l->next_finalize = l->next_deliver = batch;
+  l->tail_end = l->sampler.num_samples;
+  l->finalizing = 0;
+  l->consec_fail = 0;
+  l->epoch_err = 0;
+  l->epoch_images = l->epoch_failed = 0;
+  pthread_cond_broadcast(&l->work_cv);
+}
+
+static void record_skip(stk_loader *l, int64_t index, const char *reason) {
+  l->skipped++;
+  if (l->skip_len == l->skip_cap) {
+    uint64_t cap = l->skip_cap ? l->skip_cap * 2 : 64;
+    char **p = realloc(l->skip_paths, cap * sizeof *p);
+    if (!p) return; /* counted, not listed: the count stays right */
+    l->skip_paths = p;
+    char **r = realloc(l->skip_reasons, cap * sizeof *r);
+    if (!r) return;
+    l->skip_reasons = r;
+    l->skip_cap = cap;
+  }
+  l->skip_paths[l->skip_len] = strdup(stk__dataset_path(&l->ds, index));
+  l->skip_reasons[l->skip_len] = strdup(reason);
+  l->skip_len++;
+}
+
+/* Accounts for one failed sample in finalisation order. */
+static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const char *reason) {
+  l->failed++;
+  l->epoch_failed++;
+  const char *path = stk__dataset_path(&l->ds, index);
+  if (l->opt.on_error == STK_ON_ERROR_RAISE) {
+    if (!s->err) {
+      s->err = code;
+      snprintf(s->errmsg, sizeof s->errmsg, "%s: %s", path, reason);
+    }
+    return;
+  }
+  record_skip(l, index, reason);
+  l->consec_fail++;
+  if (l->opt.max_consecutive_failures && l->consec_fail >= l->opt.max_consecutive_failures &&
+      !l->epoch_err) {
+    l->epoch_err = STK_ETOOMANY;
+    snprintf(l->epoch_errmsg, sizeof l->epoch_errmsg,
+             "%d files in a row failed to load (is the dataset corrupt?); the last: %s: %s",
+             l->consec_fail, path, reason);
+  }
+}
+
+/* Fills hole j of slot s from the end of the epoch. Returns 1 when filled,
+ * 0 when no sample is left to take, -1 when a reset intervened. The mutex
+ * is released while a sample is processed. */
+static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
+  size_t ib = l->plan.image_bytes;
+  for (;;) {
+    int64_t pool_lo = (s->batch + l->nslots) * (int64_t)l->B;
+    if (l->tail_end <= pool_lo || l->epoch_err) return 0;
+    int64_t pos = --l->tail_end;
+    int64_t idx = l->order[pos];
+    uint64_t gen = l->gen;
+    char reason[MSG_LEN];
+    l->active++;
+    pthread_mutex_unlock(&l->mu);
+    int rc = stk__process_sample(&l->plan, &wc->w, stk__dataset_path(&l->ds, idx), l->epoch, idx,
+                                 s->data + (size_t)j * ib, reason, sizeof reason);
+    pthread_mutex_lock(&l->mu);
+    l->active--;
+    l->read_s += wc->w.t_read;
+    l->decode_s += wc->w.t_decode;
+    l->augment_s += wc->w.t_augment;
+    l->bytes_read += wc->w.bytes;
+    if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
+    if (gen != l->gen || l->stop) return -1;
+    if (rc == STK_OK) {
+      s->labels[j] = l->ds.labels[idx];
+      s->indices[j] = idx;
+      s->codes[j] = 0;
+      l->consec_fail = 0;
+      return 1;
+    }
+    note_failure(l, s, idx, rc, reason);
+  }
+}
+
+/* Finalises complete batches in batch order (see the file comment). */
+static void finalize_locked(stk_loader *l, worker_ctx *wc) {
+  if (l->finalizing) return;
+  l->finalizing = 1;
+  size_t ib = l->plan.image_bytes;
+  slot *s;
+  while ((s = slot_of(l, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
+    int holes = 0;
+    for (int j = 0; j < s->n; j++) {
+      if (s->codes[j]) {
+        note_failure(l, s, s->indices[j], s->codes[j], s->msgs + (size_t)j * MSG_LEN);
+        holes++;
+      } else {
+        l->consec_fail = 0;
+      }
+    }
+    if (holes && l->opt.on_error == STK_ON_ERROR_SKIP) {
+      for (int j = 0; j < s->n; j++) {
+        if (!s->codes[j]) continue;
+        int r = refill_hole(l, wc, s, j);
+        if (r < 0) return; /* reset: it cleared `finalizing` */
+        if (r == 0) break;
+      }
+      /* Holes left (the epoch ran out): close them up, keeping order. */
+      int k = 0;
+      for (int j = 0; j < s->n; j++) {
+        if (s->codes[j]) continue;
+        if (k != j) {
+          memmove(s->data + (size_t)k * ib, s->data + (size_t)j * ib, ib);
+          s->labels[k] = s->labels[j];
+          s->indices[k] = s->indices[j];
+          s->codes[k] = 0;
+        }
+        k++;
+      }
+      s->n = k;
+    }
+    s->state = SLOT_READY;
+    l->next_finalize++;
+    pthread_cond_broadcast(&l->ready_cv);
+  }
+  l->finalizing = 0;
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+/* The FILLING slot of the lowest batch with an unclaimed position. */
+static slot *claimable(stk_loader *l) {
+  slot *best = NULL;
+  for (int i = 0; i < l->nslots; i++) {
+    slot *s = &l->slots[i];
+    if (s->state == SLOT_FILLING && s->gen == l->gen && s->claimed < s->n &&
+        (!best || s->batch < best->batch))
+      best = s;
+  }
+  return best;
+}
+
+static int start_batch(stk_loader *l) {
+  if (l->epoch_err || !batch_exists(l, l->next_batch)) return 0;
+  for (int i = 0; i < l->nslots; i++) {
+    slot *s = &l->slots[i];
+    if (s->state != SLOT_FREE) continue;
+    s->state = SLOT_FILLING;
+    s->gen = l->gen;
+    s->epoch = l->epoch;
+    s->batch = l->next_batch++;
+    s->start = s->batch * l->B;
+    int64_t left = l->tail_end - s->start;
+    s->n = (int)(left < l->B ? left : l->B);
+    s->claimed = s->done = 0;
+    s->complete = 0;
+    s->err = 0;
+    s->errmsg[0] = '\0';
+    return 1;
+  }
+  return 0;
+}
+
+static void *worker_main(void *arg) {
+  worker_ctx *wc = arg;
+  stk_loader *l = wc->l;
+  size_t ib = l->plan.image_bytes;
+  pthread_mutex_lock(&l->mu);
+  while (!l->stop) {
+    if (l->resetting) {
+      pthread_cond_wait(&l->work_cv, &l->mu);
+      continue;
+    }
+    slot *s = claimable(l);
+    if (!s) {
+      if (!start_batch(l)) pthread_cond_wait(&l->work_cv, &l->mu);
+      continue;
+    }
+    int j = s->claimed++;
+    int64_t idx = l->order[s->start + j];
+    uint64_t gen = l->gen, epoch = l->epoch;
+    l->active++;
+    pthread_mutex_unlock(&l->mu);
+
+    char *reason = s->msgs + (size_t)j * MSG_LEN;
+    int rc = stk__process_sample(&l->plan, &wc->w, stk__dataset_path(&l->ds, idx), epoch, idx,
+                                 s->data + (size_t)j * ib, reason, MSG_LEN);
+
+    pthread_mutex_lock(&l->mu);
+    l->active--;
+    l->read_s += wc->w.t_read;
+    l->decode_s += wc->w.t_decode;
+    l->augment_s += wc->w.t_augment;
+    l->bytes_read += wc->w.bytes;
+    if (gen == l->gen) {
+      s->labels[j] = l->ds.labels[idx];
+      s->indices[j] = idx;
+      s->codes[j] = rc;
+      if (++s->done == s->n) {
+        s->complete = 1;
+        finalize_locked(l, wc);
+      }
+    }
+    if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+static char *dup_or_null(const char *s, int *oom) {
+  if (!s) return NULL;
+  char *d = strdup(s);
+  if (!d) *oom = 1;
+  return d;
+}
+
+int stk_loader_create(const stk_options *opt, int header_version, stk_loader **out, char *err,
+                      size_t errlen) {
+  if (out) *out = NULL;
+  if (!opt || !out) return stk__fail(err, errlen, STK_EINVAL, "options and out must not be NULL");
+  if (header_version / 10000 != STK_VERSION_MAJOR)
+    return stk__fail(err, errlen, STK_EVERSION,
+                     "built against stoker.h %d, but the library is %d (major versions differ)",
+                     header_version, STK_VERSION);
+  if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
+    return stk__fail(err, errlen, STK_EVERSION,
+                     "options struct of %zu bytes, this library knows %zu: call stk_options_init()",
+                     opt->struct_size, sizeof(stk_options));
+  stk_options o;
+  stk_options_init(&o);
+  memcpy(&o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
+  o.struct_size = sizeof o;
+  int rc = validate(&o, err, errlen);
+  if (rc) return rc;
+
+  stk_loader *l = calloc(1, sizeof *l);
+  if (!l) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  int oom = 0;
+  l->root = dup_or_null(o.root, &oom);
+  l->list_file = dup_or_null(o.list_file, &oom);
+  l->list_base = dup_or_null(o.list_base, &oom);
+  o.root = l->root;
+  o.list_file = l->list_file;
+  o.list_base = l->list_base;
+  if (o.shuffle < 0) o.shuffle = o.pipeline == STK_PIPELINE_TRAIN;
+  if (o.threads == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads = n > 0 ? (int)n : 1;
+  }
+  l->opt = o;
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->work_cv, NULL);
+  pthread_cond_init(&l->ready_cv, NULL);
+  pthread_cond_init(&l->idle_cv, NULL);
+  l->t0 = stk__now();
+  if (oom) {
+    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+    goto fail;
+  }
+
+  rc = o.root ? stk__dataset_from_folder(&l->ds, o.root, err, errlen)
+              : stk__dataset_from_list(&l->ds, o.list_file, o.list_base, err, errlen);
+  if (rc) goto fail;
+  rc = stk__sampler_init(&l->sampler, l->ds.n, o.rank, o.world_size, o.shuffle, o.shard_drop_last,
+                         o.seed);
+  if (rc) {
+    stk__fail(err, errlen, rc, "cannot set up the sampler");
+    goto fail;
+  }
+  if (l->sampler.num_samples == 0) {
+    rc = stk__fail(err, errlen, STK_EEMPTY, "%lld samples leave rank %d of %d with none",
+                   (long long)l->ds.n, o.rank, o.world_size);
+    goto fail;
+  }
+  l->order = malloc((size_t)l->sampler.num_samples * sizeof *l->order);
+  stk__plan_init(&l->plan, &o);
+  l->B = o.batch_size;
+  /* prefetch batches in flight, plus two the consumer may hold: the batch it
+   * trains on and the one it just asked for. */
+  l->nslots = o.prefetch + 2;
+  l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
+  if (!l->order || !l->slots) {
+    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < l->nslots; i++) {
+    slot *s = &l->slots[i];
+    s->data = malloc((size_t)l->B * l->plan.image_bytes);
+    s->labels = malloc((size_t)l->B * sizeof(int64_t));
+    s->indices = malloc((size_t)l->B * sizeof(int64_t));
+    s->codes = malloc((size_t)l->B * sizeof(int32_t));
+    s->msgs = malloc((size_t)l->B * MSG_LEN);
+    if (!s->data || !s->labels || !s->indices || !s->codes || !s->msgs) {
+      rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
+                     l->nslots, (size_t)l->B * l->plan.image_bytes);
+      goto fail;
+    }
+  }
+  pthread_mutex_lock(&l->mu);
+  reset_locked(l, 0, 0);
+  pthread_mutex_unlock(&l->mu);
+
+  l->nthreads = o.threads;
+  l->workers = calloc((size_t)l->nthreads, sizeof *l->workers);
+  l->threads = calloc((size_t)l->nthreads, sizeof *l->threads);
+  if (!l->workers || !l->threads) {
+    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < l->nthreads; i++) {
+    l->workers[i].l = l;
+    l->workers[i].id = i;
+    if (stk__worker_init(&l->workers[i].w, &l->plan)) {
+      rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for decoder state");
+      goto fail;
+    }
+  }
+  for (int i = 0; i < l->nthreads; i++) {
+    if (pthread_create(&l->threads[i], NULL, worker_main, &l->workers[i]) != 0) {
+      rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start worker thread %d", i);
+      goto fail;
+    }
+    l->started++;
+  }
+  *out = l;
+  return STK_OK;
+fail:
+  stk_loader_destroy(l);
+  return rc;
+}
+
+void stk_loader_destroy(stk_loader *l) {
+  if (!l) return;
+  pthread_mutex_lock(&l->mu);
+  l->stop = 1;
+  l->gen++;
+  pthread_cond_broadcast(&l->work_cv);
+  pthread_cond_broadcast(&l->ready_cv);
+  pthread_mutex_unlock(&l->mu);
+  for (int i = 0; i < l->started; i++) pthread_join(l->threads[i], NULL);
+  if (l->workers)
+    for (int i = 0; i < l->nthreads; i++) stk__worker_free(&l->workers[i].w);
+  free(l->workers);
+  free(l->threads);
+  if (l->slots)
+    for (int i = 0; i < l->nslots; i++) {
+      free(l->slots[i].data);
+      free(l->slots[i].labels);
+      free(l->slots[i].indices);
+      free(l->slots[i].codes);
+      free(l->slots[i].msgs);
+    }
+  free(l->slots);
+  free(l->order);
+  for (uint64_t i = 0; i < l->skip_len; i++) {
+    free(l->skip_paths[i]);
+    free(l->skip_reasons[i]);
+  }
+  free(l->skip_paths);
+  free(l->skip_reasons);
+  stk__sampler_free(&l->sampler);
+  stk__dataset_free(&l->ds);
+  free(l->root);
+  free(l->list_file);
+  free(l->list_base);
+  pthread_cond_destroy(&l->work_cv);
+  pthread_cond_destroy(&l->ready_cv);
+  pthread_cond_destroy(&l->idle_cv);
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+}
+
+/* ---- consumer ----------------------------------------------------------- */
+
+static int held_count(const stk_loader *l) {
+  int n = 0;
+  for (int i = 0; i < l->nslots; i++) n += l->slots[i].state == SLOT_HELD;
+  return n;
+}
+
+/* Ends the epoch: the caller sees `code` once, and the loader moves on to
+ * the next epoch at once, so that its first batches are prepared while the
+ * caller finishes up (set_epoch to that epoch then costs nothing). */
+static int end_epoch_locked(stk_loader *l, int code) {
+  reset_locked(l, l->epoch + 1, 0);
+  return code;
+}
+
+int stk_loader_next(stk_loader *l, stk_batch *out) {
+  if (!l || !out) return STK_EINVAL;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&l->mu);
+  int rc = STK_OK;
+  for (;;) {
+    slot *s = slot_of(l, l->next_deliver);
+    if (s && s->state == SLOT_READY) {
+      l->next_deliver++;
+      if (s->err) {
+        rc = loader_err(l, s->err, "%s", s->errmsg);
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->work_cv);
+        break;
+      }
+      if (s->n == 0 || (l->opt.drop_last && s->n < l->B)) {
+        s->state = SLOT_FREE; /* emptied or shortened by skipped files */
+        pthread_cond_broadcast(&l->work_cv);
+        continue;
+      }
+      s->state = SLOT_HELD;
+      int64_t n = s->n, sz = l->opt.size;
+      out->data = s->data;
+      out->dtype = l->opt.dtype;
+      out->layout = l->opt.layout;
+      out->device = -1;
+      out->n = n;
+      if (l->opt.layout == STK_LAYOUT_NCHW) {
+        int64_t sh[4] = {n, 3, sz, sz}, st[4] = {3 * sz * sz, sz * sz, sz, 1};
+        memcpy(out->shape, sh, sizeof sh);
+        memcpy(out->strides, st, sizeof st);
+      } else {
+        int64_t sh[4] = {n, sz, sz, 3}, st[4] = {3 * sz * sz, 3 * sz, 3, 1};
+        memcpy(out->shape, sh, sizeof sh);
+        memcpy(out->strides, st, sizeof st);
+      }
+      out->nbytes = (size_t)n * l->plan.image_bytes;
+      out->labels = s->labels;
+      out->indices = s->indices;
+      out->epoch = s->epoch;
+      out->batch_index = s->batch;
+      out->slot = (int)(s - l->slots);
+      l->images += (uint64_t)n;
+      l->epoch_images += (uint64_t)n;
+      l->batches++;
+      break;
+    }
+    if (l->stop) {
+      rc = loader_err(l, STK_ESTATE, "loader is being destroyed");
+      break;
+    }
+    if (l->epoch_err && !s) {
+      rc = loader_err(l, l->epoch_err, "%s", l->epoch_errmsg);
+      end_epoch_locked(l, rc);
+      break;
+    }
+    if (!s && !batch_exists(l, l->next_deliver) && l->next_deliver >= l->next_batch) {
+      if (l->epoch_images == 0 && l->epoch_failed > 0) {
+        /* Never hand out a silently empty epoch. */
+        rc = loader_err(l, STK_ETOOMANY, "every file of epoch %llu failed to load (%llu files)",
+                        (unsigned long long)l->epoch, (unsigned long long)l->epoch_failed);
+        end_epoch_locked(l, rc);
+        break;
+      }
+      rc = end_epoch_locked(l, STK_EEND);
+      break;
+    }
+    if (held_count(l) == l->nslots) {
+      /* Waiting could never end: nothing is left to fill. */
+      rc = loader_err(l, STK_EBUSY, "all %d batch slots are held by the caller: release a batch first",
+                      l->nslots);
+      break;
+    }
+    double t = stk__now();
+    pthread_cond_wait(&l->ready_cv, &l->mu);
+    l->wait_s += stk__now() - t;
+  }
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
+int stk_batch_release(stk_loader *l, stk_batch *b) {
+  if (!l || !b) return STK_EINVAL;
+  if (b->slot < 0 || b->slot >= l->nslots || !b->data) return STK_EINVAL;
+  pthread_mutex_lock(&l->mu);
+  slot *s = &l->slots[b->slot];
+  int rc = STK_OK;
+  if (s->state != SLOT_HELD || s->data != b->data)
+    rc = loader_err(l, STK_EINVAL, "stk_batch_release: batch %lld was not held",
+                    (long long)b->batch_index);
+  else
+    s->state = SLOT_FREE;
+  pthread_cond_broadcast(&l->work_cv);
+  pthread_mutex_unlock(&l->mu);
+  if (rc == STK_OK) b->data = NULL;
+  return rc;
+}
+
+int stk_loader_seek(stk_loader *l, uint64_t epoch, int64_t batch) {
+  if (!l) return STK_EINVAL;
+  if (batch < 0) return loader_err(l, STK_EINVAL, "seek: negative batch %lld", (long long)batch);
+  pthread_mutex_lock(&l->mu);
+  /* Already there (e.g. set_epoch right after an epoch ended): keep the
+   * batches that are being prepared. */
+  if (!(epoch == l->epoch && batch == l->next_deliver)) reset_locked(l, epoch, batch);
+  pthread_mutex_unlock(&l->mu);
+  return STK_OK;
+}
+
+int stk_loader_set_epoch(stk_loader *l, uint64_t epoch) { return stk_loader_seek(l, epoch, 0); }
+
+void stk_loader_position(const stk_loader *l, uint64_t *epoch, int64_t *batch) {
+  stk_loader *m = (stk_loader *)l; /* the mutex is not part of the logical state */
+  pthread_mutex_lock(&m->mu);
+  if (epoch) *epoch = l->epoch;
+  if (batch) *batch = l->next_deliver;
+  pthread_mutex_unlock(&m->mu);
+}
+
+int64_t stk_loader_num_samples(const stk_loader *l) { return l->ds.n; }
+int64_t stk_loader_shard_size(const stk_loader *l) { return l->sampler.num_samples; }
+int64_t stk_loader_len(const stk_loader *l) {
+  int64_t s = l->sampler.num_samples;
+  return l->opt.drop_last ? s / l->B : (s + l->B - 1) / l->B;
+}
+int stk_loader_num_slots(const stk_loader *l) { return l->nslots; }
+int stk_loader_num_classes(const stk_loader *l) { return l->ds.nclasses; }
+const char *stk_loader_class_name(const stk_loader *l, int label) {
+  return label >= 0 && label < l->ds.nclasses ? l->ds.classes[label] : NULL;
+}
+const char *stk_loader_sample_path(const stk_loader *l, int64_t i) {
+  return i >= 0 && i < l->ds.n ? stk__dataset_path(&l->ds, i) : NULL;
+}
+int64_t stk_loader_sample_label(const stk_loader *l, int64_t i) {
+  return i >= 0 && i < l->ds.n ? l->ds.labels[i] : -1;
+}
+const char *stk_loader_error(const stk_loader *l) { return l ? l->errmsg : ""; }
+
+int stk_loader_stats(const stk_loader *l, stk_stats *o) {
+  if (!l || !o) return STK_EINVAL;
+  stk_loader *m = (stk_loader *)l;
+  memset(o, 0, sizeof *o);
+  pthread_mutex_lock(&m->mu);
+  o->images = l->images;
+  o->batches = l->batches;
+  o->skipped = l->skipped;
+  o->failed = l->failed;
+  o->bytes_read = l->bytes_read;
+  o->seconds = stk__now() - l->t0;
+  o->images_per_s = o->seconds > 0 ? (double)o->images / o->seconds : 0;
+  o->wait_seconds = l->wait_s;
+  o->read_seconds = l->read_s;
+  o->decode_seconds = l->decode_s;
+  o->augment_seconds = l->augment_s;
+  uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B * (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN);
+  for (int i = 0; i < l->nthreads; i++) {
+    const stk__worker *w = &l->workers[i].w;
+    host += w->file.cap + w->rs.tmp.cap + w->rs.kx.cap + w->rs.ky.cap + w->rs.bx.cap + w->rs.by.cap;
+    host += stk__decoder_scratch_bytes(w->dec);
+  }
+  o->host_bytes = host;
+  o->threads = l->nthreads;
+  o->slots = l->nslots;
+  pthread_mutex_unlock(&m->mu);
+  return STK_OK;
+}
+
+int stk_loader_skipped(const stk_loader *l, uint64_t i, const char **path, const char **reason) {
+  if (!l) return STK_EINVAL;
+  stk_loader *m = (stk_loader *)l;
+  pthread_mutex_lock(&m->mu);
+  int ok = i < l->skip_len;
+  if (ok) {
+    if (path) *path = l->skip_paths[i] ? l->skip_paths[i] : "";
+    if (reason) *reason = l->skip_reasons[i] ? l->skip_reasons[i] : "";
+  }
+  pthread_mutex_unlock(&m->mu);
+  return ok ? STK_OK : STK_EINVAL;
+}

@@ -1,0 +1,125 @@
+/* pipeline.c: one sample, from file to batch slot. See pipeline.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "loader/pipeline.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void stk__plan_init(stk__plan *p, const stk_options *o) {
+  memset(p, 0, sizeof *p);
+  p->pipeline = o->pipeline;
+  p->size = o->size;
+  p->resize = o->resize_size > 0 ? o->resize_size : (int)(o->size * 256.0 / 224.0 + 0.5);
+  memcpy(p->scale, o->scale, sizeof p->scale);
+  memcpy(p->ratio, o->ratio, sizeof p->ratio);
+  p->flip_prob = o->pipeline == STK_PIPELINE_TRAIN ? o->flip_prob : 0.0f;
+  int dct = o->dct_scaling < 0 ? o->pipeline == STK_PIPELINE_TRAIN : o->dct_scaling;
+  p->max_denom = dct ? 8 : 1;
+  p->seed = o->seed;
+  p->max_file_bytes = o->max_file_bytes;
+  p->max_pixels = o->max_pixels;
+  stk__store_init(&p->store, o->dtype, o->layout, o->size, o->size, o->mean, o->std);
+  p->image_bytes = (size_t)o->size * o->size * 3 * stk__dtype_size(o->dtype);
+}
+
+int stk__worker_init(stk__worker *w, const stk__plan *p) {
+  memset(w, 0, sizeof *w);
+  w->dec = stk__decoder_create();
+  if (!w->dec) return STK_ENOMEM;
+  stk__decoder_set_limits(w->dec, p->max_pixels);
+  return STK_OK;
+}
+
+void stk__worker_free(stk__worker *w) {
+  stk__decoder_destroy(w->dec);
+  stk__resampler_free(&w->rs);
+  stk__buf_free(&w->file);
+  memset(w, 0, sizeof *w);
+}
+
+int stk__read_file(stk__worker *w, const char *path, uint64_t max_bytes, char *msg, size_t msglen) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(errno));
+  struct stat st;
+  int rc = STK_OK;
+  if (fstat(fd, &st) != 0) {
+    rc = stk__fail(msg, msglen, STK_EIO, "cannot stat: %s", strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    rc = stk__fail(msg, msglen, STK_EIO, "not a regular file");
+  } else if (max_bytes && (uint64_t)st.st_size > max_bytes) {
+    rc = stk__fail(msg, msglen, STK_ELIMIT, "file is %lld bytes, over the limit of %llu",
+                   (long long)st.st_size, (unsigned long long)max_bytes);
+  } else if (stk__buf_reserve(&w->file, (size_t)st.st_size + 1)) {
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %lld bytes", (long long)st.st_size);
+  }
+  size_t got = 0;
+  while (rc == STK_OK && got < (size_t)st.st_size) {
+    ssize_t r = read(fd, (char *)w->file.p + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) rc = stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(errno));
+    if (r == 0) break; /* the file shrank while we read it: decode what is there */
+    if (r > 0) got += (size_t)r;
+  }
+  close(fd);
+  w->bytes = got;
+  return rc;
+}
+
+int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
+                        int64_t index, void *dst, char *msg, size_t msglen) {
+  double t0 = stk__now();
+  w->t_read = w->t_decode = w->t_augment = 0;
+  int rc = stk__read_file(w, path, p->max_file_bytes, msg, msglen);
+  double t1 = stk__now();
+  w->t_read = t1 - t0;
+  if (rc) return rc;
+
+  stk__image_info info;
+  rc = stk__decoder_header(w->dec, w->file.p, w->bytes, &info, msg, msglen);
+  if (rc) return rc;
+
+  /* All random choices for this sample come from its own stream. */
+  stk__rng rng;
+  stk__rng_init(&rng, p->seed, epoch, (uint64_t)index);
+  stk__geom g;
+  int denom = 1;
+  if (p->pipeline == STK_PIPELINE_TRAIN) {
+    stk__rect crop;
+    stk__rrc_params(info.width, info.height, p->scale, p->ratio, &rng, &crop);
+    stk__geom_crop(&crop, p->size, p->size, &g);
+    g.flip = stk__rng_uniform(&rng) < p->flip_prob;
+    if (info.format == STK__FMT_JPEG) denom = stk__choose_denom(&crop, p->size, p->size, p->max_denom);
+  } else {
+    stk__geom_eval(info.width, info.height, p->resize, p->size, &g);
+    if (info.format == STK__FMT_JPEG && p->max_denom > 1) {
+      /* the whole image is resized: shrink it no further than its resized size */
+      stk__rect full = {0, 0, info.width, info.height};
+      denom = stk__choose_denom(&full, (int)(info.width / g.x.scale), (int)(info.height / g.y.scale),
+                                p->max_denom);
+    }
+  }
+  stk__geom_downscale(&g, info.width, info.height, denom);
+
+  stk__rect need;
+  rc = stk__resampler_plan(&w->rs, &g, &need);
+  if (rc) return stk__fail(msg, msglen, rc, "cannot resample a %dx%d image to %d", info.width,
+                           info.height, p->size);
+  /* The decoder takes full-resolution coordinates. */
+  stk__rect want = {need.x * denom, need.y * denom, need.w * denom, need.h * denom};
+  if (want.x + want.w > info.width) want.w = info.width - want.x;
+  if (want.y + want.h > info.height) want.h = info.height - want.y;
+
+  stk__region reg;
+  rc = stk__decoder_decode(w->dec, w->file.p, w->bytes, &want, denom, &reg, msg, msglen);
+  double t2 = stk__now();
+  w->t_decode = t2 - t1;
+  if (rc) return rc;
+  if (reg.scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
+  rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, &p->store, dst);
+  w->t_augment = stk__now() - t2;
+  if (rc) return stk__fail(msg, msglen, rc, "resampling failed");
+  return STK_OK;
+}

@@ -1,0 +1,50 @@
+/*
+ * pipeline.h: everything that happens to one sample, on one worker thread:
+ * read the file, read the header, choose the crop, decode only what the crop
+ * needs, resample it into its place in the batch slot.
+ *
+ * The plan is built once per loader and only read afterwards; the worker
+ * state is per thread and reused from sample to sample.
+ */
+#ifndef STK_PIPELINE_H
+#define STK_PIPELINE_H
+
+#include "codecs/codec.h"
+#include "core/common.h"
+#include "ops/ops.h"
+#include "stoker.h"
+
+typedef struct {
+  stk_pipeline pipeline;
+  int size, resize;
+  float scale[2], ratio[2], flip_prob;
+  int max_denom;             /* 1 = no DCT scaling */
+  uint64_t seed;
+  uint64_t max_file_bytes, max_pixels;
+  stk__store store;
+  size_t image_bytes;        /* one output image */
+} stk__plan;
+
+typedef struct {
+  stk__decoder *dec;
+  stk__resampler rs;
+  stk__buf file;
+  double t_read, t_decode, t_augment; /* seconds spent in the last sample */
+  uint64_t bytes;                     /* bytes read for the last sample */
+} stk__worker;
+
+/* Fills a plan from loader options (already validated). */
+void stk__plan_init(stk__plan *p, const stk_options *o);
+
+int stk__worker_init(stk__worker *w, const stk__plan *p);
+void stk__worker_free(stk__worker *w);
+
+/* Reads `path` into the worker's file buffer, enforcing the size limit. */
+int stk__read_file(stk__worker *w, const char *path, uint64_t max_bytes, char *msg, size_t msglen);
+
+/* Produces sample `index` of `epoch` into dst (plan->image_bytes). On
+ * failure returns a code and the reason (without the path) in msg. */
+int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
+                        int64_t index, void *dst, char *msg, size_t msglen);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * ops.h: the geometric and pixel operations of the pipelines.
+ *
+ * A pipeline is expressed as one resampling geometry per image: for each
+ * axis, where output pixel i samples the source (centre in0 + (i + 0.5) *
+ * scale) and the source range the filter may read ([lo, hi)). Crop-then-
+ * resize (RandomResizedCrop) and resize-then-crop (Resize + CenterCrop) are
+ * both such geometries, so one resampler serves both, and it can tell the
+ * decoder which source rows and columns it will read before decoding.
+ *
+ * The resampler reproduces Pillow's antialiased bilinear resize (the filter
+ * support widened by the downscale factor, 22-bit fixed-point weights,
+ * horizontal pass then vertical pass through an 8-bit intermediate), which
+ * is what torchvision's transforms run on PIL images.
+ */
+#ifndef STK_OPS_H
+#define STK_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codecs/codec.h"
+#include "core/common.h"
+#include "stoker.h"
+
+typedef struct {
+  double in0, scale; /* sample centre of output pixel i: in0 + (i + 0.5) * scale */
+  int lo, hi;        /* the filter reads source pixels in [lo, hi) only */
+  int out;           /* output pixels */
+} stk__axis;
+
+typedef struct {
+  stk__axis x, y;
+  int flip; /* mirror the output horizontally */
+} stk__geom;
+
+/* torchvision RandomResizedCrop.get_params: up to 10 tries of a random area
+ * fraction in scale[] and log-uniform aspect ratio in ratio[], then the same
+ * centre-crop fallback. */
+void stk__rrc_params(int width, int height, const float scale[2], const float ratio[2],
+                     stk__rng *rng, stk__rect *out);
+
+/* Crop `r` of the image, then resize it to out_w x out_h. */
+void stk__geom_crop(const stk__rect *r, int out_w, int out_h, stk__geom *g);
+
+/* torchvision Resize(resize) (shorter side to `resize`, the longer truncated
+ * as torchvision computes it) then CenterCrop(crop). */
+void stk__geom_eval(int width, int height, int resize, int crop, stk__geom *g);
+
+/* Maps a geometry on a width x height image onto the same image decoded at
+ * 1/denom (decoded size ceil(width/denom) x ceil(height/denom)). */
+void stk__geom_downscale(stk__geom *g, int width, int height, int denom);
+
+/* The largest DCT scale denominator in {1,2,4,8} (up to max_denom) such that
+ * the crop still has at least as many pixels as the output on both axes. */
+int stk__choose_denom(const stk__rect *crop, int out_w, int out_h, int max_denom);
+
+/* How a resampled image is written into the batch. */
+typedef struct {
+  stk_dtype dtype;
+  stk_layout layout;
+  int w, h;
+  /* value of 8-bit level v in channel c, already normalised:
+   * ((v / 255) - mean[c]) / std[c], computed in float32 as torchvision does */
+  float lut_f32[3][256];
+  uint16_t lut_u16[3][256]; /* the same, as float16 or bfloat16 bits */
+} stk__store;
+
+void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, int h,
+                     const float mean[3], const float std[3]);
+size_t stk__dtype_size(stk_dtype t);
+
+/* Per-thread resampler: coefficient tables and the intermediate image. */
+typedef struct {
+  stk__buf kx, ky;       /* int32 weights, ksize per output pixel */
+  stk__buf bx, by;       /* int32 pairs (first source pixel, count) */
+  int ksx, ksy;          /* weights per output pixel */
+  stk__buf tmp;          /* horizontal-pass output, uint8 RGB */
+  stk__geom g;
+  int src_x0, src_x1;    /* source columns read */
+  int src_y0, src_y1;    /* source rows read */
+} stk__resampler;
+
+/* Computes the weights for `g` and the source rectangle the resampler will
+ * read (`need`, in the coordinates g refers to). */
+int stk__resampler_plan(stk__resampler *r, const stk__geom *g, stk__rect *need);
+
+/* Resamples from `src` (RGB8 rows, `stride` bytes apart, whose top-left pixel
+ * is source pixel (sx, sy); it must cover `need`) and writes the image into
+ * `dst` as `st` says. */
+int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int sx, int sy,
+                       const stk__store *st, void *dst);
+
+void stk__resampler_free(stk__resampler *r);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * dataset.h: the list of samples a loader reads: a path and a label each,
+ * plus the class names. Built once, when the loader is created, from a
+ * folder (torchvision ImageFolder rules) or from a list file.
+ */
+#ifndef STK_DATASET_H
+#define STK_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  int64_t n;            /* samples */
+  char *arena;          /* every path, NUL-terminated, back to back */
+  size_t arena_len, arena_cap;
+  size_t *path_off;     /* n offsets into arena */
+  int32_t *labels;      /* n labels */
+  int64_t cap;
+  int nclasses;
+  char **classes;       /* nclasses names */
+} stk__dataset;
+
+/* ImageFolder: classes are the sorted sub-folder names of root; each class
+ * holds the files below its folder (recursively, following links) whose
+ * extension is a known image extension, case-insensitively, in the order of
+ * Python's sorted(os.walk(...)) then sorted(file names). A class folder with
+ * no image is an error, as in torchvision. Paths are stored in full. */
+int stk__dataset_from_folder(stk__dataset *ds, const char *root, char *msg, size_t msglen);
+
+/* List file: one sample per line, "path label" (label a non-negative
+ * integer, separated by the last run of blanks so paths may hold spaces).
+ * Blank lines and lines starting with '#' are ignored. Relative paths start
+ * from `base` (NULL = the list file's folder). */
+int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, char *msg,
+                           size_t msglen);
+
+static inline const char *stk__dataset_path(const stk__dataset *ds, int64_t i) {
+  return ds->arena + ds->path_off[i];
+}
+
+void stk__dataset_free(stk__dataset *ds);
+
+/* True when the name ends in an image extension torchvision accepts. */
+int stk__has_image_extension(const char *name);
+
+#endif

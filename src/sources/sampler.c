@@ -1,0 +1,87 @@
+/* sampler.c: see sampler.h. */
+#include "sources/sampler.h"
+
+#include <stdlib.h>
+
+#include "stoker.h"
+
+/* The 32-bit Mersenne Twister (MT19937) that torch's CPU generator uses:
+ * manual_seed(s) seeds it with the low 32 bits of s, and randperm takes one
+ * 32-bit draw per swap. */
+typedef struct {
+  uint32_t mt[624];
+  int idx;
+} mt19937;
+
+static void mt_seed(mt19937 *m, uint32_t s) {
+  m->mt[0] = s;
+  for (int i = 1; i < 624; i++)
+    m->mt[i] = 1812433253u * (m->mt[i - 1] ^ (m->mt[i - 1] >> 30)) + (uint32_t)i;
+  m->idx = 624;
+}
+
+static uint32_t mt_next(mt19937 *m) {
+  if (m->idx >= 624) {
+    for (int i = 0; i < 624; i++) {
+      uint32_t y = (m->mt[i] & 0x80000000u) | (m->mt[(i + 1) % 624] & 0x7fffffffu);
+      m->mt[i] = m->mt[(i + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+    }
+    m->idx = 0;
+  }
+  uint32_t y = m->mt[m->idx++];
+  y ^= y >> 11;
+  y ^= (y << 7) & 0x9d2c5680u;
+  y ^= (y << 15) & 0xefc60000u;
+  y ^= y >> 18;
+  return y;
+}
+
+void stk__torch_randperm(uint64_t seed, int64_t n, int64_t *out) {
+  mt19937 m;
+  mt_seed(&m, (uint32_t)seed);
+  for (int64_t i = 0; i < n; i++) out[i] = i;
+  /* torch's randperm_cpu: for i in [0, n-1), swap i with i + random() % (n-i).
+   * (torch switches to 64-bit draws only for n >= 2^32 / 20.) */
+  for (int64_t i = 0; i + 1 < n; i++) {
+    int64_t z = (int64_t)(mt_next(&m) % (uint64_t)(n - i));
+    int64_t t = out[i];
+    out[i] = out[z + i];
+    out[z + i] = t;
+  }
+}
+
+int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuffle, int drop_last,
+                      uint64_t seed) {
+  if (n <= 0 || world < 1 || rank < 0 || rank >= world) return STK_EINVAL;
+  s->n = n;
+  s->rank = rank;
+  s->world = world;
+  s->shuffle = shuffle;
+  s->drop_last = drop_last;
+  s->seed = seed;
+  if (drop_last && n % world != 0)
+    s->num_samples = (n - world + world - 1) / world; /* ceil((n - world) / world) */
+  else
+    s->num_samples = (n + world - 1) / world;
+  s->total_size = s->num_samples * world;
+  s->perm = malloc((size_t)n * sizeof(int64_t));
+  return s->perm ? STK_OK : STK_ENOMEM;
+}
+
+void stk__sampler_free(stk__sampler *s) {
+  free(s->perm);
+  s->perm = NULL;
+}
+
+void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out) {
+  if (s->shuffle)
+    stk__torch_randperm(s->seed + epoch, s->n, s->perm);
+  else
+    for (int64_t i = 0; i < s->n; i++) s->perm[i] = i;
+  /* Position p of the padded (or truncated) list is perm[p % n]: padding
+   * repeats the list from its start, as many times as needed. */
+  for (int64_t j = 0; j < s->num_samples; j++) {
+    int64_t p = s->rank + j * s->world;
+    out[j] = s->perm[p % s->n];
+  }
+}

@@ -1,0 +1,36 @@
+/*
+ * sampler.h: which samples an epoch visits, in which order, on which rank.
+ *
+ * The order is exactly that of torch.utils.data.DistributedSampler with the
+ * same (seed, epoch, num_replicas, rank, shuffle, drop_last): the shuffled
+ * permutation is torch.randperm(n) from a torch.Generator seeded with
+ * seed + epoch (a Mersenne Twister, reproduced here bit for bit), then padded
+ * by wrapping around, or truncated, and strided by rank.
+ */
+#ifndef STK_SAMPLER_H
+#define STK_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct {
+  int64_t n;          /* dataset size */
+  int rank, world;
+  int shuffle;
+  int drop_last;      /* DistributedSampler's drop_last */
+  uint64_t seed;
+  int64_t num_samples;/* per rank */
+  int64_t total_size; /* num_samples * world */
+  int64_t *perm;      /* scratch: n entries */
+} stk__sampler;
+
+int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuffle, int drop_last,
+                      uint64_t seed);
+void stk__sampler_free(stk__sampler *s);
+
+/* Writes this rank's num_samples indices for `epoch` into out. */
+void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out);
+
+/* torch.randperm(n, generator=torch.Generator().manual_seed(seed)) into out. */
+void stk__torch_randperm(uint64_t seed, int64_t n, int64_t *out);
+
+#endif

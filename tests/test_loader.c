@@ -1,0 +1,344 @@
+/* The executor: determinism, coverage per epoch and rank, bad input, resets,
+ * slot ownership and teardown. */
+#include <stdio.h>
+
+#include "check.h"
+#include "core/common.h"
+#include "util.h"
+
+#define CLASSES 3
+#define PER_CLASS 11 /* 33 samples */
+#define N (CLASSES * PER_CLASS)
+
+static char *g_root;
+
+static stk_loader *make(stk_options *o) {
+  stk_loader *l = NULL;
+  char err[1024] = "";
+  int rc = STK_LOADER_CREATE(o, &l, err, sizeof err);
+  CHECK_MSG(rc == STK_OK, "create: %s (%s)", err, stk_strerror(rc));
+  return l;
+}
+
+static void base_opts(stk_options *o) {
+  stk_options_init(o);
+  o->root = g_root;
+  o->size = 24;
+  o->batch_size = 5;
+  o->threads = 2;
+  o->seed = 11;
+}
+
+/* Runs one epoch; appends all image bytes, labels and indices to the buffers. */
+static int64_t run_epoch(stk_loader *l, stk__buf *pix, size_t *npix, int64_t *idx, int64_t *lab) {
+  int64_t count = 0;
+  for (;;) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    if (rc == STK_EEND) break;
+    CHECK_MSG(rc == STK_OK, "next: %s", stk_loader_error(l));
+    if (rc) break;
+    if (pix) {
+      stk__buf_reserve(pix, *npix + b.nbytes);
+      memcpy((char *)pix->p + *npix, b.data, b.nbytes);
+      *npix += b.nbytes;
+    }
+    for (int64_t i = 0; i < b.n; i++) {
+      if (idx) idx[count] = b.indices[i];
+      if (lab) lab[count] = b.labels[i];
+      CHECK_EQ_INT(b.labels[i], stk_loader_sample_label(l, b.indices[i]));
+      count++;
+    }
+    CHECK_EQ_INT(stk_batch_release(l, &b), STK_OK);
+  }
+  return count;
+}
+
+static void test_determinism_across_threads(stk_pipeline pipe, stk_dtype dt, stk_layout lay) {
+  stk__buf out[2] = {{0}, {0}};
+  size_t n[2] = {0, 0};
+  int threads[2] = {1, 4};
+  for (int k = 0; k < 2; k++) {
+    stk_options o;
+    base_opts(&o);
+    o.pipeline = pipe;
+    o.dtype = dt;
+    o.layout = lay;
+    o.threads = threads[k];
+    stk_loader *l = make(&o);
+    if (!l) return;
+    for (int e = 0; e < 2; e++) {
+      stk_loader_set_epoch(l, (uint64_t)e);
+      CHECK_EQ_INT(run_epoch(l, &out[k], &n[k], NULL, NULL), N);
+    }
+    stk_loader_destroy(l);
+  }
+  CHECK(n[0] == n[1] && n[0] > 0);
+  CHECK_MSG(n[0] == n[1] && memcmp(out[0].p, out[1].p, n[0]) == 0,
+            "1 and 4 threads give different bytes (pipeline %d dtype %d layout %d)", pipe, dt, lay);
+  stk__buf_free(&out[0]);
+  stk__buf_free(&out[1]);
+}
+
+static void test_epoch_coverage(int world, int shard_drop_last) {
+  int count[N] = {0};
+  int64_t per_rank = -1;
+  for (int r = 0; r < world; r++) {
+    stk_options o;
+    base_opts(&o);
+    o.rank = r;
+    o.world_size = world;
+    o.shard_drop_last = shard_drop_last;
+    stk_loader *l = make(&o);
+    if (!l) return;
+    int64_t idx[N + 8];
+    stk_loader_set_epoch(l, 3);
+    int64_t got = run_epoch(l, NULL, NULL, idx, NULL);
+    CHECK_EQ_INT(got, stk_loader_shard_size(l));
+    if (per_rank < 0) per_rank = got;
+    CHECK_EQ_INT(got, per_rank);
+    for (int64_t i = 0; i < got; i++) count[idx[i]]++;
+    stk_loader_destroy(l);
+  }
+  int64_t total = per_rank * world, zero = 0, once = 0, more = 0;
+  for (int i = 0; i < N; i++) zero += count[i] == 0, once += count[i] == 1, more += count[i] > 1;
+  if (shard_drop_last) {
+    CHECK_EQ_INT(once, total);
+    CHECK_EQ_INT(zero, N - total);
+  } else {
+    CHECK_MSG(zero == 0, "world %d: %lld samples never seen", world, (long long)zero);
+    CHECK_EQ_INT(once + 2 * more, total); /* padding repeats a sample at most once here */
+  }
+}
+
+static void test_order_eval_and_seek(void) {
+  stk_options o;
+  base_opts(&o);
+  o.pipeline = STK_PIPELINE_EVAL;
+  stk_loader *l = make(&o);
+  if (!l) return;
+  int64_t idx[N];
+  CHECK_EQ_INT(run_epoch(l, NULL, NULL, idx, NULL), N);
+  int inorder = 1;
+  for (int i = 0; i < N; i++) inorder &= idx[i] == i;
+  CHECK_MSG(inorder, "eval does not shuffle");
+  CHECK_EQ_INT(stk_loader_len(l), (N + 4) / 5);
+  stk_loader_destroy(l);
+
+  /* seek(e, b) yields exactly the batches an uninterrupted epoch yields */
+  base_opts(&o);
+  l = make(&o);
+  if (!l) return;
+  stk__buf full = {0}, part = {0};
+  size_t nf = 0, np = 0;
+  stk_loader_set_epoch(l, 2);
+  run_epoch(l, &full, &nf, NULL, NULL);
+  stk_loader_seek(l, 2, 3);
+  uint64_t e;
+  int64_t b;
+  stk_loader_position(l, &e, &b);
+  CHECK(e == 2 && b == 3);
+  run_epoch(l, &part, &np, NULL, NULL);
+  size_t per = (size_t)24 * 24 * 3 * 4;
+  CHECK_EQ_INT(np, nf - 15 * per);
+  CHECK(np == nf - 15 * per && memcmp(part.p, (char *)full.p + 15 * per, np) == 0);
+  /* set_epoch mid-epoch abandons it cleanly, with a batch still held */
+  stk_batch hold;
+  CHECK_EQ_INT(stk_loader_next(l, &hold), STK_OK);
+  stk_loader_set_epoch(l, 2);
+  np = 0;
+  run_epoch(l, &part, &np, NULL, NULL);
+  CHECK(np == nf && memcmp(part.p, full.p, nf) == 0);
+  CHECK_EQ_INT(stk_batch_release(l, &hold), STK_OK);
+  CHECK_EQ_INT(stk_batch_release(l, &hold), STK_EINVAL); /* released twice */
+  stk__buf_free(&full);
+  stk__buf_free(&part);
+  stk_loader_destroy(l);
+}
+
+static void test_slots_and_teardown(void) {
+  stk_options o;
+  base_opts(&o);
+  o.batch_size = 2;
+  o.prefetch = 1;
+  stk_loader *l = make(&o);
+  if (!l) return;
+  int slots = stk_loader_num_slots(l);
+  CHECK_EQ_INT(slots, 3);
+  stk_batch held[3];
+  for (int i = 0; i < slots; i++) CHECK_EQ_INT(stk_loader_next(l, &held[i]), STK_OK);
+  /* distinct memory for every held batch: nothing is overwritten */
+  CHECK(held[0].data != held[1].data && held[1].data != held[2].data);
+  stk_batch extra;
+  CHECK_EQ_INT(stk_loader_next(l, &extra), STK_EBUSY);
+  CHECK(strstr(stk_loader_error(l), "held") != NULL);
+  CHECK_EQ_INT(stk_batch_release(l, &held[0]), STK_OK);
+  CHECK_EQ_INT(stk_loader_next(l, &extra), STK_OK);
+  /* destroy mid-epoch with batches held: every thread joins promptly */
+  double t = stk__now();
+  stk_loader_destroy(l);
+  CHECK_MSG(stk__now() - t < 5.0, "destroy took %.2f s", stk__now() - t);
+}
+
+static void test_bad_options(void) {
+  stk_options o;
+  base_opts(&o);
+  stk_loader *l = NULL;
+  char err[512];
+  o.batch_size = 0;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "batch_size") != NULL && l == NULL);
+  base_opts(&o);
+  o.rank = 2;
+  o.world_size = 2;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  base_opts(&o);
+  CHECK_EQ_INT(stk_loader_create(&o, 99 * 10000, &l, err, sizeof err), STK_EVERSION);
+  o.root = "/nonexistent/stoker-data";
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EIO);
+  CHECK(strstr(err, "/nonexistent/stoker-data") != NULL);
+  base_opts(&o);
+  o.device = 0;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_ENODEV);
+}
+
+/* A folder of good and broken files. */
+static char *make_bad_folder(int good, int bad) {
+  char *root = tu_tempdir();
+  char p[4096];
+  snprintf(p, sizeof p, "%s/c0", root);
+  tu_mkdir(p);
+  for (int i = 0; i < good + bad; i++) {
+    /* interleave: every third file is broken while broken ones remain */
+    int is_bad = bad > 0 && (i % 3 == 1 || good == 0);
+    snprintf(p, sizeof p, "%s/c0/f%03d.jpg", root, i);
+    if (is_bad) {
+      bad--;
+      if (i % 2)
+        tu_write_bytes(p, "this is not an image\n", 21);
+      else
+        tu_write_bytes(p, "", 0);
+    } else {
+      good--;
+      tu_write_jpeg(p, 40, 30, (uint64_t)i, 80);
+    }
+  }
+  return root;
+}
+
+static void test_skip_and_raise(void) {
+  char *root = make_bad_folder(20, 6);
+  stk_options o;
+  base_opts(&o);
+  o.root = root;
+  o.on_error = STK_ON_ERROR_SKIP;
+  o.batch_size = 4;
+  stk_loader *l = make(&o);
+  if (l) {
+    int64_t idx[32];
+    CHECK_EQ_INT(run_epoch(l, NULL, NULL, idx, NULL), 20);
+    stk_stats st;
+    stk_loader_stats(l, &st);
+    CHECK_EQ_INT(st.skipped, 6);
+    const char *path, *reason;
+    CHECK_EQ_INT(stk_loader_skipped(l, 0, &path, &reason), STK_OK);
+    CHECK(strstr(path, root) == path && strlen(reason) > 0);
+    CHECK_EQ_INT(stk_loader_skipped(l, 6, &path, &reason), STK_EINVAL);
+    /* the good samples, each exactly once */
+    int seen[26] = {0};
+    for (int i = 0; i < 20; i++) seen[idx[i]]++;
+    int dup = 0;
+    for (int i = 0; i < 26; i++) dup += seen[i] > 1;
+    CHECK_EQ_INT(dup, 0);
+    stk_loader_destroy(l);
+  }
+  /* the same under 1 and 3 threads: identical bytes, failures included */
+  stk__buf out[2] = {{0}, {0}};
+  size_t n[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    base_opts(&o);
+    o.root = root;
+    o.on_error = STK_ON_ERROR_SKIP;
+    o.batch_size = 4;
+    o.threads = k ? 3 : 1;
+    l = make(&o);
+    if (!l) break;
+    run_epoch(l, &out[k], &n[k], NULL, NULL);
+    stk_loader_destroy(l);
+  }
+  CHECK(n[0] == n[1] && n[0] > 0 && memcmp(out[0].p, out[1].p, n[0]) == 0);
+  stk__buf_free(&out[0]);
+  stk__buf_free(&out[1]);
+
+  /* raise: the batch fails with the file's name; the next call goes on */
+  base_opts(&o);
+  o.root = root;
+  o.shuffle = 0;
+  o.batch_size = 4;
+  l = make(&o);
+  if (l) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    CHECK_EQ_INT(rc, STK_EDECODE);
+    CHECK_MSG(strstr(stk_loader_error(l), "f001.jpg") != NULL, "error: %s", stk_loader_error(l));
+    int errors = 1, oks = 0;
+    for (;;) {
+      rc = stk_loader_next(l, &b);
+      if (rc == STK_EEND) break;
+      if (rc == STK_OK) {
+        oks++;
+        stk_batch_release(l, &b);
+      } else {
+        errors++;
+      }
+    }
+    CHECK_EQ_INT(oks + errors, 7);
+    CHECK(errors >= 2);
+    stk_loader_destroy(l);
+  }
+  tu_rmtree(root);
+  free(root);
+
+  /* a fully corrupt dataset fails fast under skip instead of an empty epoch */
+  root = make_bad_folder(0, 12);
+  base_opts(&o);
+  o.root = root;
+  o.on_error = STK_ON_ERROR_SKIP;
+  l = make(&o);
+  if (l) {
+    stk_batch b;
+    CHECK_EQ_INT(stk_loader_next(l, &b), STK_ETOOMANY);
+    CHECK(strstr(stk_loader_error(l), "failed") != NULL);
+    stk_loader_destroy(l);
+  }
+  o.max_consecutive_failures = 5;
+  l = make(&o);
+  if (l) {
+    stk_batch b;
+    CHECK_EQ_INT(stk_loader_next(l, &b), STK_ETOOMANY);
+    CHECK_MSG(strstr(stk_loader_error(l), "5 files in a row") != NULL, "%s", stk_loader_error(l));
+    stk_loader_destroy(l);
+  }
+  tu_rmtree(root);
+  free(root);
+}
+
+int main(void) {
+  g_root = tu_tempdir();
+  CHECK_EQ_INT(tu_make_folder(g_root, CLASSES, PER_CLASS, 60, 45), STK_OK);
+  test_determinism_across_threads(STK_PIPELINE_TRAIN, STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW);
+  test_determinism_across_threads(STK_PIPELINE_TRAIN, STK_DTYPE_BFLOAT16, STK_LAYOUT_NHWC);
+  test_determinism_across_threads(STK_PIPELINE_EVAL, STK_DTYPE_UINT8, STK_LAYOUT_NCHW);
+  int worlds[] = {1, 2, 3, 8};
+  for (int i = 0; i < 4; i++) {
+    test_epoch_coverage(worlds[i], 0);
+    test_epoch_coverage(worlds[i], 1);
+  }
+  test_order_eval_and_seek();
+  test_slots_and_teardown();
+  test_bad_options();
+  test_skip_and_raise();
+  tu_rmtree(g_root);
+  free(g_root);
+  return CHECK_DONE();
+}

@@ -1,0 +1,72 @@
+/*
+ * util.h: helpers the C tests share to make their own data: a temporary
+ * folder, small generated JPEG/PNG files, and recursive removal.
+ */
+#ifndef STK_TEST_UTIL_H
+#define STK_TEST_UTIL_H
+
+#define _POSIX_C_SOURCE 200809L
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codecs/encode.h"
+#include "stoker.h"
+#include "synth/synth.h"
+
+static inline char *tu_tempdir(void) {
+  char tmpl[] = "/tmp/stoker-test-XXXXXX";
+  char *d = mkdtemp(tmpl);
+  return d ? strdup(d) : NULL;
+}
+
+static inline int tu_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+static inline void tu_rmtree(const char *dir) { nftw(dir, tu_rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+
+static inline void tu_mkdir(const char *dir) { mkdir(dir, 0755); }
+
+/* Writes a photo-like w x h JPEG (seeded) to path. Returns STK_OK. */
+static inline int tu_write_jpeg(const char *path, int w, int h, uint64_t seed, int quality) {
+  uint8_t *rgb = malloc((size_t)w * h * 3);
+  if (!rgb) return STK_ENOMEM;
+  stk__synth_render(rgb, w, h, seed);
+  stk__jpeg_enc_opts o;
+  stk__jpeg_enc_defaults(&o);
+  o.quality = quality;
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  int rc = stk__jpeg_encode(rgb, w, h, &o, &buf, &n);
+  if (!rc) rc = stk__write_file(path, buf, n);
+  free(buf);
+  free(rgb);
+  return rc;
+}
+
+static inline int tu_write_bytes(const char *path, const void *p, size_t n) {
+  return stk__write_file(path, p, n);
+}
+
+/* Makes root/<class>/<i>.jpg for `classes` classes of `per_class` images. */
+static inline int tu_make_folder(const char *root, int classes, int per_class, int w, int h) {
+  char p[4096];
+  for (int c = 0; c < classes; c++) {
+    snprintf(p, sizeof p, "%s/class%03d", root, c);
+    tu_mkdir(p);
+    for (int i = 0; i < per_class; i++) {
+      snprintf(p, sizeof p, "%s/class%03d/img%04d.jpg", root, c, i);
+      int rc = tu_write_jpeg(p, w + (i * 7) % 13, h + (i * 5) % 11, (uint64_t)(c * 1000 + i), 85);
+      if (rc) return rc;
+    }
+  }
+  return STK_OK;
+}
+
+#endif
