@@ -1,4 +1,6 @@
 /* Folder and list-file sources: ImageFolder ordering, extensions, errors. */
+#include "util.h"
+
 #include <stdio.h>
 
 #include "check.h"

@@ -1,5 +1,7 @@
 /* The executor: determinism, coverage per epoch and rank, bad input, resets,
  * slot ownership and teardown. */
+#include "util.h"
+
 #include <stdio.h>
 
 #include "check.h"

@@ -5,7 +5,11 @@
 #ifndef STK_TEST_UTIL_H
 #define STK_TEST_UTIL_H
 
-#define _POSIX_C_SOURCE 200809L
+/* Include this header first: nftw and mkdtemp need the feature macro. */
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700
+#endif
+
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>

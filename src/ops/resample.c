@@ -92,8 +92,6 @@ static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_
       stk__buf_reserve(bb, (size_t)a->out * 2 * sizeof(int32_t)))
     return STK_ENOMEM;
   int32_t *kk = kb->p, *bounds = bb->p;
-  double pre[64];
-  if (ksize > 64) return STK_EINVAL; /* a downscale of over 31x: refused by the planner */
   for (int xx = 0; xx < a->out; xx++) {
     double center = in0 + (xx + 0.5) * scale;
     double ww = 0.0, ss = 1.0 / filterscale;
@@ -103,14 +101,13 @@ static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_
     if (xmax > in_size) xmax = in_size;
     xmax -= xmin;
     if (xmax < 0) xmax = 0;
-    for (int x = 0; x < xmax; x++) {
-      double w = bilinear((x + xmin - center + 0.5) * ss);
-      pre[x] = w;
-      ww += w;
-    }
+    /* Weights are evaluated twice (sum, then normalised) rather than kept in
+     * a scratch array, so any downscale factor works without a size cap. */
+    for (int x = 0; x < xmax; x++) ww += bilinear((x + xmin - center + 0.5) * ss);
     int32_t *k = kk + (size_t)xx * ksize;
     for (int x = 0; x < ksize; x++) {
-      double v = x < xmax ? (ww != 0.0 ? pre[x] / ww : pre[x]) : 0.0;
+      double v = x < xmax ? bilinear((x + xmin - center + 0.5) * ss) : 0.0;
+      if (ww != 0.0) v /= ww;
       k[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
                    : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
     }
@@ -124,7 +121,6 @@ static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_
 int stk__resampler_plan(stk__resampler *r, const stk__geom *g, stk__rect *need) {
   if (g->x.out <= 0 || g->y.out <= 0 || g->x.hi <= g->x.lo || g->y.hi <= g->y.lo)
     return STK_EINVAL;
-  if (g->x.scale > 31.0 || g->y.scale > 31.0) return STK_EINVAL;
   int rc = plan_axis(&g->x, &r->kx, &r->bx, &r->ksx);
   if (!rc) rc = plan_axis(&g->y, &r->ky, &r->by, &r->ksy);
   if (rc) return rc;

@@ -178,7 +178,7 @@ int stk__dataset_from_folder(stk__dataset *ds, const char *root, char *msg, size
     for (size_t d = 0; rc == STK_OK && d < dirs.n; d++) {
       strlist files = {0};
       rc = list_dir(dirs.v[d], NULL, &files, msg, msglen);
-      if (rc == STK_OK) qsort(files.v, files.n, sizeof(char *), cmp_str);
+      if (rc == STK_OK && files.n) qsort(files.v, files.n, sizeof(char *), cmp_str);
       for (size_t f = 0; rc == STK_OK && f < files.n; f++) {
         if (!stk__has_image_extension(files.v[f])) continue;
         char *p = join(dirs.v[d], files.v[f]);

@@ -26,8 +26,9 @@ enum {
 /* The largest side pick_file() returns. */
 #define MAX_SIDE 500
 
-/* Only +, *, floorf and sqrtf (all exactly rounded) reach the pixels, never
- * libm's transcendental functions, so files do not depend on the libm. */
+/* Only exactly rounded operations (arithmetic, floorf, sqrtf) reach the
+ * pixels, never libm's transcendental functions, so files do not depend on
+ * the libm a build links. */
 
 static float uni(stk__rng *r, float lo, float hi) {
   return lo + (hi - lo) * (float)stk__rng_uniform(r);
@@ -251,7 +252,9 @@ static void render(uint8_t *rgb, int w, int h, uint64_t seed, const class_style 
   float grain = cs->grain * uni(&r, 0.7f, 1.3f);
   uint64_t grain_key = stk__rng_next(&r);
 
-  for (int k = 0; k < 2; k++) octave_row(&hill[k], 0.0f); /* hills vary along x only */
+  /* Hills vary along x only: they stay on noise row 0 and restart their
+   * walk along it on every image row. */
+  for (int k = 0; k < 2; k++) octave_row(&hill[k], 0.0f);
   for (int y = 0; y < h; y++) {
     float fy = (float)y;
     for (int k = 0; k < 2; k++) {
@@ -396,10 +399,12 @@ int stk__synth_dataset(const char *dir, int64_t images, int classes, uint64_t se
   int rc = make_dirs(dir, msg, msglen);
   if (rc) return rc;
 
+  /* Zero-padded to at least 4 and 8 digits; an int has at most 10 and an
+   * int64_t at most 19, which bounds the names. */
   int cdig = digits(classes - 1), idig = digits(images - 1);
-  if (cdig < 4) cdig = 4;
-  if (idig < 8) idig = 8;
-  size_t cap = strlen(dir) + 64; /* "/n" + 10 digits + "/img_" + 19 digits + ".JPEG" */
+  cdig = cdig < 4 ? 4 : cdig > 10 ? 10 : cdig;
+  idig = idig < 8 ? 8 : idig > 19 ? 19 : idig;
+  size_t cap = strlen(dir) + 64;
   char *path = malloc(cap);
   uint8_t *rgb = malloc((size_t)MAX_SIDE * MAX_SIDE * 3);
   if (!path || !rgb) {
