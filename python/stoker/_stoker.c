@@ -1,0 +1,776 @@
+/*
+ * _stoker.c: the CPython binding of libstoker (stable ABI, Python >= 3.11).
+ *
+ * One type, _stoker.Loader, wraps a stk_loader. next() hands out each batch
+ * as two DLPack capsules (images, labels) that torch turns into tensors
+ * without copying: the tensors point straight into the loader's batch slot.
+ *
+ * Lifetimes
+ * ---------
+ * A slot may only go back to the loader once torch has freed every tensor
+ * made from it, and the loader may only be destroyed once every slot is back.
+ * So there are two C-level reference counts, neither of which involves a
+ * Python object:
+ *   - loader_ref: 1 for the Python Loader object + 1 per batch still alive
+ *     (+ 1 while a next() call runs). At 0 the loader is destroyed.
+ *   - batch_ref:  1 per DLManagedTensor of the batch (images, labels). At 0
+ *     the slot is released and the batch's loader reference dropped.
+ * DLPack deleters run on whatever thread frees the tensor, with or without
+ * the GIL; they touch only these C structures, so they never need it.
+ */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "ops/ops.h"
+#include "stoker.h"
+
+/* ---- DLPack (the public ABI of dlpack.h, v0.x "dltensor" capsules) -------- */
+
+enum { kDLCPU = 1, kDLCUDA = 2 };
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
+
+typedef struct {
+  int32_t device_type; /* DLDeviceType: an int-sized enum in dlpack.h */
+  int32_t device_id;
+} DLDevice;
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides; /* in elements */
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+/* ---- C-level reference counts --------------------------------------------- */
+
+typedef struct {
+  atomic_long refs;
+  stk_loader *l;
+} loader_ref;
+
+typedef struct {
+  DLManagedTensor mt[2]; /* [0] images, [1] labels */
+  int64_t shape[2][4], strides[2][4];
+  atomic_int refs;
+  stk_batch b;
+  loader_ref *owner;
+} batch_ref;
+
+static void loader_ref_decref(loader_ref *r) {
+  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
+    /* Last user: joins the worker threads. They never take the GIL, so this
+     * is safe whether or not the calling thread holds it. */
+    stk_loader_destroy(r->l);
+    free(r);
+  }
+}
+
+/* Drops a reference from a thread that holds the GIL: destroying a loader
+ * joins its threads, which may take a while, so let other Python threads run. */
+static void loader_ref_decref_gil(loader_ref *r) {
+  Py_BEGIN_ALLOW_THREADS
+  loader_ref_decref(r);
+  Py_END_ALLOW_THREADS
+}
+
+/* The DLPack deleter: any thread, GIL or not. */
+static void dl_deleter(DLManagedTensor *self) {
+  batch_ref *b = self->manager_ctx;
+  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+  stk_batch_release(b->owner->l, &b->b);
+  loader_ref_decref(b->owner);
+  free(b);
+}
+
+/* A capsule that was never consumed (torch renames a consumed one to
+ * "used_dltensor" and takes over the deleter). */
+static void capsule_destructor(PyObject *cap) {
+  if (!PyCapsule_IsValid(cap, "dltensor")) return;
+  DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+  if (m && m->deleter) m->deleter(m);
+}
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static PyObject *DecodeError; /* stoker.DecodeError(OSError) */
+
+static PyObject *decode_message(const char *msg) {
+  /* Messages name files, whose bytes need not be UTF-8. */
+  return PyUnicode_DecodeFSDefault(msg ? msg : "");
+}
+
+/* Raises the exception for code `rc` with the library's message. `nslots`
+ * is only used to explain STK_EBUSY. Returns NULL. */
+static PyObject *raise_code(int rc, const char *msg, int nslots) {
+  PyObject *type;
+  switch (rc) {
+    case STK_EDECODE:
+    case STK_EIO:
+    case STK_EFORMAT:
+    case STK_ELIMIT:
+    case STK_ETOOMANY: type = DecodeError; break;
+    case STK_EINVAL: type = PyExc_ValueError; break;
+    case STK_ENOMEM: return PyErr_NoMemory();
+    case STK_EEMPTY: type = PyExc_FileNotFoundError; break; /* as torchvision's ImageFolder */
+    case STK_EBUSY: {
+      char m[512];
+      snprintf(m, sizeof m,
+               "every batch slot of the loader is held (%d slots = prefetch + 2): the caller keeps "
+               "that many batches alive, so no new batch can be produced. Drop references to "
+               "earlier batches (keep a .clone() of what you need), or pass a larger prefetch=",
+               nslots);
+      PyErr_SetString(PyExc_RuntimeError, m);
+      return NULL;
+    }
+    default: type = PyExc_RuntimeError; break; /* ENODEV, ECUDA, ESTATE, EVERSION */
+  }
+  PyObject *text = decode_message(msg && *msg ? msg : stk_strerror(rc));
+  if (!text) return NULL;
+  PyObject *exc = PyObject_CallOneArg(type, text);
+  Py_DECREF(text);
+  if (!exc) return NULL;
+  PyObject *code = PyLong_FromLong(rc);
+  if (!code || PyObject_SetAttrString(exc, "code", code) < 0) {
+    Py_XDECREF(code);
+    Py_DECREF(exc);
+    return NULL;
+  }
+  Py_DECREF(code);
+  PyErr_SetObject(type, exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* ---- option parsing ---------------------------------------------------------- */
+
+static int get_floats(PyObject *o, float *out, Py_ssize_t n, const char *name) {
+  if (!o || o == Py_None) return 0;
+  Py_ssize_t len = PySequence_Size(o);
+  if (len < 0 || len != n) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%s must be a sequence of %zd numbers", name, n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *it = PySequence_GetItem(o, i);
+    if (!it) return -1;
+    double v = PyFloat_AsDouble(it);
+    Py_DECREF(it);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    out[i] = (float)v;
+  }
+  return 0;
+}
+
+static int get_u64(PyObject *o, uint64_t *out, const char *name) {
+  if (!o || o == Py_None) return 0;
+  unsigned long long v = PyLong_AsUnsignedLongLong(o);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_ValueError, "%s must be an integer in [0, 2**64)", name);
+    return -1;
+  }
+  *out = (uint64_t)v;
+  return 0;
+}
+
+/* str or os.PathLike -> bytes in the file system encoding; None -> NULL. */
+static int get_path(PyObject *o, PyObject **bytes) {
+  *bytes = NULL;
+  if (!o || o == Py_None) return 0;
+  return PyUnicode_FSConverter(o, bytes) ? 0 : -1;
+}
+
+static int pick(const char *s, const char *const *names, int n, const char *what, int *out) {
+  if (!s) return 0;
+  for (int i = 0; i < n; i++)
+    if (strcmp(s, names[i]) == 0) {
+      *out = i;
+      return 0;
+    }
+  PyErr_Format(PyExc_ValueError, "unknown %s '%s'", what, s);
+  return -1;
+}
+
+/* ---- the Loader type --------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD
+  loader_ref *ref; /* NULL once closed */
+  int busy;        /* a call runs with the GIL released (one consumer at a time) */
+  int nslots;
+} LoaderObject;
+
+/* The open loader, or NULL with an exception. */
+static loader_ref *get_ref(LoaderObject *self, int exclusive) {
+  if (!self->ref) {
+    PyErr_SetString(PyExc_ValueError, "the loader is closed");
+    return NULL;
+  }
+  if (exclusive && self->busy) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the loader is in use by another thread (one consumer at a time)");
+    return NULL;
+  }
+  return self->ref;
+}
+
+static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"root", "list_file", "list_base", "pipeline", "size", "resize_size",
+                           "scale", "ratio", "flip_prob", "mean", "std", "dct_scaling", "dtype",
+                           "layout", "batch_size", "drop_last", "shuffle", "seed", "rank",
+                           "world_size", "shard_drop_last", "threads", "prefetch", "device",
+                           "on_error", "max_pixels", "max_file_bytes",
+                           "max_consecutive_failures", NULL};
+  stk_options o;
+  stk_options_init(&o);
+  PyObject *root = NULL, *list_file = NULL, *list_base = NULL;
+  PyObject *scale = NULL, *ratio = NULL, *mean = NULL, *std = NULL;
+  PyObject *seed = NULL, *max_pixels = NULL, *max_file_bytes = NULL;
+  const char *pipeline = NULL, *dtype = NULL, *layout = NULL, *on_error = NULL;
+  double flip = o.flip_prob;
+  int pipe_i = (int)o.pipeline, dtype_i = (int)o.dtype, layout_i = (int)o.layout;
+  int on_error_i = (int)o.on_error;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwds, "|$OOOziiOOdOOizziipOiipiiizOOi", kwlist, &root, &list_file, &list_base,
+          &pipeline, &o.size, &o.resize_size, &scale, &ratio, &flip, &mean, &std, &o.dct_scaling,
+          &dtype, &layout, &o.batch_size, &o.drop_last, &o.shuffle, &seed, &o.rank, &o.world_size,
+          &o.shard_drop_last, &o.threads, &o.prefetch, &o.device, &on_error, &max_pixels,
+          &max_file_bytes, &o.max_consecutive_failures))
+    return NULL;
+  static const char *const pipelines[] = {"train", "eval"};
+  static const char *const dtypes[] = {"float32", "float16", "bfloat16", "uint8"};
+  static const char *const layouts[] = {"nchw", "nhwc"};
+  static const char *const on_errors[] = {"raise", "skip"};
+  PyObject *root_b = NULL, *list_b = NULL, *base_b = NULL;
+  if (pick(pipeline, pipelines, 2, "pipeline", &pipe_i) || pick(dtype, dtypes, 4, "dtype", &dtype_i) ||
+      pick(layout, layouts, 2, "layout", &layout_i) ||
+      pick(on_error, on_errors, 2, "on_error", &on_error_i) ||
+      get_floats(scale, o.scale, 2, "scale") || get_floats(ratio, o.ratio, 2, "ratio") ||
+      get_floats(mean, o.mean, 3, "mean") || get_floats(std, o.std, 3, "std") ||
+      get_u64(seed, &o.seed, "seed") || get_u64(max_pixels, &o.max_pixels, "max_pixels") ||
+      get_u64(max_file_bytes, &o.max_file_bytes, "max_file_bytes") || get_path(root, &root_b) ||
+      get_path(list_file, &list_b) || get_path(list_base, &base_b))
+    goto fail;
+  o.pipeline = (stk_pipeline)pipe_i;
+  o.dtype = (stk_dtype)dtype_i;
+  o.layout = (stk_layout)layout_i;
+  o.on_error = (stk_on_error)on_error_i;
+  o.flip_prob = (float)flip;
+  o.root = root_b ? PyBytes_AsString(root_b) : NULL;
+  o.list_file = list_b ? PyBytes_AsString(list_b) : NULL;
+  o.list_base = base_b ? PyBytes_AsString(base_b) : NULL;
+
+  loader_ref *ref = malloc(sizeof *ref);
+  if (!ref) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  atomic_init(&ref->refs, 1);
+  char err[1024] = "";
+  int rc;
+  /* Scanning a large folder takes seconds: let other threads run. */
+  Py_BEGIN_ALLOW_THREADS
+  rc = STK_LOADER_CREATE(&o, &ref->l, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc != STK_OK) {
+    free(ref);
+    raise_code(rc, err, 0);
+    goto fail;
+  }
+  Py_XDECREF(root_b);
+  Py_XDECREF(list_b);
+  Py_XDECREF(base_b);
+  allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+  LoaderObject *self = (LoaderObject *)alloc(type, 0);
+  if (!self) {
+    loader_ref_decref_gil(ref);
+    return NULL;
+  }
+  self->ref = ref;
+  self->busy = 0;
+  self->nslots = stk_loader_num_slots(ref->l);
+  return (PyObject *)self;
+fail:
+  Py_XDECREF(root_b);
+  Py_XDECREF(list_b);
+  Py_XDECREF(base_b);
+  return NULL;
+}
+
+static void loader_close(LoaderObject *self) {
+  loader_ref *r = self->ref;
+  self->ref = NULL;
+  if (r) loader_ref_decref_gil(r);
+}
+
+static void Loader_dealloc(PyObject *o) {
+  PyTypeObject *tp = Py_TYPE(o);
+  loader_close((LoaderObject *)o);
+  freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  f(o);
+  Py_DECREF(tp);
+}
+
+static PyObject *Loader_close(PyObject *o, PyObject *unused) {
+  loader_close((LoaderObject *)o);
+  Py_RETURN_NONE;
+}
+
+static int dl_dtype(stk_dtype t, DLDataType *d) {
+  d->lanes = 1;
+  switch (t) {
+    case STK_DTYPE_FLOAT32: d->code = kDLFloat, d->bits = 32; return 0;
+    case STK_DTYPE_FLOAT16: d->code = kDLFloat, d->bits = 16; return 0;
+    case STK_DTYPE_BFLOAT16: d->code = kDLBfloat, d->bits = 16; return 0;
+    case STK_DTYPE_UINT8: d->code = kDLUInt, d->bits = 8; return 0;
+  }
+  return -1;
+}
+
+/* Fills the two DLManagedTensors of a batch that was just handed out. */
+static int fill_dlpack(batch_ref *b) {
+  const stk_batch *sb = &b->b;
+  DLTensor *im = &b->mt[0].dl_tensor, *lb = &b->mt[1].dl_tensor;
+  if (dl_dtype(sb->dtype, &im->dtype)) return -1;
+  im->data = sb->data;
+  im->device = (DLDevice){kDLCPU, 0};
+  im->ndim = 4;
+  if (sb->layout == STK_LAYOUT_NHWC) {
+    /* The slot holds NHWC; describe it as the NCHW-shaped view with
+     * permuted strides, which torch reports as channels_last. */
+    int64_t sh[4] = {sb->shape[0], sb->shape[3], sb->shape[1], sb->shape[2]};
+    int64_t st[4] = {sb->strides[0], sb->strides[3], sb->strides[1], sb->strides[2]};
+    memcpy(b->shape[0], sh, sizeof sh);
+    memcpy(b->strides[0], st, sizeof st);
+  } else {
+    memcpy(b->shape[0], sb->shape, sizeof b->shape[0]);
+    memcpy(b->strides[0], sb->strides, sizeof b->strides[0]);
+  }
+  im->shape = b->shape[0];
+  im->strides = b->strides[0];
+  im->byte_offset = 0;
+
+  lb->data = sb->labels;
+  lb->device = (DLDevice){kDLCPU, 0};
+  lb->ndim = 1;
+  lb->dtype = (DLDataType){kDLInt, 64, 1};
+  b->shape[1][0] = sb->n;
+  b->strides[1][0] = 1;
+  lb->shape = b->shape[1];
+  lb->strides = b->strides[1];
+  lb->byte_offset = 0;
+  for (int i = 0; i < 2; i++) {
+    b->mt[i].manager_ctx = b;
+    b->mt[i].deleter = dl_deleter;
+  }
+  return 0;
+}
+
+/* next() -> (images capsule, labels capsule, epoch, batch_index, indices) or
+ * None at the end of the epoch. */
+static PyObject *Loader_next(PyObject *o, PyObject *unused) {
+  LoaderObject *self = (LoaderObject *)o;
+  loader_ref *r = get_ref(self, 1);
+  if (!r) return NULL;
+  batch_ref *b = calloc(1, sizeof *b);
+  if (!b) return PyErr_NoMemory();
+  /* This call's own reference: it keeps the loader alive should another
+   * thread close the Python object meanwhile, and becomes the batch's. */
+  atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+  self->busy = 1;
+  int rc;
+  char msg[1100] = "";
+  Py_BEGIN_ALLOW_THREADS
+  rc = stk_loader_next(r->l, &b->b);
+  if (rc != STK_OK) snprintf(msg, sizeof msg, "%s", stk_loader_error(r->l));
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (rc != STK_OK) {
+    free(b);
+    loader_ref_decref_gil(r);
+    if (rc == STK_EEND) Py_RETURN_NONE;
+    return raise_code(rc, msg, self->nslots);
+  }
+  b->owner = r;
+  atomic_init(&b->refs, 2);
+  if (b->b.device >= 0 || fill_dlpack(b)) {
+    /* Not reachable with a CPU build; never hand out memory torch would
+     * misread as host memory. */
+    dl_deleter(&b->mt[0]);
+    dl_deleter(&b->mt[1]);
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the loader returned a batch this binding cannot describe (device memory or "
+                    "an unknown dtype)");
+    return NULL;
+  }
+  PyObject *ci = PyCapsule_New(&b->mt[0], "dltensor", capsule_destructor);
+  if (!ci) {
+    dl_deleter(&b->mt[0]);
+    dl_deleter(&b->mt[1]);
+    return NULL;
+  }
+  PyObject *cl = PyCapsule_New(&b->mt[1], "dltensor", capsule_destructor);
+  if (!cl) {
+    dl_deleter(&b->mt[1]);
+    Py_DECREF(ci);
+    return NULL;
+  }
+  /* From here on the capsules own the batch: dropping them releases it. */
+  PyObject *out = PyTuple_New(5);
+  PyObject *idx = PyList_New((Py_ssize_t)b->b.n);
+  if (!out || !idx) goto fail;
+  for (int64_t i = 0; i < b->b.n; i++) {
+    PyObject *v = PyLong_FromLongLong(b->b.indices[i]);
+    if (!v || PyList_SetItem(idx, (Py_ssize_t)i, v) < 0) goto fail;
+  }
+  PyObject *ep = PyLong_FromUnsignedLongLong(b->b.epoch);
+  PyObject *bi = PyLong_FromLongLong(b->b.batch_index);
+  /* PyTuple_SetItem steals its argument even when it fails. */
+  PyTuple_SetItem(out, 0, ci);
+  PyTuple_SetItem(out, 1, cl);
+  PyTuple_SetItem(out, 4, idx);
+  ci = cl = idx = NULL;
+  if (!ep || !bi) {
+    Py_XDECREF(ep);
+    Py_XDECREF(bi);
+    Py_DECREF(out);
+    return NULL;
+  }
+  PyTuple_SetItem(out, 2, ep);
+  PyTuple_SetItem(out, 3, bi);
+  return out;
+fail:
+  Py_XDECREF(out);
+  Py_XDECREF(idx);
+  Py_XDECREF(ci);
+  Py_XDECREF(cl);
+  return NULL;
+}
+
+static PyObject *Loader_seek(PyObject *o, PyObject *args) {
+  LoaderObject *self = (LoaderObject *)o;
+  unsigned long long epoch;
+  long long batch = 0;
+  if (!PyArg_ParseTuple(args, "K|L", &epoch, &batch)) return NULL;
+  loader_ref *r = get_ref(self, 1);
+  if (!r) return NULL;
+  if (batch < 0) {
+    PyErr_SetString(PyExc_ValueError, "batch must be >= 0");
+    return NULL;
+  }
+  int rc;
+  char msg[1100] = "";
+  self->busy = 1;
+  /* A reset waits for the workers to leave the sample they are in. */
+  Py_BEGIN_ALLOW_THREADS
+  rc = stk_loader_seek(r->l, (uint64_t)epoch, (int64_t)batch);
+  if (rc != STK_OK) snprintf(msg, sizeof msg, "%s", stk_loader_error(r->l));
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (rc != STK_OK) return raise_code(rc, msg, self->nslots);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Loader_set_epoch(PyObject *o, PyObject *arg) {
+  unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+  if (e == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  PyObject *args = Py_BuildValue("(KL)", e, 0LL);
+  if (!args) return NULL;
+  PyObject *res = Loader_seek(o, args);
+  Py_DECREF(args);
+  return res;
+}
+
+static PyObject *Loader_position(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  uint64_t e;
+  int64_t b;
+  stk_loader_position(r->l, &e, &b);
+  return Py_BuildValue("(KL)", (unsigned long long)e, (long long)b);
+}
+
+static Py_ssize_t Loader_len(PyObject *o) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return -1;
+  return (Py_ssize_t)stk_loader_len(r->l);
+}
+
+static PyObject *Loader_counts(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  return Py_BuildValue("{s:L,s:L,s:L,s:i,s:i}", "num_samples",
+                       (long long)stk_loader_num_samples(r->l), "shard_size",
+                       (long long)stk_loader_shard_size(r->l), "len",
+                       (long long)stk_loader_len(r->l), "num_slots", stk_loader_num_slots(r->l),
+                       "num_classes", stk_loader_num_classes(r->l));
+}
+
+static int dict_set(PyObject *d, const char *k, PyObject *v) {
+  if (!v) return -1;
+  int rc = PyDict_SetItemString(d, k, v);
+  Py_DECREF(v);
+  return rc;
+}
+
+static PyObject *Loader_stats(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  stk_stats s;
+  int rc = stk_loader_stats(r->l, &s);
+  if (rc) return raise_code(rc, stk_loader_error(r->l), 0);
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  if (dict_set(d, "images", PyLong_FromUnsignedLongLong(s.images)) ||
+      dict_set(d, "batches", PyLong_FromUnsignedLongLong(s.batches)) ||
+      dict_set(d, "skipped", PyLong_FromUnsignedLongLong(s.skipped)) ||
+      dict_set(d, "failed", PyLong_FromUnsignedLongLong(s.failed)) ||
+      dict_set(d, "bytes_read", PyLong_FromUnsignedLongLong(s.bytes_read)) ||
+      dict_set(d, "seconds", PyFloat_FromDouble(s.seconds)) ||
+      dict_set(d, "images_per_s", PyFloat_FromDouble(s.images_per_s)) ||
+      dict_set(d, "wait_seconds", PyFloat_FromDouble(s.wait_seconds)) ||
+      dict_set(d, "read_seconds", PyFloat_FromDouble(s.read_seconds)) ||
+      dict_set(d, "decode_seconds", PyFloat_FromDouble(s.decode_seconds)) ||
+      dict_set(d, "augment_seconds", PyFloat_FromDouble(s.augment_seconds)) ||
+      dict_set(d, "host_bytes", PyLong_FromUnsignedLongLong(s.host_bytes)) ||
+      dict_set(d, "device_bytes", PyLong_FromUnsignedLongLong(s.device_bytes)) ||
+      dict_set(d, "threads", PyLong_FromLong(s.threads)) ||
+      dict_set(d, "slots", PyLong_FromLong(s.slots))) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  return d;
+}
+
+/* [(path, reason), ...] of the files skipped so far. */
+static PyObject *Loader_skipped(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  const char *path, *reason;
+  for (uint64_t i = 0; stk_loader_skipped(r->l, i, &path, &reason) == STK_OK; i++) {
+    PyObject *p = decode_message(path), *q = decode_message(reason);
+    PyObject *t = p && q ? PyTuple_Pack(2, p, q) : NULL;
+    Py_XDECREF(p);
+    Py_XDECREF(q);
+    if (!t || PyList_Append(list, t) < 0) {
+      Py_XDECREF(t);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(t);
+  }
+  return list;
+}
+
+static PyObject *Loader_classes(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  int n = stk_loader_num_classes(r->l);
+  PyObject *list = PyList_New(n);
+  if (!list) return NULL;
+  for (int i = 0; i < n; i++) {
+    PyObject *s = decode_message(stk_loader_class_name(r->l, i));
+    if (!s || PyList_SetItem(list, i, s) < 0) {
+      Py_DECREF(list);
+      return NULL;
+    }
+  }
+  return list;
+}
+
+/* [(path, label), ...] for every sample, in index order (ImageFolder.samples). */
+static PyObject *Loader_samples(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  int64_t n = stk_loader_num_samples(r->l);
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list) return NULL;
+  for (int64_t i = 0; i < n; i++) {
+    PyObject *p = decode_message(stk_loader_sample_path(r->l, i));
+    PyObject *t = p ? Py_BuildValue("(NL)", p, (long long)stk_loader_sample_label(r->l, i)) : NULL;
+    if (!t || PyList_SetItem(list, (Py_ssize_t)i, t) < 0) {
+      Py_DECREF(list);
+      return NULL;
+    }
+  }
+  return list;
+}
+
+static PyObject *Loader_get_closed(PyObject *o, void *unused) {
+  return PyBool_FromLong(((LoaderObject *)o)->ref == NULL);
+}
+
+static PyMethodDef Loader_methods[] = {
+    {"next", Loader_next, METH_NOARGS,
+     "next() -> (images, labels, epoch, batch_index, indices) or None at the end of the epoch.\n"
+     "images and labels are DLPack capsules; the batch slot is released once both tensors\n"
+     "(or unconsumed capsules) are freed."},
+    {"seek", Loader_seek, METH_VARARGS, "seek(epoch, batch=0): position the loader."},
+    {"set_epoch", Loader_set_epoch, METH_O, "set_epoch(epoch): seek(epoch, 0)."},
+    {"position", Loader_position, METH_NOARGS, "position() -> (epoch, next batch index)."},
+    {"counts", Loader_counts, METH_NOARGS,
+     "counts() -> dict of num_samples, shard_size, len, num_slots, num_classes."},
+    {"stats", Loader_stats, METH_NOARGS, "stats() -> dict of the loader's statistics."},
+    {"skipped", Loader_skipped, METH_NOARGS, "skipped() -> [(path, reason), ...]."},
+    {"classes", Loader_classes, METH_NOARGS, "classes() -> class names, by label."},
+    {"samples", Loader_samples, METH_NOARGS, "samples() -> [(path, label), ...] by index."},
+    {"close", Loader_close, METH_NOARGS,
+     "close(): drop this object's hold on the loader. Its threads stop at once when no batch\n"
+     "is alive, else when the last batch is freed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Loader_getset[] = {
+    {"closed", Loader_get_closed, NULL, "True once close() was called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Loader_slots[] = {
+    {Py_tp_new, Loader_new},
+    {Py_tp_dealloc, Loader_dealloc},
+    {Py_tp_methods, Loader_methods},
+    {Py_tp_getset, Loader_getset},
+    {Py_sq_length, Loader_len},
+    {Py_tp_doc, "Loader(**options): a libstoker loader; see stoker.ImageLoader."},
+    {0, NULL},
+};
+
+static PyType_Spec Loader_spec = {
+    .name = "stoker._stoker.Loader",
+    .basicsize = sizeof(LoaderObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Loader_slots,
+};
+
+/* ---- module functions -------------------------------------------------------- */
+
+/* Internal, for tests: the RandomResizedCrop box the library draws for sample
+ * `index` of `epoch`, as torchvision's get_params returns it: (top, left,
+ * height, width). */
+static PyObject *rrc_params(PyObject *m, PyObject *args) {
+  int w, h;
+  double s0, s1, r0, r1;
+  unsigned long long seed, epoch, index;
+  if (!PyArg_ParseTuple(args, "ii(dd)(dd)KKK", &w, &h, &s0, &s1, &r0, &r1, &seed, &epoch, &index))
+    return NULL;
+  if (w < 1 || h < 1) {
+    PyErr_SetString(PyExc_ValueError, "width and height must be positive");
+    return NULL;
+  }
+  float scale[2] = {(float)s0, (float)s1}, ratio[2] = {(float)r0, (float)r1};
+  stk__rng rng;
+  stk__rng_init(&rng, seed, epoch, index);
+  stk__rect r;
+  stk__rrc_params(w, h, scale, ratio, &rng, &r);
+  return Py_BuildValue("(iiii)", r.y, r.x, r.h, r.w);
+}
+
+static PyObject *check_file(PyObject *m, PyObject *arg) {
+  PyObject *path;
+  if (!PyUnicode_FSConverter(arg, &path)) return NULL;
+  int w = 0, h = 0, rc;
+  char msg[1024] = "";
+  const char *p = PyBytes_AsString(path);
+  Py_BEGIN_ALLOW_THREADS
+  rc = stk_check_file(p, NULL, &w, &h, msg, sizeof msg);
+  Py_END_ALLOW_THREADS
+  if (rc != STK_OK) {
+    char full[2048];
+    snprintf(full, sizeof full, "%s: %s", p, msg);
+    Py_DECREF(path);
+    return raise_code(rc, full, 0);
+  }
+  Py_DECREF(path);
+  return Py_BuildValue("(ii)", w, h);
+}
+
+static PyObject *build_info(PyObject *m, PyObject *unused) {
+  return PyUnicode_FromString(stk_build_info());
+}
+
+static PyObject *strerror_(PyObject *m, PyObject *arg) {
+  long c = PyLong_AsLong(arg);
+  if (c == -1 && PyErr_Occurred()) return NULL;
+  return PyUnicode_FromString(stk_strerror((int)c));
+}
+
+static PyMethodDef module_methods[] = {
+    {"_rrc_params", rrc_params, METH_VARARGS,
+     "_rrc_params(width, height, scale, ratio, seed, epoch, index) -> (top, left, h, w).\n"
+     "Internal: the crop the train pipeline draws for that sample."},
+    {"check_file", check_file, METH_O,
+     "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},
+    {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},
+    {"strerror", strerror_, METH_O, "strerror(code) -> str: the name of an error code."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_stoker", "C extension of stoker (libstoker binding).", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__stoker(void) {
+  if (stk_version() / 10000 != STK_VERSION_MAJOR) {
+    PyErr_SetString(PyExc_ImportError, "libstoker version mismatch");
+    return NULL;
+  }
+  PyObject *m = PyModule_Create(&moduledef);
+  if (!m) return NULL;
+  PyObject *type = NULL;
+  DecodeError = PyErr_NewExceptionWithDoc(
+      "stoker.DecodeError",
+      "A file could not be read or decoded (the message names the file and the reason).\n"
+      "`code` holds the libstoker error code.",
+      PyExc_OSError, NULL);
+  if (!DecodeError || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0) goto fail;
+  type = PyType_FromSpec(&Loader_spec);
+  if (!type || PyModule_AddObjectRef(m, "Loader", type) < 0) goto fail;
+  Py_CLEAR(type);
+  if (PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0) goto fail;
+  static const struct {
+    const char *name;
+    int code;
+  } codes[] = {
+      {"OK", STK_OK},         {"EINVAL", STK_EINVAL},   {"ENOMEM", STK_ENOMEM},
+      {"EIO", STK_EIO},       {"EDECODE", STK_EDECODE}, {"ELIMIT", STK_ELIMIT},
+      {"EFORMAT", STK_EFORMAT}, {"EEND", STK_EEND},     {"ESTATE", STK_ESTATE},
+      {"EVERSION", STK_EVERSION}, {"EBUSY", STK_EBUSY}, {"EEMPTY", STK_EEMPTY},
+      {"ETOOMANY", STK_ETOOMANY}, {"ENODEV", STK_ENODEV}, {"ECUDA", STK_ECUDA},
+  };
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+    if (PyModule_AddIntConstant(m, codes[i].name, codes[i].code) < 0) goto fail;
+  return m;
+fail:
+  Py_XDECREF(type);
+  Py_DECREF(m);
+  return NULL;
+}

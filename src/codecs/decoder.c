@@ -1,0 +1,145 @@
+/*
+ * decoder.c: the stk__decoder object. It sniffs the format, applies the
+ * limits between reading the header and decoding the pixels, and dispatches
+ * to jpeg.c or png.c, whose per-thread state it owns.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "codecs/codec.h"
+#include "core/common.h"
+
+/* jpeg.c */
+typedef struct stk__jpegdec stk__jpegdec;
+stk__jpegdec *stk__jpegdec_create(void);
+void stk__jpegdec_destroy(stk__jpegdec *j);
+size_t stk__jpegdec_scratch_bytes(const stk__jpegdec *j);
+int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__image_info *info,
+                        char *msg, size_t msglen);
+int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int scale_denom,
+                        stk__region *out, char *msg, size_t msglen);
+void stk__jpegdec_abort(stk__jpegdec *j);
+
+/* png.c */
+typedef struct stk__pngdec stk__pngdec;
+stk__pngdec *stk__pngdec_create(void);
+void stk__pngdec_destroy(stk__pngdec *p);
+size_t stk__pngdec_scratch_bytes(const stk__pngdec *p);
+int stk__pngdec_header(stk__pngdec *p, const uint8_t *buf, size_t n, uint32_t max_side,
+                       stk__image_info *info, char *msg, size_t msglen);
+int stk__pngdec_decode(stk__pngdec *p, stk__region *out, char *msg, size_t msglen);
+void stk__pngdec_abort(stk__pngdec *p);
+
+/* PIL's decompression-bomb limit, until stk__decoder_set_limits() says otherwise. */
+#define DEFAULT_MAX_PIXELS 178956970u
+
+struct stk__decoder {
+  uint64_t max_pixels;
+  stk__jpegdec *jpeg;
+  stk__pngdec *png;
+};
+
+stk__decoder *stk__decoder_create(void) {
+  stk__decoder *d = calloc(1, sizeof *d);
+  if (!d)
+    return NULL;
+  d->max_pixels = DEFAULT_MAX_PIXELS;
+  d->jpeg = stk__jpegdec_create();
+  d->png = stk__pngdec_create();
+  if (!d->jpeg || !d->png) {
+    stk__decoder_destroy(d);
+    return NULL;
+  }
+  return d;
+}
+
+void stk__decoder_destroy(stk__decoder *d) {
+  if (!d)
+    return;
+  stk__jpegdec_destroy(d->jpeg);
+  stk__pngdec_destroy(d->png);
+  free(d);
+}
+
+void stk__decoder_set_limits(stk__decoder *d, uint64_t max_pixels) { d->max_pixels = max_pixels; }
+
+size_t stk__decoder_scratch_bytes(const stk__decoder *d) {
+  return stk__jpegdec_scratch_bytes(d->jpeg) + stk__pngdec_scratch_bytes(d->png);
+}
+
+static void abort_format(stk__decoder *d, stk__format f) {
+  if (f == STK__FMT_JPEG)
+    stk__jpegdec_abort(d->jpeg);
+  else
+    stk__pngdec_abort(d->png);
+}
+
+/* Reads the header and checks the limits. On success the format's decoder
+ * waits for its decode step; on failure it has been reset. */
+static int begin(stk__decoder *d, const uint8_t *buf, size_t n, stk__image_info *info,
+                 char *msg, size_t msglen) {
+  if (!buf || n == 0)
+    return stk__fail(msg, msglen, STK_EDECODE, "empty file");
+  stk__format f = stk__sniff(buf, n);
+  int rc;
+  switch (f) {
+  case STK__FMT_JPEG:
+    rc = stk__jpegdec_header(d->jpeg, buf, n, info, msg, msglen);
+    break;
+  case STK__FMT_PNG: {
+    /* No side can be longer than the pixel limit; PNG allows up to 2^31-1. */
+    uint32_t max_side = d->max_pixels && d->max_pixels < INT32_MAX ? (uint32_t)d->max_pixels
+                                                                   : INT32_MAX;
+    rc = stk__pngdec_header(d->png, buf, n, max_side, info, msg, msglen);
+    break;
+  }
+  case STK__FMT_UNKNOWN:
+    return stk__fail(msg, msglen, STK_EFORMAT, "not an image (unrecognised content)");
+  default:
+    return stk__fail(msg, msglen, STK_EFORMAT, "unsupported image format: %s",
+                     stk__format_name(f));
+  }
+  if (rc)
+    return rc;
+  if (info->width <= 0 || info->height <= 0) {
+    abort_format(d, f);
+    return stk__fail(msg, msglen, STK_EDECODE, "image has no pixels (%dx%d)", info->width,
+                     info->height);
+  }
+  uint64_t pixels = (uint64_t)info->width * (uint64_t)info->height;
+  if (d->max_pixels && pixels > d->max_pixels) {
+    abort_format(d, f);
+    return stk__fail(msg, msglen, STK_ELIMIT,
+                     "image is %dx%d = %" PRIu64 " pixels, over the limit of %" PRIu64,
+                     info->width, info->height, pixels, d->max_pixels);
+  }
+  return STK_OK;
+}
+
+int stk__decoder_header(stk__decoder *d, const uint8_t *buf, size_t n, stk__image_info *info,
+                        char *msg, size_t msglen) {
+  int rc = begin(d, buf, n, info, msg, msglen);
+  if (!rc)
+    abort_format(d, info->format);
+  return rc;
+}
+
+int stk__decoder_decode(stk__decoder *d, const uint8_t *buf, size_t n, const stk__rect *want,
+                        int scale_denom, stk__region *out, char *msg, size_t msglen) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
+    return stk__fail(msg, msglen, STK_EINVAL, "scale 1/%d is not 1, 1/2, 1/4 or 1/8",
+                     scale_denom);
+  stk__image_info info;
+  int rc = begin(d, buf, n, &info, msg, msglen);
+  if (rc)
+    return rc;
+  if (want && (want->w <= 0 || want->h <= 0 || want->x < 0 || want->y < 0 ||
+               want->x > info.width - want->w || want->y > info.height - want->h)) {
+    abort_format(d, info.format);
+    return stk__fail(msg, msglen, STK_EINVAL, "region %dx%d at (%d,%d) is outside the %dx%d image",
+                     want->w, want->h, want->x, want->y, info.width, info.height);
+  }
+  if (info.format == STK__FMT_JPEG)
+    return stk__jpegdec_decode(d->jpeg, want, scale_denom, out, msg, msglen);
+  return stk__pngdec_decode(d->png, out, msg, msglen);
+}

@@ -1,0 +1,270 @@
+/*
+ * jpeg.c: JPEG decoding with libjpeg(-turbo), whole image or one region,
+ * optionally at a DCT scale of 1/2, 1/4 or 1/8. decoder.c drives it in two
+ * steps (header, then pixels) so that it can apply its limits in between,
+ * before libjpeg allocates anything for the image.
+ */
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "codecs/codec.h"
+#include "core/common.h"
+
+typedef struct {
+  struct jpeg_error_mgr pub;
+  jmp_buf jb;
+} dec_error_mgr;
+
+typedef struct stk__jpegdec {
+  struct jpeg_decompress_struct cinfo; /* created once, reused for every image */
+  dec_error_mgr err;
+  const uint8_t *data;      /* the file being decoded */
+  size_t size;
+  stk__buf pixels;          /* decoded rows of the region */
+  stk__buf rows;            /* row pointers into `pixels` */
+} stk__jpegdec;
+
+static void dec_error_exit(j_common_ptr cinfo) {
+  dec_error_mgr *e = (dec_error_mgr *)cinfo->err;
+  longjmp(e->jb, 1);
+}
+
+/* libjpeg only warns about a file that ends early and pads the rest of the
+ * image with grey; PIL refuses such files, so that warning is an error here.
+ * Other warnings (corrupt entropy data that libjpeg recovers from) are
+ * tolerated, as PIL tolerates them. Nothing is ever printed. */
+static void dec_emit_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0) {
+    if (cinfo->err->msg_code == JWRN_JPEG_EOF)
+      dec_error_exit(cinfo);
+    cinfo->err->num_warnings++;
+  }
+}
+
+static void dec_output_message(j_common_ptr cinfo) { (void)cinfo; }
+
+static int lib_failure(stk__jpegdec *j, char *msg, size_t msglen) {
+  struct jpeg_error_mgr *e = &j->err.pub;
+  char text[JMSG_LENGTH_MAX];
+  e->format_message((j_common_ptr)&j->cinfo, text);
+  int code = e->msg_code == JERR_OUT_OF_MEMORY ? STK_ENOMEM : STK_EDECODE;
+  jpeg_abort_decompress(&j->cinfo);
+  if (e->msg_code == JWRN_JPEG_EOF)
+    return stk__fail(msg, msglen, code, "truncated JPEG file (%s)", text);
+  return stk__fail(msg, msglen, code, "JPEG: %s", text);
+}
+
+stk__jpegdec *stk__jpegdec_create(void) {
+  stk__jpegdec *j = calloc(1, sizeof *j);
+  if (!j)
+    return NULL;
+  j->cinfo.err = jpeg_std_error(&j->err.pub);
+  j->err.pub.error_exit = dec_error_exit;
+  j->err.pub.emit_message = dec_emit_message;
+  j->err.pub.output_message = dec_output_message;
+  if (setjmp(j->err.jb)) {
+    jpeg_destroy_decompress(&j->cinfo);
+    free(j);
+    return NULL;
+  }
+  jpeg_create_decompress(&j->cinfo);
+  return j;
+}
+
+void stk__jpegdec_destroy(stk__jpegdec *j) {
+  if (!j)
+    return;
+  jpeg_destroy_decompress(&j->cinfo);
+  stk__buf_free(&j->pixels);
+  stk__buf_free(&j->rows);
+  free(j);
+}
+
+size_t stk__jpegdec_scratch_bytes(const stk__jpegdec *j) { return j->pixels.cap + j->rows.cap; }
+
+void stk__jpegdec_abort(stk__jpegdec *j) { jpeg_abort_decompress(&j->cinfo); }
+
+/* Reads the header. On success the handle waits for stk__jpegdec_decode()
+ * or stk__jpegdec_abort(). */
+int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__image_info *info,
+                        char *msg, size_t msglen) {
+  struct jpeg_decompress_struct *cinfo = &j->cinfo;
+  if (setjmp(j->err.jb))
+    return lib_failure(j, msg, msglen);
+  j->err.pub.num_warnings = 0;
+  j->data = buf;
+  j->size = n;
+  jpeg_mem_src(cinfo, buf, (unsigned long)n);
+  jpeg_read_header(cinfo, TRUE);
+  info->width = (int)cinfo->image_width;
+  info->height = (int)cinfo->image_height;
+  info->format = STK__FMT_JPEG;
+  info->components = cinfo->num_components;
+  info->progressive = cinfo->progressive_mode ? 1 : 0;
+  return STK_OK;
+}
+
+/* jpeg_crop_scanline() sizes every component's upsampling from the sampling
+ * factors alone. When DCT scaling decodes a chroma component at a larger
+ * block size (e.g. 4:1:0 at 1/2), its real upsampling ratio differs and a
+ * cropped decode comes out wrong, so such images are decoded full width. A
+ * component decoded at the output size is unaffected. */
+static int crop_is_exact(const struct jpeg_decompress_struct *cinfo) {
+  int min = cinfo->min_DCT_scaled_size;
+  for (int c = 0; c < cinfo->num_components; c++) {
+    const jpeg_component_info *comp = &cinfo->comp_info[c];
+    int s = comp->DCT_scaled_size;
+    if (s == min)
+      continue;
+    if (comp->h_samp_factor * s != cinfo->max_h_samp_factor * min ||
+        comp->v_samp_factor * s != cinfo->max_v_samp_factor * min)
+      return 0;
+  }
+  return 1;
+}
+
+/* True when an end-of-image marker lies in data[from, size). Entropy-coded
+ * data cannot contain FF D9 (a literal FF is stuffed as FF 00), so any FF D9
+ * after the start of the scan is the marker or follows it. */
+static int has_eoi(const uint8_t *data, size_t from, size_t size) {
+  for (size_t i = size; i >= from + 2; i--)
+    if (data[i - 2] == 0xFF && data[i - 1] == 0xD9)
+      return 1;
+  return 0;
+}
+
+/* Converts n pixels of CMYK in place to RGB (3 bytes each, from the start).
+ * PIL reads every CMYK JPEG as Adobe-inverted ("CMYK;I"), then its
+ * convert("RGB") computes r = (255-k) - (255-k)*c/255 with c, k the ink
+ * amounts; here the samples are still inverted, so 255-k is the stored k. */
+static void cmyk_to_rgb(uint8_t *p, int n) {
+  for (int i = 0; i < n; i++) {
+    const uint8_t *s = p + 4 * i;
+    int nk = s[3];
+    uint8_t rgb[3];
+    for (int c = 0; c < 3; c++) {
+      int t = (255 - s[c]) * nk + 128; /* PIL's MULDIV255 */
+      rgb[c] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+    }
+    memcpy(p + 3 * i, rgb, 3);
+  }
+}
+
+/* Decodes the region `want` of the image whose header was just read. */
+int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int d, stk__region *out,
+                        char *msg, size_t msglen) {
+  struct jpeg_decompress_struct *cinfo = &j->cinfo;
+  if (setjmp(j->err.jb))
+    return lib_failure(j, msg, msglen);
+
+  int cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = (unsigned)d;
+  jpeg_start_decompress(cinfo);
+
+  /* Where the scan data starts, for the end-of-image check below. A
+   * single-scan decode has consumed nothing beyond the scan header yet. */
+  size_t scan_start = j->size - cinfo->src->bytes_in_buffer;
+  int W = (int)cinfo->output_width, H = (int)cinfo->output_height;
+  int x0 = 0, y0 = 0, x1 = W, y1 = H;
+  if (want) {
+    x0 = want->x / d;
+    y0 = want->y / d;
+    x1 = (want->x + want->w + d - 1) / d;
+    y1 = (want->y + want->h + d - 1) / d;
+    if (x1 > W)
+      x1 = W;
+    if (y1 > H)
+      y1 = H;
+  }
+
+  /* Fancy upsampling of horizontally subsampled chroma reads one chroma
+   * sample beyond each output pixel, but a cropped decode treats the crop's
+   * edges as image edges: widening the crop by one pixel each side gives
+   * every pixel of the region its real neighbours. libjpeg also switches to
+   * plain replication when a crop leaves fewer than two chroma samples, so
+   * the crop keeps at least three. Rows need no margin:
+   * jpeg_skip_scanlines() keeps the context rows. */
+  JDIMENSION xoff = 0, cw = (JDIMENSION)W;
+  if (want && crop_is_exact(cinfo)) {
+    int hs = cinfo->max_h_samp_factor;
+    int m = hs > 1 ? 1 : 0;
+    int a0 = x0 > m ? x0 - m : 0;
+    int a1 = x1 + m < W ? x1 + m : W;
+    if (a1 - a0 < 3 * hs) {
+      a1 = a0 + 3 * hs < W ? a0 + 3 * hs : W;
+      a0 = a1 - 3 * hs > 0 ? a1 - 3 * hs : 0;
+    }
+    if (a1 - a0 < W) {
+      xoff = (JDIMENSION)a0;
+      cw = (JDIMENSION)(a1 - a0);
+      jpeg_crop_scanline(cinfo, &xoff, &cw); /* moves xoff down to an iMCU edge */
+    }
+  }
+
+  int comps = cmyk ? 4 : 3;
+  size_t stride = (size_t)cw * (size_t)comps;
+  int rows = y1 - y0;
+  if (stk__buf_reserve(&j->pixels, stride * (size_t)rows) ||
+      stk__buf_reserve(&j->rows, sizeof(JSAMPROW) * (size_t)rows)) {
+    jpeg_abort_decompress(cinfo);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for a %dx%d region", (int)cw, rows);
+  }
+  JSAMPROW *rp = j->rows.p;
+  for (int r = 0; r < rows; r++)
+    rp[r] = (JSAMPROW)j->pixels.p + (size_t)r * stride;
+
+  if (y0 > 0)
+    jpeg_skip_scanlines(cinfo, (JDIMENSION)y0);
+  while (cinfo->output_scanline < (JDIMENSION)y1) {
+    int r = (int)cinfo->output_scanline - y0;
+    jpeg_read_scanlines(cinfo, rp + r, (JDIMENSION)(y1 - (int)cinfo->output_scanline));
+  }
+
+  /* Without an end-of-image marker the file was cut short somewhere libjpeg
+   * did not need to read (below the region, or just the marker itself). */
+  if (!jpeg_input_complete(cinfo) && !has_eoi(j->data, scan_start, j->size)) {
+    jpeg_abort_decompress(cinfo);
+    return stk__fail(msg, msglen, STK_EDECODE, "truncated JPEG file (no end-of-image marker)");
+  }
+  jpeg_abort_decompress(cinfo);
+
+  uint8_t *first = j->pixels.p;
+  if (cmyk)
+    for (int r = 0; r < rows; r++)
+      cmyk_to_rgb(first + (size_t)r * stride, (int)cw);
+  out->pixels = first + (size_t)(x0 - (int)xoff) * 3;
+  out->stride = stride;
+  out->x = x0;
+  out->y = y0;
+  out->w = x1 - x0;
+  out->h = rows;
+  out->scale_denom = d;
+  out->image_w = W;
+  out->image_h = H;
+  return STK_OK;
+}
+
+int stk__jpeg_has_arith(void) {
+#if defined(D_ARITH_CODING_SUPPORTED)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+const char *stk__jpeg_lib_version(void) {
+#define STK__STR2(x) #x
+#define STK__STR(x) STK__STR2(x)
+#if defined(LIBJPEG_TURBO_VERSION)
+  return "libjpeg-turbo " STK__STR(LIBJPEG_TURBO_VERSION);
+#else
+  return "libjpeg " STK__STR(JPEG_LIB_VERSION);
+#endif
+}
