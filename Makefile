@@ -11,7 +11,7 @@ DEMO_CLASSES ?= 100
 # CI turns warnings into errors.
 CMAKE_FLAGS ?= $(if $(CI),-DSTK_WERROR=ON,)
 
-.PHONY: all deps demo test test-c test-asan clean
+.PHONY: all deps demo test test-c test-asan test-py clean
 
 all:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
@@ -39,9 +39,15 @@ test-asan:
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
+# The Python package's tests, with the interpreter torch is installed for.
+PYTHON ?= /usr/bin/python3
+test-py: all
+	PYTHONPATH=python $(PYTHON) -m pytest -q python/tests
+
 test: deps
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory test-py
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "ops/ops.h"
@@ -71,6 +72,7 @@ typedef struct DLManagedTensor {
 typedef struct {
   atomic_long refs;
   stk_loader *l;
+  pid_t pid; /* the process that created the loader */
 } loader_ref;
 
 typedef struct {
@@ -81,7 +83,13 @@ typedef struct {
   loader_ref *owner;
 } batch_ref;
 
+/* After fork() a child holds a copy of the loader without its threads, and
+ * possibly with its mutex copied while locked: the child must never touch
+ * it, not even to free it (the copy is simply left behind). */
+static int foreign(const loader_ref *r) { return getpid() != r->pid; }
+
 static void loader_ref_decref(loader_ref *r) {
+  if (foreign(r)) return;
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
     /* Last user: joins the worker threads. They never take the GIL, so this
      * is safe whether or not the calling thread holds it. */
@@ -101,6 +109,7 @@ static void loader_ref_decref_gil(loader_ref *r) {
 /* The DLPack deleter: any thread, GIL or not. */
 static void dl_deleter(DLManagedTensor *self) {
   batch_ref *b = self->manager_ctx;
+  if (foreign(b->owner)) return;
   if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
   stk_batch_release(b->owner->l, &b->b);
   loader_ref_decref(b->owner);
@@ -151,7 +160,7 @@ static PyObject *raise_code(int rc, const char *msg, int nslots) {
   }
   PyObject *text = decode_message(msg && *msg ? msg : stk_strerror(rc));
   if (!text) return NULL;
-  PyObject *exc = PyObject_CallOneArg(type, text);
+  PyObject *exc = PyObject_CallFunctionObjArgs(type, text, NULL);
   Py_DECREF(text);
   if (!exc) return NULL;
   PyObject *code = PyLong_FromLong(rc);
@@ -231,6 +240,12 @@ static loader_ref *get_ref(LoaderObject *self, int exclusive) {
     PyErr_SetString(PyExc_ValueError, "the loader is closed");
     return NULL;
   }
+  if (foreign(self->ref)) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this loader was created by the parent process before a fork; a forked "
+                    "process must create its own loader");
+    return NULL;
+  }
   if (exclusive && self->busy) {
     PyErr_SetString(PyExc_RuntimeError,
                     "the loader is in use by another thread (one consumer at a time)");
@@ -256,7 +271,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   int pipe_i = (int)o.pipeline, dtype_i = (int)o.dtype, layout_i = (int)o.layout;
   int on_error_i = (int)o.on_error;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwds, "|$OOOziiOOdOOizziipOiipiiizOOi", kwlist, &root, &list_file, &list_base,
+          args, kwds, "|$OOOziiOOdOOizzipiOiipiiizOOi", kwlist, &root, &list_file, &list_base,
           &pipeline, &o.size, &o.resize_size, &scale, &ratio, &flip, &mean, &std, &o.dct_scaling,
           &dtype, &layout, &o.batch_size, &o.drop_last, &o.shuffle, &seed, &o.rank, &o.world_size,
           &o.shard_drop_last, &o.threads, &o.prefetch, &o.device, &on_error, &max_pixels,
@@ -291,6 +306,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     goto fail;
   }
   atomic_init(&ref->refs, 1);
+  ref->pid = getpid();
   char err[1024] = "";
   int rc;
   /* Scanning a large folder takes seconds: let other threads run. */

@@ -201,7 +201,9 @@ int stk__png_encode(const uint8_t *pixels, int w, int h, stk__png_color color, i
     e = spng_set_plte(ctx, &plte);
   }
   if (!e)
-    e = spng_encode_image(ctx, pixels, len, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    /* SPNG_FMT_PNG would take 16-bit samples in host order; RAW is the
+     * file's own big-endian layout, which is what callers pass. */
+    e = spng_encode_image(ctx, pixels, len, SPNG_FMT_RAW, SPNG_ENCODE_FINALIZE);
   if (!e) {
     size_t n = 0;
     void *png = spng_get_png_buffer(ctx, &n, &e);

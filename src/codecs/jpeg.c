@@ -27,7 +27,14 @@ typedef struct stk__jpegdec {
   size_t size;
   stk__buf pixels;          /* decoded rows of the region */
   stk__buf rows;            /* row pointers into `pixels` */
+  struct jpeg_progress_mgr progress;
+  int too_many_scans;       /* set by the progress monitor before it bails out */
 } stk__jpegdec;
+
+/* A progressive JPEG may hold any number of scans, and a crafted one with
+ * thousands of tiny scans can keep a worker busy for minutes. Real files have
+ * about ten; refuse more than this many. */
+#define MAX_SCANS 500
 
 static void dec_error_exit(j_common_ptr cinfo) {
   dec_error_mgr *e = (dec_error_mgr *)cinfo->err;
@@ -48,19 +55,32 @@ static void dec_emit_message(j_common_ptr cinfo, int msg_level) {
 
 static void dec_output_message(j_common_ptr cinfo) { (void)cinfo; }
 
+static void dec_progress(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  j_decompress_ptr d = (j_decompress_ptr)cinfo;
+  if (d->input_scan_number > MAX_SCANS) {
+    /* the decoder struct starts with cinfo, so this recovers it */
+    ((stk__jpegdec *)(void *)d)->too_many_scans = 1;
+    dec_error_exit(cinfo);
+  }
+}
+
 static int lib_failure(stk__jpegdec *j, char *msg, size_t msglen) {
   struct jpeg_error_mgr *e = &j->err.pub;
   char text[JMSG_LENGTH_MAX];
   e->format_message((j_common_ptr)&j->cinfo, text);
   int code = e->msg_code == JERR_OUT_OF_MEMORY ? STK_ENOMEM : STK_EDECODE;
   jpeg_abort_decompress(&j->cinfo);
+  if (j->too_many_scans)
+    return stk__fail(msg, msglen, STK_ELIMIT, "progressive JPEG with over %d scans", MAX_SCANS);
   if (e->msg_code == JWRN_JPEG_EOF)
     return stk__fail(msg, msglen, code, "truncated JPEG file (%s)", text);
   return stk__fail(msg, msglen, code, "JPEG: %s", text);
 }
 
 stk__jpegdec *stk__jpegdec_create(void) {
-  stk__jpegdec *j = calloc(1, sizeof *j);
+  /* volatile: the pointer must survive the longjmp back into this frame */
+  stk__jpegdec *volatile j = calloc(1, sizeof *j);
   if (!j)
     return NULL;
   j->cinfo.err = jpeg_std_error(&j->err.pub);
@@ -73,6 +93,8 @@ stk__jpegdec *stk__jpegdec_create(void) {
     return NULL;
   }
   jpeg_create_decompress(&j->cinfo);
+  j->progress.progress_monitor = dec_progress;
+  j->cinfo.progress = &j->progress;
   return j;
 }
 
@@ -97,6 +119,7 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
   if (setjmp(j->err.jb))
     return lib_failure(j, msg, msglen);
   j->err.pub.num_warnings = 0;
+  j->too_many_scans = 0;
   j->data = buf;
   j->size = n;
   jpeg_mem_src(cinfo, buf, (unsigned long)n);
@@ -187,10 +210,10 @@ int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int d, stk__regi
   /* Fancy upsampling of horizontally subsampled chroma reads one chroma
    * sample beyond each output pixel, but a cropped decode treats the crop's
    * edges as image edges: widening the crop by one pixel each side gives
-   * every pixel of the region its real neighbours. libjpeg also switches to
-   * plain replication when a crop leaves fewer than two chroma samples, so
-   * the crop keeps at least three. Rows need no margin:
-   * jpeg_skip_scanlines() keeps the context rows. */
+   * every pixel of the region its real neighbours. A crop narrower than two
+   * chroma samples also makes libjpeg fall back to plain replication, so a
+   * crop spans at least three. Rows need no margin: jpeg_skip_scanlines()
+   * keeps the context rows. */
   JDIMENSION xoff = 0, cw = (JDIMENSION)W;
   if (want && crop_is_exact(cinfo)) {
     int hs = cinfo->max_h_samp_factor;
@@ -259,9 +282,10 @@ int stk__jpeg_has_arith(void) {
 #endif
 }
 
-const char *stk__jpeg_lib_version(void) {
 #define STK__STR2(x) #x
 #define STK__STR(x) STK__STR2(x)
+
+const char *stk__jpeg_lib_version(void) {
 #if defined(LIBJPEG_TURBO_VERSION)
   return "libjpeg-turbo " STK__STR(LIBJPEG_TURBO_VERSION);
 #else

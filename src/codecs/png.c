@@ -73,7 +73,7 @@ int stk__pngdec_header(stk__pngdec *p, const uint8_t *buf, size_t n, uint32_t ma
   case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA: info->components = 4; break;
   default: info->components = 3; break; /* RGB and palette */
   }
-  info->progressive = ihdr.interlace_method != SPNG_INTERLACE_NONE;
+  info->progressive = ihdr.interlace_method != SPNG_INTERLACE_NONE; /* Adam7 */
   return STK_OK;
 }
 
@@ -108,9 +108,10 @@ int stk__pngdec_decode(stk__pngdec *p, stk__region *out, char *msg, size_t msgle
   return STK_OK;
 }
 
-const char *stk__png_lib_version(void) {
 #define STK__STR2(x) #x
 #define STK__STR(x) STK__STR2(x)
+
+const char *stk__png_lib_version(void) {
   return "libspng " STK__STR(SPNG_VERSION_MAJOR) "." STK__STR(SPNG_VERSION_MINOR) "." STK__STR(
       SPNG_VERSION_PATCH);
 }

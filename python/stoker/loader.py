@@ -1,0 +1,386 @@
+"""stoker.ImageLoader: the Python face of libstoker's loader."""
+import numbers
+import os
+import weakref
+from typing import List, NamedTuple
+
+from . import _stoker
+from . import transforms as _T
+
+__all__ = ["ImageLoader", "Batch"]
+
+
+class Batch(NamedTuple):
+    """One batch with its position, as ``ImageLoader.iter_batches()`` yields it."""
+
+    images: "torch.Tensor"  # noqa: F821
+    labels: "torch.Tensor"  # noqa: F821
+    epoch: int
+    batch_index: int
+    indices: List[int]  # dataset indices of the images (``loader.samples[i]``)
+
+
+def _torch():
+    import torch  # deferred: `import stoker` works without torch
+
+    return torch
+
+
+_DTYPE_NAMES = {
+    "float32": "float32", "float": "float32",
+    "float16": "float16", "half": "float16",
+    "bfloat16": "bfloat16",
+    "uint8": "uint8",
+}
+
+
+def _dtype_name(dtype):
+    if isinstance(dtype, str):
+        name = _DTYPE_NAMES.get(dtype.lower().replace("torch.", ""))
+    else:
+        torch = _torch()
+        name = {torch.float32: "float32", torch.float16: "float16",
+                torch.bfloat16: "bfloat16", torch.uint8: "uint8"}.get(dtype)
+    if name is None:
+        raise ValueError(f"dtype must be float32, float16, bfloat16 or uint8, got {dtype!r}")
+    return name
+
+
+def _device_index(device):
+    """-1 for the CPU, else the CUDA device index (the C library decides)."""
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        return int(device)
+    dev_type, index = None, None
+    if isinstance(device, str):
+        dev_type, _, idx = device.partition(":")
+        index = int(idx) if idx else None
+    elif hasattr(device, "type"):  # torch.device
+        dev_type, index = device.type, device.index
+    if dev_type == "cpu":
+        return -1
+    if dev_type == "cuda":
+        if index is None:
+            torch = _torch()
+            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return index
+    raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+
+
+def _dist_defaults(rank, world_size):
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    r, w = 0, 1
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            r, w = dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return (r if rank is None else rank), (w if world_size is None else world_size)
+
+
+def _int(name, v, lo=None):
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    v = int(v)
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    return v
+
+
+def _cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))  # the CPUs this process may use
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class ImageLoader:
+    """Batches of decoded, augmented, normalised images from a folder or list.
+
+    A drop-in for ``DataLoader(ImageFolder(root, transform), batch_size,
+    shuffle=...)``: iterating yields ``(images, labels)``, images a
+    ``[B, 3, size, size]`` tensor, labels int64 ``[B]``. See docs/python.md.
+
+    The tensors share memory with the loader (no copy). Each batch keeps its
+    slot until both tensors are freed; the loader has ``prefetch + 2`` slots,
+    so keeping more batches than that alive raises RuntimeError: keep
+    ``.clone()``\\ s of what must outlive the loop.
+    """
+
+    def __init__(self, root=None, batch_size=256, *, pipeline="train", size=None,
+                 threads=None, device="cpu", seed=0, shuffle=None, drop_last=False,
+                 rank=None, world_size=None, on_error="raise", dtype="float32",
+                 channels_last=False, prefetch=2, list_file=None, list_base=None,
+                 shard_drop_last=False, dct_scaling=None, max_pixels=None,
+                 max_file_bytes=None, max_consecutive_failures=100):
+        torch = _torch()
+        if (root is None) == (list_file is None):
+            raise ValueError("give exactly one of root (an ImageFolder-style folder) and "
+                             "list_file")
+        if root is not None:
+            root = os.fspath(root)
+            if not os.path.isdir(root):
+                raise FileNotFoundError(f"no such folder: {root!r}")
+        else:
+            list_file = os.fspath(list_file)
+            if not os.path.isfile(list_file):
+                raise FileNotFoundError(f"no such list file: {list_file!r}")
+            if list_base is not None:
+                list_base = os.fspath(list_base)
+
+        opts, normalised = self._pipeline(pipeline, size)
+        dtype_name = _dtype_name(dtype)
+        if dtype_name == "uint8" and normalised and not isinstance(pipeline, str):
+            raise ValueError("dtype uint8 gives raw 0..255 values: remove Normalize from the "
+                             "transforms or choose a float dtype")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        rank, world_size = _dist_defaults(rank, world_size)
+        if threads is None:
+            threads = _cpu_count()
+        if shuffle is None:
+            shuffle_i = -1  # the C default: shuffle for train, not for eval
+        else:
+            shuffle_i = 1 if shuffle else 0
+        opts.update(
+            batch_size=_int("batch_size", batch_size, 1),
+            threads=_int("threads", threads, 1),
+            device=_device_index(device),
+            seed=_int("seed", seed, 0),
+            shuffle=shuffle_i,
+            drop_last=bool(drop_last),
+            rank=_int("rank", rank, 0),
+            world_size=_int("world_size", world_size, 1),
+            shard_drop_last=bool(shard_drop_last),
+            on_error=on_error,
+            dtype=dtype_name,
+            layout="nhwc" if channels_last else "nchw",
+            prefetch=_int("prefetch", prefetch, 1),
+            max_consecutive_failures=_int("max_consecutive_failures",
+                                          max_consecutive_failures, 0),
+        )
+        if dct_scaling is not None:
+            opts["dct_scaling"] = 1 if dct_scaling else 0
+        if max_pixels is not None:
+            opts["max_pixels"] = _int("max_pixels", max_pixels, 0)
+        if max_file_bytes is not None:
+            opts["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
+
+        self._c = _stoker.Loader(root=root, list_file=list_file, list_base=list_base, **opts)
+        counts = self._c.counts()
+        self._classes = self._c.classes()
+        self._dtype_name = dtype_name
+        self.batch_size = opts["batch_size"]
+        self.pipeline = opts["pipeline"]
+        self.size = opts["size"]
+        self.num_slots = counts["num_slots"]
+        self._fingerprint = {
+            "num_samples": counts["num_samples"],
+            "num_classes": counts["num_classes"],
+            "batch_size": opts["batch_size"],
+            "seed": opts["seed"],
+            "shuffle": bool(shuffle) if shuffle is not None else opts["pipeline"] == "train",
+            "drop_last": opts["drop_last"],
+            "shard_drop_last": opts["shard_drop_last"],
+            "rank": opts["rank"],
+            "world_size": opts["world_size"],
+        }
+        self._epoch = 0        # epoch of the next pass
+        self._resume = None    # (epoch, batch) set by load_state_dict
+        self._pass = None      # weakref to the live _Pass, if any
+        self._from_dlpack = torch.utils.dlpack.from_dlpack
+
+    @staticmethod
+    def _pipeline(pipeline, size):
+        """C options of the pipeline, and whether it normalises."""
+        if isinstance(pipeline, str):
+            if pipeline not in ("train", "eval"):
+                raise ValueError(f"pipeline must be 'train', 'eval' or a list of transforms, "
+                                 f"got {pipeline!r}")
+            s = 224 if size is None else _int("size", size, 1)
+            return {"pipeline": pipeline, "size": s}, True  # ImageNet mean/std (C defaults)
+        opts = _T.pipeline_options(pipeline)
+        if size is not None and _int("size", size, 1) != opts["size"]:
+            raise ValueError(f"size={size} contradicts the transforms' size {opts['size']}")
+        normalised = "mean" in opts
+        if not normalised:
+            # No Normalize: ToTensor's [0, 1] values.
+            opts["mean"], opts["std"] = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+        return opts, normalised
+
+    # ---- information ----------------------------------------------------------
+
+    def __len__(self):
+        """Batches per epoch for this rank (when no file is skipped)."""
+        return len(self._c)
+
+    @property
+    def classes(self):
+        return list(self._classes)
+
+    @property
+    def class_to_idx(self):
+        return {c: i for i, c in enumerate(self._classes)}
+
+    @property
+    def samples(self):
+        """[(path, label)] in index order, as ImageFolder.samples."""
+        return self._c.samples()
+
+    @property
+    def num_samples(self):
+        """Images in the whole dataset."""
+        return self._fingerprint["num_samples"]
+
+    @property
+    def epoch(self):
+        """The epoch the next pass runs."""
+        return self._resume[0] if self._resume is not None else self._epoch
+
+    @property
+    def closed(self):
+        return self._c.closed
+
+    def stats(self):
+        """Counters and timings; per-stage seconds are summed over threads."""
+        d = self._c.stats()
+        d["skipped_files"] = self._c.skipped()
+        return d
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{len(self)} batches of {self.batch_size}"
+        return (f"ImageLoader({self.pipeline}, size={self.size}, {self.num_samples} images, "
+                f"{len(self._classes)} classes, {state})")
+
+    # ---- iteration ----------------------------------------------------------
+
+    def _live_pass(self):
+        p = self._pass() if self._pass is not None else None
+        return p if p is not None and not p._done else None
+
+    def _start(self, with_info):
+        if self._c.closed:
+            raise ValueError("the loader is closed")
+        if self._resume is not None:
+            epoch, batch = self._resume
+            self._resume = None
+        else:
+            epoch, batch = self._epoch, 0
+        self._c.seek(epoch, batch)  # a no-op when already there (keeps the prefetch)
+        p = _Pass(self, epoch, batch, with_info)
+        self._pass = weakref.ref(p)
+        return p
+
+    def __iter__(self):
+        """One pass over the epoch: yields (images, labels)."""
+        return self._start(False)
+
+    def iter_batches(self):
+        """Like iter(loader), but yields Batch(images, labels, epoch, batch_index, indices)."""
+        return self._start(True)
+
+    def set_epoch(self, epoch):
+        """Sets the epoch of the next pass (its shuffle and augmentation)."""
+        epoch = _int("epoch", epoch, 0)
+        self._epoch = epoch
+        self._resume = None
+        if self._live_pass() is None and not self._c.closed:
+            self._c.set_epoch(epoch)  # start preparing it now
+
+    def state_dict(self):
+        """Where the next batch comes from: resume with load_state_dict()."""
+        p = self._live_pass()
+        if p is not None:
+            epoch, batch = p._epoch, p._next
+        elif self._resume is not None:
+            epoch, batch = self._resume
+        else:
+            epoch, batch = self._epoch, 0
+        return {"epoch": epoch, "batch": batch, "fingerprint": dict(self._fingerprint)}
+
+    def load_state_dict(self, state):
+        """Makes the next pass resume exactly where state_dict() was taken."""
+        try:
+            epoch, batch, fp = int(state["epoch"]), int(state["batch"]), state["fingerprint"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("not a stoker.ImageLoader state_dict") from None
+        diff = [f"{k}: saved {fp.get(k)!r}, now {v!r}" for k, v in self._fingerprint.items()
+                if fp.get(k) != v]
+        if diff:
+            raise ValueError("the state_dict was saved by a loader with other options or data: "
+                             + "; ".join(diff))
+        if epoch < 0 or batch < 0:
+            raise ValueError("epoch and batch must be >= 0")
+        self._epoch = epoch
+        self._resume = (epoch, batch)
+        self._pass = None  # an older iterator must not continue
+        if not self._c.closed:
+            self._c.seek(epoch, batch)
+
+    # ---- lifetime -------------------------------------------------------------
+
+    def close(self):
+        """Stops the loader. Batches still alive stay valid; the threads end
+        when the last of them is freed (at once when there is none)."""
+        self._pass = None
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        c = getattr(self, "_c", None)
+        if c is not None:
+            c.close()
+
+
+class _Pass:
+    """Iterator over one pass of an ImageLoader."""
+
+    __slots__ = ("_loader", "_epoch", "_next", "_info", "_done", "__weakref__")
+
+    def __init__(self, loader, epoch, batch, with_info):
+        self._loader = loader
+        self._epoch = epoch
+        self._next = batch  # index of the next batch this pass yields
+        self._info = with_info
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        ld = self._loader
+        cur = ld._pass() if ld._pass is not None else None
+        if cur is not self:
+            self._done = True
+            raise RuntimeError("this iterator was superseded: a newer pass, load_state_dict() "
+                               "or close() took over the loader")
+        try:
+            r = ld._c.next()
+        except _stoker.DecodeError as e:
+            if getattr(e, "code", None) == _stoker.ETOOMANY:
+                self._done = True  # the library ended the epoch; a new pass repeats it
+            raise
+        if r is None:
+            self._done = True
+            if ld._epoch == self._epoch:  # unless set_epoch() chose the next one meanwhile
+                ld._epoch = self._epoch + 1  # a completed pass moves to the next epoch
+            raise StopIteration
+        cap_images, cap_labels, epoch, batch_index, indices = r
+        images = ld._from_dlpack(cap_images)
+        labels = ld._from_dlpack(cap_labels)
+        self._next = batch_index + 1
+        if self._info:
+            return Batch(images, labels, epoch, batch_index, indices)
+        return images, labels
+
+    def __len__(self):
+        return max(0, len(self._loader) - self._next) if not self._done else 0

@@ -1,0 +1,78 @@
+"""Shared helpers: every test makes its own small JPEG datasets in tmp folders."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG_ROOT = os.path.dirname(HERE)  # python/, which holds the stoker package
+
+# Without PYTHONPATH or an installed stoker, test the in-tree build (make).
+if importlib.util.find_spec("stoker") is None:
+    sys.path.insert(0, PKG_ROOT)
+
+
+def photo(w, h, seed):
+    """A photo-like RGB image: smooth gradients, soft blobs, sensor-like noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.empty((h, w, 3))
+    for c in range(3):
+        fx, fy = rng.uniform(1, 7, 2)
+        px, py = rng.uniform(0, 6.3, 2)
+        img[..., c] = 128 + 70 * np.sin(x / w * fx + px) * np.cos(y / h * fy + py)
+        img[..., c] += rng.uniform(-40, 40) * (x / w) + rng.uniform(-40, 40) * (y / h)
+    for _ in range(6):
+        cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+        r = rng.uniform(0.05, 0.3) * min(w, h)
+        soft = 1 / (1 + np.exp((np.hypot(x - cx, y - cy) - r) / rng.uniform(1, 6)))
+        img += soft[..., None] * (rng.uniform(0, 255, 3) - img) * 0.8
+    img += rng.normal(0, 5, img.shape)
+    return np.clip(img + 0.5, 0, 255).astype(np.uint8)
+
+
+def save_jpeg(path, arr, quality=90):
+    from PIL import Image
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(arr).save(path, quality=quality)
+
+
+def make_folder(root, classes=3, per_class=5, sizes=((48, 36), (36, 48), (40, 40)), seed=0,
+                extras=False):
+    """An ImageFolder tree root/<class>/<i>.jpg; returns root as str.
+
+    extras adds what ImageFolder must also handle: a nested folder, an
+    upper-case extension and a non-image file.
+    """
+    root = str(root)
+    k = 0
+    for c in range(classes):
+        for i in range(per_class):
+            w, h = sizes[k % len(sizes)]
+            save_jpeg(os.path.join(root, f"class{c:02d}", f"img{i:03d}.jpg"), photo(w, h, seed + k))
+            k += 1
+    if extras:
+        save_jpeg(os.path.join(root, "class00", "sub", "nested.jpg"), photo(40, 30, seed + 1000))
+        save_jpeg(os.path.join(root, "class01", "UPPER.JPG"), photo(30, 40, seed + 1001))
+        with open(os.path.join(root, "class02", "notes.txt"), "w") as f:
+            f.write("not an image\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_folder(tmp_path_factory):
+    """3 classes x 5 images, plus nested/upper-case/non-image entries: 17 images."""
+    return make_folder(tmp_path_factory.mktemp("small"), extras=True)
+
+
+@pytest.fixture(scope="session")
+def folder23(tmp_path_factory):
+    """23 tiny images (a prime count, so no world size divides it)."""
+    root = str(tmp_path_factory.mktemp("n23"))
+    for i in range(23):
+        save_jpeg(os.path.join(root, f"c{i % 4}", f"{i:02d}.jpg"), photo(16, 12, i))
+    return root

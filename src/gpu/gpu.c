@@ -1,0 +1,1587 @@
+/*
+ * gpu.c: the GPU back end (see gpu.h): the CUDA driver and nvJPEG opened at
+ * run time, devices buffers and streams, batched decoding, and the launch of
+ * the fused kernel of kernels.cu.
+ *
+ * Neither cuda.h nor nvjpeg.h is needed to build this file: the few types,
+ * constants and entry points used are declared below, and the libraries are
+ * opened with dlopen() on first use.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpu/gpu.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codecs/codec.h"
+#include "codecs/encode.h"
+#include "core/common.h"
+
+/* ---- the CUDA driver API, as much as is used -------------------------- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NO_DEVICE 100
+#define CUDA_ERROR_NOT_READY 600
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_CC_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_CC_MINOR 76
+#define CU_STREAM_NON_BLOCKING 1
+#define CU_EVENT_DISABLE_TIMING 2
+
+typedef struct {
+  CUresult (*Init)(unsigned);
+  CUresult (*DriverGetVersion)(int *);
+  CUresult (*DeviceGetCount)(int *);
+  CUresult (*DeviceGet)(CUdevice *, int);
+  CUresult (*DeviceGetName)(char *, int, CUdevice);
+  CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext *);
+  CUresult (*MemGetInfo)(size_t *, size_t *);
+  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*MemFreeHost)(void *);
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*StreamCreate)(CUstream *, unsigned);
+  CUresult (*StreamDestroy)(CUstream);
+  CUresult (*StreamSynchronize)(CUstream);
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*EventCreate)(CUevent *, unsigned);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventSynchronize)(CUevent);
+  CUresult (*ModuleLoadData)(CUmodule *, const void *);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void **, void **);
+  CUresult (*GetErrorName)(CUresult, const char **);
+  CUresult (*GetErrorString)(CUresult, const char **);
+} cuda_api;
+
+/* ---- nvJPEG, as much as is used ----------------------------------------- */
+typedef int nvjpegStatus_t;
+typedef struct nvjpegHandle *nvjpegHandle_t;
+typedef struct nvjpegJpegState *nvjpegJpegState_t;
+typedef struct nvjpegJpegStream *nvjpegJpegStream_t;
+typedef struct nvjpegDecodeParams *nvjpegDecodeParams_t;
+typedef struct nvjpegJpegDecoder *nvjpegJpegDecoder_t;
+typedef struct nvjpegBufferPinned *nvjpegBufferPinned_t;
+typedef struct nvjpegBufferDevice *nvjpegBufferDevice_t;
+typedef struct {
+  unsigned char *channel[4];
+  size_t pitch[4];
+} nvjpegImage_t;
+
+#define NVJPEG_STATUS_SUCCESS 0
+#define NVJPEG_BACKEND_DEFAULT 0
+#define NVJPEG_BACKEND_HYBRID 1
+#define NVJPEG_BACKEND_HARDWARE 3
+#define NVJPEG_OUTPUT_RGBI 5
+#define NVJPEG_CSS_444 0
+#define NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION 32
+#define NVJPEG_PROP_MAJOR 0
+#define NVJPEG_PROP_MINOR 1
+#define NVJPEG_PROP_PATCH 2
+
+typedef struct {
+  nvjpegStatus_t (*GetProperty)(int, int *);
+  nvjpegStatus_t (*CreateEx)(int, void *, void *, unsigned, nvjpegHandle_t *);
+  nvjpegStatus_t (*Destroy)(nvjpegHandle_t);
+  nvjpegStatus_t (*JpegStateCreate)(nvjpegHandle_t, nvjpegJpegState_t *);
+  nvjpegStatus_t (*JpegStateDestroy)(nvjpegJpegState_t);
+  nvjpegStatus_t (*DecodeBatchedInitialize)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int);
+  nvjpegStatus_t (*DecodeBatchedEx)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
+                                    const size_t *, nvjpegImage_t *, nvjpegDecodeParams_t *,
+                                    CUstream);
+  nvjpegStatus_t (*DecodeBatchedSupportedEx)(nvjpegHandle_t, nvjpegJpegStream_t,
+                                             nvjpegDecodeParams_t, int *);
+  nvjpegStatus_t (*JpegStreamCreate)(nvjpegHandle_t, nvjpegJpegStream_t *);
+  nvjpegStatus_t (*JpegStreamDestroy)(nvjpegJpegStream_t);
+  nvjpegStatus_t (*JpegStreamParse)(nvjpegHandle_t, const unsigned char *, size_t, int, int,
+                                    nvjpegJpegStream_t);
+  nvjpegStatus_t (*JpegStreamParseHeader)(nvjpegHandle_t, const unsigned char *, size_t,
+                                          nvjpegJpegStream_t);
+  nvjpegStatus_t (*JpegStreamGetFrameDimensions)(nvjpegJpegStream_t, unsigned *, unsigned *);
+  nvjpegStatus_t (*JpegStreamGetComponentsNum)(nvjpegJpegStream_t, unsigned *);
+  nvjpegStatus_t (*DecodeParamsCreate)(nvjpegHandle_t, nvjpegDecodeParams_t *);
+  nvjpegStatus_t (*DecodeParamsDestroy)(nvjpegDecodeParams_t);
+  nvjpegStatus_t (*DecodeParamsSetOutputFormat)(nvjpegDecodeParams_t, int);
+  nvjpegStatus_t (*DecodeParamsSetROI)(nvjpegDecodeParams_t, int, int, int, int);
+  nvjpegStatus_t (*DecoderCreate)(nvjpegHandle_t, int, nvjpegJpegDecoder_t *);
+  nvjpegStatus_t (*DecoderDestroy)(nvjpegJpegDecoder_t);
+  nvjpegStatus_t (*DecoderStateCreate)(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t *);
+  nvjpegStatus_t (*DecoderJpegSupported)(nvjpegJpegDecoder_t, nvjpegJpegStream_t,
+                                         nvjpegDecodeParams_t, int *);
+  nvjpegStatus_t (*BufferPinnedCreate)(nvjpegHandle_t, void *, nvjpegBufferPinned_t *);
+  nvjpegStatus_t (*BufferPinnedDestroy)(nvjpegBufferPinned_t);
+  nvjpegStatus_t (*BufferDeviceCreate)(nvjpegHandle_t, void *, nvjpegBufferDevice_t *);
+  nvjpegStatus_t (*BufferDeviceDestroy)(nvjpegBufferDevice_t);
+  nvjpegStatus_t (*StateAttachPinnedBuffer)(nvjpegJpegState_t, nvjpegBufferPinned_t);
+  nvjpegStatus_t (*StateAttachDeviceBuffer)(nvjpegJpegState_t, nvjpegBufferDevice_t);
+  nvjpegStatus_t (*DecodeJpeg)(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t,
+                               nvjpegJpegStream_t, nvjpegImage_t *, nvjpegDecodeParams_t, CUstream);
+  /* optional */
+  nvjpegStatus_t (*DecodeBatchedPreAllocate)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int, int,
+                                             int);
+  nvjpegStatus_t (*GetHardwareDecoderInfo)(nvjpegHandle_t, unsigned *, unsigned *);
+} nvjpeg_api;
+
+typedef struct {
+  const char *name;
+  size_t off;
+  int optional;
+} sym_entry;
+
+#define CU_SYM(field, name) {name, offsetof(cuda_api, field), 0}
+static const sym_entry cuda_syms[] = {
+    CU_SYM(Init, "cuInit"),
+    CU_SYM(DriverGetVersion, "cuDriverGetVersion"),
+    CU_SYM(DeviceGetCount, "cuDeviceGetCount"),
+    CU_SYM(DeviceGet, "cuDeviceGet"),
+    CU_SYM(DeviceGetName, "cuDeviceGetName"),
+    CU_SYM(DeviceGetAttribute, "cuDeviceGetAttribute"),
+    CU_SYM(DeviceTotalMem, "cuDeviceTotalMem_v2"),
+    CU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    CU_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    CU_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2"),
+    CU_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2"),
+    CU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
+    CU_SYM(MemAlloc, "cuMemAlloc_v2"),
+    CU_SYM(MemFree, "cuMemFree_v2"),
+    CU_SYM(MemHostAlloc, "cuMemHostAlloc"),
+    CU_SYM(MemFreeHost, "cuMemFreeHost"),
+    CU_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2"),
+    CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2"),
+    CU_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+    CU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+    CU_SYM(MemsetD8Async, "cuMemsetD8Async"),
+    CU_SYM(StreamCreate, "cuStreamCreate"),
+    CU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
+    CU_SYM(StreamSynchronize, "cuStreamSynchronize"),
+    CU_SYM(StreamWaitEvent, "cuStreamWaitEvent"),
+    CU_SYM(EventCreate, "cuEventCreate"),
+    CU_SYM(EventDestroy, "cuEventDestroy_v2"),
+    CU_SYM(EventRecord, "cuEventRecord"),
+    CU_SYM(EventSynchronize, "cuEventSynchronize"),
+    CU_SYM(ModuleLoadData, "cuModuleLoadData"),
+    CU_SYM(ModuleUnload, "cuModuleUnload"),
+    CU_SYM(ModuleGetFunction, "cuModuleGetFunction"),
+    CU_SYM(LaunchKernel, "cuLaunchKernel"),
+    CU_SYM(GetErrorName, "cuGetErrorName"),
+    CU_SYM(GetErrorString, "cuGetErrorString"),
+};
+
+#define NJ_SYM(field, name, opt) {name, offsetof(nvjpeg_api, field), opt}
+static const sym_entry nvjpeg_syms[] = {
+    NJ_SYM(GetProperty, "nvjpegGetProperty", 0),
+    NJ_SYM(CreateEx, "nvjpegCreateEx", 0),
+    NJ_SYM(Destroy, "nvjpegDestroy", 0),
+    NJ_SYM(JpegStateCreate, "nvjpegJpegStateCreate", 0),
+    NJ_SYM(JpegStateDestroy, "nvjpegJpegStateDestroy", 0),
+    NJ_SYM(DecodeBatchedInitialize, "nvjpegDecodeBatchedInitialize", 0),
+    NJ_SYM(DecodeBatchedEx, "nvjpegDecodeBatchedEx", 0),
+    NJ_SYM(DecodeBatchedSupportedEx, "nvjpegDecodeBatchedSupportedEx", 0),
+    NJ_SYM(JpegStreamCreate, "nvjpegJpegStreamCreate", 0),
+    NJ_SYM(JpegStreamDestroy, "nvjpegJpegStreamDestroy", 0),
+    NJ_SYM(JpegStreamParse, "nvjpegJpegStreamParse", 0),
+    NJ_SYM(JpegStreamParseHeader, "nvjpegJpegStreamParseHeader", 0),
+    NJ_SYM(JpegStreamGetFrameDimensions, "nvjpegJpegStreamGetFrameDimensions", 0),
+    NJ_SYM(JpegStreamGetComponentsNum, "nvjpegJpegStreamGetComponentsNum", 0),
+    NJ_SYM(DecodeParamsCreate, "nvjpegDecodeParamsCreate", 0),
+    NJ_SYM(DecodeParamsDestroy, "nvjpegDecodeParamsDestroy", 0),
+    NJ_SYM(DecodeParamsSetOutputFormat, "nvjpegDecodeParamsSetOutputFormat", 0),
+    NJ_SYM(DecodeParamsSetROI, "nvjpegDecodeParamsSetROI", 0),
+    NJ_SYM(DecoderCreate, "nvjpegDecoderCreate", 0),
+    NJ_SYM(DecoderDestroy, "nvjpegDecoderDestroy", 0),
+    NJ_SYM(DecoderStateCreate, "nvjpegDecoderStateCreate", 0),
+    NJ_SYM(DecoderJpegSupported, "nvjpegDecoderJpegSupported", 0),
+    NJ_SYM(BufferPinnedCreate, "nvjpegBufferPinnedCreate", 0),
+    NJ_SYM(BufferPinnedDestroy, "nvjpegBufferPinnedDestroy", 0),
+    NJ_SYM(BufferDeviceCreate, "nvjpegBufferDeviceCreate", 0),
+    NJ_SYM(BufferDeviceDestroy, "nvjpegBufferDeviceDestroy", 0),
+    NJ_SYM(StateAttachPinnedBuffer, "nvjpegStateAttachPinnedBuffer", 0),
+    NJ_SYM(StateAttachDeviceBuffer, "nvjpegStateAttachDeviceBuffer", 0),
+    NJ_SYM(DecodeJpeg, "nvjpegDecodeJpeg", 0),
+    NJ_SYM(DecodeBatchedPreAllocate, "nvjpegDecodeBatchedPreAllocate", 1),
+    NJ_SYM(GetHardwareDecoderInfo, "nvjpegGetHardwareDecoderInfo", 1),
+};
+
+/* The libraries are opened once per process and never closed: other users
+ * in the process (PyTorch) share them, and nvJPEG may keep threads. */
+static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
+static cuda_api g_cu;
+static nvjpeg_api g_nj;
+static int g_cu_ok, g_nj_ok;
+static char g_cu_why[256], g_nj_why[256], g_nj_name[32];
+
+static int load_syms(void *lib, const sym_entry *tab, size_t n, void *api, char *why, size_t wl) {
+  for (size_t i = 0; i < n; i++) {
+    void *p = dlsym(lib, tab[i].name);
+    if (!p && !tab[i].optional) {
+      snprintf(why, wl, "%s is missing", tab[i].name);
+      return 0;
+    }
+    memcpy((char *)api + tab[i].off, &p, sizeof p);
+  }
+  return 1;
+}
+
+static void load_libs(void) {
+  void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!cu) cu = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (!cu) {
+    const char *e = dlerror();
+    snprintf(g_cu_why, sizeof g_cu_why, "no NVIDIA driver: libcuda.so.1 cannot be opened (%s)",
+             e ? e : "not found");
+  } else if (load_syms(cu, cuda_syms, sizeof cuda_syms / sizeof *cuda_syms, &g_cu, g_cu_why,
+                       sizeof g_cu_why)) {
+    g_cu_ok = 1;
+  }
+  static const char *names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
+                                "libnvjpeg.so"};
+  void *nj = NULL;
+  for (size_t i = 0; i < sizeof names / sizeof *names && !nj; i++) {
+    nj = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (nj) snprintf(g_nj_name, sizeof g_nj_name, "%s", names[i]);
+  }
+  if (!nj) {
+    snprintf(g_nj_why, sizeof g_nj_why, "libnvjpeg.so.* cannot be opened");
+  } else if (load_syms(nj, nvjpeg_syms, sizeof nvjpeg_syms / sizeof *nvjpeg_syms, &g_nj, g_nj_why,
+                       sizeof g_nj_why)) {
+    g_nj_ok = 1;
+  }
+}
+
+static void load_once(void) { pthread_once(&g_load_once, load_libs); }
+
+static const char *cu_name(CUresult r) {
+  const char *s = NULL;
+  if (g_cu_ok && g_cu.GetErrorName(r, &s) != CUDA_SUCCESS) s = NULL;
+  return s ? s : "CUDA_ERROR_UNKNOWN_CODE";
+}
+
+static const char *cu_str(CUresult r) {
+  const char *s = NULL;
+  if (g_cu_ok && g_cu.GetErrorString(r, &s) != CUDA_SUCCESS) s = NULL;
+  return s ? s : "unknown error";
+}
+
+static const char *nj_name(nvjpegStatus_t s) {
+  static const char *names[] = {"NVJPEG_STATUS_SUCCESS",
+                                "NVJPEG_STATUS_NOT_INITIALIZED",
+                                "NVJPEG_STATUS_INVALID_PARAMETER",
+                                "NVJPEG_STATUS_BAD_JPEG",
+                                "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
+                                "NVJPEG_STATUS_ALLOCATOR_FAILURE",
+                                "NVJPEG_STATUS_EXECUTION_FAILED",
+                                "NVJPEG_STATUS_ARCH_MISMATCH",
+                                "NVJPEG_STATUS_INTERNAL_ERROR",
+                                "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED",
+                                "NVJPEG_STATUS_INCOMPLETE_BITSTREAM"};
+  return s >= 0 && s < (int)(sizeof names / sizeof *names) ? names[s] : "NVJPEG_STATUS_UNKNOWN";
+}
+
+/* Errors after which the context is unusable. */
+static int cu_sticky(CUresult r) { return (r >= 700 && r <= 719 && r != 701) || r == 999; }
+
+/* ---- kernel ABI (mirrors kernels.cu) -------------------------------------- */
+typedef struct {
+  unsigned long long src;
+  long long label;
+  double in0x, scalex, in0y, scaley;
+  int pitch;
+  int sx, sy, sw, sh;
+  int lox, hix, loy, hiy;
+  int flip, dst;
+  int pad;
+} kitem;
+
+typedef struct {
+  unsigned long long items, out, labels, lut;
+  int out_w, out_h, dtype, layout;
+  int kx, ky;
+  int tiles_x, n;
+} kparams;
+
+_Static_assert(sizeof(kitem) == 96, "kitem must match stk_kitem in kernels.cu");
+_Static_assert(sizeof(kparams) == 64, "kparams must match stk_kparams in kernels.cu");
+
+#define TILE_W 32
+#define TILE_H 8
+#define MAX_SCALE 31.0 /* as the CPU resampler: ksize <= 63 */
+#define DUMMY_SIDE 16
+
+#if defined(STK_HAVE_GPU) && STK_HAVE_GPU
+extern const unsigned char stk__gpu_fatbin[];
+#define HAVE_KERNELS 1
+static const void *kernel_image(void) { return stk__gpu_fatbin; }
+#else
+#define HAVE_KERNELS 0
+static const void *kernel_image(void) { return NULL; }
+#endif
+
+int stk__gpu_built(void) { return HAVE_KERNELS; }
+
+/* ---- objects -------------------------------------------------------------- */
+typedef struct {
+  CUdeviceptr data, labels;
+  CUevent ready, freed;
+  int written;       /* ready was recorded at least once */
+  int freed_pending; /* freed was recorded by a release: the next write waits */
+} gslot;
+
+/* What run_batch() decided for one item. */
+typedef struct {
+  int path;              /* planned STK__GPU_PATH_* */
+  int sx, sy, sw, sh;    /* the source rectangle to decode / copy (geometry coords) */
+  int img_w, img_h;      /* JPEG: the image size as nvJPEG reads it (0: unknown) */
+  int roi;               /* hardware: decode the rectangle only */
+  size_t off, pitch;     /* place in the arena */
+  int have_src;          /* the source is (queued to be) in the arena */
+  int kx, ky;            /* Pillow's ksize per axis */
+} iplan;
+
+typedef struct {
+  CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
+  CUevent done, ev_main, ev_aux;
+  int busy;
+  /* hardware, batched */
+  nvjpegJpegState_t hw_state;
+  nvjpegDecodeParams_t *hw_params; /* max_batch */
+  nvjpegDecodeParams_t chk_params; /* for support checks */
+  const unsigned char **hw_data;
+  size_t *hw_len;
+  nvjpegImage_t *hw_dst;
+  int *hw_item;
+  int hw_n;                        /* the batch size it is initialised for */
+  /* hybrid */
+  nvjpegJpegState_t hy_state;
+  nvjpegBufferPinned_t hy_pinned;
+  nvjpegBufferDevice_t hy_dev;
+  nvjpegJpegStream_t hy_js;
+  nvjpegDecodeParams_t hy_params;
+  nvjpegJpegStream_t js;           /* header parsing */
+  /* memory */
+  CUdeviceptr arena, desc_dev, dummy_out;
+  size_t arena_bytes;
+  uint8_t *staging;
+  size_t staging_bytes, staging_used;
+  kitem *desc_host;
+  /* CPU fallbacks */
+  stk__decoder *dec;
+  stk__resampler rs;
+  stk__buf big;
+  /* per batch */
+  iplan *plan;
+  int *chunk;
+} glane;
+
+struct stk__gpu {
+  stk__gpu_config cfg;
+  int device;
+  CUdevice dev;
+  CUcontext ctx;
+  int ctx_retained;
+  CUmodule mod;
+  CUfunction fn;
+  stk__store store;
+  size_t image_bytes;
+  CUdeviceptr lut;
+  CUstream util; /* compaction */
+  nvjpegHandle_t hw, gen;
+  nvjpegJpegDecoder_t hy_dec;
+  int hw_roi;
+  int roi_fail_streak;
+  uint8_t *dummy_jpeg;
+  size_t dummy_len;
+  gslot *slots;
+  glane *lanes;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int poisoned;
+  char poison_msg[256];
+  stk__gpu_stats st;
+};
+
+void stk__gpu_config_init(stk__gpu_config *c) {
+  memset(c, 0, sizeof *c);
+  c->max_batch = 256;
+  c->out_w = c->out_h = 224;
+  c->dtype = STK_DTYPE_FLOAT32;
+  c->layout = STK_LAYOUT_NCHW;
+  c->mean[0] = 0.485f;
+  c->mean[1] = 0.456f;
+  c->mean[2] = 0.406f;
+  c->std[0] = 0.229f;
+  c->std[1] = 0.224f;
+  c->std[2] = 0.225f;
+  c->slots = 4;
+  c->lanes = 2;
+  c->use_hw = 1;
+  c->use_cuda = 1;
+  c->roi = 1;
+  c->chroma_interp = 1;
+  c->max_pixels = 178956970ULL;
+}
+
+/* ---- error helpers -------------------------------------------------------- */
+static int cu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen) {
+  if (g && cu_sticky(r)) {
+    pthread_mutex_lock(&g->mu);
+    if (!g->poisoned) {
+      g->poisoned = 1;
+      snprintf(g->poison_msg, sizeof g->poison_msg, "%s: %s (%s)", what, cu_name(r), cu_str(r));
+    }
+    pthread_mutex_unlock(&g->mu);
+  }
+  return stk__fail(msg, msglen, STK_ECUDA, "%s: %s (%s)", what, cu_name(r), cu_str(r));
+}
+
+#define CU(call)                                              \
+  do {                                                        \
+    CUresult r_ = (call);                                     \
+    if (r_ != CUDA_SUCCESS) return cu_fail(g, r_, #call, msg, msglen); \
+  } while (0)
+
+#define NJ(call)                                                                             \
+  do {                                                                                       \
+    nvjpegStatus_t s_ = (call);                                                              \
+    if (s_ != NVJPEG_STATUS_SUCCESS)                                                         \
+      return stk__fail(msg, msglen, STK_ECUDA, "%s: %s", #call, nj_name(s_));               \
+  } while (0)
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* ---- geometry --------------------------------------------------------------- */
+/* The source range [*a0, *a1) the resampler reads on one axis: the first
+ * window's start and the last window's end (plan_axis in resample.c). */
+static void axis_need(const stk__axis *a, int *a0, int *a1, int *ksize) {
+  double scale = a->scale, filterscale = scale < 1.0 ? 1.0 : scale;
+  double support = 1.0 * filterscale;
+  int in_size = a->hi - a->lo;
+  double in0 = a->in0 - a->lo;
+  int first = 0, last = 0;
+  for (int k = 0; k < 2; k++) {
+    int xx = k ? a->out - 1 : 0;
+    double center = in0 + (xx + 0.5) * scale;
+    int xmin = (int)(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = (int)(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    if (xmax < 0) xmax = 0;
+    if (k)
+      last = xmin + xmax;
+    else
+      first = xmin;
+  }
+  *a0 = a->lo + first;
+  *a1 = a->lo + last;
+  if (*a1 <= *a0) *a1 = *a0 + 1;
+  *ksize = (int)ceil(support) * 2 + 1;
+}
+
+static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t msglen) {
+  const stk__axis *ax[2] = {&ge->x, &ge->y};
+  int outs[2] = {g->cfg.out_w, g->cfg.out_h};
+  for (int k = 0; k < 2; k++) {
+    const stk__axis *a = ax[k];
+    if (a->out != outs[k])
+      return stk__fail(msg, msglen, STK_EINVAL, "geometry makes %d pixels on %c, not %d", a->out,
+                       "xy"[k], outs[k]);
+    if (a->hi <= a->lo || a->lo < 0)
+      return stk__fail(msg, msglen, STK_EINVAL, "empty source range [%d, %d) on %c", a->lo, a->hi,
+                       "xy"[k]);
+    if (!(a->scale > 0) || a->scale > MAX_SCALE)
+      return stk__fail(msg, msglen, STK_EINVAL, "cannot resample by 1/%.1f on %c (limit 1/31)",
+                       a->scale, "xy"[k]);
+  }
+  return STK_OK;
+}
+
+/* ---- opening --------------------------------------------------------------- */
+static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
+  if (c->max_batch < 1 || c->max_batch > 65535)
+    return stk__fail(msg, msglen, STK_EINVAL, "max_batch must be in 1..65535, got %d", c->max_batch);
+  if (c->out_w < 1 || c->out_h < 1 || c->out_w > 8192 || c->out_h > 8192)
+    return stk__fail(msg, msglen, STK_EINVAL, "output size %dx%d out of range", c->out_w, c->out_h);
+  if (c->dtype < STK_DTYPE_FLOAT32 || c->dtype > STK_DTYPE_UINT8)
+    return stk__fail(msg, msglen, STK_EINVAL, "unknown dtype %d", (int)c->dtype);
+  if (c->layout != STK_LAYOUT_NCHW && c->layout != STK_LAYOUT_NHWC)
+    return stk__fail(msg, msglen, STK_EINVAL, "unknown layout %d", (int)c->layout);
+  if (c->slots < 1 || c->slots > 1024)
+    return stk__fail(msg, msglen, STK_EINVAL, "slots must be in 1..1024, got %d", c->slots);
+  if (c->lanes < 0 || c->lanes > 64)
+    return stk__fail(msg, msglen, STK_EINVAL, "lanes must be in 0..64, got %d", c->lanes);
+  for (int i = 0; i < 3; i++)
+    if (!(c->std[i] != 0))
+      return stk__fail(msg, msglen, STK_EINVAL, "std[%d] must not be 0", i);
+  return STK_OK;
+}
+
+static int dev_alloc(stk__gpu *g, CUdeviceptr *p, size_t n, const char *what, char *msg,
+                     size_t msglen) {
+  CUresult r = g_cu.MemAlloc(p, n ? n : 1);
+  if (r != CUDA_SUCCESS) {
+    *p = 0;
+    return stk__fail(msg, msglen, r == 2 ? STK_ENOMEM : STK_ECUDA,
+                     "cannot allocate %zu bytes of device memory for %s: %s", n, what, cu_name(r));
+  }
+  g->st.device_bytes += n;
+  return STK_OK;
+}
+
+static int host_alloc(stk__gpu *g, void **p, size_t n, const char *what, char *msg, size_t msglen) {
+  CUresult r = g_cu.MemHostAlloc(p, n ? n : 1, 0);
+  if (r != CUDA_SUCCESS) {
+    *p = NULL;
+    return stk__fail(msg, msglen, STK_ENOMEM, "cannot allocate %zu bytes of pinned memory for %s: %s",
+                     n, what, cu_name(r));
+  }
+  g->st.pinned_bytes += n;
+  return STK_OK;
+}
+
+/* A tiny baseline JPEG the batched decoder is padded with: nvJPEG wants the
+ * batch size it was initialised with. */
+static int make_dummy(stk__gpu *g) {
+  uint8_t px[DUMMY_SIDE * DUMMY_SIDE * 3];
+  memset(px, 128, sizeof px);
+  stk__jpeg_enc_opts o;
+  stk__jpeg_enc_defaults(&o);
+  return stk__jpeg_encode(px, DUMMY_SIDE, DUMMY_SIDE, &o, &g->dummy_jpeg, &g->dummy_len);
+}
+
+static int hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen) {
+  NJ(g_nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
+  L->hw_n = n;
+  return STK_OK;
+}
+
+/* Pads the batched arrays from m to the initialised size with the dummy. */
+static void hw_pad(stk__gpu *g, glane *L, int m) {
+  for (int i = m; i < L->hw_n; i++) {
+    L->hw_data[i] = g->dummy_jpeg;
+    L->hw_len[i] = g->dummy_len;
+    memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
+    L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
+    L->hw_dst[i].pitch[0] = DUMMY_SIDE * 3;
+    g_nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
+  }
+}
+
+/* Decodes a full batch of dummies (ROI or not) and waits: sizes nvJPEG's
+ * internal buffers, and tells whether the engines (and their ROI) work. */
+static int hw_warmup(stk__gpu *g, glane *L, int roi, char *msg, size_t msglen) {
+  hw_pad(g, L, 0);
+  if (roi)
+    for (int i = 0; i < L->hw_n; i++) g_nj.DecodeParamsSetROI(L->hw_params[i], 4, 4, 8, 8);
+  nvjpegStatus_t s = g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+                                          L->hw_params, L->stream);
+  if (s != NVJPEG_STATUS_SUCCESS) {
+    hw_init_lane(g, L, L->hw_n, NULL, 0);
+    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx%s: %s", roi ? " (ROI)" : "",
+                     nj_name(s));
+  }
+  CU(g_cu.StreamSynchronize(L->stream));
+  return STK_OK;
+}
+
+static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
+  const stk__gpu_config *c = &g->cfg;
+  int B = c->max_batch, rc;
+  CU(g_cu.StreamCreate(&L->stream, CU_STREAM_NON_BLOCKING));
+  CU(g_cu.StreamCreate(&L->aux, CU_STREAM_NON_BLOCKING));
+  CU(g_cu.EventCreate(&L->done, CU_EVENT_DISABLE_TIMING));
+  CU(g_cu.EventCreate(&L->ev_main, CU_EVENT_DISABLE_TIMING));
+  CU(g_cu.EventCreate(&L->ev_aux, CU_EVENT_DISABLE_TIMING));
+  CU(g_cu.EventRecord(L->done, L->stream));
+  L->arena_bytes = c->arena_bytes ? c->arena_bytes : (size_t)B << 20;
+  L->staging_bytes = c->staging_bytes ? c->staging_bytes : (size_t)B << 18;
+  if (!c->staging_bytes && L->staging_bytes < ((size_t)64 << 20)) L->staging_bytes = (size_t)64 << 20;
+  if ((rc = dev_alloc(g, &L->arena, L->arena_bytes, "the source arena", msg, msglen))) return rc;
+  if ((rc = dev_alloc(g, &L->desc_dev, (size_t)B * sizeof(kitem), "item descriptors", msg, msglen)))
+    return rc;
+  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
+                      msglen)))
+    return rc;
+  if ((rc = host_alloc(g, (void **)&L->staging, L->staging_bytes, "staging", msg, msglen))) return rc;
+  if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(kitem), "item descriptors",
+                       msg, msglen)))
+    return rc;
+  L->hw_params = calloc((size_t)B, sizeof *L->hw_params);
+  L->hw_data = calloc((size_t)B, sizeof *L->hw_data);
+  L->hw_len = calloc((size_t)B, sizeof *L->hw_len);
+  L->hw_dst = calloc((size_t)B, sizeof *L->hw_dst);
+  L->hw_item = calloc((size_t)B, sizeof *L->hw_item);
+  L->plan = calloc((size_t)B, sizeof *L->plan);
+  L->chunk = calloc((size_t)B, sizeof *L->chunk);
+  L->dec = stk__decoder_create();
+  if (!L->hw_params || !L->hw_data || !L->hw_len || !L->hw_dst || !L->hw_item || !L->plan ||
+      !L->chunk || !L->dec)
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  stk__decoder_set_limits(L->dec, c->max_pixels);
+  if (g->gen) {
+    NJ(g_nj.JpegStreamCreate(g->gen, &L->js));
+    NJ(g_nj.DecodeParamsCreate(g->gen, &L->chk_params));
+    NJ(g_nj.DecodeParamsSetOutputFormat(L->chk_params, NVJPEG_OUTPUT_RGBI));
+  }
+  if (g->hw) {
+    NJ(g_nj.JpegStateCreate(g->hw, &L->hw_state));
+    for (int i = 0; i < B; i++) {
+      NJ(g_nj.DecodeParamsCreate(g->hw, &L->hw_params[i]));
+      NJ(g_nj.DecodeParamsSetOutputFormat(L->hw_params[i], NVJPEG_OUTPUT_RGBI));
+    }
+    if ((rc = hw_init_lane(g, L, B, msg, msglen))) return rc;
+    if (g_nj.DecodeBatchedPreAllocate)
+      g_nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
+                                    NVJPEG_OUTPUT_RGBI);
+  }
+  if (g->hy_dec) {
+    NJ(g_nj.DecoderStateCreate(g->gen, g->hy_dec, &L->hy_state));
+    NJ(g_nj.BufferPinnedCreate(g->gen, NULL, &L->hy_pinned));
+    NJ(g_nj.BufferDeviceCreate(g->gen, NULL, &L->hy_dev));
+    NJ(g_nj.StateAttachPinnedBuffer(L->hy_state, L->hy_pinned));
+    NJ(g_nj.StateAttachDeviceBuffer(L->hy_state, L->hy_dev));
+    NJ(g_nj.JpegStreamCreate(g->gen, &L->hy_js));
+    NJ(g_nj.DecodeParamsCreate(g->gen, &L->hy_params));
+    NJ(g_nj.DecodeParamsSetOutputFormat(L->hy_params, NVJPEG_OUTPUT_RGBI));
+  }
+  return STK_OK;
+}
+
+static void close_lane(stk__gpu *g, glane *L) {
+  if (L->stream) g_cu.StreamSynchronize(L->stream);
+  if (L->aux) g_cu.StreamSynchronize(L->aux);
+  if (L->hw_params)
+    for (int i = 0; i < g->cfg.max_batch; i++)
+      if (L->hw_params[i]) g_nj.DecodeParamsDestroy(L->hw_params[i]);
+  if (L->chk_params) g_nj.DecodeParamsDestroy(L->chk_params);
+  if (L->hw_state) g_nj.JpegStateDestroy(L->hw_state);
+  if (L->hy_params) g_nj.DecodeParamsDestroy(L->hy_params);
+  if (L->hy_js) g_nj.JpegStreamDestroy(L->hy_js);
+  if (L->hy_state) g_nj.JpegStateDestroy(L->hy_state);
+  if (L->hy_pinned) g_nj.BufferPinnedDestroy(L->hy_pinned);
+  if (L->hy_dev) g_nj.BufferDeviceDestroy(L->hy_dev);
+  if (L->js) g_nj.JpegStreamDestroy(L->js);
+  if (L->arena) g_cu.MemFree(L->arena);
+  if (L->desc_dev) g_cu.MemFree(L->desc_dev);
+  if (L->dummy_out) g_cu.MemFree(L->dummy_out);
+  if (L->staging) g_cu.MemFreeHost(L->staging);
+  if (L->desc_host) g_cu.MemFreeHost(L->desc_host);
+  if (L->done) g_cu.EventDestroy(L->done);
+  if (L->ev_main) g_cu.EventDestroy(L->ev_main);
+  if (L->ev_aux) g_cu.EventDestroy(L->ev_aux);
+  if (L->stream) g_cu.StreamDestroy(L->stream);
+  if (L->aux) g_cu.StreamDestroy(L->aux);
+  free(L->hw_params);
+  free(L->hw_data);
+  free(L->hw_len);
+  free(L->hw_dst);
+  free(L->hw_item);
+  free(L->plan);
+  free(L->chunk);
+  stk__decoder_destroy(L->dec);
+  stk__resampler_free(&L->rs);
+  stk__buf_free(&L->big);
+}
+
+/* Creates the nvJPEG handles. Failures here are not fatal: the affected
+ * decode path is switched off and the CPU takes over. */
+static void open_nvjpeg(stk__gpu *g) {
+  if (!g_nj_ok) return;
+  unsigned flags = g->cfg.chroma_interp ? NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION : 0;
+  if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, flags, &g->gen) != NVJPEG_STATUS_SUCCESS) {
+    g->gen = NULL;
+    flags = 0;
+    if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &g->gen) != NVJPEG_STATUS_SUCCESS) {
+      g->gen = NULL;
+      return;
+    }
+  }
+  g->st.chroma_interp = flags != 0;
+  if (g->cfg.use_hw &&
+      g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &g->hw) != NVJPEG_STATUS_SUCCESS) {
+    g->hw = NULL;
+    if (flags && g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &g->hw) == NVJPEG_STATUS_SUCCESS)
+      g->st.chroma_interp = 0; /* reported for the engines, which do most of the work */
+    else
+      g->hw = NULL;
+  }
+  if (g->cfg.use_cuda && g_nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
+                             NVJPEG_STATUS_SUCCESS)
+    g->hy_dec = NULL;
+}
+
+int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
+                  size_t msglen) {
+  if (out) *out = NULL;
+  if (!cfg || !out) return stk__fail(msg, msglen, STK_EINVAL, "cfg and out must not be NULL");
+  int rc = validate_cfg(cfg, msg, msglen);
+  if (rc) return rc;
+  if (device < 0) return stk__fail(msg, msglen, STK_EINVAL, "device must be >= 0, got %d", device);
+  if (!kernel_image())
+    return stk__fail(msg, msglen, STK_ENODEV,
+                     "device %d asked for, but this build of stoker has no GPU kernels (nvcc was "
+                     "not found when it was built)",
+                     device);
+  load_once();
+  if (!g_cu_ok) return stk__fail(msg, msglen, STK_ENODEV, "%s", g_cu_why);
+  CUresult r = g_cu.Init(0);
+  if (r != CUDA_SUCCESS)
+    return stk__fail(msg, msglen, STK_ENODEV, "the CUDA driver cannot start: %s (%s)", cu_name(r),
+                     cu_str(r));
+  int count = 0;
+  if (g_cu.DeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  if (device >= count)
+    return stk__fail(msg, msglen, STK_ENODEV, "device %d asked for, but %d CUDA device%s present",
+                     device, count, count == 1 ? " is" : "s are");
+
+  stk__gpu *g = calloc(1, sizeof *g);
+  if (!g) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  g->cfg = *cfg;
+  if (g->cfg.lanes == 0) g->cfg.lanes = 2;
+  g->device = device;
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  int pushed = 0;
+  size_t free0 = 0, free1 = 0, total = 0;
+
+  r = g_cu.DeviceGet(&g->dev, device);
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(NULL, r, "cuDeviceGet", msg, msglen);
+    goto fail;
+  }
+  int ccmaj = 0, ccmin = 0;
+  g_cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
+  g_cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
+  if (ccmaj < 8) {
+    rc = stk__fail(msg, msglen, STK_ENODEV,
+                   "device %d has compute capability %d.%d; stoker's kernels need 8.0 or newer",
+                   device, ccmaj, ccmin);
+    goto fail;
+  }
+  r = g_cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(NULL, r, "cuDevicePrimaryCtxRetain", msg, msglen);
+    goto fail;
+  }
+  g->ctx_retained = 1;
+  r = g_cu.CtxPushCurrent(g->ctx);
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(NULL, r, "cuCtxPushCurrent", msg, msglen);
+    goto fail;
+  }
+  pushed = 1;
+  g_cu.MemGetInfo(&free0, &total);
+  r = g_cu.ModuleLoadData(&g->mod, kernel_image());
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(NULL, r, "cuModuleLoadData (the embedded kernels)", msg, msglen);
+    goto fail;
+  }
+  r = g_cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
+    goto fail;
+  }
+  r = g_cu.StreamCreate(&g->util, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(NULL, r, "cuStreamCreate", msg, msglen);
+    goto fail;
+  }
+
+  stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
+                  g->cfg.std);
+  g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
+  if ((rc = dev_alloc(g, &g->lut, sizeof g->store.lut_f32 + sizeof g->store.lut_u16, "tables", msg,
+                      msglen)))
+    goto fail;
+  {
+    uint8_t tab[sizeof g->store.lut_f32 + sizeof g->store.lut_u16];
+    memcpy(tab, g->store.lut_f32, sizeof g->store.lut_f32);
+    memcpy(tab + sizeof g->store.lut_f32, g->store.lut_u16, sizeof g->store.lut_u16);
+    r = g_cu.MemcpyHtoD(g->lut, tab, sizeof tab);
+    if (r != CUDA_SUCCESS) {
+      rc = cu_fail(NULL, r, "cuMemcpyHtoD", msg, msglen);
+      goto fail;
+    }
+  }
+
+  g->slots = calloc((size_t)g->cfg.slots, sizeof *g->slots);
+  g->lanes = calloc((size_t)g->cfg.lanes, sizeof *g->lanes);
+  if (!g->slots || !g->lanes) {
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < g->cfg.slots; i++) {
+    gslot *s = &g->slots[i];
+    if ((rc = dev_alloc(g, &s->data, (size_t)g->cfg.max_batch * g->image_bytes, "batch slots", msg,
+                        msglen)) ||
+        (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
+                        msglen)))
+      goto fail;
+    if ((r = g_cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = g_cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+      rc = cu_fail(NULL, r, "cuEventCreate", msg, msglen);
+      goto fail;
+    }
+  }
+
+  if (make_dummy(g)) {
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "cannot make the padding JPEG");
+    goto fail;
+  }
+  open_nvjpeg(g);
+  for (int i = 0; i < g->cfg.lanes; i++)
+    if ((rc = open_lane(g, &g->lanes[i], msg, msglen))) goto fail;
+  if (g->hw) {
+    /* The engines must decode a batch (else they are off), then a batch of
+     * regions (else ROI is off). */
+    char why[160];
+    for (int i = 0; i < g->cfg.lanes && g->hw; i++)
+      if (hw_warmup(g, &g->lanes[i], 0, why, sizeof why)) {
+        for (int k = 0; k < g->cfg.lanes; k++) {
+          if (g->lanes[k].hw_state) g_nj.JpegStateDestroy(g->lanes[k].hw_state);
+          g->lanes[k].hw_state = NULL;
+        }
+        g_nj.Destroy(g->hw);
+        g->hw = NULL;
+      }
+    g->hw_roi = g->hw && g->cfg.roi;
+    for (int i = 0; i < g->cfg.lanes && g->hw_roi; i++)
+      if (hw_warmup(g, &g->lanes[i], 1, why, sizeof why)) g->hw_roi = 0;
+  }
+  g->st.hw_available = g->hw != NULL;
+  g->st.hw_roi = g->hw_roi;
+  g->st.cuda_available = g->hy_dec != NULL;
+  g_cu.MemGetInfo(&free1, &total);
+  g->st.device_bytes_used = free0 > free1 ? free0 - free1 : 0;
+  g_cu.CtxPopCurrent(NULL);
+  *out = g;
+  return STK_OK;
+fail:
+  if (pushed) g_cu.CtxPopCurrent(NULL);
+  stk__gpu_close(g);
+  return rc;
+}
+
+void stk__gpu_close(stk__gpu *g) {
+  if (!g) return;
+  if (g->ctx) g_cu.CtxPushCurrent(g->ctx);
+  if (g->lanes)
+    for (int i = 0; i < g->cfg.lanes; i++) close_lane(g, &g->lanes[i]);
+  if (g->util) {
+    g_cu.StreamSynchronize(g->util);
+    g_cu.StreamDestroy(g->util);
+  }
+  if (g->slots)
+    for (int i = 0; i < g->cfg.slots; i++) {
+      gslot *s = &g->slots[i];
+      if (s->ready) g_cu.EventSynchronize(s->ready);
+      if (s->data) g_cu.MemFree(s->data);
+      if (s->labels) g_cu.MemFree(s->labels);
+      if (s->ready) g_cu.EventDestroy(s->ready);
+      if (s->freed) g_cu.EventDestroy(s->freed);
+    }
+  if (g->hy_dec) g_nj.DecoderDestroy(g->hy_dec);
+  if (g->hw) g_nj.Destroy(g->hw);
+  if (g->gen) g_nj.Destroy(g->gen);
+  if (g->lut) g_cu.MemFree(g->lut);
+  if (g->mod) g_cu.ModuleUnload(g->mod);
+  if (g->ctx) g_cu.CtxPopCurrent(NULL);
+  if (g->ctx_retained) g_cu.DevicePrimaryCtxRelease(g->dev);
+  free(g->slots);
+  free(g->lanes);
+  free(g->dummy_jpeg);
+  pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->mu);
+  free(g);
+}
+
+/* ---- running a batch --------------------------------------------------------- */
+/* Copies `rows` rows of `row_bytes` to device memory through the lane's
+ * pinned staging, waiting for the lane's stream when the staging is full. */
+static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch, const uint8_t *src,
+                       size_t src_stride, size_t row_bytes, int rows, char *msg, size_t msglen) {
+  int r0 = 0;
+  while (r0 < rows) {
+    size_t room = L->staging_bytes - L->staging_used;
+    if (room < row_bytes) {
+      CU(g_cu.StreamSynchronize(L->stream)); /* earlier copies have left the staging */
+      L->staging_used = 0;
+      room = L->staging_bytes;
+    }
+    if (row_bytes > room) {
+      /* a single row longer than the staging: copy it in pieces */
+      for (size_t done = 0; done < row_bytes;) {
+        size_t part = row_bytes - done < L->staging_bytes ? row_bytes - done : L->staging_bytes;
+        CU(g_cu.StreamSynchronize(L->stream));
+        memcpy(L->staging, src + (size_t)r0 * src_stride + done, part);
+        CU(g_cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch + done, L->staging, part,
+                                L->stream));
+        done += part;
+      }
+      CU(g_cu.StreamSynchronize(L->stream));
+      L->staging_used = 0;
+      r0++;
+      continue;
+    }
+    int k = (int)(room / row_bytes);
+    if (k > rows - r0) k = rows - r0;
+    uint8_t *st = L->staging + L->staging_used;
+    for (int i = 0; i < k; i++)
+      memcpy(st + (size_t)i * row_bytes, src + (size_t)(r0 + i) * src_stride, row_bytes);
+    size_t bytes = (size_t)k * row_bytes;
+    if (dst_pitch == row_bytes) {
+      CU(g_cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch, st, bytes, L->stream));
+    } else {
+      for (int i = 0; i < k; i++)
+        CU(g_cu.MemcpyHtoDAsync(dst + (CUdeviceptr)(r0 + i) * dst_pitch, st + (size_t)i * row_bytes,
+                                row_bytes, L->stream));
+    }
+    L->staging_used = align_up(L->staging_used + bytes, 64);
+    if (L->staging_used > L->staging_bytes) L->staging_used = L->staging_bytes;
+    r0 += k;
+  }
+  return STK_OK;
+}
+
+static void item_fail(stk__gpu_item *it, int rc, const char *why) {
+  it->rc = rc;
+  if (it->msg && it->msglen) snprintf(it->msg, it->msglen, "%s", why);
+}
+
+/* Decides the path and the source rectangle of one item. */
+static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  int x0, x1, y0, y1;
+  axis_need(&it->geom.x, &x0, &x1, &p->kx);
+  axis_need(&it->geom.y, &y0, &y1, &p->ky);
+  p->sx = x0;
+  p->sy = y0;
+  p->sw = x1 - x0;
+  p->sh = y1 - y0;
+  p->img_w = p->img_h = 0;
+  p->roi = 0;
+  p->have_src = 0;
+  if (it->kind == STK__GPU_RGB8) {
+    p->path = STK__GPU_PATH_HOST;
+    return;
+  }
+  p->path = STK__GPU_PATH_CPU;
+  if (!g->gen || !L->js) return;
+  if (g_nj.JpegStreamParseHeader(g->gen, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS) return;
+  unsigned w = 0, h = 0, comps = 0;
+  if (g_nj.JpegStreamGetFrameDimensions(L->js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
+      g_nj.JpegStreamGetComponentsNum(L->js, &comps) != NVJPEG_STATUS_SUCCESS)
+    return;
+  /* CMYK/YCCK and two-channel files: nvJPEG's conversions are not PIL's. */
+  if (comps != 1 && comps != 3) return;
+  if ((int)w < x1 || (int)h < y1 || w == 0 || h == 0) return; /* geometry outside the image */
+  p->img_w = (int)w;
+  p->img_h = (int)h;
+  int sup = 1;
+  if (g->hw) {
+    if (g->hw_roi) {
+      g_nj.DecodeParamsSetROI(L->chk_params, p->sx, p->sy, p->sw, p->sh);
+      if (g_nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
+        sup = 1;
+      if (sup == 0) {
+        p->path = STK__GPU_PATH_HW;
+        p->roi = 1;
+        return;
+      }
+    }
+    g_nj.DecodeParamsSetROI(L->chk_params, 0, 0, -1, -1);
+    if (g_nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
+      sup = 1;
+    if (sup == 0) {
+      p->path = STK__GPU_PATH_HW;
+      p->roi = 0;
+      p->sx = p->sy = 0;
+      p->sw = (int)w;
+      p->sh = (int)h;
+      if (g->hw_roi) {
+        pthread_mutex_lock(&g->mu);
+        g->st.hw_roi_full++;
+        pthread_mutex_unlock(&g->mu);
+      }
+      return;
+    }
+  }
+  if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
+}
+
+/* The CUDA (hybrid) path for one item, on the lane's aux stream. Returns
+ * STK_OK or a non-zero code (the item then goes to the CPU). */
+static int hybrid_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  if (g_nj.JpegStreamParse(g->gen, it->data, it->len, 0, 0, L->hy_js) != NVJPEG_STATUS_SUCCESS)
+    return STK_EDECODE;
+  int full = p->sx == 0 && p->sy == 0 && p->sw == p->img_w && p->sh == p->img_h;
+  if (full)
+    g_nj.DecodeParamsSetROI(L->hy_params, 0, 0, -1, -1);
+  else
+    g_nj.DecodeParamsSetROI(L->hy_params, p->sx, p->sy, p->sw, p->sh);
+  int sup = 1;
+  if (g_nj.DecoderJpegSupported(g->hy_dec, L->hy_js, L->hy_params, &sup) != NVJPEG_STATUS_SUCCESS ||
+      sup != 0)
+    return STK_EDECODE;
+  nvjpegImage_t dst;
+  memset(&dst, 0, sizeof dst);
+  dst.channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+  dst.pitch[0] = p->pitch;
+  if (g_nj.DecodeJpeg(g->gen, g->hy_dec, L->hy_state, L->hy_js, &dst, L->hy_params, L->aux) !=
+      NVJPEG_STATUS_SUCCESS)
+    return STK_EDECODE;
+  /* The state's pinned buffer is reused by the next image. */
+  if (g_cu.StreamSynchronize(L->aux) != CUDA_SUCCESS) return STK_ECUDA;
+  return STK_OK;
+}
+
+/* The CPU path for one JPEG (or other format) item: decodes the source
+ * rectangle and copies it up. */
+static int cpu_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *msg, size_t msglen,
+                      int *batch_rc) {
+  stk__region reg;
+  stk__rect want = {p->sx, p->sy, p->sw, p->sh};
+  char why[256];
+  int rc = stk__decoder_decode(L->dec, it->data, it->len, &want, 1, &reg, why, sizeof why);
+  if (rc) {
+    item_fail(it, rc, why);
+    return rc;
+  }
+  if (reg.x > p->sx || reg.y > p->sy || reg.x + reg.w < p->sx + p->sw ||
+      reg.y + reg.h < p->sy + p->sh) {
+    item_fail(it, STK_EDECODE, "decoded region does not cover the crop");
+    return STK_EDECODE;
+  }
+  const uint8_t *src = reg.pixels + (size_t)(p->sy - reg.y) * reg.stride + (size_t)(p->sx - reg.x) * 3;
+  *batch_rc = upload_rows(g, L, L->arena + p->off, p->pitch, src, reg.stride, (size_t)p->sw * 3,
+                          p->sh, msg, msglen);
+  return *batch_rc;
+}
+
+/* The last resort for a source too large for the arena: everything on the
+ * CPU, then the finished image is copied into the slot. */
+static int big_item(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *it, iplan *p, char *msg,
+                    size_t msglen, int *batch_rc) {
+  char why[256];
+  stk__rect need;
+  const uint8_t *px;
+  size_t stride;
+  int ox, oy, rc = stk__resampler_plan(&L->rs, &it->geom, &need);
+  if (rc) {
+    item_fail(it, rc, "cannot resample this geometry");
+    return rc;
+  }
+  if (it->kind == STK__GPU_RGB8) {
+    px = it->pixels;
+    stride = it->stride;
+    ox = it->x;
+    oy = it->y;
+  } else {
+    stk__region reg;
+    rc = stk__decoder_decode(L->dec, it->data, it->len, &need, 1, &reg, why, sizeof why);
+    if (rc) {
+      item_fail(it, rc, why);
+      return rc;
+    }
+    px = reg.pixels;
+    stride = reg.stride;
+    ox = reg.x;
+    oy = reg.y;
+  }
+  if (stk__buf_reserve(&L->big, g->image_bytes + 8)) {
+    item_fail(it, STK_ENOMEM, "out of memory");
+    return STK_ENOMEM;
+  }
+  rc = stk__resampler_run(&L->rs, px, stride, ox, oy, &g->store, L->big.p);
+  if (rc) {
+    item_fail(it, rc, "resampling failed");
+    return rc;
+  }
+  *batch_rc = upload_rows(g, L, s->data + (CUdeviceptr)it->dst * g->image_bytes, g->image_bytes,
+                          L->big.p, g->image_bytes, g->image_bytes, 1, msg, msglen);
+  if (!*batch_rc)
+    *batch_rc = upload_rows(g, L, s->labels + (CUdeviceptr)it->dst * 8, 8,
+                            (const uint8_t *)&it->label, 8, 8, 1, msg, msglen);
+  return *batch_rc;
+}
+
+/* Decodes the sources of items chunk[0..k) into the arena (places already
+ * assigned), then launches the kernel over those that made it. `base` is
+ * where this chunk's descriptors go. */
+static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
+                     int base, char *msg, size_t msglen) {
+  int rc;
+  /* The hybrid decoder's stream may write this chunk's arena places once the
+   * work queued so far (earlier chunks' kernels) is done. */
+  CU(g_cu.EventRecord(L->ev_main, L->stream));
+  /* 1. the hardware engines, for the whole chunk at once */
+  int m = 0;
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_HW) continue;
+    stk__gpu_item *it = &items[chunk[c]];
+    L->hw_data[m] = it->data;
+    L->hw_len[m] = it->len;
+    memset(&L->hw_dst[m], 0, sizeof L->hw_dst[m]);
+    L->hw_dst[m].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+    L->hw_dst[m].pitch[0] = p->pitch;
+    if (p->roi)
+      g_nj.DecodeParamsSetROI(L->hw_params[m], p->sx, p->sy, p->sw, p->sh);
+    else
+      g_nj.DecodeParamsSetROI(L->hw_params[m], 0, 0, -1, -1);
+    L->hw_item[m++] = chunk[c];
+  }
+  if (m > 0) {
+    hw_pad(g, L, m);
+    nvjpegStatus_t st = g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+                                             L->hw_params, L->stream);
+    int roi_used = 0;
+    for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;
+    pthread_mutex_lock(&g->mu);
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      g->st.hw_batch_failures++;
+      /* Repeated whole-batch failures with regions: stop asking for them. */
+      if (roi_used && ++g->roi_fail_streak >= 3) g->hw_roi = g->st.hw_roi = 0;
+    } else if (roi_used) {
+      g->roi_fail_streak = 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      /* The state must be initialised again after a failed batch; then each
+       * item goes down the list on its own. */
+      if ((rc = hw_init_lane(g, L, L->hw_n, msg, msglen))) return rc;
+      for (int i = 0; i < m; i++) {
+        iplan *p = &L->plan[L->hw_item[i]];
+        p->path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+      }
+    } else {
+      for (int i = 0; i < m; i++) L->plan[L->hw_item[i]].have_src = 1;
+    }
+  }
+
+  /* 2. the CPU: decodes here while the engines work */
+  for (int c = 0; c < k; c++) {
+    int i = chunk[c];
+    iplan *p = &L->plan[i];
+    stk__gpu_item *it = &items[i];
+    if (p->path == STK__GPU_PATH_HOST) {
+      if (it->x > p->sx || it->y > p->sy || it->x + it->w < p->sx + p->sw ||
+          it->y + it->h < p->sy + p->sh || !it->pixels) {
+        item_fail(it, STK_EINVAL, "the pixels do not cover what the geometry reads");
+        continue;
+      }
+      const uint8_t *src = it->pixels + (size_t)(p->sy - it->y) * it->stride + (size_t)(p->sx - it->x) * 3;
+      if ((rc = upload_rows(g, L, L->arena + p->off, p->pitch, src, it->stride, (size_t)p->sw * 3,
+                            p->sh, msg, msglen)))
+        return rc;
+      p->have_src = 1;
+    } else if (p->path == STK__GPU_PATH_CPU) {
+      int brc = 0;
+      if (cpu_decode(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (brc) return brc;
+    }
+  }
+
+  /* 3. nvJPEG's hybrid decoder, on the aux stream after the arena is free */
+  int any_cuda = 0;
+  for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
+  if (any_cuda) {
+    CU(g_cu.StreamWaitEvent(L->aux, L->ev_main, 0));
+    for (int c = 0; c < k; c++) {
+      int i = chunk[c];
+      iplan *p = &L->plan[i];
+      if (p->path != STK__GPU_PATH_CUDA) continue;
+      if (hybrid_decode(g, L, &items[i], p) == STK_OK) {
+        p->have_src = 1;
+        continue;
+      }
+      p->path = STK__GPU_PATH_CPU;
+      int brc = 0;
+      if (cpu_decode(g, L, &items[i], p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (brc) return brc;
+    }
+    CU(g_cu.EventRecord(L->ev_aux, L->aux));
+    CU(g_cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
+  }
+
+  /* 4. the kernel */
+  int n = 0, kxm = 1, kym = 1;
+  kitem *d = L->desc_host + base;
+  for (int c = 0; c < k; c++) {
+    int i = chunk[c];
+    iplan *p = &L->plan[i];
+    stk__gpu_item *it = &items[i];
+    if (!p->have_src) continue;
+    it->path = p->path;
+    kitem *q = &d[n++];
+    memset(q, 0, sizeof *q);
+    q->src = L->arena + p->off;
+    q->label = it->label;
+    q->in0x = it->geom.x.in0;
+    q->scalex = it->geom.x.scale;
+    q->in0y = it->geom.y.in0;
+    q->scaley = it->geom.y.scale;
+    q->pitch = (int)p->pitch;
+    q->sx = p->sx;
+    q->sy = p->sy;
+    q->sw = p->sw;
+    q->sh = p->sh;
+    q->lox = it->geom.x.lo;
+    q->hix = it->geom.x.hi;
+    q->loy = it->geom.y.lo;
+    q->hiy = it->geom.y.hi;
+    q->flip = it->geom.flip != 0;
+    q->dst = it->dst;
+    if (p->kx > kxm) kxm = p->kx;
+    if (p->ky > kym) kym = p->ky;
+  }
+  if (n == 0 || g->cfg.decode_only) return STK_OK;
+  CU(g_cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d, (size_t)n * sizeof(kitem),
+                          L->stream));
+  kparams kp;
+  memset(&kp, 0, sizeof kp);
+  kp.items = L->desc_dev + (CUdeviceptr)base * sizeof(kitem);
+  kp.out = s->data;
+  kp.labels = s->labels;
+  kp.lut = g->lut;
+  kp.out_w = g->cfg.out_w;
+  kp.out_h = g->cfg.out_h;
+  kp.dtype = (int)g->cfg.dtype;
+  kp.layout = (int)g->cfg.layout;
+  kp.kx = kxm;
+  kp.ky = kym;
+  kp.tiles_x = (g->cfg.out_w + TILE_W - 1) / TILE_W;
+  kp.n = n;
+  int tiles_y = (g->cfg.out_h + TILE_H - 1) / TILE_H;
+  unsigned smem = (unsigned)((TILE_W * kxm + TILE_H * kym + 2 * TILE_W + 2 * TILE_H) * sizeof(int) +
+                             768 * sizeof(float) + 768 * sizeof(uint16_t));
+  void *args[] = {&kp};
+  CU(g_cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, TILE_W, TILE_H, 1, smem,
+                       L->stream, args, NULL));
+  pthread_mutex_lock(&g->mu);
+  g->st.chunks++;
+  pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+static glane *take_lane(stk__gpu *g) {
+  pthread_mutex_lock(&g->mu);
+  glane *L = NULL;
+  for (;;) {
+    for (int i = 0; i < g->cfg.lanes && !L; i++)
+      if (!g->lanes[i].busy) L = &g->lanes[i];
+    if (L) break;
+    pthread_cond_wait(&g->cv, &g->mu);
+  }
+  L->busy = 1;
+  pthread_mutex_unlock(&g->mu);
+  return L;
+}
+
+static void give_lane(stk__gpu *g, glane *L) {
+  pthread_mutex_lock(&g->mu);
+  L->busy = 0;
+  pthread_cond_signal(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
+                      size_t msglen) {
+  int rc;
+  /* The previous batch of this lane is done with the staging and descriptors. */
+  CU(g_cu.EventSynchronize(L->done));
+  L->staging_used = 0;
+  /* Device-side ordering: after earlier writes into this slot, and after the
+   * consumer has let go of it. */
+  if (s->written) CU(g_cu.StreamWaitEvent(L->stream, s->ready, 0));
+  pthread_mutex_lock(&g->mu);
+  int wait_freed = s->freed_pending;
+  s->freed_pending = 0;
+  pthread_mutex_unlock(&g->mu);
+  if (wait_freed) CU(g_cu.StreamWaitEvent(L->stream, s->freed, 0));
+
+  for (int i = 0; i < n; i++)
+    if (items[i].rc == STK_OK) plan_item(g, L, &items[i], &L->plan[i]);
+
+  /* Pack sources into the arena in order; a full arena closes a chunk. */
+  int k = 0, base = 0;
+  size_t used = 0;
+  for (int i = 0; i <= n; i++) {
+    size_t need = 0;
+    if (i < n) {
+      if (items[i].rc != STK_OK) continue;
+      iplan *p = &L->plan[i];
+      p->pitch = (size_t)p->sw * 3;
+      need = align_up(p->pitch * (size_t)p->sh, 256);
+      if (need > L->arena_bytes) {
+        int brc = 0;
+        if (big_item(g, L, s, &items[i], p, msg, msglen, &brc) == STK_OK)
+          items[i].path = STK__GPU_PATH_BIG;
+        if (brc) return brc;
+        continue;
+      }
+    }
+    if (i == n || used + need > L->arena_bytes) {
+      if (k > 0 && (rc = run_chunk(g, L, s, items, L->chunk, k, base, msg, msglen))) return rc;
+      base += k;
+      k = 0;
+      used = 0;
+      if (i == n) break;
+    }
+    L->plan[i].off = used;
+    used += need;
+    L->chunk[k++] = i;
+  }
+  CU(g_cu.EventRecord(s->ready, L->stream));
+  s->written = 1;
+  CU(g_cu.EventRecord(L->done, L->stream));
+  return STK_OK;
+}
+
+int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char *msg,
+                       size_t msglen) {
+  if (!g || (!items && n)) return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
+  if (slot < 0 || slot >= g->cfg.slots)
+    return stk__fail(msg, msglen, STK_EINVAL, "slot %d out of range (%d slots)", slot, g->cfg.slots);
+  if (n < 0 || n > g->cfg.max_batch)
+    return stk__fail(msg, msglen, STK_EINVAL, "%d items, the limit is %d", n, g->cfg.max_batch);
+  pthread_mutex_lock(&g->mu);
+  int poisoned = g->poisoned;
+  pthread_mutex_unlock(&g->mu);
+  if (poisoned) return stk__fail(msg, msglen, STK_ECUDA, "the GPU failed earlier: %s", g->poison_msg);
+  double t0 = stk__now();
+  for (int i = 0; i < n; i++) {
+    stk__gpu_item *it = &items[i];
+    it->rc = STK_OK;
+    it->path = STK__GPU_PATH_NONE;
+    char why[160];
+    if (it->dst < 0 || it->dst >= g->cfg.max_batch)
+      item_fail(it, STK_EINVAL, "dst out of range");
+    else if (it->kind == STK__GPU_JPEG ? !it->data || !it->len : it->kind != STK__GPU_RGB8)
+      item_fail(it, STK_EINVAL, "no data");
+    else if (check_geom(g, &it->geom, why, sizeof why))
+      item_fail(it, STK_EINVAL, why);
+  }
+  glane *L = take_lane(g);
+  int rc;
+  CUresult r = g_cu.CtxPushCurrent(g->ctx);
+  if (r != CUDA_SUCCESS) {
+    rc = cu_fail(g, r, "cuCtxPushCurrent", msg, msglen);
+  } else {
+    rc = run_locked(g, L, &g->slots[slot], n, items, msg, msglen);
+    g_cu.CtxPopCurrent(NULL);
+  }
+  give_lane(g, L);
+  pthread_mutex_lock(&g->mu);
+  g->st.batches++;
+  for (int i = 0; i < n; i++) {
+    g->st.items++;
+    if (rc == STK_OK && items[i].rc == STK_OK && items[i].path == STK__GPU_PATH_NONE)
+      item_fail(&items[i], STK_EDECODE, "not decoded");
+    if (items[i].rc != STK_OK)
+      g->st.failed++;
+    else
+      g->st.path[items[i].path]++;
+  }
+  g->st.host_seconds += stk__now() - t0;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+/* ---- slots ------------------------------------------------------------------- */
+void *stk__gpu_slot_data(stk__gpu *g, int slot) {
+  return g && slot >= 0 && slot < g->cfg.slots ? (void *)(uintptr_t)g->slots[slot].data : NULL;
+}
+
+int64_t *stk__gpu_slot_labels(stk__gpu *g, int slot) {
+  return g && slot >= 0 && slot < g->cfg.slots ? (int64_t *)(uintptr_t)g->slots[slot].labels : NULL;
+}
+
+void *stk__gpu_slot_event(stk__gpu *g, int slot) {
+  return g && slot >= 0 && slot < g->cfg.slots ? (void *)g->slots[slot].ready : NULL;
+}
+
+size_t stk__gpu_image_bytes(const stk__gpu *g) { return g ? g->image_bytes : 0; }
+void *stk__gpu_context(stk__gpu *g) { return g ? (void *)g->ctx : NULL; }
+int stk__gpu_device(const stk__gpu *g) { return g ? g->device : -1; }
+
+#define ENTER()                                                              \
+  do {                                                                       \
+    CUresult r0_ = g_cu.CtxPushCurrent(g->ctx);                              \
+    if (r0_ != CUDA_SUCCESS) return cu_fail(g, r0_, "cuCtxPushCurrent", msg, msglen); \
+  } while (0)
+
+int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
+  ENTER();
+  gslot *s = &g->slots[slot];
+  CUresult r = g_cu.EventRecord(s->freed, (CUstream)consumer_stream);
+  g_cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuEventRecord", msg, msglen);
+  pthread_mutex_lock(&g->mu);
+  s->freed_pending = 1;
+  pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+int stk__gpu_slot_wait(stk__gpu *g, int slot, char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
+  if (!g->slots[slot].written) return STK_OK;
+  ENTER();
+  CUresult r = g_cu.EventSynchronize(g->slots[slot].ready);
+  g_cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuEventSynchronize", msg, msglen);
+  return STK_OK;
+}
+
+static int compact_locked(stk__gpu *g, gslot *s, int n, const int *from, char *msg, size_t msglen) {
+  if (s->written) CU(g_cu.StreamWaitEvent(g->util, s->ready, 0));
+  for (int k = 0; k < n; k++) {
+    if (from[k] == k) continue;
+    CU(g_cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)k * g->image_bytes,
+                            s->data + (CUdeviceptr)from[k] * g->image_bytes, g->image_bytes, g->util));
+    CU(g_cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)k * 8, s->labels + (CUdeviceptr)from[k] * 8, 8,
+                            g->util));
+  }
+  CU(g_cu.EventRecord(s->ready, g->util));
+  s->written = 1;
+  return STK_OK;
+}
+
+int stk__gpu_slot_compact(stk__gpu *g, int slot, int n, const int *from, char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots || n < 0 || n > g->cfg.max_batch || (n && !from))
+    return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
+  for (int k = 0; k < n; k++)
+    if (from[k] < k || from[k] >= g->cfg.max_batch || (k && from[k] <= from[k - 1]))
+      return stk__fail(msg, msglen, STK_EINVAL, "from[] must increase, with from[k] >= k");
+  ENTER();
+  pthread_mutex_lock(&g->mu); /* one compaction at a time on the utility stream */
+  int rc = compact_locked(g, &g->slots[slot], n, from, msg, msglen);
+  pthread_mutex_unlock(&g->mu);
+  g_cu.CtxPopCurrent(NULL);
+  return rc;
+}
+
+int stk__gpu_download(stk__gpu *g, int slot, void *host, size_t bytes, int64_t *labels, int n,
+                      char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots ||
+      bytes > (size_t)g->cfg.max_batch * g->image_bytes || n < 0 || n > g->cfg.max_batch)
+    return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
+  int rc = stk__gpu_slot_wait(g, slot, msg, msglen);
+  if (rc) return rc;
+  ENTER();
+  CUresult r = bytes ? g_cu.MemcpyDtoH(host, g->slots[slot].data, bytes) : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS && labels && n)
+    r = g_cu.MemcpyDtoH(labels, g->slots[slot].labels, (size_t)n * sizeof(int64_t));
+  g_cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuMemcpyDtoH", msg, msglen);
+  return STK_OK;
+}
+
+void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out) {
+  if (!g || !out) return;
+  pthread_mutex_lock(&g->mu);
+  *out = g->st;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- probe ------------------------------------------------------------------- */
+int stk__gpu_probe(char *buf, size_t len) {
+  if (!buf || !len) return STK_EINVAL;
+  buf[0] = '\0';
+  size_t at = 0;
+#define OUT(...)                                                          \
+  do {                                                                    \
+    if (at < len) {                                                       \
+      int w_ = snprintf(buf + at, len - at, __VA_ARGS__);                 \
+      if (w_ > 0) at += (size_t)w_ < len - at ? (size_t)w_ : len - at - 1; \
+    }                                                                     \
+  } while (0)
+  OUT("gpu kernels: %s\n", HAVE_KERNELS ? "built (sm_80, sm_90, compute_90 PTX)"
+                                         : "not built (nvcc was not found at build time)");
+  load_once();
+  if (!g_cu_ok) {
+    OUT("gpu: %s\n", g_cu_why);
+    return STK_ENODEV;
+  }
+  CUresult r = g_cu.Init(0);
+  if (r != CUDA_SUCCESS) {
+    OUT("gpu: the CUDA driver cannot start: %s (%s)\n", cu_name(r), cu_str(r));
+    return STK_ENODEV;
+  }
+  int drv = 0, count = 0;
+  g_cu.DriverGetVersion(&drv);
+  g_cu.DeviceGetCount(&count);
+  OUT("cuda driver: %d.%d, %d device%s\n", drv / 1000, drv % 1000 / 10, count, count == 1 ? "" : "s");
+  int usable = 0;
+  for (int i = 0; i < count; i++) {
+    CUdevice d;
+    char name[128] = "?";
+    int maj = 0, min = 0, sms = 0;
+    size_t mem = 0;
+    if (g_cu.DeviceGet(&d, i) != CUDA_SUCCESS) continue;
+    g_cu.DeviceGetName(name, sizeof name, d);
+    g_cu.DeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, d);
+    g_cu.DeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_CC_MINOR, d);
+    g_cu.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+    g_cu.DeviceTotalMem(&mem, d);
+    OUT("device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB%s\n", i, name, maj, min, sms,
+        (double)mem / (1 << 30), maj >= 8 ? "" : " (too old for stoker's kernels)");
+    usable += maj >= 8;
+  }
+  if (!g_nj_ok) {
+    OUT("nvjpeg: not available (%s): JPEGs would be decoded on the CPU\n", g_nj_why);
+  } else {
+    int a = 0, b = 0, c = 0;
+    g_nj.GetProperty(NVJPEG_PROP_MAJOR, &a);
+    g_nj.GetProperty(NVJPEG_PROP_MINOR, &b);
+    g_nj.GetProperty(NVJPEG_PROP_PATCH, &c);
+    OUT("nvjpeg: %d.%d.%d (%s)\n", a, b, c, g_nj_name);
+    CUdevice d;
+    CUcontext ctx = NULL;
+    if (count > 0 && g_cu.DeviceGet(&d, 0) == CUDA_SUCCESS &&
+        g_cu.DevicePrimaryCtxRetain(&ctx, d) == CUDA_SUCCESS) {
+      g_cu.CtxPushCurrent(ctx);
+      nvjpegHandle_t h = NULL;
+      nvjpegStatus_t s = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &h);
+      if (s == NVJPEG_STATUS_SUCCESS) {
+        unsigned eng = 0, cores = 0;
+        if (g_nj.GetHardwareDecoderInfo) g_nj.GetHardwareDecoderInfo(h, &eng, &cores);
+        if (eng)
+          OUT("nvjpeg hardware decoder (device 0): available, %u engines x %u cores\n", eng, cores);
+        else
+          OUT("nvjpeg hardware decoder (device 0): available\n");
+        g_nj.Destroy(h);
+      } else {
+        OUT("nvjpeg hardware decoder (device 0): not available (%s)\n", nj_name(s));
+      }
+      g_cu.CtxPopCurrent(NULL);
+      g_cu.DevicePrimaryCtxRelease(d);
+    }
+  }
+#undef OUT
+  return usable > 0 ? STK_OK : STK_ENODEV;
+}

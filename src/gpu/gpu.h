@@ -1,0 +1,224 @@
+/*
+ * gpu.h: the GPU back end. JPEG decoding with nvJPEG (the hardware JPEG
+ * engines where the GPU has them), then one fused CUDA kernel per batch that
+ * crops, resamples (Pillow's antialiased bilinear filter, bit-exact with
+ * src/ops/resample.c on the same source pixels), flips, normalises and writes
+ * the batch tensor in its final dtype and layout straight into device memory.
+ *
+ * One build serves machines with and without a GPU: libcuda.so.1 and
+ * libnvjpeg.so.* are opened at run time (dlopen), only the CUDA driver API is
+ * used (no cudart dependency of our own), and the kernels are compiled at
+ * build time into a fatbin that is embedded in the library. A build without
+ * nvcc has no kernels: stk__gpu_open() then fails with STK_ENODEV.
+ *
+ * Objects
+ * -------
+ *  - a gpu (stk__gpu) owns: the device's primary context (retained), the
+ *    kernel module, nvJPEG handles, `slots` output slots and `lanes` lanes.
+ *  - a slot is where one batch lands: max_batch images of out_w x out_h in
+ *    the configured dtype/layout, max_batch int64 labels, and a "ready" event
+ *    recorded after the last write into the slot.
+ *  - a lane is one batch in flight: a CUDA stream, nvJPEG decode states, a
+ *    device arena for decoded source pixels, pinned staging memory and a CPU
+ *    decoder for fallbacks. run_batch() takes a free lane for the duration of
+ *    the call, so up to `lanes` threads can run batches at the same time
+ *    (host-side work of one overlaps device work of another).
+ *
+ * Every device and pinned buffer is allocated by stk__gpu_open(); running a
+ * batch allocates nothing of ours (nvJPEG's internal buffers are pre-sized at
+ * open by a warm-up decode).
+ *
+ * How one item is decoded (run_batch), in order of preference:
+ *   1. "hw":   nvJPEG batched decode on the hardware JPEG engines
+ *              (NVJPEG_BACKEND_HARDWARE), of only the region the geometry
+ *              reads (ROI) when the engine accepts it, else the whole image;
+ *   2. "cuda": nvJPEG's hybrid decoder (CPU Huffman + CUDA), ROI only; for
+ *              JPEGs the hardware refuses (progressive, odd sampling);
+ *   3. "cpu":  stoker's own decoder (libjpeg-turbo) on the calling thread,
+ *              region only, copied up through pinned memory; for everything
+ *              nvJPEG cannot do (CMYK/YCCK, corrupt files it rejects, PNG);
+ *   4. "host": an item that is already decoded RGB8 (STK__GPU_RGB8) is copied
+ *              up through pinned memory;
+ *   5. "big":  an item whose source region does not fit the lane's arena is
+ *              decoded and resampled on the CPU (src/ops) and only the
+ *              finished image is copied up.
+ * Failures move an item down the list; only a failure of the last resort
+ * fails the item (its rc), never the batch.
+ *
+ * Synchronisation: nothing here synchronises the device. run_batch() waits
+ * (on the host) only for the previous batch of the same lane, then queues
+ * everything on the lane's stream and records the slot's ready event. The
+ * consumer makes its stream wait on that event (cuStreamWaitEvent /
+ * torch.cuda.Stream.wait_event), and gives the slot back with
+ * stk__gpu_slot_release(), which records a "free" event on the consumer's
+ * stream that the next write into the slot waits for on the device.
+ *
+ * Errors: every CUDA or nvJPEG failure is returned as STK_ECUDA with the
+ * failing call and the library's own error name in msg; nothing aborts.
+ * A sticky CUDA error (e.g. a faulting kernel) poisons the gpu: every later
+ * call returns STK_ECUDA.
+ *
+ * Threads: stk__gpu_run_batch() may be called from up to `lanes` threads at
+ * once (more wait for a lane). The slot functions may be called from any
+ * thread. stk__gpu_close() must not race with other calls.
+ */
+#ifndef STK_GPU_H
+#define STK_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/ops.h"
+#include "stoker.h"
+
+typedef struct stk__gpu stk__gpu;
+
+typedef struct {
+  int max_batch;          /* most items of one run_batch() call. 256 */
+  int out_w, out_h;       /* output image size. 224 x 224 */
+  stk_dtype dtype;        /* STK_DTYPE_FLOAT32 */
+  stk_layout layout;      /* STK_LAYOUT_NCHW */
+  float mean[3], std[3];  /* on the 0..1 scale, as stk_options. ImageNet's */
+  int slots;              /* output slots. 4 */
+  int lanes;              /* batches in flight at once. 2 */
+  size_t arena_bytes;     /* per lane, device memory for decoded source
+                             regions; 0 = max_batch * 1 MiB. A batch whose
+                             sources do not fit is run in several chunks. */
+  size_t staging_bytes;   /* per lane, pinned host memory for sources decoded
+                             on the CPU; 0 = max(64 MiB, max_batch * 256 KiB) */
+  int use_hw;             /* use the hardware JPEG engines when present. 1 */
+  int use_cuda;           /* use nvJPEG's hybrid decoder for the JPEGs the
+                             engines refuse. 1 */
+  int roi;                /* decode only the region the resampler reads. 1 */
+  int chroma_interp;      /* ask nvJPEG for interpolated (libjpeg-like)
+                             chroma upsampling where it supports it. 1 */
+  uint64_t max_pixels;    /* limit for the CPU fallback decoder (see
+                             stk_options.max_pixels). 178956970 */
+  int decode_only;        /* benchmarks: decode, but launch no kernel. 0 */
+} stk__gpu_config;
+
+/* Fills the defaults above. */
+void stk__gpu_config_init(stk__gpu_config *c);
+
+typedef enum {
+  STK__GPU_JPEG = 0, /* encoded bytes (normally JPEG; anything stk__decoder
+                        reads is accepted and decoded on the CPU) */
+  STK__GPU_RGB8 = 1, /* already decoded 8-bit RGB in host memory */
+} stk__gpu_kind;
+
+/* How an item was decoded (stk__gpu_item.path). */
+enum {
+  STK__GPU_PATH_NONE = 0,
+  STK__GPU_PATH_HW,   /* hardware engines, batched */
+  STK__GPU_PATH_CUDA, /* nvJPEG hybrid (CPU Huffman + CUDA) */
+  STK__GPU_PATH_CPU,  /* stoker's CPU decoder, source copied up */
+  STK__GPU_PATH_HOST, /* an STK__GPU_RGB8 item, copied up */
+  STK__GPU_PATH_BIG,  /* decoded and resampled on the CPU, image copied up */
+  STK__GPU_NPATHS
+};
+
+typedef struct {
+  stk__gpu_kind kind;
+  /* STK__GPU_JPEG: the file's bytes, valid until run_batch() returns. */
+  const uint8_t *data;
+  size_t len;
+  /* STK__GPU_RGB8: rows of interleaved RGB, `stride` bytes apart; pixel
+   * (0,0) of the buffer is pixel (x, y) of the geometry's coordinates and the
+   * buffer is w x h. It must cover what the geometry reads (the `need`
+   * rectangle of stk__resampler_plan()), e.g. an stk__region from
+   * stk__decoder_decode(). Valid until run_batch() returns. */
+  const uint8_t *pixels;
+  size_t stride;
+  int x, y, w, h;
+  /* Where output pixel (i, j) samples the source, as in ops.h. For JPEG
+   * items: in full-resolution coordinates of the file (stk__geom_crop /
+   * stk__geom_eval on the header's size, not downscaled). geom.x.out and
+   * geom.y.out must equal out_w, out_h. geom.flip mirrors the output. */
+  stk__geom geom;
+  int64_t label;      /* written to the slot's device labels at [dst] */
+  int dst;            /* image index in the slot, 0..max_batch-1 */
+  /* results */
+  int rc;             /* STK_OK, or why this item failed (its image and label
+                         in the slot are then left as they were) */
+  int path;           /* STK__GPU_PATH_* that produced it */
+  char *msg;          /* optional: the failure reason goes here */
+  size_t msglen;
+} stk__gpu_item;
+
+typedef struct {
+  uint64_t batches, items, failed;
+  uint64_t path[STK__GPU_NPATHS]; /* items per path */
+  uint64_t chunks;                /* kernel launches (> batches: arena too small) */
+  uint64_t hw_batch_failures;     /* batched hardware decodes that failed as a whole */
+  uint64_t hw_roi_full;           /* hardware items decoded whole: ROI refused */
+  double host_seconds;            /* summed over threads, inside run_batch() */
+  uint64_t device_bytes;          /* device memory we allocated */
+  uint64_t device_bytes_used;     /* device memory in use after open minus
+                                     before (includes nvJPEG and the context) */
+  uint64_t pinned_bytes;          /* pinned host memory we allocated */
+  int hw_available;               /* the hardware engines are in use */
+  int hw_roi;                     /* ROI decode on the engines is in use */
+  int chroma_interp;              /* interpolated chroma upsampling is on */
+  int cuda_available;             /* the hybrid decoder is in use */
+} stk__gpu_stats;
+
+/* Opens CUDA device `device` and allocates everything for cfg. On failure
+ * returns STK_ENODEV (no driver, no such device, build without kernels),
+ * STK_ECUDA, STK_EINVAL or STK_ENOMEM, with the reason in msg. */
+int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
+                  size_t msglen);
+
+/* Frees everything: waits for the gpu's own streams first. NULL is a no-op. */
+void stk__gpu_close(stk__gpu *g);
+
+/* Decodes and resamples items[0..n) (n <= max_batch) into slot `slot`, each
+ * into image items[i].dst, and records the slot's ready event. Returns STK_OK
+ * when the batch was queued (check items[i].rc), or STK_EINVAL / STK_ECUDA /
+ * STK_ENOMEM for the batch as a whole. A slot may receive several calls (to
+ * fill holes); its ready event then covers all of them. */
+int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char *msg,
+                       size_t msglen);
+
+/* The slot's images (CUdeviceptr, as a pointer), its max_batch int64 labels
+ * on the device, and its ready event (CUevent). */
+void *stk__gpu_slot_data(stk__gpu *g, int slot);
+int64_t *stk__gpu_slot_labels(stk__gpu *g, int slot);
+void *stk__gpu_slot_event(stk__gpu *g, int slot);
+size_t stk__gpu_image_bytes(const stk__gpu *g);
+
+/* The consumer is done with the slot once the work queued so far on
+ * `consumer_stream` (a CUstream; NULL = the context's default stream)
+ * completes: the next write into the slot waits for that on the device. */
+int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *msg, size_t msglen);
+
+/* Blocks the calling thread until the slot's ready event has completed. */
+int stk__gpu_slot_wait(stk__gpu *g, int slot, char *msg, size_t msglen);
+
+/* Moves images and labels inside a slot to close holes: image k becomes
+ * image from[k], for k in [0, n); from[] must be increasing with from[k] >= k.
+ * Queued after the slot's last writes; re-records its ready event. */
+int stk__gpu_slot_compact(stk__gpu *g, int slot, int n, const int *from, char *msg,
+                          size_t msglen);
+
+/* Tests and tools: waits for the slot, then copies `bytes` of its images (and,
+ * when labels != NULL, n labels) to host memory. */
+int stk__gpu_download(stk__gpu *g, int slot, void *host, size_t bytes, int64_t *labels, int n,
+                      char *msg, size_t msglen);
+
+/* The primary context of the device (CUcontext), for callers that need it
+ * current to use the events and pointers above. */
+void *stk__gpu_context(stk__gpu *g);
+int stk__gpu_device(const stk__gpu *g);
+
+void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out);
+
+/* For `stoker info`: human-readable lines about the GPUs, the driver,
+ * nvJPEG (version, hardware engines) and whether this build has kernels.
+ * Never fails: without a GPU it says why. Returns STK_OK when at least one
+ * usable device was found, STK_ENODEV otherwise. */
+int stk__gpu_probe(char *buf, size_t len);
+
+/* 1 when this build embeds the CUDA kernels (nvcc was found). */
+int stk__gpu_built(void);
+
+#endif

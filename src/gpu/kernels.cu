@@ -1,0 +1,204 @@
+/*
+ * kernels.cu: the fused crop + resize + flip + normalise + store kernel.
+ *
+ * One launch covers a whole batch (or a chunk of it): blockIdx.y is the item,
+ * blockIdx.x a 32 x 8 tile of its output image, one thread per output pixel.
+ *
+ * The arithmetic is the CPU resampler's (src/ops/resample.c), which is
+ * Pillow's: per output pixel the bilinear filter's support is widened by the
+ * downscale factor, the window is clipped to the source range [lo, hi), the
+ * weights are normalised in double and rounded to 22-bit fixed point, the
+ * horizontal pass is rounded to 8 bits, then the vertical pass. The weights
+ * are computed here on the fly with the same double operations in the same
+ * order (this file is compiled with --fmad=false so that nothing is fused
+ * differently from the host), and the pixel sums are the same int32 sums,
+ * so on the same source pixels the output is bit-identical to the CPU path.
+ * Normalisation goes through the same 256-entry tables (stk__store_init), so
+ * every dtype matches too.
+ *
+ * Compiled by nvcc at build time into a fatbin that the library embeds and
+ * loads with cuModuleLoadData; the host side is src/gpu/gpu.c.
+ */
+#include <stdint.h>
+
+/* Must match struct kitem / struct kparams in gpu.c (checked there and here). */
+struct stk_kitem {
+  unsigned long long src; /* device address of source pixel (sx, sy) */
+  long long label;
+  double in0x, scalex, in0y, scaley;
+  int pitch;              /* bytes between source rows */
+  int sx, sy, sw, sh;     /* the source buffer's rectangle, geometry coordinates */
+  int lox, hix, loy, hiy; /* the geometry's source range per axis */
+  int flip, dst;
+  int pad;
+};
+
+struct stk_kparams {
+  unsigned long long items;  /* stk_kitem[n] */
+  unsigned long long out;    /* the slot's images */
+  unsigned long long labels; /* the slot's int64 labels, or 0 */
+  unsigned long long lut;    /* float[3][256] then uint16[3][256] */
+  int out_w, out_h, dtype, layout;
+  int kx, ky;                /* weights per output pixel, x and y (max over items) */
+  int tiles_x, n;
+};
+
+static_assert(sizeof(stk_kitem) == 96, "stk_kitem layout");
+static_assert(sizeof(stk_kparams) == 64, "stk_kparams layout");
+
+#define PRECISION_BITS 22
+#define TW 32
+#define TH 8
+
+/* dtype and layout values of stoker.h */
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#define DT_U8 3
+#define LAYOUT_NCHW 0
+
+__device__ __forceinline__ double bilinear(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* plan_axis() of resample.c for output index i: writes the window's weights
+ * to k[0..count) and the window's first source pixel (absolute, in geometry
+ * coordinates) to *first. */
+__device__ void axis_coeffs(double in0_abs, double scale, int lo, int hi, int i, int kmax, int *k,
+                            int *first, int *count) {
+  double filterscale = scale < 1.0 ? 1.0 : scale;
+  double support = 1.0 * filterscale;
+  int in_size = hi - lo;
+  double in0 = in0_abs - lo;
+  double center = in0 + (i + 0.5) * scale;
+  double ww = 0.0, ss = 1.0 / filterscale;
+  int xmin = (int)(center - support + 0.5);
+  if (xmin < 0) xmin = 0;
+  int xmax = (int)(center + support + 0.5);
+  if (xmax > in_size) xmax = in_size;
+  xmax -= xmin;
+  if (xmax < 0) xmax = 0;
+  if (xmax > kmax) xmax = kmax; /* cannot happen: kmax is Pillow's ksize */
+  for (int x = 0; x < xmax; x++) ww += bilinear((x + xmin - center + 0.5) * ss);
+  for (int x = 0; x < xmax; x++) {
+    double w = bilinear((x + xmin - center + 0.5) * ss);
+    double v = ww != 0.0 ? w / ww : w;
+    k[x] = v < 0 ? (int)(-0.5 + v * (1 << PRECISION_BITS)) : (int)(0.5 + v * (1 << PRECISION_BITS));
+  }
+  *first = lo + xmin;
+  *count = xmax;
+}
+
+__device__ __forceinline__ int clip8(int v) {
+  v >>= PRECISION_BITS;
+  return v < 0 ? 0 : v > 255 ? 255 : v;
+}
+
+extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk_kparams p) {
+  extern __shared__ int smem[];
+  int *kx = smem;               /* TW * p.kx */
+  int *ky = kx + TW * p.kx;     /* TH * p.ky */
+  int *bx = ky + TH * p.ky;     /* TW * 2: first, count */
+  int *by = bx + 2 * TW;        /* TH * 2 */
+  float *lutf = (float *)(by + 2 * TH);                   /* 768 */
+  unsigned short *lut16 = (unsigned short *)(lutf + 768); /* 768 */
+
+  const stk_kitem *it = (const stk_kitem *)p.items + blockIdx.y;
+  const int W = p.out_w, H = p.out_h;
+  const int ox0 = (blockIdx.x % p.tiles_x) * TW, oy0 = (blockIdx.x / p.tiles_x) * TH;
+  const int t = threadIdx.y * TW + threadIdx.x;
+
+  if (t < TW) {
+    int i = ox0 + t;
+    if (i < W)
+      axis_coeffs(it->in0x, it->scalex, it->lox, it->hix, i, p.kx, kx + t * p.kx, &bx[2 * t],
+                  &bx[2 * t + 1]);
+  } else if (t < TW + TH) {
+    int r = t - TW, j = oy0 + r;
+    if (j < H)
+      axis_coeffs(it->in0y, it->scaley, it->loy, it->hiy, j, p.ky, ky + r * p.ky, &by[2 * r],
+                  &by[2 * r + 1]);
+  }
+  if (p.dtype != DT_U8) {
+    const float *gl = (const float *)p.lut;
+    const unsigned short *g16 = (const unsigned short *)(gl + 768);
+    for (int q = t; q < 768; q += TW * TH) {
+      lutf[q] = gl[q];
+      lut16[q] = g16[q];
+    }
+  }
+  if (blockIdx.x == 0 && t == 0 && p.labels) ((long long *)p.labels)[it->dst] = it->label;
+  __syncthreads();
+
+  const int i = ox0 + threadIdx.x, j = oy0 + threadIdx.y;
+  if (i >= W || j >= H) return;
+
+  const unsigned char *src = (const unsigned char *)it->src;
+  const int pitch = it->pitch;
+  const int *kxr = kx + threadIdx.x * p.kx, *kyr = ky + threadIdx.y * p.ky;
+  int x0 = bx[2 * threadIdx.x] - it->sx, nx = bx[2 * threadIdx.x + 1];
+  int y0 = by[2 * threadIdx.y] - it->sy, ny = by[2 * threadIdx.y + 1];
+  /* The host sizes the source to cover every window; clamp anyway so that a
+   * bad item can only read its own buffer. */
+  int kx0 = 0, ky0 = 0;
+  if (x0 < 0) { kx0 = -x0; nx += x0; x0 = 0; }
+  if (y0 < 0) { ky0 = -y0; ny += y0; y0 = 0; }
+  if (x0 + nx > it->sw) nx = it->sw - x0;
+  if (y0 + ny > it->sh) ny = it->sh - y0;
+
+  const int half = 1 << (PRECISION_BITS - 1);
+  int a0 = half, a1 = half, a2 = half;
+  for (int r = 0; r < ny; r++) {
+    const unsigned char *row = src + (size_t)(y0 + r) * pitch + (size_t)x0 * 3;
+    int h0 = half, h1 = half, h2 = half;
+    for (int c = 0; c < nx; c++) {
+      int w = kxr[kx0 + c];
+      h0 += row[3 * c] * w;
+      h1 += row[3 * c + 1] * w;
+      h2 += row[3 * c + 2] * w;
+    }
+    int wy = kyr[ky0 + r];
+    a0 += clip8(h0) * wy;
+    a1 += clip8(h1) * wy;
+    a2 += clip8(h2) * wy;
+  }
+  const int v0 = clip8(a0), v1 = clip8(a1), v2 = clip8(a2);
+
+  const int ox = it->flip ? W - 1 - i : i;
+  const size_t plane = (size_t)W * H, img = (size_t)it->dst * 3 * plane;
+  size_t o0, o1, o2;
+  if (p.layout == LAYOUT_NCHW) {
+    o0 = img + (size_t)j * W + ox;
+    o1 = o0 + plane;
+    o2 = o1 + plane;
+  } else {
+    o0 = img + ((size_t)j * W + ox) * 3;
+    o1 = o0 + 1;
+    o2 = o0 + 2;
+  }
+  switch (p.dtype) {
+    case DT_F32: {
+      float *d = (float *)p.out;
+      d[o0] = lutf[v0];
+      d[o1] = lutf[256 + v1];
+      d[o2] = lutf[512 + v2];
+      break;
+    }
+    case DT_F16:
+    case DT_BF16: {
+      unsigned short *d = (unsigned short *)p.out;
+      d[o0] = lut16[v0];
+      d[o1] = lut16[256 + v1];
+      d[o2] = lut16[512 + v2];
+      break;
+    }
+    default: {
+      unsigned char *d = (unsigned char *)p.out;
+      d[o0] = (unsigned char)v0;
+      d[o1] = (unsigned char)v1;
+      d[o2] = (unsigned char)v2;
+      break;
+    }
+  }
+}
