@@ -26,7 +26,7 @@ class CMakeBuild(build_ext):
             f"-DCMAKE_BUILD_TYPE={cfg}",
             "-DSTK_PYTHON=ON", "-DSTK_PYTHON_REQUIRED=ON", "-DSTK_TESTS=OFF",
             f"-DPython3_EXECUTABLE={sys.executable}",
-            f"-DSTK_PYTHON_OUTPUT_DIR={out_dir}",
+            f"-DSTK_PYTHON_MODULE_DIR={out_dir}",
         ])
         jobs = str(self.parallel or os.cpu_count() or 1)
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "stoker_python",

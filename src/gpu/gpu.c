@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,7 @@ typedef struct {
   CUresult (*EventDestroy)(CUevent);
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventSynchronize)(CUevent);
+  CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*ModuleLoadData)(CUmodule *, const void *);
   CUresult (*ModuleUnload)(CUmodule);
   CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -184,6 +186,7 @@ static const sym_entry cuda_syms[] = {
     CU_SYM(EventDestroy, "cuEventDestroy_v2"),
     CU_SYM(EventRecord, "cuEventRecord"),
     CU_SYM(EventSynchronize, "cuEventSynchronize"),
+    CU_SYM(EventElapsedTime, "cuEventElapsedTime"),
     CU_SYM(ModuleLoadData, "cuModuleLoadData"),
     CU_SYM(ModuleUnload, "cuModuleUnload"),
     CU_SYM(ModuleGetFunction, "cuModuleGetFunction"),
@@ -249,11 +252,13 @@ static int load_syms(void *lib, const sym_entry *tab, size_t n, void *api, char 
 
 static void load_libs(void) {
   void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!cu) cu = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
   if (!cu) {
     const char *e = dlerror();
     snprintf(g_cu_why, sizeof g_cu_why, "no NVIDIA driver: libcuda.so.1 cannot be opened (%s)",
              e ? e : "not found");
+    cu = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!cu) {
   } else if (load_syms(cu, cuda_syms, sizeof cuda_syms / sizeof *cuda_syms, &g_cu, g_cu_why,
                        sizeof g_cu_why)) {
     g_cu_ok = 1;
@@ -365,6 +370,7 @@ typedef struct {
 typedef struct {
   CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
   CUevent done, ev_main, ev_aux;
+  CUevent prof[3]; /* cfg.profile: chunk start, before the kernel, after it */
   int busy;
   /* hardware, batched */
   nvjpegJpegState_t hw_state;
@@ -381,7 +387,8 @@ typedef struct {
   nvjpegBufferDevice_t hy_dev;
   nvjpegJpegStream_t hy_js;
   nvjpegDecodeParams_t hy_params;
-  nvjpegJpegStream_t js;           /* header parsing */
+  nvjpegJpegStream_t js;           /* header parsing, with js_handle */
+  nvjpegHandle_t js_handle;
   /* memory */
   CUdeviceptr arena, desc_dev, dummy_out;
   size_t arena_bytes;
@@ -456,6 +463,21 @@ static int cu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t 
     pthread_mutex_unlock(&g->mu);
   }
   return stk__fail(msg, msglen, STK_ECUDA, "%s: %s (%s)", what, cu_name(r), cu_str(r));
+}
+
+/* Remembers why a decode path is off (stats.notes). */
+static void note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
+static void note(stk__gpu *g, const char *fmt, ...) {
+  size_t at = strlen(g->st.notes);
+  if (at + 3 >= sizeof g->st.notes) return;
+  if (at) {
+    memcpy(g->st.notes + at, "; ", 3);
+    at += 2;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->st.notes + at, sizeof g->st.notes - at, fmt, ap);
+  va_end(ap);
 }
 
 #define CU(call)                                              \
@@ -595,8 +617,6 @@ static void hw_pad(stk__gpu *g, glane *L, int m) {
  * internal buffers, and tells whether the engines (and their ROI) work. */
 static int hw_warmup(stk__gpu *g, glane *L, int roi, char *msg, size_t msglen) {
   hw_pad(g, L, 0);
-  if (roi)
-    for (int i = 0; i < L->hw_n; i++) g_nj.DecodeParamsSetROI(L->hw_params[i], 4, 4, 8, 8);
   nvjpegStatus_t s = g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
                                           L->hw_params, L->stream);
   if (s != NVJPEG_STATUS_SUCCESS) {
@@ -617,6 +637,8 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   CU(g_cu.EventCreate(&L->ev_main, CU_EVENT_DISABLE_TIMING));
   CU(g_cu.EventCreate(&L->ev_aux, CU_EVENT_DISABLE_TIMING));
   CU(g_cu.EventRecord(L->done, L->stream));
+  if (c->profile)
+    for (int i = 0; i < 3; i++) CU(g_cu.EventCreate(&L->prof[i], 0));
   L->arena_bytes = c->arena_bytes ? c->arena_bytes : (size_t)B << 20;
   L->staging_bytes = c->staging_bytes ? c->staging_bytes : (size_t)B << 18;
   if (!c->staging_bytes && L->staging_bytes < ((size_t)64 << 20)) L->staging_bytes = (size_t)64 << 20;
@@ -642,9 +664,10 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       !L->chunk || !L->dec)
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   stk__decoder_set_limits(L->dec, c->max_pixels);
-  if (g->gen) {
-    NJ(g_nj.JpegStreamCreate(g->gen, &L->js));
-    NJ(g_nj.DecodeParamsCreate(g->gen, &L->chk_params));
+  L->js_handle = g->hw ? g->hw : g->gen;
+  if (L->js_handle) {
+    NJ(g_nj.JpegStreamCreate(L->js_handle, &L->js));
+    NJ(g_nj.DecodeParamsCreate(L->js_handle, &L->chk_params));
     NJ(g_nj.DecodeParamsSetOutputFormat(L->chk_params, NVJPEG_OUTPUT_RGBI));
   }
   if (g->hw) {
@@ -671,20 +694,31 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   return STK_OK;
 }
 
+/* Destroys the lane's objects made with the hardware handle. */
+static void drop_lane_hw(stk__gpu *g, glane *L) {
+  if (L->hw_params)
+    for (int i = 0; i < g->cfg.max_batch; i++) {
+      if (L->hw_params[i]) g_nj.DecodeParamsDestroy(L->hw_params[i]);
+      L->hw_params[i] = NULL;
+    }
+  if (L->chk_params) g_nj.DecodeParamsDestroy(L->chk_params);
+  if (L->js) g_nj.JpegStreamDestroy(L->js);
+  if (L->hw_state) g_nj.JpegStateDestroy(L->hw_state);
+  L->chk_params = NULL;
+  L->js = NULL;
+  L->hw_state = NULL;
+  L->hw_n = 0;
+}
+
 static void close_lane(stk__gpu *g, glane *L) {
   if (L->stream) g_cu.StreamSynchronize(L->stream);
   if (L->aux) g_cu.StreamSynchronize(L->aux);
-  if (L->hw_params)
-    for (int i = 0; i < g->cfg.max_batch; i++)
-      if (L->hw_params[i]) g_nj.DecodeParamsDestroy(L->hw_params[i]);
-  if (L->chk_params) g_nj.DecodeParamsDestroy(L->chk_params);
-  if (L->hw_state) g_nj.JpegStateDestroy(L->hw_state);
+  drop_lane_hw(g, L);
   if (L->hy_params) g_nj.DecodeParamsDestroy(L->hy_params);
   if (L->hy_js) g_nj.JpegStreamDestroy(L->hy_js);
   if (L->hy_state) g_nj.JpegStateDestroy(L->hy_state);
   if (L->hy_pinned) g_nj.BufferPinnedDestroy(L->hy_pinned);
   if (L->hy_dev) g_nj.BufferDeviceDestroy(L->hy_dev);
-  if (L->js) g_nj.JpegStreamDestroy(L->js);
   if (L->arena) g_cu.MemFree(L->arena);
   if (L->desc_dev) g_cu.MemFree(L->desc_dev);
   if (L->dummy_out) g_cu.MemFree(L->dummy_out);
@@ -693,6 +727,8 @@ static void close_lane(stk__gpu *g, glane *L) {
   if (L->done) g_cu.EventDestroy(L->done);
   if (L->ev_main) g_cu.EventDestroy(L->ev_main);
   if (L->ev_aux) g_cu.EventDestroy(L->ev_aux);
+  for (int i = 0; i < 3; i++)
+    if (L->prof[i]) g_cu.EventDestroy(L->prof[i]);
   if (L->stream) g_cu.StreamDestroy(L->stream);
   if (L->aux) g_cu.StreamDestroy(L->aux);
   free(L->hw_params);
@@ -710,24 +746,33 @@ static void close_lane(stk__gpu *g, glane *L) {
 /* Creates the nvJPEG handles. Failures here are not fatal: the affected
  * decode path is switched off and the CPU takes over. */
 static void open_nvjpeg(stk__gpu *g) {
-  if (!g_nj_ok) return;
+  if (!g_nj_ok) {
+    note(g, "nvJPEG off: %s", g_nj_why);
+    return;
+  }
   unsigned flags = g->cfg.chroma_interp ? NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION : 0;
   if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, flags, &g->gen) != NVJPEG_STATUS_SUCCESS) {
     g->gen = NULL;
     flags = 0;
-    if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &g->gen) != NVJPEG_STATUS_SUCCESS) {
+    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &g->gen);
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      note(g, "nvJPEG off: nvjpegCreateEx: %s", nj_name(st));
       g->gen = NULL;
       return;
     }
   }
   g->st.chroma_interp = flags != 0;
-  if (g->cfg.use_hw &&
-      g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &g->hw) != NVJPEG_STATUS_SUCCESS) {
-    g->hw = NULL;
-    if (flags && g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &g->hw) == NVJPEG_STATUS_SUCCESS)
-      g->st.chroma_interp = 0; /* reported for the engines, which do most of the work */
-    else
+  if (g->cfg.use_hw) {
+    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &g->hw);
+    if (st != NVJPEG_STATUS_SUCCESS && flags) {
+      /* without the upsampling flag, which this version may not know */
+      st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &g->hw);
+      if (st == NVJPEG_STATUS_SUCCESS) g->st.chroma_interp = 0; /* as the engines do it */
+    }
+    if (st != NVJPEG_STATUS_SUCCESS) {
       g->hw = NULL;
+      note(g, "hardware decoder not available: %s", nj_name(st));
+    }
   }
   if (g->cfg.use_cuda && g_nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
                              NVJPEG_STATUS_SUCCESS)
@@ -856,21 +901,26 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   for (int i = 0; i < g->cfg.lanes; i++)
     if ((rc = open_lane(g, &g->lanes[i], msg, msglen))) goto fail;
   if (g->hw) {
-    /* The engines must decode a batch (else they are off), then a batch of
-     * regions (else ROI is off). */
+    /* The engines must decode a batch, else they are switched off (and the
+     * lanes parse headers with the generic handle). */
     char why[160];
     for (int i = 0; i < g->cfg.lanes && g->hw; i++)
       if (hw_warmup(g, &g->lanes[i], 0, why, sizeof why)) {
-        for (int k = 0; k < g->cfg.lanes; k++) {
-          if (g->lanes[k].hw_state) g_nj.JpegStateDestroy(g->lanes[k].hw_state);
-          g->lanes[k].hw_state = NULL;
-        }
+        note(g, "hardware decoder off: %s", why);
+        for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
         g_nj.Destroy(g->hw);
         g->hw = NULL;
+        for (int k = 0; k < g->cfg.lanes; k++) {
+          glane *L = &g->lanes[k];
+          L->js_handle = g->gen;
+          if (g->gen && (g_nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
+                         g_nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS)) {
+            rc = stk__fail(msg, msglen, STK_ECUDA, "nvJPEG: cannot create a stream parser");
+            goto fail;
+          }
+        }
       }
     g->hw_roi = g->hw && g->cfg.roi;
-    for (int i = 0; i < g->cfg.lanes && g->hw_roi; i++)
-      if (hw_warmup(g, &g->lanes[i], 1, why, sizeof why)) g->hw_roi = 0;
   }
   g->st.hw_available = g->hw != NULL;
   g->st.hw_roi = g->hw_roi;
@@ -989,8 +1039,9 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
     return;
   }
   p->path = STK__GPU_PATH_CPU;
-  if (!g->gen || !L->js) return;
-  if (g_nj.JpegStreamParseHeader(g->gen, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS) return;
+  if (!L->js) return;
+  if (g_nj.JpegStreamParseHeader(L->js_handle, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS)
+    return;
   unsigned w = 0, h = 0, comps = 0;
   if (g_nj.JpegStreamGetFrameDimensions(L->js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
       g_nj.JpegStreamGetComponentsNum(L->js, &comps) != NVJPEG_STATUS_SUCCESS)
@@ -1002,7 +1053,19 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   p->img_h = (int)h;
   int sup = 1;
   if (g->hw) {
-    if (g->hw_roi) {
+    for (int a = 0; a < 2 && g->hw_roi; a++) {
+      /* the exact rectangle, then one aligned outwards to 16 pixels */
+      if (a) {
+        int ax0 = p->sx & ~15, ay0 = p->sy & ~15;
+        int ax1 = (p->sx + p->sw + 15) & ~15, ay1 = (p->sy + p->sh + 15) & ~15;
+        if (ax1 > (int)w) ax1 = (int)w;
+        if (ay1 > (int)h) ay1 = (int)h;
+        if (ax0 == p->sx && ay0 == p->sy && ax1 == p->sx + p->sw && ay1 == p->sy + p->sh) break;
+        p->sx = ax0;
+        p->sy = ay0;
+        p->sw = ax1 - ax0;
+        p->sh = ay1 - ay0;
+      }
       g_nj.DecodeParamsSetROI(L->chk_params, p->sx, p->sy, p->sw, p->sh);
       if (g_nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
         sup = 1;
@@ -1128,6 +1191,9 @@ static int big_item(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *it, iplan *p
   return *batch_rc;
 }
 
+static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
+                  size_t msglen);
+
 /* Decodes the sources of items chunk[0..k) into the arena (places already
  * assigned), then launches the kernel over those that made it. `base` is
  * where this chunk's descriptors go. */
@@ -1137,6 +1203,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   /* The hybrid decoder's stream may write this chunk's arena places once the
    * work queued so far (earlier chunks' kernels) is done. */
   CU(g_cu.EventRecord(L->ev_main, L->stream));
+  if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[0], L->stream));
   /* 1. the hardware engines, for the whole chunk at once */
   int m = 0;
   for (int c = 0; c < k; c++) {
@@ -1164,7 +1231,10 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->st.hw_batch_failures++;
       /* Repeated whole-batch failures with regions: stop asking for them. */
-      if (roi_used && ++g->roi_fail_streak >= 3) g->hw_roi = g->st.hw_roi = 0;
+      if (roi_used && ++g->roi_fail_streak >= 3 && g->hw_roi) {
+        g->hw_roi = g->st.hw_roi = 0;
+        note(g, "engine ROI off: 3 batches in a row failed with %s", nj_name(st));
+      }
     } else if (roi_used) {
       g->roi_fail_streak = 0;
     }
@@ -1258,7 +1328,27 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }
-  if (n == 0 || g->cfg.decode_only) return STK_OK;
+  if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[1], L->stream));
+  if (n > 0 && !g->cfg.decode_only && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen)))
+    return rc;
+  if (g->cfg.profile) {
+    float a = 0, b = 0;
+    CU(g_cu.EventRecord(L->prof[2], L->stream));
+    CU(g_cu.EventSynchronize(L->prof[2]));
+    CU(g_cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
+    CU(g_cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
+    pthread_mutex_lock(&g->mu);
+    g->st.gpu_decode_seconds += a * 1e-3;
+    g->st.gpu_kernel_seconds += b * 1e-3;
+    pthread_mutex_unlock(&g->mu);
+  }
+  return STK_OK;
+}
+
+/* Uploads the chunk's descriptors and launches the kernel over them. */
+static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
+                  size_t msglen) {
+  kitem *d = L->desc_host + base;
   CU(g_cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d, (size_t)n * sizeof(kitem),
                           L->stream));
   kparams kp;

@@ -95,6 +95,8 @@ typedef struct {
   uint64_t max_pixels;    /* limit for the CPU fallback decoder (see
                              stk_options.max_pixels). 178956970 */
   int decode_only;        /* benchmarks: decode, but launch no kernel. 0 */
+  int profile;            /* benchmarks: time the device's decode and kernel
+                             work per chunk (waits for each chunk). 0 */
 } stk__gpu_config;
 
 /* Fills the defaults above. */
@@ -152,6 +154,8 @@ typedef struct {
   uint64_t hw_batch_failures;     /* batched hardware decodes that failed as a whole */
   uint64_t hw_roi_full;           /* hardware items decoded whole: ROI refused */
   double host_seconds;            /* summed over threads, inside run_batch() */
+  double gpu_decode_seconds;      /* cfg.profile: device time up to the kernel */
+  double gpu_kernel_seconds;      /* cfg.profile: device time of the kernel */
   uint64_t device_bytes;          /* device memory we allocated */
   uint64_t device_bytes_used;     /* device memory in use after open minus
                                      before (includes nvJPEG and the context) */
@@ -160,6 +164,7 @@ typedef struct {
   int hw_roi;                     /* ROI decode on the engines is in use */
   int chroma_interp;              /* interpolated chroma upsampling is on */
   int cuda_available;             /* the hybrid decoder is in use */
+  char notes[320];                /* why a decode path is off, "" if none */
 } stk__gpu_stats;
 
 /* Opens CUDA device `device` and allocates everything for cfg. On failure

@@ -50,6 +50,7 @@ void stk__geom_crop(const stk__rect *r, int out_w, int out_h, stk__geom *g) {
   g->y = (stk__axis){.in0 = r->y, .scale = (double)r->h / out_h, .lo = r->y, .hi = r->y + r->h,
                      .out = out_h};
   g->flip = 0;
+  g->exact = 0;
 }
 
 void stk__geom_eval(int width, int height, int resize, int crop, stk__geom *g) {
@@ -70,6 +71,7 @@ void stk__geom_eval(int width, int height, int resize, int crop, stk__geom *g) {
   g->x = (stk__axis){.in0 = left * sx, .scale = sx, .lo = 0, .hi = width, .out = crop};
   g->y = (stk__axis){.in0 = top * sy, .scale = sy, .lo = 0, .hi = height, .out = crop};
   g->flip = 0;
+  g->exact = 1; /* evaluation must match torchvision */
 }
 
 static void axis_downscale(stk__axis *a, int full, int denom) {

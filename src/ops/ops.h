@@ -31,7 +31,9 @@ typedef struct {
 
 typedef struct {
   stk__axis x, y;
-  int flip; /* mirror the output horizontally */
+  int flip;  /* mirror the output horizontally */
+  int exact; /* keep Pillow's pass order (horizontal first) even when the
+                other order is cheaper; the two differ by rounding only */
 } stk__geom;
 
 /* torchvision RandomResizedCrop.get_params: up to 10 tries of a random area

@@ -17,6 +17,12 @@
 
 #define PRECISION_BITS 22
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define STK__CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define STK__CLONES
+#endif
+
 size_t stk__dtype_size(stk_dtype t) {
   switch (t) {
     case STK_DTYPE_FLOAT32: return 4;
@@ -147,128 +153,161 @@ static inline uint8_t clip8(int32_t v) {
   return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
 }
 
-/* Writes one output row of 8-bit levels into the batch image. */
+/* Writes one output row of 8-bit levels into the batch image. The switch
+ * is outside the loops so that each case is a plain loop. */
 static void store_row(const stk__store *st, const uint8_t *lv, int y, int flip, void *dst) {
-  int W = st->w, H = st->h;
-  size_t plane = (size_t)W * H;
-  for (int x = 0; x < W; x++) {
-    int ox = flip ? W - 1 - x : x;
-    const uint8_t *p = lv + x * 3;
-    if (st->layout == STK_LAYOUT_NCHW) {
-      size_t o = (size_t)y * W + ox;
-      switch (st->dtype) {
-        case STK_DTYPE_FLOAT32: {
-          float *d = dst;
-          d[o] = st->lut_f32[0][p[0]];
-          d[plane + o] = st->lut_f32[1][p[1]];
-          d[2 * plane + o] = st->lut_f32[2][p[2]];
-          break;
-        }
-        case STK_DTYPE_FLOAT16:
-        case STK_DTYPE_BFLOAT16: {
-          uint16_t *d = dst;
-          d[o] = st->lut_u16[0][p[0]];
-          d[plane + o] = st->lut_u16[1][p[1]];
-          d[2 * plane + o] = st->lut_u16[2][p[2]];
-          break;
-        }
-        case STK_DTYPE_UINT8: {
-          uint8_t *d = dst;
-          d[o] = p[0];
-          d[plane + o] = p[1];
-          d[2 * plane + o] = p[2];
-          break;
-        }
-      }
-    } else {
-      size_t o = ((size_t)y * W + ox) * 3;
+  int W = st->w;
+  size_t plane = (size_t)W * st->h;
+  int step = flip ? -1 : 1, x0 = flip ? W - 1 : 0;
+  if (st->layout == STK_LAYOUT_NCHW) {
+    for (int c = 0; c < 3; c++) {
+      size_t o = c * plane + (size_t)y * W + x0;
       switch (st->dtype) {
         case STK_DTYPE_FLOAT32: {
           float *d = (float *)dst + o;
-          d[0] = st->lut_f32[0][p[0]];
-          d[1] = st->lut_f32[1][p[1]];
-          d[2] = st->lut_f32[2][p[2]];
+          const float *lut = st->lut_f32[c];
+          for (int x = 0; x < W; x++) d[x * step] = lut[lv[x * 3 + c]];
           break;
         }
         case STK_DTYPE_FLOAT16:
         case STK_DTYPE_BFLOAT16: {
           uint16_t *d = (uint16_t *)dst + o;
-          d[0] = st->lut_u16[0][p[0]];
-          d[1] = st->lut_u16[1][p[1]];
-          d[2] = st->lut_u16[2][p[2]];
+          const uint16_t *lut = st->lut_u16[c];
+          for (int x = 0; x < W; x++) d[x * step] = lut[lv[x * 3 + c]];
           break;
         }
         case STK_DTYPE_UINT8: {
           uint8_t *d = (uint8_t *)dst + o;
-          d[0] = p[0];
-          d[1] = p[1];
-          d[2] = p[2];
+          for (int x = 0; x < W; x++) d[x * step] = lv[x * 3 + c];
           break;
         }
       }
     }
+    return;
+  }
+  size_t o = ((size_t)y * W + x0) * 3;
+  switch (st->dtype) {
+    case STK_DTYPE_FLOAT32: {
+      float *d = (float *)dst + o;
+      for (int x = 0; x < W; x++, d += 3 * step) {
+        d[0] = st->lut_f32[0][lv[x * 3]];
+        d[1] = st->lut_f32[1][lv[x * 3 + 1]];
+        d[2] = st->lut_f32[2][lv[x * 3 + 2]];
+      }
+      break;
+    }
+    case STK_DTYPE_FLOAT16:
+    case STK_DTYPE_BFLOAT16: {
+      uint16_t *d = (uint16_t *)dst + o;
+      for (int x = 0; x < W; x++, d += 3 * step) {
+        d[0] = st->lut_u16[0][lv[x * 3]];
+        d[1] = st->lut_u16[1][lv[x * 3 + 1]];
+        d[2] = st->lut_u16[2][lv[x * 3 + 2]];
+      }
+      break;
+    }
+    case STK_DTYPE_UINT8: {
+      uint8_t *d = (uint8_t *)dst + o;
+      if (!flip) {
+        memcpy(d, lv, (size_t)W * 3);
+      } else {
+        for (int x = 0; x < W; x++, d -= 3) d[0] = lv[x * 3], d[1] = lv[x * 3 + 1], d[2] = lv[x * 3 + 2];
+      }
+      break;
+    }
   }
 }
 
-/* Built twice, for AVX2 and for the x86-64 baseline, and picked at load
- * time: the vertical pass's 32-bit multiplies vectorise far better with
- * AVX2, and the result is the same integer arithmetic either way. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-__attribute__((target_clones("avx2", "default")))
-#endif
+/* One row of the horizontal pass: W output pixels from an RGB row whose
+ * pixel 0 is window offset `base`. Windows are 2 to 5 taps for the usual scale
+ * factors; those get unrolled bodies. */
+static void hpass_row(const uint8_t *in, int base, uint8_t *out, int W, const int32_t *kx,
+                      const int32_t *bx, int ksx) {
+  for (int xx = 0; xx < W; xx++) {
+    const int32_t *k = kx + (size_t)xx * ksx;
+    int n = bx[xx * 2 + 1];
+    const uint8_t *p = in + (size_t)(bx[xx * 2] - base) * 3;
+    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+#define TAP(i) s0 += p[(i) * 3] * k[i], s1 += p[(i) * 3 + 1] * k[i], s2 += p[(i) * 3 + 2] * k[i]
+    switch (n) {
+      case 2: TAP(0); TAP(1); break;
+      case 3: TAP(0); TAP(1); TAP(2); break;
+      case 4: TAP(0); TAP(1); TAP(2); TAP(3); break;
+      case 5: TAP(0); TAP(1); TAP(2); TAP(3); TAP(4); break;
+      default:
+        for (int i = 0; i < n; i++) TAP(i);
+    }
+#undef TAP
+    out[xx * 3] = clip8(s0);
+    out[xx * 3 + 1] = clip8(s1);
+    out[xx * 3 + 2] = clip8(s2);
+  }
+}
+
+/* One row of the vertical pass: a weighted sum of n whole rows `pitch`
+ * bytes apart, which the compiler vectorises. Built twice, for AVX2 and for
+ * the x86-64 baseline, and picked at load time: its 32-bit multiplies are
+ * native in AVX2 and emulated in SSE2; the arithmetic is the same. */
+STK__CLONES static void vpass_row(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n,
+                      int32_t *acc, uint8_t *out) {
+  for (size_t j = 0; j < len; j++) acc[j] = 1 << (PRECISION_BITS - 1);
+  for (int i = 0; i < n; i++) {
+    const uint8_t *row = first + (size_t)i * pitch;
+    int32_t w = k[i];
+    for (size_t j = 0; j < len; j++) acc[j] += row[j] * w;
+  }
+  for (size_t j = 0; j < len; j++) out[j] = clip8(acc[j]);
+}
+
 int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int sx, int sy,
                        const stk__store *st, void *dst) {
   const stk__geom *g = &r->g;
   int W = g->x.out, H = g->y.out;
   if (W != st->w || H != st->h) return STK_EINVAL;
   if (sx > r->src_x0 || sy > r->src_y0) return STK_EINVAL;
-  int rows = r->src_y1 - r->src_y0;
+  int rows = r->src_y1 - r->src_y0, cols = r->src_x1 - r->src_x0;
+  const int32_t *kx = r->kx.p, *bx = r->bx.p, *ky = r->ky.p, *by = r->by.p;
+  int ksx = r->ksx, ksy = r->ksy;
   size_t trow = (size_t)W * 3;
-  /* tmp: the horizontal pass over the rows the vertical pass reads, then one
-   * int32 accumulator row and one row of 8-bit levels. */
-  size_t tbytes = (trow * (size_t)rows + 3) & ~(size_t)3; /* keeps acc 4-byte aligned */
-  if (stk__buf_reserve(&r->tmp, tbytes + trow * sizeof(int32_t) + trow)) return STK_ENOMEM;
+  /* Pillow runs the horizontal pass first, over every source row the
+   * vertical pass reads. When the geometry does not ask for Pillow's exact
+   * order, the vertical pass goes first whenever that leaves the
+   * (unvectorised) horizontal pass fewer rows: crops taller than the output. */
+  int vfirst = !g->exact && rows > H;
+  size_t mid_row = vfirst ? (size_t)cols * 3 : trow;
+  size_t mid_rows = vfirst ? (size_t)H : (size_t)rows;
+  size_t tbytes = (mid_row * mid_rows + 3) & ~(size_t)3; /* keeps acc 4-byte aligned */
+  size_t acc_len = mid_row > trow ? mid_row : trow;
+  if (stk__buf_reserve(&r->tmp, tbytes + acc_len * sizeof(int32_t) + trow)) return STK_ENOMEM;
   uint8_t *tmp = r->tmp.p;
   int32_t *acc = (int32_t *)(tmp + tbytes);
-  uint8_t *levels = (uint8_t *)(acc + trow);
+  uint8_t *levels = (uint8_t *)(acc + acc_len);
+  /* source pixel (x, y) lives at src + (y - sy) * stride + (x - sx) * 3 */
+  const uint8_t *org = src + (size_t)(g->y.lo - sy) * stride + (size_t)(g->x.lo - sx) * 3;
 
-  /* Horizontal pass: source rows [src_y0, src_y1) -> W pixels each. */
-  const int32_t *kx = r->kx.p, *bx = r->bx.p;
-  int ksx = r->ksx, xoff = g->x.lo - sx;
-  for (int y = 0; y < rows; y++) {
-    const uint8_t *in = src + (size_t)(r->src_y0 + y - sy) * stride;
-    uint8_t *out = tmp + (size_t)y * trow;
-    for (int xx = 0; xx < W; xx++) {
-      const int32_t *k = kx + (size_t)xx * ksx;
-      int xmin = bx[xx * 2] + xoff, n = bx[xx * 2 + 1];
-      const uint8_t *p = in + (size_t)xmin * 3;
-      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-      for (int i = 0; i < n; i++) {
-        s0 += p[i * 3] * k[i];
-        s1 += p[i * 3 + 1] * k[i];
-        s2 += p[i * 3 + 2] * k[i];
-      }
-      out[xx * 3] = clip8(s0);
-      out[xx * 3 + 1] = clip8(s1);
-      out[xx * 3 + 2] = clip8(s2);
+  if (!vfirst) {
+    /* horizontal: source rows [src_y0, src_y1) -> W pixels each */
+    for (int y = 0; y < rows; y++)
+      hpass_row(org + (size_t)(r->src_y0 - g->y.lo + y) * stride, 0, tmp + (size_t)y * trow, W, kx,
+                bx, ksx);
+    /* vertical, row by row into the batch */
+    int yoff = g->y.lo - r->src_y0;
+    for (int yy = 0; yy < H; yy++) {
+      vpass_row(tmp + (size_t)(by[yy * 2] + yoff) * trow, trow, trow, ky + (size_t)yy * ksy,
+                by[yy * 2 + 1], acc, levels);
+      store_row(st, levels, yy, g->flip, dst);
     }
-  }
-
-  /* Vertical pass, one output row at a time: a weighted sum of whole
-   * intermediate rows, which the compiler vectorises. */
-  const int32_t *ky = r->ky.p, *by = r->by.p;
-  int ksy = r->ksy, yoff = g->y.lo - r->src_y0;
-  for (int yy = 0; yy < H; yy++) {
-    const int32_t *k = ky + (size_t)yy * ksy;
-    int ymin = by[yy * 2] + yoff, n = by[yy * 2 + 1];
-    for (size_t j = 0; j < trow; j++) acc[j] = 1 << (PRECISION_BITS - 1);
-    for (int i = 0; i < n; i++) {
-      const uint8_t *row = tmp + (size_t)(ymin + i) * trow;
-      int32_t w = k[i];
-      for (size_t j = 0; j < trow; j++) acc[j] += row[j] * w;
+  } else {
+    /* vertical: source columns [src_x0, src_x1) -> H rows */
+    const uint8_t *colorg = org + (size_t)(r->src_x0 - g->x.lo) * 3;
+    for (int yy = 0; yy < H; yy++)
+      vpass_row(colorg + (size_t)by[yy * 2] * stride, stride, mid_row, ky + (size_t)yy * ksy,
+                by[yy * 2 + 1], acc, tmp + (size_t)yy * mid_row);
+    /* horizontal, row by row into the batch; windows start at src_x0 */
+    for (int yy = 0; yy < H; yy++) {
+      hpass_row(tmp + (size_t)yy * mid_row, r->src_x0 - g->x.lo, levels, W, kx, bx, ksx);
+      store_row(st, levels, yy, g->flip, dst);
     }
-    for (size_t j = 0; j < trow; j++) levels[j] = clip8(acc[j]);
-    store_row(st, levels, yy, g->flip, dst);
   }
   return STK_OK;
 }
