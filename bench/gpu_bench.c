@@ -290,6 +290,9 @@ int main(int argc, char **argv) {
            p->st.hw_available ? "yes" : "no", p->st.hw_roi ? "yes" : "no",
            p->st.chroma_interp ? "yes" : "no", p->st.device_bytes / 1048576.0,
            p->st.device_bytes_used / 1048576.0, p->st.pinned_bytes / 1048576.0);
+    if (p->st.notes[0]) printf("notes: %s\n", p->st.notes);
+    printf("batched engine decodes that failed as a whole: %llu; ROI refused (decoded whole): %llu\n",
+           (unsigned long long)p->st.hw_batch_failures, (unsigned long long)p->st.hw_roi_full);
   }
   for (int i = 0; i < nimg; i++) free(imgs[i].data);
   free(imgs);

@@ -36,8 +36,10 @@
  *  5. stk_loader_destroy() may be called at any time, also mid-epoch with
  *     batches still held: it stops and joins every worker thread, then frees
  *     all slots. Pointers from unreleased batches are invalid afterwards.
- *  6. One loader is used by one consumer thread at a time. Different loaders
- *     are independent and may be used from different threads.
+ *  6. One loader is used by one consumer thread at a time. The exception is
+ *     stk_batch_release(), which may be called from any thread, also while
+ *     the consumer waits in stk_loader_next() (a framework frees tensors on
+ *     its own threads). Different loaders are independent.
  *
  * Versioning
  * ----------
@@ -203,7 +205,9 @@ STK_API void stk_loader_destroy(stk_loader *l);
  * message naming the file, and the next call goes on with the next batch. */
 STK_API int stk_loader_next(stk_loader *l, stk_batch *out);
 
-/* Gives a batch's slot back to the loader. */
+/* Gives a batch's slot back to the loader. Thread-safe (rule 6). Returns
+ * STK_EINVAL, without touching the loader's message, for a batch that is
+ * not held. */
 STK_API int stk_batch_release(stk_loader *l, stk_batch *b);
 
 /* Abandons the current epoch (waits for work in flight) and positions the

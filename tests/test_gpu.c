@@ -362,6 +362,9 @@ static psnr_result run_psnr(int train, int roi, int chroma_interp, int verbose, 
          res.mean_hw, res.n_hw ? res.min_hw : 0.0, npath[STK__GPU_PATH_HW],
          npath[STK__GPU_PATH_CUDA], npath[STK__GPU_PATH_CPU], s.hw_available ? "yes" : "no",
          s.hw_roi ? "yes" : "no");
+  if (s.notes[0]) printf("  notes: %s\n", s.notes);
+  if (s.hw_roi_full) printf("  %llu images decoded whole: the engines refused their region\n",
+                            (unsigned long long)s.hw_roi_full);
   free(ref);
   if (!keep_out) free(got);
   free(items);

@@ -282,7 +282,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   static const char *const layouts[] = {"nchw", "nhwc"};
   static const char *const on_errors[] = {"raise", "skip"};
   PyObject *root_b = NULL, *list_b = NULL, *base_b = NULL;
-  if (pick(pipeline, pipelines, 2, "pipeline", &pipe_i) || pick(dtype, dtypes, 4, "dtype", &dtype_i) ||
+  if (pick(pipeline, pipelines, 2, "pipeline", &pipe_i) ||
+      pick(dtype, dtypes, 4, "dtype", &dtype_i) ||
       pick(layout, layouts, 2, "layout", &layout_i) ||
       pick(on_error, on_errors, 2, "on_error", &on_error_i) ||
       get_floats(scale, o.scale, 2, "scale") || get_floats(ratio, o.ratio, 2, "ratio") ||

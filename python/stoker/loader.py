@@ -2,10 +2,13 @@
 import numbers
 import os
 import weakref
-from typing import List, NamedTuple
+from typing import TYPE_CHECKING, List, NamedTuple
 
 from . import _stoker
 from . import transforms as _T
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["ImageLoader", "Batch"]
 
@@ -13,8 +16,8 @@ __all__ = ["ImageLoader", "Batch"]
 class Batch(NamedTuple):
     """One batch with its position, as ``ImageLoader.iter_batches()`` yields it."""
 
-    images: "torch.Tensor"  # noqa: F821
-    labels: "torch.Tensor"  # noqa: F821
+    images: "torch.Tensor"
+    labels: "torch.Tensor"
     epoch: int
     batch_index: int
     indices: List[int]  # dataset indices of the images (``loader.samples[i]``)

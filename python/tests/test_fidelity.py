@@ -62,7 +62,8 @@ def test_eval_pipeline_matches_torchvision(photos):
 
 
 def test_eval_pipeline_with_normalize_matches_torchvision(photos):
-    tv = tvT.Compose([tvT.Resize(256), tvT.CenterCrop(224), tvT.ToTensor(), tvT.Normalize(MEAN, STD)])
+    tv = tvT.Compose([tvT.Resize(256), tvT.CenterCrop(224), tvT.ToTensor(),
+                      tvT.Normalize(MEAN, STD)])
     ref, _ = reference(photos, tv)
     ld = stoker.ImageLoader(photos, batch_size=6, pipeline="eval", size=224, threads=2)
     got = torch.cat([x for x, _ in ld])

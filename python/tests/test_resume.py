@@ -29,7 +29,8 @@ def run_pass(ld):
 
 def same(a, b):
     return len(a) == len(b) and all(
-        torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) and x[2:] == y[2:] for x, y in zip(a, b))
+        torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) and x[2:] == y[2:]
+        for x, y in zip(a, b))
 
 
 def test_same_seed_same_batches_for_any_thread_count(folder):

@@ -319,7 +319,7 @@ typedef struct {
   int sx, sy, sw, sh;
   int lox, hix, loy, hiy;
   int flip, dst;
-  int pad;
+  int vfirst;
 } kitem;
 
 typedef struct {
@@ -365,6 +365,7 @@ typedef struct {
   size_t off, pitch;     /* place in the arena */
   int have_src;          /* the source is (queued to be) in the arena */
   int kx, ky;            /* Pillow's ksize per axis */
+  int vfirst;            /* the CPU resampler would run the vertical pass first */
 } iplan;
 
 typedef struct {
@@ -1031,6 +1032,8 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   p->sy = y0;
   p->sw = x1 - x0;
   p->sh = y1 - y0;
+  /* stk__resampler_run's choice of pass order, so that results match it */
+  p->vfirst = !it->geom.exact && y1 - y0 > it->geom.y.out;
   p->img_w = p->img_h = 0;
   p->roi = 0;
   p->have_src = 0;
@@ -1325,6 +1328,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     q->hiy = it->geom.y.hi;
     q->flip = it->geom.flip != 0;
     q->dst = it->dst;
+    q->vfirst = p->vfirst;
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }

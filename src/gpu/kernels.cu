@@ -8,7 +8,9 @@
  * Pillow's: per output pixel the bilinear filter's support is widened by the
  * downscale factor, the window is clipped to the source range [lo, hi), the
  * weights are normalised in double and rounded to 22-bit fixed point, the
- * horizontal pass is rounded to 8 bits, then the vertical pass. The weights
+ * horizontal pass is rounded to 8 bits, then the vertical pass (or the
+ * other way round when the CPU path would: vfirst, decided on the host by
+ * the same rule as stk__resampler_run). The weights
  * are computed here on the fly with the same double operations in the same
  * order (this file is compiled with --fmad=false so that nothing is fused
  * differently from the host), and the pixel sums are the same int32 sums,
@@ -30,7 +32,7 @@ struct stk_kitem {
   int sx, sy, sw, sh;     /* the source buffer's rectangle, geometry coordinates */
   int lox, hix, loy, hiy; /* the geometry's source range per axis */
   int flip, dst;
-  int pad;
+  int vfirst;             /* vertical pass first (see resample.c) */
 };
 
 struct stk_kparams {
@@ -149,19 +151,40 @@ extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk_kp
 
   const int half = 1 << (PRECISION_BITS - 1);
   int a0 = half, a1 = half, a2 = half;
-  for (int r = 0; r < ny; r++) {
-    const unsigned char *row = src + (size_t)(y0 + r) * pitch + (size_t)x0 * 3;
-    int h0 = half, h1 = half, h2 = half;
-    for (int c = 0; c < nx; c++) {
-      int w = kxr[kx0 + c];
-      h0 += row[3 * c] * w;
-      h1 += row[3 * c + 1] * w;
-      h2 += row[3 * c + 2] * w;
+  if (!it->vfirst) {
+    /* each source row of the window through the horizontal filter, rounded
+     * to 8 bits, then the vertical filter over those */
+    for (int r = 0; r < ny; r++) {
+      const unsigned char *row = src + (size_t)(y0 + r) * pitch + (size_t)x0 * 3;
+      int h0 = half, h1 = half, h2 = half;
+      for (int c = 0; c < nx; c++) {
+        int w = kxr[kx0 + c];
+        h0 += row[3 * c] * w;
+        h1 += row[3 * c + 1] * w;
+        h2 += row[3 * c + 2] * w;
+      }
+      int wy = kyr[ky0 + r];
+      a0 += clip8(h0) * wy;
+      a1 += clip8(h1) * wy;
+      a2 += clip8(h2) * wy;
     }
-    int wy = kyr[ky0 + r];
-    a0 += clip8(h0) * wy;
-    a1 += clip8(h1) * wy;
-    a2 += clip8(h2) * wy;
+  } else {
+    /* each source column through the vertical filter first */
+    const unsigned char *col = src + (size_t)y0 * pitch + (size_t)x0 * 3;
+    for (int c = 0; c < nx; c++, col += 3) {
+      int v0 = half, v1 = half, v2 = half;
+      for (int r = 0; r < ny; r++) {
+        int w = kyr[ky0 + r];
+        const unsigned char *q = col + (size_t)r * pitch;
+        v0 += q[0] * w;
+        v1 += q[1] * w;
+        v2 += q[2] * w;
+      }
+      int wx = kxr[kx0 + c];
+      a0 += clip8(v0) * wx;
+      a1 += clip8(v1) * wx;
+      a2 += clip8(v2) * wx;
+    }
   }
   const int v0 = clip8(a0), v1 = clip8(a1), v2 = clip8(a2);
 

@@ -57,6 +57,13 @@ typedef struct {
   int complete;
   int err;                /* raise: the batch failed with this code */
   char errmsg[MSG_LEN * 2];
+  /* Files that failed while this batch was made (refills included). They
+   * reach the statistics when the batch is delivered, so that work thrown
+   * away by a seek, or prepared for an epoch not yet started, is not
+   * counted. Allocated only when a file fails. */
+  int64_t *fidx;
+  char **fmsg;
+  int fn, fcap;
 } slot;
 
 typedef struct {
@@ -212,6 +219,27 @@ static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   pthread_cond_broadcast(&l->work_cv);
 }
 
+static void slot_clear_failures(slot *s) {
+  for (int i = 0; i < s->fn; i++) free(s->fmsg[i]);
+  s->fn = 0;
+}
+
+static void slot_add_failure(slot *s, int64_t index, const char *reason) {
+  if (s->fn == s->fcap) {
+    int cap = s->fcap ? s->fcap * 2 : 8;
+    int64_t *i = realloc(s->fidx, (size_t)cap * sizeof *i);
+    if (!i) return;
+    s->fidx = i;
+    char **m = realloc(s->fmsg, (size_t)cap * sizeof *m);
+    if (!m) return;
+    s->fmsg = m;
+    s->fcap = cap;
+  }
+  s->fidx[s->fn] = index;
+  s->fmsg[s->fn] = strdup(reason);
+  s->fn++;
+}
+
 static void record_skip(stk_loader *l, int64_t index, const char *reason) {
   l->skipped++;
   if (l->skip_len == l->skip_cap) {
@@ -231,9 +259,8 @@ static void record_skip(stk_loader *l, int64_t index, const char *reason) {
 
 /* Accounts for one failed sample in finalisation order. */
 static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const char *reason) {
-  l->failed++;
-  l->epoch_failed++;
   const char *path = stk__dataset_path(&l->ds, index);
+  slot_add_failure(s, index, reason);
   if (l->opt.on_error == STK_ON_ERROR_RAISE) {
     if (!s->err) {
       s->err = code;
@@ -241,7 +268,6 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
     }
     return;
   }
-  record_skip(l, index, reason);
   l->consec_fail++;
   if (l->opt.max_consecutive_failures && l->consec_fail >= l->opt.max_consecutive_failures &&
       !l->epoch_err) {
@@ -361,6 +387,7 @@ static int start_batch(stk_loader *l) {
     s->complete = 0;
     s->err = 0;
     s->errmsg[0] = '\0';
+    slot_clear_failures(s);
     return 1;
   }
   return 0;
@@ -556,6 +583,9 @@ void stk_loader_destroy(stk_loader *l) {
       free(l->slots[i].indices);
       free(l->slots[i].codes);
       free(l->slots[i].msgs);
+      slot_clear_failures(&l->slots[i]);
+      free(l->slots[i].fidx);
+      free(l->slots[i].fmsg);
     }
   free(l->slots);
   free(l->order);
@@ -602,6 +632,13 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
     slot *s = slot_of(l, l->next_deliver);
     if (s && s->state == SLOT_READY) {
       l->next_deliver++;
+      /* Count the batch's failed files now that the caller sees the batch. */
+      for (int i = 0; i < s->fn; i++) {
+        l->failed++;
+        l->epoch_failed++;
+        if (l->opt.on_error == STK_ON_ERROR_SKIP) record_skip(l, s->fidx[i], s->fmsg[i]);
+      }
+      slot_clear_failures(s);
       if (s->err) {
         rc = loader_err(l, s->err, "%s", s->errmsg);
         s->state = SLOT_FREE;
@@ -679,10 +716,11 @@ int stk_batch_release(stk_loader *l, stk_batch *b) {
   if (b->slot < 0 || b->slot >= l->nslots || !b->data) return STK_EINVAL;
   pthread_mutex_lock(&l->mu);
   slot *s = &l->slots[b->slot];
+  /* No error message here: release may run on any thread, and the message
+   * buffer belongs to the consumer thread. */
   int rc = STK_OK;
   if (s->state != SLOT_HELD || s->data != b->data)
-    rc = loader_err(l, STK_EINVAL, "stk_batch_release: batch %lld was not held",
-                    (long long)b->batch_index);
+    rc = STK_EINVAL;
   else
     s->state = SLOT_FREE;
   pthread_cond_broadcast(&l->work_cv);
