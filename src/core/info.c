@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "codecs/codec.h"
+#include "gpu/gpu.h"
 #include "stoker.h"
 
 int stk_version(void) { return STK_VERSION; }
@@ -29,15 +30,17 @@ const char *stk_simd_level(void) {
 }
 
 const char *stk_build_info(void) {
-  static char buf[1024];
+  static char buf[4096];
+  char gpu[2048];
+  stk__gpu_probe(gpu, sizeof gpu);
   snprintf(buf, sizeof buf,
            "stoker %s\n"
            "simd: %s\n"
-           "jpeg: libjpeg-turbo %s (baseline, progressive%s; greyscale, YCbCr, RGB, CMYK, YCCK; "
+           "jpeg: %s (baseline, progressive%s; greyscale, YCbCr, RGB, CMYK, YCCK; "
            "region decode, DCT scaling 1/2 1/4 1/8)\n"
-           "png: libspng %s (palette, greyscale, 16-bit, alpha -> 8-bit RGB)\n"
-           "gpu: not built (CPU decoding only)\n",
+           "png: %s (palette, greyscale, 16-bit, alpha -> 8-bit RGB)\n"
+           "%s",
            stk_version_string(), stk_simd_level(), stk__jpeg_lib_version(),
-           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version());
+           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version(), gpu);
   return buf;
 }
