@@ -149,7 +149,13 @@ typedef struct stk_options {
   /* executor */
   int threads;               /* worker threads; 0 = number of online CPUs */
   int prefetch;              /* batches prepared ahead of the consumer. 2 */
-  int device;                /* -1 = CPU output; >= 0 = that CUDA device */
+  int device;                /* -1 = CPU output; >= 0 = that CUDA device:
+                                JPEGs are decoded with nvJPEG (the hardware
+                                engines where present) and augmented by CUDA
+                                kernels; batches and labels land in device
+                                memory. STK_ENODEV when no GPU can be used */
+  uint64_t max_device_bytes; /* cap on the device memory the loader
+                                allocates (all of it at create); 0 = none */
 
   /* bad input */
   stk_on_error on_error;     /* STK_ON_ERROR_RAISE */
@@ -207,8 +213,19 @@ STK_API int stk_loader_next(stk_loader *l, stk_batch *out);
 
 /* Gives a batch's slot back to the loader. Thread-safe (rule 6). Returns
  * STK_EINVAL, without touching the loader's message, for a batch that is
- * not held. */
+ * not held. For a device batch, stk_batch_release_on() says which CUDA
+ * stream (a CUstream / cudaStream_t; NULL = the legacy default stream) the
+ * consumer used: the slot is rewritten only after the work queued on that
+ * stream so far has completed, so releasing right after queuing kernels
+ * that read the batch is safe. */
 STK_API int stk_batch_release(stk_loader *l, stk_batch *b);
+STK_API int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream);
+
+/* Device batches are handed out as soon as their work is queued: a consumer
+ * makes its stream wait on b->ready_event (cuStreamWaitEvent), or calls
+ * this to block the calling thread until the data is written. A no-op for
+ * host batches. */
+STK_API int stk_batch_wait(stk_loader *l, const stk_batch *b);
 
 /* Abandons the current epoch (waits for work in flight) and positions the
  * loader at batch `batch` of `epoch`. set_epoch(e) is seek(e, 0). Batches the
@@ -250,6 +267,10 @@ typedef struct stk_stats {
   double augment_seconds;    /* summed over threads: resize, flip, normalise, store */
   uint64_t host_bytes;       /* host memory held by batch slots and scratch */
   uint64_t device_bytes;     /* device memory held (0 on the CPU) */
+  uint64_t decoded_hw;       /* GPU loaders: images decoded by the hardware
+                                JPEG engines, */
+  uint64_t decoded_cuda;     /* by nvJPEG's CUDA (hybrid) decoder, */
+  uint64_t decoded_cpu;      /* and on the CPU (PNG, CMYK, what nvJPEG refuses) */
   int threads;
   int slots;
 } stk_stats;

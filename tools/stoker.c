@@ -80,6 +80,8 @@ static void usage_bench(FILE *f) {
           "  --layout L             nchw|nhwc (nchw)\n"
           "  --prefetch N           batches prepared ahead (2)\n"
           "  --on-error P           raise|skip (raise)\n"
+          "  --device N             decode and augment on CUDA device N (nvJPEG + kernels);\n"
+          "                         -1 = CPU (-1)\n"
           "  --json                 print one JSON object as the last line\n");
 }
 
@@ -123,6 +125,8 @@ static int cmd_bench(int argc, char **argv) {
       epochs = (int)parse_int(a, v, 1, 1000000), i++;
     } else if (!strcmp(a, "--seed")) {
       o.seed = (uint64_t)parse_int(a, v, 0, INT64_MAX), i++;
+    } else if (!strcmp(a, "--device")) {
+      o.device = (int)parse_int(a, v, -1, 1023), i++;
     } else if (!strcmp(a, "--prefetch")) {
       o.prefetch = (int)parse_int(a, v, 1, 64), i++;
     } else if (!strcmp(a, "--dtype")) {
@@ -182,6 +186,15 @@ static int cmd_bench(int argc, char **argv) {
         failed = 1;
         break;
       }
+      /* a device batch counts once its data is written */
+      rc = stk_batch_wait(l, &b);
+      if (rc) {
+        fprintf(stderr, "stoker bench: waiting for batch %lld: %s\n", (long long)b.batch_index,
+                stk_strerror(rc));
+        failed = 1;
+        stk_batch_release(l, &b);
+        break;
+      }
       images += b.n;
       stk_batch_release(l, &b);
       if (tty) progress_bar(images, per_epoch * epochs, stk__now() - t0);
@@ -201,6 +214,10 @@ static int cmd_bench(int argc, char **argv) {
          "%.3f s\n",
          images ? 1e3 * st.read_seconds / images : 0, images ? 1e3 * st.decode_seconds / images : 0,
          images ? 1e3 * st.augment_seconds / images : 0, st.wait_seconds);
+  if (o.device >= 0)
+    printf("gpu %d: %" PRIu64 " images decoded by the hardware engines, %" PRIu64
+           " by nvJPEG CUDA, %" PRIu64 " on the CPU; %.1f MB of device memory\n",
+           o.device, st.decoded_hw, st.decoded_cuda, st.decoded_cpu, st.device_bytes / 1e6);
   for (uint64_t i = 0; i < st.skipped; i++) {
     const char *p, *r;
     if (stk_loader_skipped(l, i, &p, &r) == STK_OK) printf("skipped: %s: %s\n", p, r);
@@ -209,10 +226,13 @@ static int cmd_bench(int argc, char **argv) {
     printf("{\"images\": %" PRId64 ", \"seconds\": %.6f, \"images_per_s\": %.3f, \"skipped\": %" PRIu64
            ", \"threads\": %d, \"batch\": %d, \"size\": %d, \"pipeline\": \"%s\", \"epochs\": %d, "
            "\"read_s\": %.6f, \"decode_s\": %.6f, \"augment_s\": %.6f, \"wait_s\": %.6f, "
-           "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"ok\": %s}\n",
+           "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"device\": %d, \"device_bytes\": %" PRIu64
+           ", \"decoded_hw\": %" PRIu64 ", \"decoded_cuda\": %" PRIu64 ", \"decoded_cpu\": %" PRIu64
+           ", \"ok\": %s}\n",
            images, secs, secs > 0 ? images / secs : 0.0, st.skipped, st.threads, o.batch_size,
            o.size, o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", epochs, st.read_seconds,
            st.decode_seconds, st.augment_seconds, st.wait_seconds, t_build, st.host_bytes,
+           o.device, st.device_bytes, st.decoded_hw, st.decoded_cuda, st.decoded_cpu,
            failed ? "false" : "true");
   }
   stk_loader_destroy(l);

@@ -16,7 +16,7 @@ int stk_check_file(const char *path, const stk_options *opt, int *w, int *h, cha
   memset(&plan, 0, sizeof plan);
   plan.max_pixels = opt->max_pixels;
   if (stk__worker_init(&wk, &plan)) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  int rc = stk__read_file(&wk, path, opt->max_file_bytes, msg, msglen);
+  int rc = stk__read_file(&wk, &wk.file, path, opt->max_file_bytes, msg, msglen);
   stk__image_info info;
   if (!rc) rc = stk__decoder_header(wk.dec, wk.file.p, wk.bytes, &info, msg, msglen);
   stk__region reg;

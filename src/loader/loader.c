@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "gpu/gpu.h"
 #include "loader/pipeline.h"
 #include "sources/dataset.h"
 #include "sources/sampler.h"
@@ -64,6 +65,11 @@ typedef struct {
   int64_t *fidx;
   char **fmsg;
   int fn, fcap;
+  /* GPU loaders: each position keeps its file's bytes and what to do with
+   * them until the batch is handed to the GPU; data is device memory. */
+  stk__buf *files;
+  stk__gpu_item *items;
+  int *from;              /* scratch for closing up holes on the device */
 } slot;
 
 typedef struct {
@@ -79,6 +85,7 @@ struct stk_loader {
   stk__sampler sampler;
   stk__plan plan;
   int64_t *order; /* positions of this epoch -> sample index */
+  stk__gpu *gpu;  /* NULL for CPU output */
   int B, nslots;
   slot *slots;
   worker_ctx *workers;
@@ -174,9 +181,6 @@ static int validate(const stk_options *o, char *err, size_t errlen) {
   if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP) BAD("on_error must be raise or skip");
   if (o->max_consecutive_failures < 0) BAD("max_consecutive_failures must be >= 0");
 #undef BAD
-  if (o->device >= 0)
-    return stk__fail(err, errlen, STK_ENODEV,
-                     "device %d asked for, but this build of stoker has no GPU support", o->device);
   return STK_OK;
 }
 
@@ -278,11 +282,33 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
   }
 }
 
+/* Produces position j of slot s from sample idx: decoded into the slot on
+ * the CPU, or read and planned for the GPU. Runs without the mutex. */
+static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, uint64_t epoch,
+                   char *reason) {
+  const char *path = stk__dataset_path(&l->ds, idx);
+  if (!l->gpu)
+    return stk__process_sample(&l->plan, &wc->w, path, epoch, idx,
+                               s->data + (size_t)j * l->plan.image_bytes, reason, MSG_LEN);
+  stk__sample smp;
+  int rc = stk__sample_prepare(&l->plan, &wc->w, &s->files[j], path, epoch, idx, &smp, reason,
+                               MSG_LEN);
+  if (rc) return rc;
+  stk__gpu_item *it = &s->items[j];
+  memset(it, 0, sizeof *it);
+  it->kind = STK__GPU_JPEG;
+  it->data = smp.data;
+  it->len = smp.len;
+  it->geom = smp.geom;
+  it->label = l->ds.labels[idx];
+  it->dst = j;
+  return STK_OK;
+}
+
 /* Fills hole j of slot s from the end of the epoch. Returns 1 when filled,
  * 0 when no sample is left to take, -1 when a reset intervened. The mutex
  * is released while a sample is processed. */
 static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
-  size_t ib = l->plan.image_bytes;
   for (;;) {
     int64_t pool_lo = (s->batch + l->nslots) * (int64_t)l->B;
     if (l->tail_end <= pool_lo || l->epoch_err) return 0;
@@ -292,8 +318,7 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     char reason[MSG_LEN];
     l->active++;
     pthread_mutex_unlock(&l->mu);
-    int rc = stk__process_sample(&l->plan, &wc->w, stk__dataset_path(&l->ds, idx), l->epoch, idx,
-                                 s->data + (size_t)j * ib, reason, sizeof reason);
+    int rc = produce(l, wc, s, j, idx, l->epoch, reason);
     pthread_mutex_lock(&l->mu);
     l->active--;
     l->read_s += wc->w.t_read;
@@ -311,6 +336,54 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     }
     note_failure(l, s, idx, rc, reason);
   }
+}
+
+/* Hands a finalised batch to the GPU (decode + fused kernel, queued on the
+ * GPU's streams). Files that fail to decode there fail their batch under
+ * raise; under skip they are counted and the batch is closed up on the
+ * device. Returns -1 when a reset intervened. Mutex held on entry and exit,
+ * released while the GPU work is queued. */
+static int run_on_gpu(stk_loader *l, slot *s) {
+  uint64_t gen = l->gen;
+  char msg[MSG_LEN];
+  for (int j = 0; j < s->n; j++) {
+    s->items[j].msg = s->msgs + (size_t)j * MSG_LEN;
+    s->items[j].msglen = MSG_LEN;
+  }
+  l->active++;
+  pthread_mutex_unlock(&l->mu);
+  int rc = stk__gpu_run_batch(l->gpu, (int)(s - l->slots), s->n, s->items, msg, sizeof msg);
+  pthread_mutex_lock(&l->mu);
+  l->active--;
+  if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
+  if (gen != l->gen || l->stop) return -1;
+  if (rc) {
+    s->err = rc;
+    snprintf(s->errmsg, sizeof s->errmsg, "GPU batch failed: %s", msg);
+    return 0;
+  }
+  int *from = s->from, k = 0, failed = 0;
+  for (int j = 0; j < s->n; j++) {
+    if (s->items[j].rc) {
+      failed++;
+      note_failure(l, s, s->indices[j], s->items[j].rc, s->msgs + (size_t)j * MSG_LEN);
+      continue;
+    }
+    l->consec_fail = 0;
+    from[k] = j;
+    s->labels[k] = s->labels[j];
+    s->indices[k] = s->indices[j];
+    k++;
+  }
+  if (failed && l->opt.on_error == STK_ON_ERROR_SKIP && k > 0) {
+    rc = stk__gpu_slot_compact(l->gpu, (int)(s - l->slots), k, from, msg, sizeof msg);
+    if (rc) {
+      s->err = rc;
+      snprintf(s->errmsg, sizeof s->errmsg, "GPU batch failed: %s", msg);
+    }
+  }
+  if (failed && l->opt.on_error == STK_ON_ERROR_SKIP) s->n = k;
+  return 0;
 }
 
 /* Finalises complete batches in batch order (see the file comment). */
@@ -336,12 +409,18 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
         if (r < 0) return; /* reset: it cleared `finalizing` */
         if (r == 0) break;
       }
-      /* Holes left (the epoch ran out): close them up, keeping order. */
+      /* Holes left (the epoch ran out): close them up, keeping order. On
+       * the GPU nothing is decoded yet: only the plans move. */
       int k = 0;
       for (int j = 0; j < s->n; j++) {
         if (s->codes[j]) continue;
         if (k != j) {
-          memmove(s->data + (size_t)k * ib, s->data + (size_t)j * ib, ib);
+          if (l->gpu) {
+            s->items[k] = s->items[j];
+            s->items[k].dst = k;
+          } else {
+            memmove(s->data + (size_t)k * ib, s->data + (size_t)j * ib, ib);
+          }
           s->labels[k] = s->labels[j];
           s->indices[k] = s->indices[j];
           s->codes[k] = 0;
@@ -349,6 +428,10 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
         k++;
       }
       s->n = k;
+    }
+    if (l->gpu && !s->err && s->n > 0) {
+      int r = run_on_gpu(l, s);
+      if (r < 0) return; /* reset: it cleared `finalizing` */
     }
     s->state = SLOT_READY;
     l->next_finalize++;
@@ -396,7 +479,6 @@ static int start_batch(stk_loader *l) {
 static void *worker_main(void *arg) {
   worker_ctx *wc = arg;
   stk_loader *l = wc->l;
-  size_t ib = l->plan.image_bytes;
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     if (l->resetting) {
@@ -415,8 +497,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&l->mu);
 
     char *reason = s->msgs + (size_t)j * MSG_LEN;
-    int rc = stk__process_sample(&l->plan, &wc->w, stk__dataset_path(&l->ds, idx), epoch, idx,
-                                 s->data + (size_t)j * ib, reason, MSG_LEN);
+    int rc = produce(l, wc, s, j, idx, epoch, reason);
 
     pthread_mutex_lock(&l->mu);
     l->active--;
@@ -446,6 +527,34 @@ static char *dup_or_null(const char *s, int *oom) {
   char *d = strdup(s);
   if (!d) *oom = 1;
   return d;
+}
+
+/* Opens the GPU back end: every device and pinned buffer is allocated here,
+ * and the cap on device memory is checked against what was allocated. */
+static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errlen) {
+  stk__gpu_config cfg;
+  stk__gpu_config_init(&cfg);
+  cfg.max_batch = o->batch_size;
+  cfg.out_w = cfg.out_h = o->size;
+  cfg.dtype = o->dtype;
+  cfg.layout = o->layout;
+  memcpy(cfg.mean, o->mean, sizeof cfg.mean);
+  memcpy(cfg.std, o->std, sizeof cfg.std);
+  cfg.slots = l->nslots;
+  cfg.max_pixels = o->max_pixels;
+  int rc = stk__gpu_open(o->device, &cfg, &l->gpu, err, errlen);
+  if (rc) return rc;
+  /* The GPU decoders do not notice a JPEG cut short; check its tail. */
+  l->plan.check_tail = 1;
+  stk__gpu_stats gs;
+  stk__gpu_get_stats(l->gpu, &gs);
+  if (o->max_device_bytes && gs.device_bytes > o->max_device_bytes)
+    return stk__fail(err, errlen, STK_ENOMEM,
+                     "the GPU buffers for batch %d of %dx%d need %llu bytes of device memory, over "
+                     "max_device_bytes = %llu: lower batch_size or prefetch",
+                     o->batch_size, o->size, o->size, (unsigned long long)gs.device_bytes,
+                     (unsigned long long)o->max_device_bytes);
+  return STK_OK;
 }
 
 int stk_loader_create(const stk_options *opt, int header_version, stk_loader **out, char *err,
@@ -517,14 +626,26 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
     goto fail;
   }
+  if (o.device >= 0) {
+    rc = open_gpu(l, &o, err, errlen);
+    if (rc) goto fail;
+  }
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
-    s->data = malloc((size_t)l->B * l->plan.image_bytes);
+    if (l->gpu) {
+      s->data = stk__gpu_slot_data(l->gpu, i);
+      s->files = calloc((size_t)l->B, sizeof *s->files);
+      s->items = calloc((size_t)l->B, sizeof *s->items);
+      s->from = calloc((size_t)l->B, sizeof *s->from);
+    } else {
+      s->data = malloc((size_t)l->B * l->plan.image_bytes);
+    }
     s->labels = malloc((size_t)l->B * sizeof(int64_t));
     s->indices = malloc((size_t)l->B * sizeof(int64_t));
     s->codes = malloc((size_t)l->B * sizeof(int32_t));
     s->msgs = malloc((size_t)l->B * MSG_LEN);
-    if (!s->data || !s->labels || !s->indices || !s->codes || !s->msgs) {
+    if (!s->data || !s->labels || !s->indices || !s->codes || !s->msgs ||
+        (l->gpu && (!s->files || !s->items || !s->from))) {
       rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
                      l->nslots, (size_t)l->B * l->plan.image_bytes);
       goto fail;
@@ -578,7 +699,12 @@ void stk_loader_destroy(stk_loader *l) {
   free(l->threads);
   if (l->slots)
     for (int i = 0; i < l->nslots; i++) {
-      free(l->slots[i].data);
+      if (!l->gpu) free(l->slots[i].data);
+      if (l->slots[i].files)
+        for (int j = 0; j < l->B; j++) stk__buf_free(&l->slots[i].files[j]);
+      free(l->slots[i].files);
+      free(l->slots[i].items);
+      free(l->slots[i].from);
       free(l->slots[i].labels);
       free(l->slots[i].indices);
       free(l->slots[i].codes);
@@ -588,6 +714,7 @@ void stk_loader_destroy(stk_loader *l) {
       free(l->slots[i].fmsg);
     }
   free(l->slots);
+  stk__gpu_close(l->gpu); /* after the workers: none is inside run_batch */
   free(l->order);
   for (uint64_t i = 0; i < l->skip_len; i++) {
     free(l->skip_paths[i]);
@@ -655,7 +782,11 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
       out->data = s->data;
       out->dtype = l->opt.dtype;
       out->layout = l->opt.layout;
-      out->device = -1;
+      out->device = l->gpu ? l->opt.device : -1;
+      if (l->gpu) {
+        out->labels_device = stk__gpu_slot_labels(l->gpu, (int)(s - l->slots));
+        out->ready_event = stk__gpu_slot_event(l->gpu, (int)(s - l->slots));
+      }
       out->n = n;
       if (l->opt.layout == STK_LAYOUT_NCHW) {
         int64_t sh[4] = {n, 3, sz, sz}, st[4] = {3 * sz * sz, sz * sz, sz, 1};
@@ -711,7 +842,16 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
   return rc;
 }
 
-int stk_batch_release(stk_loader *l, stk_batch *b) {
+int stk_batch_release(stk_loader *l, stk_batch *b) { return stk_batch_release_on(l, b, NULL); }
+
+int stk_batch_wait(stk_loader *l, const stk_batch *b) {
+  if (!l || !b || b->slot < 0 || b->slot >= l->nslots) return STK_EINVAL;
+  if (!l->gpu) return STK_OK;
+  char msg[MSG_LEN];
+  return stk__gpu_slot_wait(l->gpu, b->slot, msg, sizeof msg);
+}
+
+int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream) {
   if (!l || !b) return STK_EINVAL;
   if (b->slot < 0 || b->slot >= l->nslots || !b->data) return STK_EINVAL;
   pthread_mutex_lock(&l->mu);
@@ -719,10 +859,17 @@ int stk_batch_release(stk_loader *l, stk_batch *b) {
   /* No error message here: release may run on any thread, and the message
    * buffer belongs to the consumer thread. */
   int rc = STK_OK;
-  if (s->state != SLOT_HELD || s->data != b->data)
+  if (s->state != SLOT_HELD || s->data != b->data) {
     rc = STK_EINVAL;
-  else
+  } else {
+    if (l->gpu) {
+      /* The next write into the slot waits, on the device, for the work
+       * queued on `stream` so far. */
+      char msg[MSG_LEN];
+      rc = stk__gpu_slot_release(l->gpu, b->slot, stream, msg, sizeof msg);
+    }
     s->state = SLOT_FREE;
+  }
   pthread_cond_broadcast(&l->work_cv);
   pthread_mutex_unlock(&l->mu);
   if (rc == STK_OK) b->data = NULL;
@@ -790,6 +937,17 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
     const stk__worker *w = &l->workers[i].w;
     host += w->file.cap + w->rs.tmp.cap + w->rs.kx.cap + w->rs.ky.cap + w->rs.bx.cap + w->rs.by.cap;
     host += stk__decoder_scratch_bytes(w->dec);
+  }
+  if (l->gpu) {
+    stk__gpu_stats gs;
+    stk__gpu_get_stats(l->gpu, &gs);
+    o->device_bytes = gs.device_bytes;
+    o->decoded_hw = gs.path[STK__GPU_PATH_HW];
+    o->decoded_cuda = gs.path[STK__GPU_PATH_CUDA];
+    o->decoded_cpu = gs.path[STK__GPU_PATH_CPU] + gs.path[STK__GPU_PATH_HOST] + gs.path[STK__GPU_PATH_BIG];
+    host += gs.pinned_bytes;
+    for (int i = 0; i < l->nslots; i++)
+      for (int j = 0; j < l->B; j++) host += l->slots[i].files[j].cap;
   }
   o->host_bytes = host;
   o->threads = l->nthreads;

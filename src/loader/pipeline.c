@@ -40,7 +40,8 @@ void stk__worker_free(stk__worker *w) {
   memset(w, 0, sizeof *w);
 }
 
-int stk__read_file(stk__worker *w, const char *path, uint64_t max_bytes, char *msg, size_t msglen) {
+int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t max_bytes, char *msg,
+                   size_t msglen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(errno));
   struct stat st;
@@ -52,12 +53,12 @@ int stk__read_file(stk__worker *w, const char *path, uint64_t max_bytes, char *m
   } else if (max_bytes && (uint64_t)st.st_size > max_bytes) {
     rc = stk__fail(msg, msglen, STK_ELIMIT, "file is %lld bytes, over the limit of %llu",
                    (long long)st.st_size, (unsigned long long)max_bytes);
-  } else if (stk__buf_reserve(&w->file, (size_t)st.st_size + 1)) {
+  } else if (stk__buf_reserve(file, (size_t)st.st_size + 1)) {
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %lld bytes", (long long)st.st_size);
   }
   size_t got = 0;
   while (rc == STK_OK && got < (size_t)st.st_size) {
-    ssize_t r = read(fd, (char *)w->file.p + got, (size_t)st.st_size - got);
+    ssize_t r = read(fd, (char *)file->p + got, (size_t)st.st_size - got);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) rc = stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(errno));
     if (r == 0) break; /* the file shrank while we read it: decode what is there */
@@ -68,52 +69,76 @@ int stk__read_file(stk__worker *w, const char *path, uint64_t max_bytes, char *m
   return rc;
 }
 
-int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
-                        int64_t index, void *dst, char *msg, size_t msglen) {
+/* libjpeg only notices a missing tail when it reaches it; the GPU decoders
+ * may not notice at all. A JPEG must end with an end-of-image marker,
+ * possibly followed by padding: look for it near the end. */
+static int jpeg_has_tail(const uint8_t *b, size_t n) {
+  size_t lo = n > 65536 ? n - 65536 : 2;
+  for (size_t i = n; i > lo; i--)
+    if (b[i - 2] == 0xFF && b[i - 1] == 0xD9) return 1;
+  return 0;
+}
+
+int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, const char *path,
+                        uint64_t epoch, int64_t index, stk__sample *s, char *msg, size_t msglen) {
   double t0 = stk__now();
   w->t_read = w->t_decode = w->t_augment = 0;
-  int rc = stk__read_file(w, path, p->max_file_bytes, msg, msglen);
+  int rc = stk__read_file(w, file, path, p->max_file_bytes, msg, msglen);
   double t1 = stk__now();
   w->t_read = t1 - t0;
   if (rc) return rc;
+  s->data = file->p;
+  s->len = w->bytes;
 
-  stk__image_info info;
-  rc = stk__decoder_header(w->dec, w->file.p, w->bytes, &info, msg, msglen);
+  stk__image_info *info = &s->info;
+  rc = stk__decoder_header(w->dec, s->data, s->len, info, msg, msglen);
   if (rc) return rc;
+  if (p->check_tail && info->format == STK__FMT_JPEG && !jpeg_has_tail(s->data, s->len))
+    return stk__fail(msg, msglen, STK_EDECODE, "truncated JPEG file (no end-of-image marker)");
 
   /* All random choices for this sample come from its own stream. */
   stk__rng rng;
   stk__rng_init(&rng, p->seed, epoch, (uint64_t)index);
-  stk__geom g;
-  int denom = 1;
+  stk__geom *g = &s->geom;
+  s->denom = 1;
   if (p->pipeline == STK_PIPELINE_TRAIN) {
     stk__rect crop;
-    stk__rrc_params(info.width, info.height, p->scale, p->ratio, &rng, &crop);
-    stk__geom_crop(&crop, p->size, p->size, &g);
-    g.flip = stk__rng_uniform(&rng) < p->flip_prob;
-    if (info.format == STK__FMT_JPEG) denom = stk__choose_denom(&crop, p->size, p->size, p->max_denom);
+    stk__rrc_params(info->width, info->height, p->scale, p->ratio, &rng, &crop);
+    stk__geom_crop(&crop, p->size, p->size, g);
+    g->flip = stk__rng_uniform(&rng) < p->flip_prob;
+    if (info->format == STK__FMT_JPEG)
+      s->denom = stk__choose_denom(&crop, p->size, p->size, p->max_denom);
   } else {
-    stk__geom_eval(info.width, info.height, p->resize, p->size, &g);
-    if (info.format == STK__FMT_JPEG && p->max_denom > 1) {
+    stk__geom_eval(info->width, info->height, p->resize, p->size, g);
+    if (info->format == STK__FMT_JPEG && p->max_denom > 1) {
       /* the whole image is resized: shrink it no further than its resized size */
-      stk__rect full = {0, 0, info.width, info.height};
-      denom = stk__choose_denom(&full, (int)(info.width / g.x.scale), (int)(info.height / g.y.scale),
-                                p->max_denom);
+      stk__rect full = {0, 0, info->width, info->height};
+      s->denom = stk__choose_denom(&full, (int)(info->width / g->x.scale),
+                                   (int)(info->height / g->y.scale), p->max_denom);
     }
   }
-  stk__geom_downscale(&g, info.width, info.height, denom);
+  return STK_OK;
+}
+
+int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s, void *dst,
+                           char *msg, size_t msglen) {
+  double t1 = stk__now();
+  const stk__image_info *info = &s->info;
+  int denom = s->denom;
+  stk__geom g = s->geom;
+  stk__geom_downscale(&g, info->width, info->height, denom);
 
   stk__rect need;
-  rc = stk__resampler_plan(&w->rs, &g, &need);
-  if (rc) return stk__fail(msg, msglen, rc, "cannot resample a %dx%d image to %d", info.width,
-                           info.height, p->size);
+  int rc = stk__resampler_plan(&w->rs, &g, &need);
+  if (rc) return stk__fail(msg, msglen, rc, "cannot resample a %dx%d image to %d", info->width,
+                           info->height, p->size);
   /* The decoder takes full-resolution coordinates. */
   stk__rect want = {need.x * denom, need.y * denom, need.w * denom, need.h * denom};
-  if (want.x + want.w > info.width) want.w = info.width - want.x;
-  if (want.y + want.h > info.height) want.h = info.height - want.y;
+  if (want.x + want.w > info->width) want.w = info->width - want.x;
+  if (want.y + want.h > info->height) want.h = info->height - want.y;
 
   stk__region reg;
-  rc = stk__decoder_decode(w->dec, w->file.p, w->bytes, &want, denom, &reg, msg, msglen);
+  rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, &reg, msg, msglen);
   double t2 = stk__now();
   w->t_decode = t2 - t1;
   if (rc) return rc;
@@ -122,4 +147,12 @@ int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, ui
   w->t_augment = stk__now() - t2;
   if (rc) return stk__fail(msg, msglen, rc, "resampling failed");
   return STK_OK;
+}
+
+int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
+                        int64_t index, void *dst, char *msg, size_t msglen) {
+  stk__sample s;
+  int rc = stk__sample_prepare(p, w, &w->file, path, epoch, index, &s, msg, msglen);
+  if (rc) return rc;
+  return stk__sample_finish_cpu(p, w, &s, dst, msg, msglen);
 }

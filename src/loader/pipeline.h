@@ -23,7 +23,19 @@ typedef struct {
   uint64_t max_file_bytes, max_pixels;
   stk__store store;
   size_t image_bytes;        /* one output image */
+  int check_tail;            /* refuse JPEGs without an end-of-image marker
+                                before decoding (the GPU decoders do not
+                                notice a missing tail) */
 } stk__plan;
+
+/* One sample between its header and its pixels. */
+typedef struct {
+  const uint8_t *data;       /* the file's bytes */
+  size_t len;
+  stk__image_info info;
+  stk__geom geom;            /* full-resolution coordinates */
+  int denom;                 /* DCT scale the CPU decoder should use */
+} stk__sample;
 
 typedef struct {
   stk__decoder *dec;
@@ -39,11 +51,22 @@ void stk__plan_init(stk__plan *p, const stk_options *o);
 int stk__worker_init(stk__worker *w, const stk__plan *p);
 void stk__worker_free(stk__worker *w);
 
-/* Reads `path` into the worker's file buffer, enforcing the size limit. */
-int stk__read_file(stk__worker *w, const char *path, uint64_t max_bytes, char *msg, size_t msglen);
+/* Reads `path` into `file`, enforcing the size limit; w->bytes = its size. */
+int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t max_bytes, char *msg,
+                   size_t msglen);
 
-/* Produces sample `index` of `epoch` into dst (plan->image_bytes). On
- * failure returns a code and the reason (without the path) in msg. */
+/* Reads the file into `file`, reads its header and makes every random
+ * choice for (epoch, index): s describes what to decode and where to put it.
+ * On failure returns a code and the reason (without the path) in msg. */
+int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, const char *path,
+                        uint64_t epoch, int64_t index, stk__sample *s, char *msg, size_t msglen);
+
+/* Decodes the region `s` needs on the CPU and resamples it into dst. */
+int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s, void *dst,
+                           char *msg, size_t msglen);
+
+/* prepare + finish_cpu: sample `index` of `epoch` into dst
+ * (plan->image_bytes), through the worker's own file buffer. */
 int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
                         int64_t index, void *dst, char *msg, size_t msglen);
 
