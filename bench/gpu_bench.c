@@ -6,14 +6,22 @@
  * Reads up to N files under DIR (recursively, following symbolic links) into
  * memory, reads their headers on the CPU (as the loader does, to place the
  * crops), then measures, at batch size B:
- *   1. the hardware-backend batched decode alone, whole images;
- *   2. the same, of the regions RandomResizedCrop reads (ROI);
+ *   1. the hardware-backend batched decode alone, whole images and the
+ *      regions RandomResizedCrop reads (ROI), with and without nvJPEG's
+ *      interpolated chroma upsampling;
+ *   2. the GPU-hybrid back end's batched decode alone (CUDA Huffman);
  *   3. train (RandomResizedCrop 224 + flip + normalise, float32 NCHW):
- *      decode + fused kernel, with 1 and with T submitting threads;
- *   4. eval (Resize 256 + CenterCrop 224): decode + kernel, T threads;
- *   5. device time of the decode and of the kernel per batch (profiled run).
+ *      decode + fused kernel with the engines and the GPU-hybrid decoder
+ *      sharing each batch, 1 and T submitting threads;
+ *   4. the same with a share of each batch decoded by CPU threads first
+ *      (what the loader's workers would do: region + DCT-scaled decode,
+ *      handed over as RGB8 items);
+ *   5. eval (Resize 256 + CenterCrop 224): decode + kernel;
+ *   6. device time of the decode and of the kernel per batch (profiled run).
  * and prints a table. Images per second count images delivered into device
  * tensors; file reading is not included (the files are in memory).
+ *
+ *   --cpu-threads C   CPU helper threads per submitting thread (default 6)
  */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -55,28 +63,123 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 typedef struct {
   const char *name;
   int train, decode_only, roi, threads, profile;
+  float hw_share;  /* -1: engines only (no GPU-hybrid decoder) */
+  int use_hw;
+  int chroma_interp;
+  float cpu_share; /* share of each batch decoded by CPU helper threads */
 } bmode;
 
-typedef struct {
+static int cpu_threads = 6;
+
+/* A CPU helper: decodes items [h, h + C, ...) of the CPU share of a batch,
+ * as the loader's workers would (region, DCT scaling), into its buffers. */
+typedef struct helper helper;
+typedef struct worker worker;
+struct helper {
+  worker *w;
+  int h;
+  pthread_t th;
+  stk__decoder *dec;
+  stk__resampler rs;
+};
+
+struct worker {
   stk__gpu *g;
   bimg *imgs;
   int nimg, batch, tid, nthreads, train;
   int64_t nbatches;
   int rc;
   uint64_t images, failed;
-} worker;
+  /* CPU share */
+  int ncpu, nhelp, stop;
+  int64_t cur;                  /* batch being prepared */
+  stk__gpu_item *items;
+  uint8_t **buf;                /* per item: a copy of its decoded region */
+  size_t *cap;
+  pthread_barrier_t go, done;
+  helper *helpers;
+};
+
+static void cpu_item(helper *hp, int i) {
+  worker *w = hp->w;
+  const bimg *im = &w->imgs[(w->cur * w->batch + i) % w->nimg];
+  stk__gpu_item *it = &w->items[i];
+  stk__geom g = w->train ? im->train : im->eval;
+  int denom = 1;
+  if (w->train) {
+    stk__rect crop = {g.x.lo, g.y.lo, g.x.hi - g.x.lo, g.y.hi - g.y.lo};
+    denom = stk__choose_denom(&crop, 224, 224, 8);
+  }
+  stk__geom_downscale(&g, im->w, im->h, denom);
+  stk__rect need;
+  char msg[256];
+  stk__region reg;
+  it->rc = STK_EDECODE;
+  if (stk__resampler_plan(&hp->rs, &g, &need)) return;
+  stk__rect want = {need.x * denom, need.y * denom, need.w * denom, need.h * denom};
+  if (want.x + want.w > im->w) want.w = im->w - want.x;
+  if (want.y + want.h > im->h) want.h = im->h - want.y;
+  if (stk__decoder_decode(hp->dec, im->data, im->len, &want, denom, &reg, msg, sizeof msg)) return;
+  size_t row = (size_t)reg.w * 3, need_b = row * reg.h;
+  if (w->cap[i] < need_b) {
+    free(w->buf[i]);
+    w->buf[i] = malloc(need_b);
+    w->cap[i] = w->buf[i] ? need_b : 0;
+    if (!w->buf[i]) return;
+  }
+  for (int y = 0; y < reg.h; y++) memcpy(w->buf[i] + y * row, reg.pixels + y * reg.stride, row);
+  memset(it, 0, sizeof *it);
+  it->kind = STK__GPU_RGB8;
+  it->pixels = w->buf[i];
+  it->stride = row;
+  it->x = reg.x;
+  it->y = reg.y;
+  it->w = reg.w;
+  it->h = reg.h;
+  it->geom = g;
+  it->dst = i;
+  it->label = i;
+}
+
+static void *helper_main(void *p) {
+  helper *hp = p;
+  worker *w = hp->w;
+  for (;;) {
+    pthread_barrier_wait(&w->go);
+    if (w->stop) break;
+    for (int i = hp->h; i < w->ncpu; i += w->nhelp) cpu_item(hp, i);
+    pthread_barrier_wait(&w->done);
+  }
+  return NULL;
+}
 
 static void *worker_main(void *p) {
   worker *w = p;
   stk__gpu_item *items = calloc((size_t)w->batch, sizeof *items);
+  w->items = items;
   char msg[512];
+  if (w->ncpu > 0) {
+    w->buf = calloc((size_t)w->batch, sizeof *w->buf);
+    w->cap = calloc((size_t)w->batch, sizeof *w->cap);
+    w->helpers = calloc((size_t)w->nhelp, sizeof *w->helpers);
+    pthread_barrier_init(&w->go, NULL, (unsigned)w->nhelp + 1);
+    pthread_barrier_init(&w->done, NULL, (unsigned)w->nhelp + 1);
+    for (int h = 0; h < w->nhelp; h++) {
+      w->helpers[h].w = w;
+      w->helpers[h].h = h;
+      w->helpers[h].dec = stk__decoder_create();
+      pthread_create(&w->helpers[h].th, NULL, helper_main, &w->helpers[h]);
+    }
+  }
   int slot_base = 2 * w->tid, turn = 0;
   for (int64_t b = w->tid; b < w->nbatches && !w->rc; b += w->nthreads) {
     int slot = slot_base + turn;
     turn ^= 1;
-    /* the consumer side: the slot's previous batch must be finished */
-    if ((w->rc = stk__gpu_slot_wait(w->g, slot, msg, sizeof msg))) break;
-    for (int i = 0; i < w->batch; i++) {
+    if (w->ncpu > 0) {
+      w->cur = b;
+      pthread_barrier_wait(&w->go);
+    }
+    for (int i = w->ncpu; i < w->batch; i++) {
       const bimg *im = &w->imgs[(b * w->batch + i) % w->nimg];
       stk__gpu_item *it = &items[i];
       memset(it, 0, sizeof *it);
@@ -87,6 +190,9 @@ static void *worker_main(void *p) {
       it->dst = i;
       it->label = i;
     }
+    if (w->ncpu > 0) pthread_barrier_wait(&w->done);
+    /* the consumer side: the slot's previous batch must be finished */
+    if ((w->rc = stk__gpu_slot_wait(w->g, slot, msg, sizeof msg))) break;
     w->rc = stk__gpu_run_batch(w->g, slot, w->batch, items, msg, sizeof msg);
     for (int i = 0; i < w->batch; i++) {
       w->images += items[i].rc == STK_OK;
@@ -95,12 +201,28 @@ static void *worker_main(void *p) {
   }
   for (int t = 0; t < 2 && !w->rc; t++) w->rc = stk__gpu_slot_wait(w->g, slot_base + t, msg, sizeof msg);
   if (w->rc) fprintf(stderr, "thread %d: %s\n", w->tid, msg);
+  if (w->ncpu > 0) {
+    w->stop = 1;
+    pthread_barrier_wait(&w->go);
+    for (int h = 0; h < w->nhelp; h++) {
+      pthread_join(w->helpers[h].th, NULL);
+      stk__decoder_destroy(w->helpers[h].dec);
+      stk__resampler_free(&w->helpers[h].rs);
+    }
+    for (int i = 0; i < w->batch; i++) free(w->buf[i]);
+    free(w->buf);
+    free(w->cap);
+    free(w->helpers);
+    pthread_barrier_destroy(&w->go);
+    pthread_barrier_destroy(&w->done);
+  }
   free(items);
   return NULL;
 }
 
 typedef struct {
   double ips, ms_batch, host_ms_batch, gpu_dec_ms, gpu_ker_ms;
+  double plan_ms, hw_ms, gpu_ms, cpu_ms; /* host ms per batch inside run_batch */
   stk__gpu_stats st;
   int ok;
 } bresult;
@@ -114,6 +236,10 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.slots = 2 * m->threads;
   c.lanes = m->threads;
   c.roi = m->roi;
+  c.use_hw = m->use_hw;
+  c.chroma_interp = m->chroma_interp;
+  c.use_gpu_hybrid = m->hw_share >= 0;
+  if (m->hw_share >= 0) c.hw_share = m->hw_share;
   c.decode_only = m->decode_only;
   c.profile = m->profile;
   stk__gpu *g = NULL;
@@ -131,7 +257,17 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
     stk__gpu_get_stats(g, &s0);
     double t0 = stk__now();
     for (int t = 0; t < m->threads; t++) {
-      ws[t] = (worker){g, imgs, nimg, batch, t, m->threads, m->train, nb, 0, 0, 0};
+      memset(&ws[t], 0, sizeof ws[t]);
+      ws[t].g = g;
+      ws[t].imgs = imgs;
+      ws[t].nimg = nimg;
+      ws[t].batch = batch;
+      ws[t].tid = t;
+      ws[t].nthreads = m->threads;
+      ws[t].train = m->train;
+      ws[t].nbatches = nb;
+      ws[t].ncpu = (int)(m->cpu_share * batch + 0.5f);
+      ws[t].nhelp = cpu_threads;
       pthread_create(&th[t], NULL, worker_main, &ws[t]);
     }
     uint64_t images = 0;
@@ -158,6 +294,10 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
     r.host_ms_batch = (s1.host_seconds - s0.host_seconds) * 1e3 / nb;
     r.gpu_dec_ms = (s1.gpu_decode_seconds - s0.gpu_decode_seconds) * 1e3 / nb;
     r.gpu_ker_ms = (s1.gpu_kernel_seconds - s0.gpu_kernel_seconds) * 1e3 / nb;
+    r.plan_ms = (s1.host_plan_seconds - s0.host_plan_seconds) * 1e3 / nb;
+    r.hw_ms = (s1.host_hw_seconds - s0.host_hw_seconds) * 1e3 / nb;
+    r.gpu_ms = (s1.host_gpu_seconds - s0.host_gpu_seconds) * 1e3 / nb;
+    r.cpu_ms = (s1.host_cpu_seconds - s0.host_cpu_seconds) * 1e3 / nb;
     r.st = s1;
     for (int p = 0; p < STK__GPU_NPATHS; p++) r.st.path[p] -= s0.path[p];
     r.st.failed -= s0.failed;
@@ -179,10 +319,12 @@ int main(int argc, char **argv) {
       threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--cpu-threads") && i + 1 < argc)
+      cpu_threads = atoi(argv[++i]);
     else
       dir = argv[i];
   }
-  if (!dir || batch < 1 || threads < 1 || threads > 32) {
+  if (!dir || batch < 1 || threads < 1 || threads > 32 || cpu_threads < 1 || cpu_threads > 64) {
     fprintf(stderr, "usage: %s DIR [--images N] [--batch B] [--threads T] [--seconds S]\n", argv[0]);
     return 2;
   }
@@ -242,42 +384,48 @@ int main(int argc, char **argv) {
   printf("%d images, %.1f MB in memory; CPU header read %.1f us/image\n", nimg, bytes / 1e6,
          t_head * 1e6 / (nimg ? nimg : 1));
 
-  char n1[64], n2[64], n3[64], n4[64];
-  snprintf(n1, sizeof n1, "train: decode + kernel, %d thread%s", threads, threads > 1 ? "s" : "");
-  snprintf(n2, sizeof n2, "eval: decode + kernel, %d thread%s", threads, threads > 1 ? "s" : "");
-  snprintf(n3, sizeof n3, "hw decode only, full, %d threads", threads);
-  snprintf(n4, sizeof n4, "hw decode only, ROI, %d threads", threads);
+  char nm1[80], nm2[80], nm3[80], nm4[80], nm5[80];
+  int T = threads;
+  snprintf(nm1, sizeof nm1, "train: engines, %d threads", T);
+  snprintf(nm2, sizeof nm2, "train: engines + 25%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
+  snprintf(nm3, sizeof nm3, "train: engines + 40%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
+  snprintf(nm4, sizeof nm4, "eval: engines, %d threads", T);
+  snprintf(nm5, sizeof nm5, "decode: engines only, ROI, %d threads", T);
+  /* name, train, decode_only, roi, threads, profile, hw_share (-1: no GPU-hybrid decoder),
+   * use_hw, chroma_interp, cpu_share */
   bmode modes[] = {
-      {"hw decode only, full images, 1 thread", 1, 1, 0, 1, 0},
-      {"hw decode only, ROI (train crops), 1 thread", 1, 1, 1, 1, 0},
-      {n3, 1, 1, 0, threads, 0},
-      {n4, 1, 1, 1, threads, 0},
-      {"train: decode + kernel, 1 thread", 1, 0, 1, 1, 0},
-      {n1, 1, 0, 1, threads, 0},
-      {n2, 0, 0, 1, threads, 0},
-      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1},
+      {"decode: engines only, full images", 1, 1, 0, 1, 0, -1, 1, 0, 0},
+      {"decode: engines only, ROI (train crops)", 1, 1, 1, 1, 0, -1, 1, 0, 0},
+      {nm5, 1, 1, 1, T, 0, -1, 1, 0, 0},
+      {"decode: engines, ROI, interpolated chroma", 1, 1, 1, 1, 0, -1, 1, 1, 0},
+      {"decode: GPU-hybrid back end only (batched)", 1, 1, 1, 1, 0, 0, 0, 0, 0},
+      {"decode: per-image hybrid only (no engines)", 1, 1, 1, 1, 0, -1, 0, 0, 0},
+      {"train: engines, 1 thread", 1, 0, 1, 1, 0, -1, 1, 0, 0},
+      {nm1, 1, 0, 1, T, 0, -1, 1, 0, 0},
+      {nm2, 1, 0, 1, T, 0, -1, 1, 0, 0.25f},
+      {nm3, 1, 0, 1, T, 0, -1, 1, 0, 0.4f},
+      {nm4, 0, 0, 1, T, 0, -1, 1, 0, 0},
+      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1, -1, 1, 0, 0},
   };
   int nm = (int)(sizeof modes / sizeof *modes);
-  bresult res[16];
+  bresult res[32];
   for (int i = 0; i < nm; i++) {
-    if (modes[i].threads == 1 && i >= 2 && i <= 3) {
-      res[i].ok = 0;
-      continue;
-    }
     res[i] = run_mode(&modes[i], imgs, nimg, batch, seconds);
     if (res[i].ok)
       fprintf(stderr, "%-46s %9.0f img/s\n", modes[i].name, res[i].ips);
   }
 
   printf("\nbatch %d, %d images (%s)\n", batch, nimg, dir);
-  printf("%-46s %10s %10s %10s  %s\n", "mode", "img/s", "ms/batch", "host ms", "paths (hw/cuda/cpu/big, failed)");
+  printf("%-46s %8s %8s %7s %6s %6s %6s %6s  %s\n", "mode", "img/s", "ms/batch", "host ms", "plan",
+         "in hw", "in gpu", "cpu", "paths hw/gpu/cuda/cpu/host, failed");
   for (int i = 0; i < nm; i++) {
     if (!res[i].ok) continue;
     const stk__gpu_stats *s = &res[i].st;
-    printf("%-46s %10.0f %10.2f %10.2f  %llu/%llu/%llu/%llu, %llu\n", modes[i].name, res[i].ips,
-           res[i].ms_batch, res[i].host_ms_batch, (unsigned long long)s->path[STK__GPU_PATH_HW],
-           (unsigned long long)s->path[STK__GPU_PATH_CUDA],
-           (unsigned long long)s->path[STK__GPU_PATH_CPU], (unsigned long long)s->path[STK__GPU_PATH_BIG],
+    printf("%-46s %8.0f %8.2f %7.2f %6.2f %6.2f %6.2f %6.2f  %llu/%llu/%llu/%llu/%llu, %llu\n",
+           modes[i].name, res[i].ips, res[i].ms_batch, res[i].host_ms_batch, res[i].plan_ms,
+           res[i].hw_ms, res[i].gpu_ms, res[i].cpu_ms, (unsigned long long)s->path[STK__GPU_PATH_HW],
+           (unsigned long long)s->path[STK__GPU_PATH_GPU], (unsigned long long)s->path[STK__GPU_PATH_CUDA],
+           (unsigned long long)s->path[STK__GPU_PATH_CPU], (unsigned long long)s->path[STK__GPU_PATH_HOST],
            (unsigned long long)s->failed);
   }
   const bresult *p = &res[nm - 1];

@@ -226,6 +226,10 @@ STK_API int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream);
  * this to block the calling thread until the data is written. A no-op for
  * host batches. */
 STK_API int stk_batch_wait(stk_loader *l, const stk_batch *b);
+/* Makes the CUDA stream `stream` (NULL = the legacy default stream) wait on
+ * the device until the batch is written; the calling thread does not wait.
+ * A no-op for host batches. */
+STK_API int stk_batch_wait_on(stk_loader *l, const stk_batch *b, void *stream);
 
 /* Abandons the current epoch (waits for work in flight) and positions the
  * loader at batch `batch` of `epoch`. set_epoch(e) is seek(e, 0). Batches the

@@ -81,6 +81,7 @@ typedef struct {
   atomic_int refs;
   stk_batch b;
   loader_ref *owner;
+  void *stream; /* device batches: the consumer's CUDA stream (CUstream) */
 } batch_ref;
 
 /* After fork() a child holds a copy of the loader without its threads, and
@@ -111,7 +112,9 @@ static void dl_deleter(DLManagedTensor *self) {
   batch_ref *b = self->manager_ctx;
   if (foreign(b->owner)) return;
   if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
-  stk_batch_release(b->owner->l, &b->b);
+  /* A device slot is rewritten only after the work torch queued on the
+   * consumer's stream so far has completed. */
+  stk_batch_release_on(b->owner->l, &b->b, b->stream);
   loader_ref_decref(b->owner);
   free(b);
 }
@@ -260,22 +263,22 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
                            "layout", "batch_size", "drop_last", "shuffle", "seed", "rank",
                            "world_size", "shard_drop_last", "threads", "prefetch", "device",
                            "on_error", "max_pixels", "max_file_bytes",
-                           "max_consecutive_failures", NULL};
+                           "max_consecutive_failures", "max_device_bytes", NULL};
   stk_options o;
   stk_options_init(&o);
   PyObject *root = NULL, *list_file = NULL, *list_base = NULL;
   PyObject *scale = NULL, *ratio = NULL, *mean = NULL, *std = NULL;
-  PyObject *seed = NULL, *max_pixels = NULL, *max_file_bytes = NULL;
+  PyObject *seed = NULL, *max_pixels = NULL, *max_file_bytes = NULL, *max_device = NULL;
   const char *pipeline = NULL, *dtype = NULL, *layout = NULL, *on_error = NULL;
   double flip = o.flip_prob;
   int pipe_i = (int)o.pipeline, dtype_i = (int)o.dtype, layout_i = (int)o.layout;
   int on_error_i = (int)o.on_error;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwds, "|$OOOziiOOdOOizzipiOiipiiizOOi", kwlist, &root, &list_file, &list_base,
+          args, kwds, "|$OOOziiOOdOOizzipiOiipiiizOOiO", kwlist, &root, &list_file, &list_base,
           &pipeline, &o.size, &o.resize_size, &scale, &ratio, &flip, &mean, &std, &o.dct_scaling,
           &dtype, &layout, &o.batch_size, &o.drop_last, &o.shuffle, &seed, &o.rank, &o.world_size,
           &o.shard_drop_last, &o.threads, &o.prefetch, &o.device, &on_error, &max_pixels,
-          &max_file_bytes, &o.max_consecutive_failures))
+          &max_file_bytes, &o.max_consecutive_failures, &max_device))
     return NULL;
   static const char *const pipelines[] = {"train", "eval"};
   static const char *const dtypes[] = {"float32", "float16", "bfloat16", "uint8"};
@@ -289,7 +292,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
       get_floats(scale, o.scale, 2, "scale") || get_floats(ratio, o.ratio, 2, "ratio") ||
       get_floats(mean, o.mean, 3, "mean") || get_floats(std, o.std, 3, "std") ||
       get_u64(seed, &o.seed, "seed") || get_u64(max_pixels, &o.max_pixels, "max_pixels") ||
-      get_u64(max_file_bytes, &o.max_file_bytes, "max_file_bytes") || get_path(root, &root_b) ||
+      get_u64(max_file_bytes, &o.max_file_bytes, "max_file_bytes") ||
+      get_u64(max_device, &o.max_device_bytes, "max_device_bytes") || get_path(root, &root_b) ||
       get_path(list_file, &list_b) || get_path(list_base, &base_b))
     goto fail;
   o.pipeline = (stk_pipeline)pipe_i;
@@ -375,7 +379,8 @@ static int fill_dlpack(batch_ref *b) {
   DLTensor *im = &b->mt[0].dl_tensor, *lb = &b->mt[1].dl_tensor;
   if (dl_dtype(sb->dtype, &im->dtype)) return -1;
   im->data = sb->data;
-  im->device = (DLDevice){kDLCPU, 0};
+  DLDevice dev = sb->device >= 0 ? (DLDevice){kDLCUDA, sb->device} : (DLDevice){kDLCPU, 0};
+  im->device = dev;
   im->ndim = 4;
   if (sb->layout == STK_LAYOUT_NHWC) {
     /* The slot holds NHWC; describe it as the NCHW-shaped view with
@@ -392,8 +397,9 @@ static int fill_dlpack(batch_ref *b) {
   im->strides = b->strides[0];
   im->byte_offset = 0;
 
-  lb->data = sb->labels;
-  lb->device = (DLDevice){kDLCPU, 0};
+  /* labels on the same device as the images: no copy in the training loop */
+  lb->data = sb->device >= 0 ? (void *)sb->labels_device : (void *)sb->labels;
+  lb->device = dev;
   lb->ndim = 1;
   lb->dtype = (DLDataType){kDLInt, 64, 1};
   b->shape[1][0] = sb->n;
@@ -408,10 +414,15 @@ static int fill_dlpack(batch_ref *b) {
   return 0;
 }
 
-/* next() -> (images capsule, labels capsule, epoch, batch_index, indices) or
- * None at the end of the epoch. */
-static PyObject *Loader_next(PyObject *o, PyObject *unused) {
+/* next([stream]) -> (images capsule, labels capsule, epoch, batch_index,
+ * indices) or None at the end of the epoch. For a device loader, `stream`
+ * is the consumer's CUDA stream (torch's current stream): it is made to
+ * wait for the batch on the device, and the batch's slot is rewritten only
+ * after what was queued on it before the tensors were freed. */
+static PyObject *Loader_next(PyObject *o, PyObject *args) {
   LoaderObject *self = (LoaderObject *)o;
+  unsigned long long stream = 0;
+  if (!PyArg_ParseTuple(args, "|K", &stream)) return NULL;
   loader_ref *r = get_ref(self, 1);
   if (!r) return NULL;
   batch_ref *b = calloc(1, sizeof *b);
@@ -425,6 +436,15 @@ static PyObject *Loader_next(PyObject *o, PyObject *unused) {
   Py_BEGIN_ALLOW_THREADS
   rc = stk_loader_next(r->l, &b->b);
   if (rc != STK_OK) snprintf(msg, sizeof msg, "%s", stk_loader_error(r->l));
+  if (rc == STK_OK && b->b.device >= 0) {
+    b->stream = (void *)(uintptr_t)stream;
+    rc = stk_batch_wait_on(r->l, &b->b, b->stream);
+    if (rc != STK_OK) {
+      snprintf(msg, sizeof msg, "cannot order the batch before the consumer's stream: %s",
+               stk_loader_error(r->l));
+      stk_batch_release(r->l, &b->b);
+    }
+  }
   Py_END_ALLOW_THREADS
   self->busy = 0;
   if (rc != STK_OK) {
@@ -435,9 +455,8 @@ static PyObject *Loader_next(PyObject *o, PyObject *unused) {
   }
   b->owner = r;
   atomic_init(&b->refs, 2);
-  if (b->b.device >= 0 || fill_dlpack(b)) {
-    /* Not reachable with a CPU build; never hand out memory torch would
-     * misread as host memory. */
+  if (fill_dlpack(b)) {
+    /* an unknown dtype: never hand out memory torch would misread */
     dl_deleter(&b->mt[0]);
     dl_deleter(&b->mt[1]);
     PyErr_SetString(PyExc_RuntimeError,
@@ -645,8 +664,9 @@ static PyObject *Loader_get_closed(PyObject *o, void *unused) {
 }
 
 static PyMethodDef Loader_methods[] = {
-    {"next", Loader_next, METH_NOARGS,
-     "next() -> (images, labels, epoch, batch_index, indices) or None at the end of the epoch.\n"
+    {"next", Loader_next, METH_VARARGS,
+     "next([stream]) -> (images, labels, epoch, batch_index, indices) or None at the end of\n"
+     "the epoch. stream: the consumer's CUDA stream handle, for device loaders.\n"
      "images and labels are DLPack capsules; the batch slot is released once both tensors\n"
      "(or unconsumed capsules) are freed."},
     {"seek", Loader_seek, METH_VARARGS, "seek(epoch, batch=0): position the loader."},

@@ -117,7 +117,7 @@ class ImageLoader:
                  rank=None, world_size=None, on_error="raise", dtype="float32",
                  channels_last=False, prefetch=2, list_file=None, list_base=None,
                  shard_drop_last=False, dct_scaling=None, max_pixels=None,
-                 max_file_bytes=None, max_consecutive_failures=100):
+                 max_file_bytes=None, max_consecutive_failures=100, max_device_bytes=None):
         torch = _torch()
         if (root is None) == (list_file is None):
             raise ValueError("give exactly one of root (an ImageFolder-style folder) and "
@@ -168,6 +168,8 @@ class ImageLoader:
             opts["dct_scaling"] = 1 if dct_scaling else 0
         if max_pixels is not None:
             opts["max_pixels"] = _int("max_pixels", max_pixels, 0)
+        if max_device_bytes is not None:
+            opts["max_device_bytes"] = _int("max_device_bytes", max_device_bytes, 0)
         if max_file_bytes is not None:
             opts["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
 
@@ -194,6 +196,7 @@ class ImageLoader:
         self._resume = None    # (epoch, batch) set by load_state_dict
         self._pass = None      # weakref to the live _Pass, if any
         self._from_dlpack = torch.utils.dlpack.from_dlpack
+        self._device = opts["device"]
 
     @staticmethod
     def _pipeline(pipeline, size):
@@ -212,6 +215,12 @@ class ImageLoader:
             # No Normalize: ToTensor's [0, 1] values.
             opts["mean"], opts["std"] = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
         return opts, normalised
+
+    def _stream(self):
+        """The consumer's CUDA stream: batches are ordered before it on the device."""
+        if self._device < 0:
+            return 0
+        return torch.cuda.current_stream(self._device).cuda_stream
 
     # ---- information ----------------------------------------------------------
 
@@ -367,7 +376,7 @@ class _Pass:
             raise RuntimeError("this iterator was superseded: a newer pass, load_state_dict() "
                                "or close() took over the loader")
         try:
-            r = ld._c.next()
+            r = ld._c.next(ld._stream())
         except _stoker.DecodeError as e:
             if getattr(e, "code", None) == _stoker.ETOOMANY:
                 self._done = True  # the library ended the epoch; a new pass repeats it

@@ -137,11 +137,22 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
  * block size (e.g. 4:1:0 at 1/2), its real upsampling ratio differs and a
  * cropped decode comes out wrong, so such images are decoded full width. A
  * component decoded at the output size is unaffected. */
+/* The libjpeg API of version 7 and later (Ubuntu's libjpeg-turbo8) splits
+ * the scaled block size into horizontal and vertical; libjpeg-turbo scales
+ * both alike, so the horizontal one stands for both. */
+#if JPEG_LIB_VERSION >= 70
+#define MIN_SCALED(ci) ((ci)->min_DCT_h_scaled_size)
+#define COMP_SCALED(cp) ((cp)->DCT_h_scaled_size)
+#else
+#define MIN_SCALED(ci) ((ci)->min_DCT_scaled_size)
+#define COMP_SCALED(cp) ((cp)->DCT_scaled_size)
+#endif
+
 static int crop_is_exact(const struct jpeg_decompress_struct *cinfo) {
-  int min = cinfo->min_DCT_scaled_size;
+  int min = MIN_SCALED(cinfo);
   for (int c = 0; c < cinfo->num_components; c++) {
     const jpeg_component_info *comp = &cinfo->comp_info[c];
-    int s = comp->DCT_scaled_size;
+    int s = COMP_SCALED(comp);
     if (s == min)
       continue;
     if (comp->h_samp_factor * s != cinfo->max_h_samp_factor * min ||

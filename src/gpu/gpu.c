@@ -1,6 +1,6 @@
 /*
  * gpu.c: the GPU back end (see gpu.h): the CUDA driver and nvJPEG opened at
- * run time, devices buffers and streams, batched decoding, and the launch of
+ * run time, device buffers and streams, batched decoding, and the launch of
  * the fused kernel of kernels.cu.
  *
  * Neither cuda.h nor nvjpeg.h is needed to build this file: the few types,
@@ -98,6 +98,7 @@ typedef struct {
 #define NVJPEG_STATUS_SUCCESS 0
 #define NVJPEG_BACKEND_DEFAULT 0
 #define NVJPEG_BACKEND_HYBRID 1
+#define NVJPEG_BACKEND_GPU_HYBRID 2
 #define NVJPEG_BACKEND_HARDWARE 3
 #define NVJPEG_OUTPUT_RGBI 5
 #define NVJPEG_CSS_444 0
@@ -113,6 +114,8 @@ typedef struct {
   nvjpegStatus_t (*JpegStateCreate)(nvjpegHandle_t, nvjpegJpegState_t *);
   nvjpegStatus_t (*JpegStateDestroy)(nvjpegJpegState_t);
   nvjpegStatus_t (*DecodeBatchedInitialize)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int);
+  nvjpegStatus_t (*DecodeBatched)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
+                                  const size_t *, nvjpegImage_t *, CUstream);
   nvjpegStatus_t (*DecodeBatchedEx)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
                                     const size_t *, nvjpegImage_t *, nvjpegDecodeParams_t *,
                                     CUstream);
@@ -204,6 +207,7 @@ static const sym_entry nvjpeg_syms[] = {
     NJ_SYM(JpegStateDestroy, "nvjpegJpegStateDestroy", 0),
     NJ_SYM(DecodeBatchedInitialize, "nvjpegDecodeBatchedInitialize", 0),
     NJ_SYM(DecodeBatchedEx, "nvjpegDecodeBatchedEx", 0),
+    NJ_SYM(DecodeBatched, "nvjpegDecodeBatched", 0),
     NJ_SYM(DecodeBatchedSupportedEx, "nvjpegDecodeBatchedSupportedEx", 0),
     NJ_SYM(JpegStreamCreate, "nvjpegJpegStreamCreate", 0),
     NJ_SYM(JpegStreamDestroy, "nvjpegJpegStreamDestroy", 0),
@@ -368,10 +372,25 @@ typedef struct {
   int vfirst;            /* the CPU resampler would run the vertical pass first */
 } iplan;
 
+/* One batched nvJPEG decoder of a lane (engines or GPU-hybrid). */
+typedef struct {
+  nvjpegJpegState_t state;
+  const unsigned char **data; /* max_batch */
+  size_t *len;
+  nvjpegImage_t *dst;
+  int *item;
+  int n;                      /* the batch size it is initialised for */
+  CUdeviceptr pad_out;        /* where the padding images go */
+} batched;
+
 typedef struct {
   CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
   CUevent done, ev_main, ev_aux;
   CUevent prof[3]; /* cfg.profile: chunk start, before the kernel, after it */
+  CUstream gstream; /* the GPU-hybrid batched decoder */
+  CUevent ev_gpu;
+  batched gb;
+  double t_plan, t_hw, t_gpu, t_cpu; /* host seconds, this batch */
   int busy;
   /* hardware, batched */
   nvjpegJpegState_t hw_state;
@@ -417,7 +436,7 @@ struct stk__gpu {
   size_t image_bytes;
   CUdeviceptr lut;
   CUstream util; /* compaction */
-  nvjpegHandle_t hw, gen;
+  nvjpegHandle_t hw, gen, gh;
   nvjpegJpegDecoder_t hy_dec;
   int hw_roi;
   int roi_fail_streak;
@@ -449,7 +468,9 @@ void stk__gpu_config_init(stk__gpu_config *c) {
   c->use_hw = 1;
   c->use_cuda = 1;
   c->roi = 1;
-  c->chroma_interp = 1;
+  c->use_gpu_hybrid = 0; /* slower than the engines on an H200, see gpu.h */
+  c->hw_share = 0.35f;
+  c->chroma_interp = 0;  /* 3.5x slower engines for ~85 -> ~98 dB, see gpu.h */
   c->max_pixels = 178956970ULL;
 }
 
@@ -555,6 +576,8 @@ static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_EINVAL, "unknown layout %d", (int)c->layout);
   if (c->slots < 1 || c->slots > 1024)
     return stk__fail(msg, msglen, STK_EINVAL, "slots must be in 1..1024, got %d", c->slots);
+  if (!(c->hw_share >= 0.0f && c->hw_share <= 1.0f))
+    return stk__fail(msg, msglen, STK_EINVAL, "hw_share must be in [0, 1]");
   if (c->lanes < 0 || c->lanes > 64)
     return stk__fail(msg, msglen, STK_EINVAL, "lanes must be in 0..64, got %d", c->lanes);
   for (int i = 0; i < 3; i++)
@@ -614,19 +637,54 @@ static void hw_pad(stk__gpu *g, glane *L, int m) {
   }
 }
 
-/* Decodes a full batch of dummies (ROI or not) and waits: sizes nvJPEG's
- * internal buffers, and tells whether the engines (and their ROI) work. */
-static int hw_warmup(stk__gpu *g, glane *L, int roi, char *msg, size_t msglen) {
+/* Decodes a full batch of dummies and waits: sizes nvJPEG's internal
+ * buffers, and tells whether the engines work at all. */
+static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   hw_pad(g, L, 0);
   nvjpegStatus_t s = g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
                                           L->hw_params, L->stream);
   if (s != NVJPEG_STATUS_SUCCESS) {
     hw_init_lane(g, L, L->hw_n, NULL, 0);
-    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx%s: %s", roi ? " (ROI)" : "",
-                     nj_name(s));
+    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx: %s", nj_name(s));
   }
   CU(g_cu.StreamSynchronize(L->stream));
   return STK_OK;
+}
+
+static int gb_open(stk__gpu *g, nvjpegHandle_t h, batched *b, int B, char *msg, size_t msglen) {
+  b->data = calloc((size_t)B, sizeof *b->data);
+  b->len = calloc((size_t)B, sizeof *b->len);
+  b->dst = calloc((size_t)B, sizeof *b->dst);
+  b->item = calloc((size_t)B, sizeof *b->item);
+  if (!b->data || !b->len || !b->dst || !b->item)
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  NJ(g_nj.JpegStateCreate(h, &b->state));
+  NJ(g_nj.DecodeBatchedInitialize(h, b->state, B, 1, NVJPEG_OUTPUT_RGBI));
+  b->n = B;
+  return STK_OK;
+}
+
+static void gb_close(batched *b) {
+  if (b->state) g_nj.JpegStateDestroy(b->state);
+  b->state = NULL;
+  free(b->data);
+  free(b->len);
+  free(b->dst);
+  free(b->item);
+  b->data = NULL;
+  b->len = NULL;
+  b->dst = NULL;
+  b->item = NULL;
+}
+
+static void gb_pad(stk__gpu *g, batched *b, int m) {
+  for (int i = m; i < b->n; i++) {
+    b->data[i] = g->dummy_jpeg;
+    b->len[i] = g->dummy_len;
+    memset(&b->dst[i], 0, sizeof b->dst[i]);
+    b->dst[i].channel[0] = (unsigned char *)(uintptr_t)(b->pad_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
+    b->dst[i].pitch[0] = DUMMY_SIDE * 3;
+  }
 }
 
 static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
@@ -646,9 +704,10 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   if ((rc = dev_alloc(g, &L->arena, L->arena_bytes, "the source arena", msg, msglen))) return rc;
   if ((rc = dev_alloc(g, &L->desc_dev, (size_t)B * sizeof(kitem), "item descriptors", msg, msglen)))
     return rc;
-  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
+  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)2 * B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
                       msglen)))
     return rc;
+  L->gb.pad_out = L->dummy_out + (CUdeviceptr)B * DUMMY_SIDE * DUMMY_SIDE * 3;
   if ((rc = host_alloc(g, (void **)&L->staging, L->staging_bytes, "staging", msg, msglen))) return rc;
   if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(kitem), "item descriptors",
                        msg, msglen)))
@@ -682,6 +741,11 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       g_nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
                                     NVJPEG_OUTPUT_RGBI);
   }
+  if (g->gh) {
+    CU(g_cu.StreamCreate(&L->gstream, CU_STREAM_NON_BLOCKING));
+    CU(g_cu.EventCreate(&L->ev_gpu, CU_EVENT_DISABLE_TIMING));
+    if ((rc = gb_open(g, g->gh, &L->gb, B, msg, msglen))) return rc;
+  }
   if (g->hy_dec) {
     NJ(g_nj.DecoderStateCreate(g->gen, g->hy_dec, &L->hy_state));
     NJ(g_nj.BufferPinnedCreate(g->gen, NULL, &L->hy_pinned));
@@ -714,7 +778,11 @@ static void drop_lane_hw(stk__gpu *g, glane *L) {
 static void close_lane(stk__gpu *g, glane *L) {
   if (L->stream) g_cu.StreamSynchronize(L->stream);
   if (L->aux) g_cu.StreamSynchronize(L->aux);
+  if (L->gstream) g_cu.StreamSynchronize(L->gstream);
   drop_lane_hw(g, L);
+  gb_close(&L->gb);
+  if (L->ev_gpu) g_cu.EventDestroy(L->ev_gpu);
+  if (L->gstream) g_cu.StreamDestroy(L->gstream);
   if (L->hy_params) g_nj.DecodeParamsDestroy(L->hy_params);
   if (L->hy_js) g_nj.JpegStreamDestroy(L->hy_js);
   if (L->hy_state) g_nj.JpegStateDestroy(L->hy_state);
@@ -778,6 +846,15 @@ static void open_nvjpeg(stk__gpu *g) {
   if (g->cfg.use_cuda && g_nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
                              NVJPEG_STATUS_SUCCESS)
     g->hy_dec = NULL;
+  if (g->cfg.use_gpu_hybrid) {
+    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, flags, &g->gh);
+    if (st != NVJPEG_STATUS_SUCCESS && flags)
+      st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0, &g->gh);
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      g->gh = NULL;
+      note(g, "GPU-hybrid decoder not available: %s", nj_name(st));
+    }
+  }
 }
 
 int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
@@ -906,7 +983,7 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
      * lanes parse headers with the generic handle). */
     char why[160];
     for (int i = 0; i < g->cfg.lanes && g->hw; i++)
-      if (hw_warmup(g, &g->lanes[i], 0, why, sizeof why)) {
+      if (hw_warmup(g, &g->lanes[i], why, sizeof why)) {
         note(g, "hardware decoder off: %s", why);
         for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
         g_nj.Destroy(g->hw);
@@ -923,9 +1000,27 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
       }
     g->hw_roi = g->hw && g->cfg.roi;
   }
+  for (int i = 0; i < g->cfg.lanes && g->gh; i++) {
+    glane *L = &g->lanes[i];
+    gb_pad(g, &L->gb, 0);
+    nvjpegStatus_t st = g_nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst,
+                                           L->gstream);
+    r = st == NVJPEG_STATUS_SUCCESS ? g_cu.StreamSynchronize(L->gstream) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
+      rc = cu_fail(g, r, "GPU-hybrid warm-up", msg, msglen);
+      goto fail;
+    }
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      note(g, "GPU-hybrid decoder off: nvjpegDecodeBatched: %s", nj_name(st));
+      for (int k = 0; k < g->cfg.lanes; k++) gb_close(&g->lanes[k].gb);
+      g_nj.Destroy(g->gh);
+      g->gh = NULL;
+    }
+  }
   g->st.hw_available = g->hw != NULL;
   g->st.hw_roi = g->hw_roi;
   g->st.cuda_available = g->hy_dec != NULL;
+  g->st.gpu_hybrid_available = g->gh != NULL;
   g_cu.MemGetInfo(&free1, &total);
   g->st.device_bytes_used = free0 > free1 ? free0 - free1 : 0;
   g_cu.CtxPopCurrent(NULL);
@@ -956,6 +1051,7 @@ void stk__gpu_close(stk__gpu *g) {
       if (s->freed) g_cu.EventDestroy(s->freed);
     }
   if (g->hy_dec) g_nj.DecoderDestroy(g->hy_dec);
+  if (g->gh) g_nj.Destroy(g->gh);
   if (g->hw) g_nj.Destroy(g->hw);
   if (g->gen) g_nj.Destroy(g->gen);
   if (g->lut) g_cu.MemFree(g->lut);
@@ -1023,6 +1119,64 @@ static void item_fail(stk__gpu_item *it, int rc, const char *why) {
   if (it->msg && it->msglen) snprintf(it->msg, it->msglen, "%s", why);
 }
 
+/* What the JPEG markers say, read the way libjpeg reads them. */
+typedef struct {
+  int sof;        /* the frame marker (0xC0 baseline, 0xC1, 0xC2 progressive...), 0 if none */
+  int comps;      /* components of the frame */
+  int rgb;        /* three components stored as RGB, not YCbCr (libjpeg's rule) */
+  int eoi;        /* an end-of-image marker follows the first scan */
+} jpeg_markers;
+
+static int jpeg_scan(const uint8_t *d, size_t n, jpeg_markers *jm) {
+  memset(jm, 0, sizeof *jm);
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return 0;
+  int jfif = 0, adobe = 0, transform = -1, ids[3] = {0, 0, 0};
+  size_t i = 2, sos = 0;
+  while (i + 4 <= n) {
+    if (d[i] != 0xFF) return 0;
+    int m = d[i + 1];
+    if (m == 0xFF) {
+      i++;
+      continue;
+    }
+    if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+      i += 2;
+      continue;
+    }
+    size_t len = (size_t)d[i + 2] << 8 | d[i + 3];
+    if (len < 2 || i + 2 + len > n) return 0;
+    const uint8_t *seg = d + i + 4;
+    size_t sl = len - 2;
+    if (m == 0xE0 && sl >= 5 && !memcmp(seg, "JFIF", 5)) jfif = 1;
+    if (m == 0xEE && sl >= 12 && !memcmp(seg, "Adobe", 5)) {
+      adobe = 1;
+      transform = seg[11];
+    }
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && sl >= 6 && !jm->sof) {
+      jm->sof = m;
+      jm->comps = seg[5];
+      for (int c = 0; c < 3 && c < jm->comps && 6 + 3 * (size_t)c < sl; c++) ids[c] = seg[6 + 3 * c];
+    }
+    if (m == 0xDA) {
+      sos = i + 2 + len;
+      break;
+    }
+    i += 2 + len;
+  }
+  if (!sos || !jm->sof) return 0;
+  /* jdapimin.c: JFIF wins, then Adobe's transform flag, then component ids */
+  if (jm->comps == 3 && !jfif)
+    jm->rgb = adobe ? transform == 0 : (ids[0] == 'R' && ids[1] == 'G' && ids[2] == 'B');
+  /* FF D9 cannot occur inside entropy-coded data: any one after the scan
+   * header is the marker (the check the CPU decoder makes for truncation) */
+  for (size_t k = n; k >= sos + 2; k--)
+    if (d[k - 2] == 0xFF && d[k - 1] == 0xD9) {
+      jm->eoi = 1;
+      break;
+    }
+  return 1;
+}
+
 /* Decides the path and the source rectangle of one item. */
 static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   int x0, x1, y0, y1;
@@ -1043,6 +1197,12 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   }
   p->path = STK__GPU_PATH_CPU;
   if (!L->js) return;
+  /* What nvJPEG would decode differently from PIL stays on the CPU: RGB-
+   * coded files (nvJPEG assumes YCbCr), CMYK/YCCK, and files without an end
+   * marker (PIL fails them; nvJPEG decodes whatever is there). */
+  jpeg_markers jm;
+  if (!jpeg_scan(it->data, it->len, &jm) || jm.rgb || !jm.eoi || (jm.comps != 1 && jm.comps != 3))
+    return;
   if (g_nj.JpegStreamParseHeader(L->js_handle, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS)
     return;
   unsigned w = 0, h = 0, comps = 0;
@@ -1094,6 +1254,14 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
       }
       return;
     }
+  }
+  if (g->gh && !g->hw && (jm.sof == 0xC0 || jm.sof == 0xC1)) {
+    /* no engines: baseline files go to the batched GPU-hybrid decoder */
+    p->path = STK__GPU_PATH_GPU;
+    p->sx = p->sy = 0;
+    p->sw = (int)w;
+    p->sh = (int)h;
+    return;
   }
   if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
 }
@@ -1207,6 +1375,40 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
    * work queued so far (earlier chunks' kernels) is done. */
   CU(g_cu.EventRecord(L->ev_main, L->stream));
   if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[0], L->stream));
+  /* 0. the GPU-hybrid decoder, on its own stream, first: it runs on the SMs
+   * while the call to the engines below holds this thread */
+  int mg = 0;
+  for (int c = 0; c < k && g->gh; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_GPU) continue;
+    stk__gpu_item *it = &items[chunk[c]];
+    L->gb.data[mg] = it->data;
+    L->gb.len[mg] = it->len;
+    memset(&L->gb.dst[mg], 0, sizeof L->gb.dst[mg]);
+    L->gb.dst[mg].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+    L->gb.dst[mg].pitch[0] = p->pitch;
+    L->gb.item[mg++] = chunk[c];
+  }
+  if (mg > 0) {
+    double t = stk__now();
+    CU(g_cu.StreamWaitEvent(L->gstream, L->ev_main, 0));
+    gb_pad(g, &L->gb, mg);
+    nvjpegStatus_t st =
+        g_nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst, L->gstream);
+    if (st == NVJPEG_STATUS_SUCCESS) {
+      CU(g_cu.EventRecord(L->ev_gpu, L->gstream));
+      for (int i = 0; i < mg; i++) L->plan[L->gb.item[i]].have_src = 1;
+    } else {
+      pthread_mutex_lock(&g->mu);
+      g->st.hw_batch_failures++;
+      pthread_mutex_unlock(&g->mu);
+      NJ(g_nj.DecodeBatchedInitialize(g->gh, L->gb.state, L->gb.n, 1, NVJPEG_OUTPUT_RGBI));
+      for (int i = 0; i < mg; i++)
+        L->plan[L->gb.item[i]].path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+      mg = 0;
+    }
+    L->t_gpu += stk__now() - t;
+  }
   /* 1. the hardware engines, for the whole chunk at once */
   int m = 0;
   for (int c = 0; c < k; c++) {
@@ -1225,11 +1427,15 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     L->hw_item[m++] = chunk[c];
   }
   if (m > 0) {
+    double t = stk__now();
     hw_pad(g, L, m);
-    nvjpegStatus_t st = g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
-                                             L->hw_params, L->stream);
     int roi_used = 0;
     for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;
+    nvjpegStatus_t st =
+        roi_used ? g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+                                        L->hw_params, L->stream)
+                 : g_nj.DecodeBatched(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst, L->stream);
+    L->t_hw += stk__now() - t;
     pthread_mutex_lock(&g->mu);
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->st.hw_batch_failures++;
@@ -1256,6 +1462,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
 
   /* 2. the CPU: decodes here while the engines work */
+  double tc = stk__now();
   for (int c = 0; c < k; c++) {
     int i = chunk[c];
     iplan *p = &L->plan[i];
@@ -1278,6 +1485,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     }
   }
 
+  L->t_cpu += stk__now() - tc;
   /* 3. nvJPEG's hybrid decoder, on the aux stream after the arena is free */
   int any_cuda = 0;
   for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
@@ -1300,6 +1508,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     CU(g_cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
   }
 
+  if (mg > 0) CU(g_cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
   /* 4. the kernel */
   int n = 0, kxm = 1, kym = 1;
   kitem *d = L->desc_host + base;
@@ -1408,6 +1617,7 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
   /* The previous batch of this lane is done with the staging and descriptors. */
   CU(g_cu.EventSynchronize(L->done));
   L->staging_used = 0;
+  L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = 0;
   /* Device-side ordering: after earlier writes into this slot, and after the
    * consumer has let go of it. */
   if (s->written) CU(g_cu.StreamWaitEvent(L->stream, s->ready, 0));
@@ -1417,8 +1627,28 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
   pthread_mutex_unlock(&g->mu);
   if (wait_freed) CU(g_cu.StreamWaitEvent(L->stream, s->freed, 0));
 
+  double t0 = stk__now();
   for (int i = 0; i < n; i++)
     if (items[i].rc == STK_OK) plan_item(g, L, &items[i], &L->plan[i]);
+  /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
+  if (g->hw && g->gh) {
+    int elig = 0, to_hw = 0;
+    for (int i = 0; i < n; i++) {
+      iplan *p = &L->plan[i];
+      if (items[i].rc != STK_OK || p->path != STK__GPU_PATH_HW) continue;
+      elig++;
+      if ((int)(g->cfg.hw_share * elig + 0.5f) > to_hw) {
+        to_hw++;
+        continue;
+      }
+      p->path = STK__GPU_PATH_GPU;
+      p->roi = 0;
+      p->sx = p->sy = 0;
+      p->sw = p->img_w;
+      p->sh = p->img_h;
+    }
+  }
+  L->t_plan += stk__now() - t0;
 
   /* Pack sources into the arena in order; a full arena closes a chunk. */
   int k = 0, base = 0;
@@ -1488,6 +1718,7 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
     rc = run_locked(g, L, &g->slots[slot], n, items, msg, msglen);
     g_cu.CtxPopCurrent(NULL);
   }
+  double tp = L->t_plan, th = L->t_hw, tg = L->t_gpu, tc = L->t_cpu;
   give_lane(g, L);
   pthread_mutex_lock(&g->mu);
   g->st.batches++;
@@ -1501,6 +1732,10 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
       g->st.path[items[i].path]++;
   }
   g->st.host_seconds += stk__now() - t0;
+  g->st.host_plan_seconds += tp;
+  g->st.host_hw_seconds += th;
+  g->st.host_gpu_seconds += tg;
+  g->st.host_cpu_seconds += tc;
   pthread_mutex_unlock(&g->mu);
   return rc;
 }
@@ -1538,6 +1773,16 @@ int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *ms
   pthread_mutex_lock(&g->mu);
   s->freed_pending = 1;
   pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
+  if (!g->slots[slot].written) return STK_OK;
+  ENTER();
+  CUresult r = g_cu.StreamWaitEvent((CUstream)stream, g->slots[slot].ready, 0);
+  g_cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuStreamWaitEvent", msg, msglen);
   return STK_OK;
 }
 

@@ -32,11 +32,19 @@
  *   1. "hw":   nvJPEG batched decode on the hardware JPEG engines
  *              (NVJPEG_BACKEND_HARDWARE), of only the region the geometry
  *              reads (ROI) when the engine accepts it, else the whole image;
+ *   1b."gpu":  (off by default) nvJPEG batched decode with the GPU-hybrid
+ *              back end (Huffman decoding in CUDA kernels), whole images, for
+ *              a share (1 - hw_share) of the baseline JPEGs, run on the SMs
+ *              while the engines work. Measured on an H200 it is slower than
+ *              the engines (2,300 img/s per lane) and slows them down when
+ *              both run, so it only makes sense without engines;
  *   2. "cuda": nvJPEG's hybrid decoder (CPU Huffman + CUDA), ROI only; for
  *              JPEGs the hardware refuses (progressive, odd sampling);
  *   3. "cpu":  stoker's own decoder (libjpeg-turbo) on the calling thread,
  *              region only, copied up through pinned memory; for everything
- *              nvJPEG cannot do (CMYK/YCCK, corrupt files it rejects, PNG);
+ *              nvJPEG cannot do or does differently from PIL (CMYK/YCCK, RGB-
+ *              coded JPEGs, files without an end marker, corrupt files it
+ *              rejects, PNG);
  *   4. "host": an item that is already decoded RGB8 (STK__GPU_RGB8) is copied
  *              up through pinned memory;
  *   5. "big":  an item whose source region does not fit the lane's arena is
@@ -90,8 +98,17 @@ typedef struct {
   int use_cuda;           /* use nvJPEG's hybrid decoder for the JPEGs the
                              engines refuse. 1 */
   int roi;                /* decode only the region the resampler reads. 1 */
+  int use_gpu_hybrid;     /* the batched GPU-hybrid decoder ("gpu" path). 0 */
+  float hw_share;         /* fraction of the baseline JPEGs of a batch sent to
+                             the engines when both they and the GPU-hybrid
+                             decoder are in use; the rest go to the latter.
+                             0.35 */
   int chroma_interp;      /* ask nvJPEG for interpolated (libjpeg-like)
-                             chroma upsampling where it supports it. 1 */
+                             chroma upsampling. 0. With it the engines' output
+                             is bit-identical to libjpeg-turbo's for most
+                             files (mean PSNR of the pipeline ~98 dB instead
+                             of ~85 dB), but on an H200 the engines then run
+                             3.5x slower (4,200 instead of 14,500 img/s). */
   uint64_t max_pixels;    /* limit for the CPU fallback decoder (see
                              stk_options.max_pixels). 178956970 */
   int decode_only;        /* benchmarks: decode, but launch no kernel. 0 */
@@ -116,6 +133,7 @@ enum {
   STK__GPU_PATH_CPU,  /* stoker's CPU decoder, source copied up */
   STK__GPU_PATH_HOST, /* an STK__GPU_RGB8 item, copied up */
   STK__GPU_PATH_BIG,  /* decoded and resampled on the CPU, image copied up */
+  STK__GPU_PATH_GPU,  /* nvJPEG GPU-hybrid back end (CUDA Huffman), batched */
   STK__GPU_NPATHS
 };
 
@@ -154,6 +172,10 @@ typedef struct {
   uint64_t hw_batch_failures;     /* batched hardware decodes that failed as a whole */
   uint64_t hw_roi_full;           /* hardware items decoded whole: ROI refused */
   double host_seconds;            /* summed over threads, inside run_batch() */
+  double host_plan_seconds;       /* of which: reading headers, choosing paths */
+  double host_hw_seconds;         /*   inside the engines' batched decode call */
+  double host_gpu_seconds;        /*   inside the GPU-hybrid batched decode call */
+  double host_cpu_seconds;        /*   decoding and copying on the CPU */
   double gpu_decode_seconds;      /* cfg.profile: device time up to the kernel */
   double gpu_kernel_seconds;      /* cfg.profile: device time of the kernel */
   uint64_t device_bytes;          /* device memory we allocated */
@@ -164,6 +186,7 @@ typedef struct {
   int hw_roi;                     /* ROI decode on the engines is in use */
   int chroma_interp;              /* interpolated chroma upsampling is on */
   int cuda_available;             /* the hybrid decoder is in use */
+  int gpu_hybrid_available;       /* the batched GPU-hybrid decoder is in use */
   char notes[320];                /* why a decode path is off, "" if none */
 } stk__gpu_stats;
 
@@ -195,6 +218,10 @@ size_t stk__gpu_image_bytes(const stk__gpu *g);
  * `consumer_stream` (a CUstream; NULL = the context's default stream)
  * completes: the next write into the slot waits for that on the device. */
 int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *msg, size_t msglen);
+
+/* Makes `stream` (a CUstream; NULL = the legacy default stream) wait on the
+ * device for the slot's ready event; the calling thread does not wait. */
+int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t msglen);
 
 /* Blocks the calling thread until the slot's ready event has completed. */
 int stk__gpu_slot_wait(stk__gpu *g, int slot, char *msg, size_t msglen);

@@ -542,8 +542,10 @@ static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errle
   memcpy(cfg.std, o->std, sizeof cfg.std);
   cfg.slots = l->nslots;
   cfg.max_pixels = o->max_pixels;
-  int rc = stk__gpu_open(o->device, &cfg, &l->gpu, err, errlen);
-  if (rc) return rc;
+  char why[1024] = "";
+  int rc = stk__gpu_open(o->device, &cfg, &l->gpu, why, sizeof why);
+  if (rc)
+    return stk__fail(err, errlen, rc, "CUDA device %d cannot be used: %s", o->device, why);
   /* The GPU decoders do not notice a JPEG cut short; check its tail. */
   l->plan.check_tail = 1;
   stk__gpu_stats gs;
@@ -849,6 +851,15 @@ int stk_batch_wait(stk_loader *l, const stk_batch *b) {
   if (!l->gpu) return STK_OK;
   char msg[MSG_LEN];
   return stk__gpu_slot_wait(l->gpu, b->slot, msg, sizeof msg);
+}
+
+int stk_batch_wait_on(stk_loader *l, const stk_batch *b, void *stream) {
+  if (!l || !b || b->slot < 0 || b->slot >= l->nslots) return STK_EINVAL;
+  if (!l->gpu) return STK_OK;
+  char msg[MSG_LEN];
+  int rc = stk__gpu_slot_wait_on(l->gpu, b->slot, stream, msg, sizeof msg);
+  if (rc) loader_err(l, rc, "%s", msg);
+  return rc;
 }
 
 int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream) {
