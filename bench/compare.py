@@ -113,7 +113,7 @@ def run_stoker(root, pipeline, a, device, seed):
 
 def result(images, t0, marks):
     secs = marks[-1] - t0
-    return {"images": images, "seconds": round(secs, 4), "images_per_s": images / secs,
+    return {"images": images, "seconds": round(secs, 4), "images_per_s": round(images / secs, 2),
             "epoch_seconds": [round(b - a, 4) for a, b in zip([t0] + marks, marks)]}
 
 
@@ -215,7 +215,7 @@ def main():
         best_tv = max(x["images_per_s"] for x in tv)
         best_st = max(x["images_per_s"] for x in st)
         results[pipeline] = {"torchvision": tv, "stoker": st, "best_torchvision": best_tv,
-                             "best_stoker": best_st, "ratio": best_st / best_tv}
+                             "best_stoker": best_st, "ratio": round(best_st / best_tv, 3)}
 
     fid = None
     if a.fidelity_images > 0:
@@ -240,8 +240,8 @@ def main():
             flag = f"  ** BELOW {PSNR_FLAG_DB:.0f} dB **" if fid["below_threshold"] else ""
             print(head + f"mean PSNR {fid['mean_psnr_db']:.2f} dB over the "
                   f"{fid['images'] - fid['identical']} differing images (min "
-                  f"{fid['min_psnr_db']:.2f} dB, largest difference {fid['max_abs_diff']:.0f}/255), "
-                  f"{fid['identical']} identical{flag}")
+                  f"{fid['min_psnr_db']:.2f} dB, largest difference "
+                  f"{fid['max_abs_diff']:.0f}/255), {fid['identical']} identical{flag}")
     if a.json:
         print(json.dumps({"dataset": root, "images": n, "device": device.type,
                           "workers": a.workers, "batch_size": a.batch_size,

@@ -220,7 +220,7 @@ class ImageLoader:
         """The consumer's CUDA stream: batches are ordered before it on the device."""
         if self._device < 0:
             return 0
-        return torch.cuda.current_stream(self._device).cuda_stream
+        return _torch().cuda.current_stream(self._device).cuda_stream
 
     # ---- information ----------------------------------------------------------
 

@@ -44,7 +44,9 @@
 
 #define MSG_LEN 512
 
-typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD } slot_state;
+/* FILLING: workers produce its positions; GPU: finalised, waiting for (or
+ * in) its GPU submission; READY: the consumer may take it; HELD: lent. */
+typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_GPU, SLOT_READY, SLOT_HELD } slot_state;
 
 typedef struct {
   slot_state state;
@@ -386,12 +388,17 @@ static int run_on_gpu(stk_loader *l, slot *s) {
   return 0;
 }
 
-/* Finalises complete batches in batch order (see the file comment). */
+/* Finalises complete batches in batch order (see the file comment). GPU
+ * batches are then submitted by the same thread after `finalizing` is
+ * cleared, so that another thread can finalise and submit the next batch
+ * meanwhile: the GPU back end runs two submissions at once. */
 static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   if (l->finalizing) return;
   l->finalizing = 1;
   size_t ib = l->plan.image_bytes;
-  slot *s;
+  slot *s, *submit[64];
+  int nsubmit = 0;
+  uint64_t gen = l->gen;
   while ((s = slot_of(l, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
     int holes = 0;
     for (int j = 0; j < s->n; j++) {
@@ -429,15 +436,23 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
       }
       s->n = k;
     }
-    if (l->gpu && !s->err && s->n > 0) {
-      int r = run_on_gpu(l, s);
-      if (r < 0) return; /* reset: it cleared `finalizing` */
+    l->next_finalize++;
+    if (l->gpu && !s->err && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
+      s->state = SLOT_GPU;
+      submit[nsubmit++] = s;
+      continue;
     }
     s->state = SLOT_READY;
-    l->next_finalize++;
     pthread_cond_broadcast(&l->ready_cv);
   }
   l->finalizing = 0;
+  for (int i = 0; i < nsubmit; i++) {
+    /* a reset since finalising freed these slots: leave them alone */
+    if (gen != l->gen || l->stop) return;
+    if (run_on_gpu(l, submit[i]) < 0) return;
+    submit[i]->state = SLOT_READY;
+    pthread_cond_broadcast(&l->ready_cv);
+  }
 }
 
 /* ---- workers ------------------------------------------------------------ */
