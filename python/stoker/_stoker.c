@@ -147,7 +147,11 @@ static PyObject *raise_code(int rc, const char *msg, int nslots) {
     case STK_ELIMIT:
     case STK_ETOOMANY: type = DecodeError; break;
     case STK_EINVAL: type = PyExc_ValueError; break;
-    case STK_ENOMEM: return PyErr_NoMemory();
+    case STK_ENOMEM:
+      /* keep the library's message when it has one (e.g. a memory cap) */
+      if (!msg || !msg[0]) return PyErr_NoMemory();
+      type = PyExc_MemoryError;
+      break;
     case STK_EEMPTY: type = PyExc_FileNotFoundError; break; /* as torchvision's ImageFolder */
     case STK_EBUSY: {
       char m[512];

@@ -63,6 +63,7 @@ def test_empty_class_folder_is_refused_like_imagefolder(tmp_path):
         datasets.ImageFolder(str(tmp_path))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_cuda_device_is_a_clear_runtime_error(small_folder):
     for dev in ("cuda", "cuda:1", torch.device("cuda", 0)):
         with pytest.raises(RuntimeError, match="GPU|device"):
