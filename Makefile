@@ -2,6 +2,7 @@
 #   make         build build/stoker and build/libstoker.so
 #   make demo    install what is missing, build, make the synthetic dataset, benchmark it
 #   make test    build and run every test, also under AddressSanitizer and UBSan
+#   make test-gpu the GPU tests alone (they skip without a GPU)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -11,7 +12,7 @@ DEMO_CLASSES ?= 100
 # CI turns warnings into errors.
 CMAKE_FLAGS ?= $(if $(CI),-DSTK_WERROR=ON,)
 
-.PHONY: all deps demo test test-c test-asan test-py clean
+.PHONY: all deps demo test test-c test-asan test-py test-gpu clean
 
 all:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
@@ -44,7 +45,13 @@ PYTHON ?= /usr/bin/python3
 test-py: all
 	PYTHONPATH=python $(PYTHON) -m pytest -q python/tests
 
-test: deps
+# The GPU tests alone (they skip cleanly without a GPU).
+test-gpu: all
+	cd $(BUILD) && ctest --output-on-failure -R test_gpu
+	PYTHONPATH=python $(PYTHON) -m pytest -q -rs python/tests/test_gpu.py
+
+test:
+	@scripts/install-deps.sh --python
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory test-py
