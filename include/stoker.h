@@ -204,6 +204,12 @@ STK_API int stk_loader_create(const stk_options *opt, int header_version,
 /* Stops and joins every thread, frees every buffer. NULL is a no-op. */
 STK_API void stk_loader_destroy(stk_loader *l);
 
+/* Stops and joins every worker thread now, but keeps the batch memory, so
+ * that batches the caller still holds stay valid and can be released; free
+ * everything later with stk_loader_destroy(). Afterwards stk_loader_next()
+ * returns STK_ESTATE. For bindings whose tensors may outlive the loader. */
+STK_API void stk_loader_shutdown(stk_loader *l);
+
 /* Next batch of the current epoch, in order. Blocks until it is ready.
  * Returns STK_OK, STK_EEND once at the end of an epoch (the next call starts
  * the following epoch), or an error. Under on_error=raise a bad file fails

@@ -177,6 +177,28 @@ static void test_slots_and_teardown(void) {
   CHECK(strstr(stk_loader_error(l), "held") != NULL);
   CHECK_EQ_INT(stk_batch_release(l, &held[0]), STK_OK);
   CHECK_EQ_INT(stk_loader_next(l, &extra), STK_OK);
+  /* shutdown joins the threads but keeps held batches readable */
+  {
+    stk_options o2;
+    base_opts(&o2);
+    o2.batch_size = 3;
+    stk_loader *m = make(&o2);
+    if (m) {
+      stk_batch hb;
+      CHECK_EQ_INT(stk_loader_next(m, &hb), STK_OK);
+      size_t nb = hb.nbytes;
+      uint8_t *copy = malloc(nb);
+      memcpy(copy, hb.data, nb);
+      stk_loader_shutdown(m);
+      stk_batch more;
+      CHECK_EQ_INT(stk_loader_next(m, &more), STK_ESTATE);
+      CHECK(memcmp(copy, hb.data, nb) == 0);
+      CHECK_EQ_INT(stk_batch_release(m, &hb), STK_OK);
+      stk_loader_shutdown(m); /* twice is harmless */
+      stk_loader_destroy(m);
+      free(copy);
+    }
+  }
   /* destroy mid-epoch with batches held: every thread joins promptly */
   double t = stk__now();
   stk_loader_destroy(l);

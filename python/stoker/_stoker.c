@@ -347,10 +347,22 @@ fail:
   return NULL;
 }
 
+/* close(): joins the worker threads at once, even while the user still
+ * holds batches (their memory lives on until the last tensor is freed). An
+ * extra reference is held across the shutdown so that a tensor freed on
+ * another thread meanwhile cannot destroy the loader under it. */
 static void loader_close(LoaderObject *self) {
   loader_ref *r = self->ref;
   self->ref = NULL;
-  if (r) loader_ref_decref_gil(r);
+  if (!r) return;
+  if (!foreign(r)) {
+    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+    Py_BEGIN_ALLOW_THREADS
+    stk_loader_shutdown(r->l);
+    loader_ref_decref(r);
+    Py_END_ALLOW_THREADS
+  }
+  loader_ref_decref_gil(r);
 }
 
 static void Loader_dealloc(PyObject *o) {

@@ -701,15 +701,22 @@ fail:
   return rc;
 }
 
-void stk_loader_destroy(stk_loader *l) {
+void stk_loader_shutdown(stk_loader *l) {
   if (!l) return;
   pthread_mutex_lock(&l->mu);
   l->stop = 1;
   l->gen++;
   pthread_cond_broadcast(&l->work_cv);
   pthread_cond_broadcast(&l->ready_cv);
+  int started = l->started;
+  l->started = 0; /* joined once, by whoever gets here first */
   pthread_mutex_unlock(&l->mu);
-  for (int i = 0; i < l->started; i++) pthread_join(l->threads[i], NULL);
+  for (int i = 0; i < started; i++) pthread_join(l->threads[i], NULL);
+}
+
+void stk_loader_destroy(stk_loader *l) {
+  if (!l) return;
+  stk_loader_shutdown(l);
   if (l->workers)
     for (int i = 0; i < l->nthreads; i++) stk__worker_free(&l->workers[i].w);
   free(l->workers);
@@ -826,7 +833,7 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
       break;
     }
     if (l->stop) {
-      rc = loader_err(l, STK_ESTATE, "loader is being destroyed");
+      rc = loader_err(l, STK_ESTATE, "the loader was shut down");
       break;
     }
     if (l->epoch_err && !s) {
