@@ -521,29 +521,12 @@ static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 /* The source range [*a0, *a1) the resampler reads on one axis: the first
  * window's start and the last window's end (plan_axis in resample.c). */
 static void axis_need(const stk__axis *a, int *a0, int *a1, int *ksize) {
-  double scale = a->scale, filterscale = scale < 1.0 ? 1.0 : scale;
-  double support = 1.0 * filterscale;
-  int in_size = a->hi - a->lo;
-  double in0 = a->in0 - a->lo;
-  int first = 0, last = 0;
-  for (int k = 0; k < 2; k++) {
-    int xx = k ? a->out - 1 : 0;
-    double center = in0 + (xx + 0.5) * scale;
-    int xmin = (int)(center - support + 0.5);
-    if (xmin < 0) xmin = 0;
-    int xmax = (int)(center + support + 0.5);
-    if (xmax > in_size) xmax = in_size;
-    xmax -= xmin;
-    if (xmax < 0) xmax = 0;
-    if (k)
-      last = xmin + xmax;
-    else
-      first = xmin;
-  }
+  int first, n0, lastmin, nlast;
+  stk__axis_window(a, 0, &first, &n0, ksize);
+  stk__axis_window(a, a->out - 1, &lastmin, &nlast, NULL);
   *a0 = a->lo + first;
-  *a1 = a->lo + last;
+  *a1 = a->lo + lastmin + nlast;
   if (*a1 <= *a0) *a1 = *a0 + 1;
-  *ksize = (int)ceil(support) * 2 + 1;
 }
 
 static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t msglen) {

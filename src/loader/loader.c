@@ -284,6 +284,14 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
   }
 }
 
+/* Adds a worker's last sample to the per-stage statistics (mutex held). */
+static void add_stage_times(stk_loader *l, const stk__worker *w) {
+  l->read_s += w->t_read;
+  l->decode_s += w->t_decode;
+  l->augment_s += w->t_augment;
+  l->bytes_read += w->bytes;
+}
+
 /* Produces position j of slot s from sample idx: decoded into the slot on
  * the CPU, or read and planned for the GPU. Runs without the mutex. */
 static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, uint64_t epoch,
@@ -323,10 +331,7 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     int rc = produce(l, wc, s, j, idx, l->epoch, reason);
     pthread_mutex_lock(&l->mu);
     l->active--;
-    l->read_s += wc->w.t_read;
-    l->decode_s += wc->w.t_decode;
-    l->augment_s += wc->w.t_augment;
-    l->bytes_read += wc->w.bytes;
+    add_stage_times(l, &wc->w);
     if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
     if (gen != l->gen || l->stop) return -1;
     if (rc == STK_OK) {
@@ -516,10 +521,7 @@ static void *worker_main(void *arg) {
 
     pthread_mutex_lock(&l->mu);
     l->active--;
-    l->read_s += wc->w.t_read;
-    l->decode_s += wc->w.t_decode;
-    l->augment_s += wc->w.t_augment;
-    l->bytes_read += wc->w.bytes;
+    add_stage_times(l, &wc->w);
     if (gen == l->gen) {
       s->labels[j] = l->ds.labels[idx];
       s->indices[j] = idx;

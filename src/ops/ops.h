@@ -72,6 +72,12 @@ void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, i
                      const float mean[3], const float std[3]);
 size_t stk__dtype_size(stk_dtype t);
 
+/* Pillow's filter window of output pixel i on one axis: the first source
+ * pixel it reads (relative to a->lo) and how many, clipped to [lo, hi). Also
+ * the largest window of the axis (Pillow's ksize) in *ksize when not NULL.
+ * The CPU resampler, the GPU planner and the CUDA kernel all use this rule. */
+void stk__axis_window(const stk__axis *a, int i, int *first, int *count, int *ksize);
+
 /* Per-thread resampler: coefficient tables and the intermediate image. */
 typedef struct {
   stk__buf kx, ky;       /* int32 weights, ksize per output pixel */

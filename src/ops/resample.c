@@ -85,28 +85,37 @@ static double bilinear(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+void stk__axis_window(const stk__axis *a, int i, int *first, int *count, int *ksize) {
+  double scale = a->scale, filterscale = scale < 1.0 ? 1.0 : scale;
+  double support = 1.0 * filterscale;
+  int in_size = a->hi - a->lo;
+  double center = (a->in0 - a->lo) + (i + 0.5) * scale;
+  int xmin = (int)(center - support + 0.5);
+  if (xmin < 0) xmin = 0;
+  int xmax = (int)(center + support + 0.5);
+  if (xmax > in_size) xmax = in_size;
+  xmax -= xmin;
+  if (xmax < 0) xmax = 0;
+  *first = xmin;
+  *count = xmax;
+  if (ksize) *ksize = (int)ceil(support) * 2 + 1;
+}
+
 /* Pillow's precompute_coeffs + normalize_coeffs_8bpc for one axis, in the
  * coordinates of the source window [lo, hi): window starts are stored
  * relative to lo. */
 static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_out) {
   double scale = a->scale, filterscale = scale < 1.0 ? 1.0 : scale;
-  double support = 1.0 * filterscale;
-  int ksize = (int)ceil(support) * 2 + 1;
-  int in_size = a->hi - a->lo;
-  double in0 = a->in0 - a->lo;
+  double in0 = a->in0 - a->lo, ss = 1.0 / filterscale;
+  int ksize, xmin, xmax;
+  stk__axis_window(a, 0, &xmin, &xmax, &ksize);
   if (stk__buf_reserve(kb, (size_t)a->out * ksize * sizeof(int32_t)) ||
       stk__buf_reserve(bb, (size_t)a->out * 2 * sizeof(int32_t)))
     return STK_ENOMEM;
   int32_t *kk = kb->p, *bounds = bb->p;
   for (int xx = 0; xx < a->out; xx++) {
-    double center = in0 + (xx + 0.5) * scale;
-    double ww = 0.0, ss = 1.0 / filterscale;
-    int xmin = (int)(center - support + 0.5);
-    if (xmin < 0) xmin = 0;
-    int xmax = (int)(center + support + 0.5);
-    if (xmax > in_size) xmax = in_size;
-    xmax -= xmin;
-    if (xmax < 0) xmax = 0;
+    double center = in0 + (xx + 0.5) * scale, ww = 0.0;
+    stk__axis_window(a, xx, &xmin, &xmax, NULL);
     /* Weights are evaluated twice (sum, then normalised) rather than kept in
      * a scratch array, so any downscale factor works without a size cap. */
     for (int x = 0; x < xmax; x++) ww += bilinear((x + xmin - center + 0.5) * ss);
