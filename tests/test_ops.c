@@ -177,7 +177,60 @@ static void test_choose_denom(void) {
   CHECK(fabs(g.x.scale - 400.0 / 224) < 1e-12);
 }
 
+/* Train crops may take the faster pass order (vertical first): it must
+ * agree with Pillow's exact order up to rounding, on every geometry, flip
+ * and size. */
+static void test_fast_paths_match_exact(void) {
+  int W = 517, H = 389;
+  uint8_t *img = make_image(W, H, 9);
+  /* smooth it a little so that rounding, not noise, is what differs */
+  for (int y = 1; y < H; y++)
+    for (int x = 3; x < W * 3; x++) img[y * W * 3 + x] = (uint8_t)((img[y * W * 3 + x] + img[(y - 1) * W * 3 + x] + img[y * W * 3 + x - 3]) / 3);
+  stk__resampler a = {0}, b = {0};
+  stk__store st;
+  const float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
+  int sizes[] = {224, 64, 301};
+  int worst = 0;
+  double sum = 0;
+  long count = 0;
+  for (int t = 0; t < 150; t++) {
+    int S = sizes[t % 3];
+    stk__store_init(&st, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, S, S, mean, std);
+    stk__rng rng;
+    stk__rng_init(&rng, 4, 0, (uint64_t)t);
+    stk__rect crop;
+    const float scale[2] = {0.08f, 1.0f}, ratio[2] = {3.0f / 4, 4.0f / 3};
+    stk__rrc_params(W, H, scale, ratio, &rng, &crop);
+    stk__geom g;
+    stk__geom_crop(&crop, S, S, &g);
+    g.flip = t & 1;
+    stk__rect na, nb;
+    g.exact = 1;
+    CHECK_EQ_INT(stk__resampler_plan(&a, &g, &na), STK_OK);
+    g.exact = 0;
+    CHECK_EQ_INT(stk__resampler_plan(&b, &g, &nb), STK_OK);
+    CHECK(na.x == nb.x && na.y == nb.y && na.w == nb.w && na.h == nb.h);
+    uint8_t *oa = malloc((size_t)S * S * 3), *ob = malloc((size_t)S * S * 3);
+    CHECK_EQ_INT(stk__resampler_run(&a, img, (size_t)W * 3, 0, 0, &st, oa), STK_OK);
+    CHECK_EQ_INT(stk__resampler_run(&b, img, (size_t)W * 3, 0, 0, &st, ob), STK_OK);
+    for (int i = 0; i < S * S * 3; i++) {
+      int d = abs((int)oa[i] - (int)ob[i]);
+      if (d > worst) worst = d;
+      sum += d;
+      count++;
+    }
+    free(oa);
+    free(ob);
+  }
+  CHECK_MSG(worst <= 3, "fast path differs from the exact one by %d levels", worst);
+  CHECK_MSG(sum / count < 0.5, "mean difference %.3f levels", sum / count);
+  free(img);
+  stk__resampler_free(&a);
+  stk__resampler_free(&b);
+}
+
 int main(void) {
+  test_fast_paths_match_exact();
   test_rrc_rules(500, 375);
   test_rrc_rules(375, 500);
   test_rrc_rules(1000, 1000);
