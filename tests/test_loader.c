@@ -358,6 +358,111 @@ static void test_skip_and_raise(void) {
   free(root);
 }
 
+/* A stale copy of a released batch names the same slot and memory as the
+ * batch lent from that slot later: releasing it must fail, not free the
+ * slot under its holder. */
+static void test_stale_copy_release(void) {
+  stk_options o;
+  base_opts(&o);
+  o.pipeline = STK_PIPELINE_EVAL;
+  o.batch_size = 2;
+  o.prefetch = 1;
+  stk_loader *l = make(&o);
+  if (!l) return;
+  stk_batch a, copy, b[3];
+  CHECK_EQ_INT(stk_loader_next(l, &a), STK_OK);
+  copy = a;
+  CHECK_EQ_INT(stk_batch_release(l, &a), STK_OK);
+  int reused = -1;
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(stk_loader_next(l, &b[i]), STK_OK);
+    if (b[i].slot == copy.slot) reused = i;
+  }
+  CHECK(reused >= 0); /* 3 slots: every one is lent again */
+  CHECK_EQ_INT(stk_batch_release(l, &copy), STK_EINVAL);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(stk_batch_release(l, &b[i]), STK_OK);
+  stk_loader_destroy(l);
+}
+
+/* seek far past the end: the epoch is over (no overflow computing it). */
+static void test_seek_past_end(void) {
+  stk_options o;
+  base_opts(&o);
+  stk_loader *l = make(&o);
+  if (!l) return;
+  CHECK_EQ_INT(stk_loader_seek(l, 1, INT64_MAX / 2), STK_OK);
+  stk_batch b;
+  CHECK_EQ_INT(stk_loader_next(l, &b), STK_EEND);
+  uint64_t e;
+  int64_t pos;
+  stk_loader_position(l, &e, &pos);
+  CHECK(e == 2 && pos == 0);
+  CHECK_EQ_INT(stk_loader_next(l, &b), STK_OK);
+  CHECK_EQ_INT(stk_batch_release(l, &b), STK_OK);
+  stk_loader_destroy(l);
+}
+
+/* Statistics: files that cannot be opened add no bytes read, and stats may
+ * be asked while the workers run. */
+static void test_stats_while_loading(void) {
+  char *root = tu_tempdir();
+  char p[4096];
+  snprintf(p, sizeof p, "%s/a.jpg", root);
+  CHECK_EQ_INT(tu_write_jpeg(p, 40, 30, 1, 80), STK_OK);
+  struct stat st;
+  CHECK(stat(p, &st) == 0);
+  snprintf(p, sizeof p, "%s/list.txt", root);
+  FILE *f = fopen(p, "w");
+  if (f) {
+    fprintf(f, "a.jpg 0\nmissing1.jpg 0\nmissing2.jpg 0\nmissing3.jpg 0\n");
+    fclose(f);
+  }
+  stk_options o;
+  base_opts(&o);
+  o.root = NULL;
+  o.list_file = p;
+  o.batch_size = 4;
+  o.threads = 1;
+  o.pipeline = STK_PIPELINE_EVAL;
+  o.on_error = STK_ON_ERROR_SKIP;
+  stk_loader *l = make(&o);
+  if (l) {
+    stk_batch b;
+    CHECK_EQ_INT(stk_loader_next(l, &b), STK_OK);
+    CHECK_EQ_INT(b.n, 1);
+    stk_batch_release(l, &b);
+    CHECK_EQ_INT(stk_loader_next(l, &b), STK_EEND);
+    stk_loader_shutdown(l);
+    stk_stats s;
+    stk_loader_stats(l, &s);
+    CHECK_EQ_INT(s.skipped, 3);
+    /* a.jpg, read once for this epoch and at most once more for the next */
+    CHECK_MSG(s.bytes_read == (uint64_t)st.st_size || s.bytes_read == 2 * (uint64_t)st.st_size,
+              "bytes_read %llu for one file of %lld bytes", (unsigned long long)s.bytes_read,
+              (long long)st.st_size);
+    stk_loader_destroy(l);
+  }
+  tu_rmtree(root);
+  free(root);
+
+  base_opts(&o);
+  o.threads = 4;
+  o.prefetch = 4;
+  l = make(&o);
+  if (!l) return;
+  for (int e = 0; e < 2; e++) {
+    stk_batch b;
+    stk_stats s;
+    while (stk_loader_next(l, &b) == STK_OK) {
+      CHECK_EQ_INT(stk_loader_stats(l, &s), STK_OK);
+      stk_batch_release(l, &b);
+    }
+    CHECK_EQ_INT(stk_loader_stats(l, &s), STK_OK);
+    CHECK(s.host_bytes > 0);
+  }
+  stk_loader_destroy(l);
+}
+
 int main(void) {
   g_root = tu_tempdir();
   CHECK_EQ_INT(tu_make_folder(g_root, CLASSES, PER_CLASS, 60, 45), STK_OK);
@@ -373,6 +478,9 @@ int main(void) {
   test_slots_and_teardown();
   test_bad_options();
   test_skip_and_raise();
+  test_stale_copy_release();
+  test_seek_past_end();
+  test_stats_while_loading();
   tu_rmtree(g_root);
   free(g_root);
   return CHECK_DONE();

@@ -537,6 +537,9 @@ static PyObject *Loader_seek(PyObject *o, PyObject *args) {
   }
   int rc;
   char msg[1100] = "";
+  /* As in next(): a reference of this call's own, so that close() on another
+   * thread meanwhile cannot destroy the loader under the seek. */
+  atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
   self->busy = 1;
   /* A reset waits for the workers to leave the sample they are in. */
   Py_BEGIN_ALLOW_THREADS
@@ -544,6 +547,7 @@ static PyObject *Loader_seek(PyObject *o, PyObject *args) {
   if (rc != STK_OK) snprintf(msg, sizeof msg, "%s", stk_loader_error(r->l));
   Py_END_ALLOW_THREADS
   self->busy = 0;
+  loader_ref_decref_gil(r);
   if (rc != STK_OK) return raise_code(rc, msg, self->nslots);
   Py_RETURN_NONE;
 }

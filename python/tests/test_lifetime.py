@@ -145,6 +145,35 @@ def test_concurrent_consumers_are_refused_not_corrupted(folder):
     assert count[0] > 0
 
 
+
+def test_close_while_another_thread_seeks(tmp_path):
+    """close() on one thread while seek() waits for the workers on another:
+    the seek keeps the loader alive until it returns."""
+    root = make_folder(tmp_path / "big", classes=2, per_class=4, sizes=((800, 600),))
+    for _ in range(10):
+        c = _stoker.Loader(root=root, batch_size=2, size=32, threads=4, prefetch=2,
+                           pipeline="eval")
+        started = threading.Event()
+
+        def seek():
+            try:
+                for k in range(500):
+                    c.seek(k % 3, k % 4)
+                    started.set()
+            except ValueError:  # closed
+                pass
+            finally:
+                started.set()
+
+        t = threading.Thread(target=seek)
+        t.start()
+        started.wait(30)
+        c.close()
+        t.join(60)
+        assert not t.is_alive()
+        assert c.closed
+
+
 def run_script(code, timeout=60):
     env = dict(os.environ, PYTHONPATH=PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=timeout,

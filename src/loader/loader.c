@@ -78,6 +78,10 @@ typedef struct {
   stk_loader *l;
   int id;
   stk__worker w;
+  /* Published under the mutex after each sample, for stk_loader_stats():
+   * the worker's buffers change size while it works without the lock. */
+  uint64_t scratch_bytes;
+  uint64_t file_growth; /* GPU: growth of slot file buffers, not yet published */
 } worker_ctx;
 
 struct stk_loader {
@@ -113,6 +117,7 @@ struct stk_loader {
   /* statistics */
   double t0, wait_s, read_s, decode_s, augment_s;
   uint64_t images, batches, skipped, failed, bytes_read;
+  uint64_t file_bytes; /* GPU: capacity of the slots' file buffers */
   char **skip_paths, **skip_reasons; /* skip_len entries: the listed skipped files */
   uint64_t skip_len, skip_cap;
 
@@ -200,6 +205,7 @@ static slot *slot_of(stk_loader *l, int64_t batch) {
 /* Batch b exists when its first position is still in the epoch (and, with
  * drop_last, when it is full). */
 static int batch_exists(const stk_loader *l, int64_t b) {
+  if (b > l->tail_end / l->B) return 0; /* past the end; b * B might overflow */
   int64_t start = b * l->B;
   if (l->opt.drop_last) return start + l->B <= l->tail_end;
   return start < l->tail_end;
@@ -284,12 +290,21 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
   }
 }
 
-/* Adds a worker's last sample to the per-stage statistics (mutex held). */
-static void add_stage_times(stk_loader *l, const stk__worker *w) {
+static uint64_t worker_scratch_bytes(const stk__worker *w) {
+  return w->file.cap + w->rs.tmp.cap + w->rs.kx.cap + w->rs.ky.cap + w->rs.bx.cap + w->rs.by.cap +
+         stk__decoder_scratch_bytes(w->dec);
+}
+
+/* Adds a worker's last sample to the statistics (mutex held). */
+static void add_stage_times(stk_loader *l, worker_ctx *wc) {
+  const stk__worker *w = &wc->w;
   l->read_s += w->t_read;
   l->decode_s += w->t_decode;
   l->augment_s += w->t_augment;
   l->bytes_read += w->bytes;
+  wc->scratch_bytes = worker_scratch_bytes(w);
+  l->file_bytes += wc->file_growth;
+  wc->file_growth = 0;
 }
 
 /* Produces position j of slot s from sample idx: decoded into the slot on
@@ -301,8 +316,10 @@ static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, u
     return stk__process_sample(&l->plan, &wc->w, path, epoch, idx,
                                s->data + (size_t)j * l->plan.image_bytes, reason, MSG_LEN);
   stk__sample smp;
+  size_t cap0 = s->files[j].cap;
   int rc = stk__sample_prepare(&l->plan, &wc->w, &s->files[j], path, epoch, idx, &smp, reason,
                                MSG_LEN);
+  wc->file_growth += s->files[j].cap - cap0;
   if (rc) return rc;
   stk__gpu_item *it = &s->items[j];
   memset(it, 0, sizeof *it);
@@ -331,7 +348,7 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     int rc = produce(l, wc, s, j, idx, l->epoch, reason);
     pthread_mutex_lock(&l->mu);
     l->active--;
-    add_stage_times(l, &wc->w);
+    add_stage_times(l, wc);
     if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
     if (gen != l->gen || l->stop) return -1;
     if (rc == STK_OK) {
@@ -401,7 +418,7 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   if (l->finalizing) return;
   l->finalizing = 1;
   size_t ib = l->plan.image_bytes;
-  slot *s, *submit[64];
+  slot *s, *submit[64 + 2]; /* nslots = prefetch + 2 <= 66: room for every slot */
   int nsubmit = 0;
   uint64_t gen = l->gen;
   while ((s = slot_of(l, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
@@ -521,7 +538,7 @@ static void *worker_main(void *arg) {
 
     pthread_mutex_lock(&l->mu);
     l->active--;
-    add_stage_times(l, &wc->w);
+    add_stage_times(l, wc);
     if (gen == l->gen) {
       s->labels[j] = l->ds.labels[idx];
       s->indices[j] = idx;
@@ -894,7 +911,10 @@ int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream) {
   /* No error message here: release may run on any thread, and the message
    * buffer belongs to the consumer thread. */
   int rc = STK_OK;
-  if (s->state != SLOT_HELD || s->data != b->data) {
+  /* epoch and batch_index too: a stale copy of a batch released earlier
+   * names the same slot and memory as the batch now lent from it */
+  if (s->state != SLOT_HELD || s->data != b->data || s->epoch != b->epoch ||
+      s->batch != b->batch_index) {
     rc = STK_EINVAL;
   } else {
     if (l->gpu) {
@@ -968,11 +988,8 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   o->decode_seconds = l->decode_s;
   o->augment_seconds = l->augment_s;
   uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B * (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN);
-  for (int i = 0; i < l->nthreads; i++) {
-    const stk__worker *w = &l->workers[i].w;
-    host += w->file.cap + w->rs.tmp.cap + w->rs.kx.cap + w->rs.ky.cap + w->rs.bx.cap + w->rs.by.cap;
-    host += stk__decoder_scratch_bytes(w->dec);
-  }
+  /* as published after each sample: the workers' buffers are theirs */
+  for (int i = 0; i < l->nthreads; i++) host += l->workers[i].scratch_bytes;
   if (l->gpu) {
     stk__gpu_stats gs;
     stk__gpu_get_stats(l->gpu, &gs);
@@ -980,9 +997,7 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
     o->decoded_hw = gs.path[STK__GPU_PATH_HW];
     o->decoded_cuda = gs.path[STK__GPU_PATH_CUDA];
     o->decoded_cpu = gs.path[STK__GPU_PATH_CPU] + gs.path[STK__GPU_PATH_HOST] + gs.path[STK__GPU_PATH_BIG];
-    host += gs.pinned_bytes;
-    for (int i = 0; i < l->nslots; i++)
-      for (int j = 0; j < l->B; j++) host += l->slots[i].files[j].cap;
+    host += gs.pinned_bytes + l->file_bytes;
   }
   o->host_bytes = host;
   o->threads = l->nthreads;

@@ -42,6 +42,7 @@ void stk__worker_free(stk__worker *w) {
 
 int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t max_bytes, char *msg,
                    size_t msglen) {
+  w->bytes = 0; /* nothing read yet: a file that cannot be opened adds nothing */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(errno));
   struct stat st;

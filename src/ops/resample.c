@@ -17,7 +17,10 @@
 
 #define PRECISION_BITS 22
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+/* Not under the sanitizers: the clones' load-time resolvers run before the
+ * sanitizer runtimes are up and crash there. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define STK__CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define STK__CLONES
