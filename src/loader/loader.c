@@ -580,8 +580,6 @@ static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errle
   int rc = stk__gpu_open(o->device, &cfg, &l->gpu, why, sizeof why);
   if (rc)
     return stk__fail(err, errlen, rc, "CUDA device %d cannot be used: %s", o->device, why);
-  /* The GPU decoders do not notice a JPEG cut short; check its tail. */
-  l->plan.check_tail = 1;
   stk__gpu_stats gs;
   stk__gpu_get_stats(l->gpu, &gs);
   if (o->max_device_bytes && gs.device_bytes > o->max_device_bytes)

@@ -70,16 +70,6 @@ int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t ma
   return rc;
 }
 
-/* libjpeg only notices a missing tail when it reaches it; the GPU decoders
- * may not notice at all. A JPEG must end with an end-of-image marker,
- * possibly followed by padding: look for it near the end. */
-static int jpeg_has_tail(const uint8_t *b, size_t n) {
-  size_t lo = n > 65536 ? n - 65536 : 2;
-  for (size_t i = n; i > lo; i--)
-    if (b[i - 2] == 0xFF && b[i - 1] == 0xD9) return 1;
-  return 0;
-}
-
 int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, const char *path,
                         uint64_t epoch, int64_t index, stk__sample *s, char *msg, size_t msglen) {
   double t0 = stk__now();
@@ -94,8 +84,6 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, cons
   stk__image_info *info = &s->info;
   rc = stk__decoder_header(w->dec, s->data, s->len, info, msg, msglen);
   if (rc) return rc;
-  if (p->check_tail && info->format == STK__FMT_JPEG && !jpeg_has_tail(s->data, s->len))
-    return stk__fail(msg, msglen, STK_EDECODE, "truncated JPEG file (no end-of-image marker)");
 
   /* All random choices for this sample come from its own stream. */
   stk__rng rng;

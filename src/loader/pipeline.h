@@ -23,9 +23,6 @@ typedef struct {
   uint64_t max_file_bytes, max_pixels;
   stk__store store;
   size_t image_bytes;        /* one output image */
-  int check_tail;            /* refuse JPEGs without an end-of-image marker
-                                before decoding (the GPU decoders do not
-                                notice a missing tail) */
 } stk__plan;
 
 /* One sample between its header and its pixels. */
