@@ -66,6 +66,9 @@ def parse_args():
                    help="bf16 autocast (CUDA, and the CPU where supported); stoker then "
                         "produces bf16 images")
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--gpu-cpu-share", type=float, default=None,
+                   help="stoker on CUDA: fixed share of each batch decoded by the worker "
+                        "threads (0..1); adaptive when not given")
     p.add_argument("--device", choices=["cuda", "cpu"],
                    default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
@@ -143,7 +146,8 @@ def build_stoker(args, device, dtype, workers):
     loader = stoker.ImageLoader(args.data, args.batch_size, pipeline="train",
                                 size=args.image_size, threads=workers, device=device,
                                 seed=args.seed, drop_last=True, dtype=dtype,
-                                channels_last=args.channels_last)
+                                channels_last=args.channels_last,
+                                gpu_cpu_share=args.gpu_cpu_share)
     return loader, None, len(loader.classes)
 
 
@@ -163,6 +167,19 @@ def build_torchvision(args, device, world_size, workers):
                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
                         drop_last=True)
     return loader, sampler, len(ds.classes)
+
+
+def loader_summary(loader):
+    """What a stoker loader says about itself (None for the others)."""
+    if loader is None or not hasattr(loader, "stats"):
+        return None
+    st = loader.stats()
+    keys = ("images", "batches", "decoded_hw", "decoded_cuda", "decoded_cpu", "cpu_share",
+            "submit_seconds", "wait_seconds")
+    out = {k: st[k] for k in keys if k in st}
+    if st.get("batches"):
+        out["submit_ms_per_batch"] = round(1e3 * st["submit_seconds"] / st["batches"], 3)
+    return out
 
 
 def epochs_of(loader, sampler, epochs):
@@ -201,6 +218,7 @@ def main():
         steps_per_epoch = SYNTHETIC_EPOCH_STEPS
         batches = itertools.repeat((images, labels), steps_per_epoch * args.epochs)
         workers = 0
+        loader = None
     else:
         if args.loader == "stoker":
             loader, sampler, num_classes = build_stoker(args, device, in_dtype, workers)
@@ -297,6 +315,7 @@ def main():
                 "images": images, "seconds": round(seconds, 4),
                 "images_per_s": round(ips, 2), "data_wait_fraction": round(wait_fraction, 4),
                 "final_loss": None if math.isnan(final_loss) else round(final_loss, 4),
+                "loader_stats": loader_summary(loader),
             }), flush=True)
     if world_size > 1:
         dist.destroy_process_group()

@@ -45,7 +45,9 @@
  * ----------
  * Call stk_loader_create() through the STK_LOADER_CREATE macro, or pass
  * STK_VERSION yourself: the library refuses a header whose major version
- * differs from its own, and refuses an options struct larger than it knows.
+ * differs from its own (while the major version is 0, whose minor version
+ * differs: the structs may still change between them), and refuses an
+ * options struct larger than it knows.
  */
 #ifndef STOKER_H
 #define STOKER_H
@@ -58,7 +60,7 @@ extern "C" {
 #endif
 
 #define STK_VERSION_MAJOR 0
-#define STK_VERSION_MINOR 1
+#define STK_VERSION_MINOR 2
 #define STK_VERSION_PATCH 0
 #define STK_VERSION (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
 
@@ -165,6 +167,17 @@ typedef struct stk_options {
   uint64_t max_file_bytes;   /* 256 MiB; 0 = no limit */
   int max_consecutive_failures; /* under skip, this many failures in a row end
                                 the epoch with STK_ETOOMANY. 100; 0 = none */
+
+  /* GPU loaders: the share of each batch the worker threads decode and
+   * resize on the CPU (bit-identical to the CPU loader) while the GPU's
+   * decoders take the rest. -1 = adaptive (the default): the share moves
+   * after every batch towards the point where neither side waits for the
+   * other, so that the CPU cores add their throughput to the GPU's. 0..1 =
+   * that fixed share, for reproducible output (the GPU's JPEG decoders and
+   * libjpeg-turbo differ by rounding, see docs/gpu.md). Files the hardware
+   * engines cannot take (PNG, progressive, CMYK) go to the workers at any
+   * share. */
+  float gpu_cpu_share;
 } stk_options;
 
 /* Fills `opt` with the defaults above. */
@@ -283,6 +296,13 @@ typedef struct stk_stats {
   uint64_t decoded_cpu;      /* and on the CPU (PNG, CMYK, what nvJPEG refuses) */
   int threads;
   int slots;
+  double cpu_share;          /* GPU loaders: the share of each batch the
+                                worker threads decode now (adaptive, or the
+                                fixed gpu_cpu_share) */
+  double submit_seconds;     /* GPU loaders: summed over threads, time spent
+                                queuing batches on the GPU (nvJPEG's calls
+                                included); a large value per batch while
+                                training means the GPU was busy elsewhere */
 } stk_stats;
 
 STK_API int stk_loader_stats(const stk_loader *l, stk_stats *out);

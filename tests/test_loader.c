@@ -2,6 +2,7 @@
  * slot ownership and teardown. */
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include "check.h"
@@ -219,6 +220,18 @@ static void test_bad_options(void) {
   CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
   base_opts(&o);
   CHECK_EQ_INT(stk_loader_create(&o, 99 * 10000, &l, err, sizeof err), STK_EVERSION);
+  /* 0.x: a header of another minor version has other structs */
+  CHECK_EQ_INT(stk_loader_create(&o, STK_VERSION - 100, &l, err, sizeof err),
+               STK_VERSION_MAJOR == 0 ? STK_EVERSION : STK_OK);
+  stk_loader_destroy(l);
+  l = NULL;
+  float shares[] = {-0.5f, 1.5f, NAN};
+  for (int i = 0; i < 3; i++) {
+    o.gpu_cpu_share = shares[i];
+    CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+    CHECK(strstr(err, "gpu_cpu_share") != NULL);
+  }
+  base_opts(&o);
   o.root = "/nonexistent/stoker-data";
   CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EIO);
   CHECK(strstr(err, "/nonexistent/stoker-data") != NULL);

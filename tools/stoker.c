@@ -50,6 +50,18 @@ static long long parse_int(const char *opt, const char *v, long long lo, long lo
   return x;
 }
 
+/* Parses a number option value in [lo, hi]; exits with a message when malformed. */
+static double parse_real(const char *opt, const char *v, double lo, double hi) {
+  char *end = NULL;
+  errno = 0;
+  double x = v ? strtod(v, &end) : 0;
+  if (!v || errno || !end || *end || !(x >= lo && x <= hi)) {
+    fprintf(stderr, "stoker: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, v ? v : "");
+    exit(2);
+  }
+  return x;
+}
+
 static void json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
@@ -82,6 +94,8 @@ static void usage_bench(FILE *f) {
           "  --on-error P           raise|skip (raise)\n"
           "  --device N             decode and augment on CUDA device N (nvJPEG + kernels);\n"
           "                         -1 = CPU (-1)\n"
+          "  --cpu-share X          with --device: share of each batch the worker threads\n"
+          "                         decode on the CPU, 0..1; adaptive when not given\n"
           "  --json                 print one JSON object as the last line\n");
 }
 
@@ -127,6 +141,8 @@ static int cmd_bench(int argc, char **argv) {
       o.seed = (uint64_t)parse_int(a, v, 0, INT64_MAX), i++;
     } else if (!strcmp(a, "--device")) {
       o.device = (int)parse_int(a, v, -1, 1023), i++;
+    } else if (!strcmp(a, "--cpu-share")) {
+      o.gpu_cpu_share = (float)parse_real(a, v, 0.0, 1.0), i++;
     } else if (!strcmp(a, "--prefetch")) {
       o.prefetch = (int)parse_int(a, v, 1, 64), i++;
     } else if (!strcmp(a, "--dtype")) {
@@ -216,8 +232,10 @@ static int cmd_bench(int argc, char **argv) {
          images ? 1e3 * st.augment_seconds / images : 0, st.wait_seconds);
   if (o.device >= 0)
     printf("gpu %d: %" PRIu64 " images decoded by the hardware engines, %" PRIu64
-           " by nvJPEG CUDA, %" PRIu64 " on the CPU; %.1f MB of device memory\n",
-           o.device, st.decoded_hw, st.decoded_cuda, st.decoded_cpu, st.device_bytes / 1e6);
+           " by nvJPEG CUDA, %" PRIu64 " on the CPU (share now %.3f); %.1f MB of device memory; "
+           "%.2f ms per batch queuing work on the GPU\n",
+           o.device, st.decoded_hw, st.decoded_cuda, st.decoded_cpu, st.cpu_share,
+           st.device_bytes / 1e6, st.batches ? 1e3 * st.submit_seconds / st.batches : 0.0);
   for (uint64_t i = 0; i < st.skipped; i++) {
     const char *p, *r;
     if (stk_loader_skipped(l, i, &p, &r) == STK_OK) printf("skipped: %s: %s\n", p, r);
@@ -228,12 +246,12 @@ static int cmd_bench(int argc, char **argv) {
            "\"read_s\": %.6f, \"decode_s\": %.6f, \"augment_s\": %.6f, \"wait_s\": %.6f, "
            "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"device\": %d, \"device_bytes\": %" PRIu64
            ", \"decoded_hw\": %" PRIu64 ", \"decoded_cuda\": %" PRIu64 ", \"decoded_cpu\": %" PRIu64
-           ", \"ok\": %s}\n",
+           ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"ok\": %s}\n",
            images, secs, secs > 0 ? images / secs : 0.0, st.skipped, st.threads, o.batch_size,
            o.size, o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", epochs, st.read_seconds,
            st.decode_seconds, st.augment_seconds, st.wait_seconds, t_build, st.host_bytes,
            o.device, st.device_bytes, st.decoded_hw, st.decoded_cuda, st.decoded_cpu,
-           failed ? "false" : "true");
+           st.cpu_share, st.submit_seconds, failed ? "false" : "true");
   }
   stk_loader_destroy(l);
   return failed ? 1 : 0;

@@ -267,22 +267,23 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
                            "layout", "batch_size", "drop_last", "shuffle", "seed", "rank",
                            "world_size", "shard_drop_last", "threads", "prefetch", "device",
                            "on_error", "max_pixels", "max_file_bytes",
-                           "max_consecutive_failures", "max_device_bytes", NULL};
+                           "max_consecutive_failures", "max_device_bytes", "gpu_cpu_share",
+                           NULL};
   stk_options o;
   stk_options_init(&o);
   PyObject *root = NULL, *list_file = NULL, *list_base = NULL;
   PyObject *scale = NULL, *ratio = NULL, *mean = NULL, *std = NULL;
   PyObject *seed = NULL, *max_pixels = NULL, *max_file_bytes = NULL, *max_device = NULL;
   const char *pipeline = NULL, *dtype = NULL, *layout = NULL, *on_error = NULL;
-  double flip = o.flip_prob;
+  double flip = o.flip_prob, cpu_share = o.gpu_cpu_share;
   int pipe_i = (int)o.pipeline, dtype_i = (int)o.dtype, layout_i = (int)o.layout;
   int on_error_i = (int)o.on_error;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwds, "|$OOOziiOOdOOizzipiOiipiiizOOiO", kwlist, &root, &list_file, &list_base,
+          args, kwds, "|$OOOziiOOdOOizzipiOiipiiizOOiOd", kwlist, &root, &list_file, &list_base,
           &pipeline, &o.size, &o.resize_size, &scale, &ratio, &flip, &mean, &std, &o.dct_scaling,
           &dtype, &layout, &o.batch_size, &o.drop_last, &o.shuffle, &seed, &o.rank, &o.world_size,
           &o.shard_drop_last, &o.threads, &o.prefetch, &o.device, &on_error, &max_pixels,
-          &max_file_bytes, &o.max_consecutive_failures, &max_device))
+          &max_file_bytes, &o.max_consecutive_failures, &max_device, &cpu_share))
     return NULL;
   static const char *const pipelines[] = {"train", "eval"};
   static const char *const dtypes[] = {"float32", "float16", "bfloat16", "uint8"};
@@ -305,6 +306,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   o.layout = (stk_layout)layout_i;
   o.on_error = (stk_on_error)on_error_i;
   o.flip_prob = (float)flip;
+  o.gpu_cpu_share = (float)cpu_share;
   o.root = root_b ? PyBytes_AsString(root_b) : NULL;
   o.list_file = list_b ? PyBytes_AsString(list_b) : NULL;
   o.list_base = base_b ? PyBytes_AsString(base_b) : NULL;
@@ -615,6 +617,11 @@ static PyObject *Loader_stats(PyObject *o, PyObject *unused) {
       dict_set(d, "augment_seconds", PyFloat_FromDouble(s.augment_seconds)) ||
       dict_set(d, "host_bytes", PyLong_FromUnsignedLongLong(s.host_bytes)) ||
       dict_set(d, "device_bytes", PyLong_FromUnsignedLongLong(s.device_bytes)) ||
+      dict_set(d, "decoded_hw", PyLong_FromUnsignedLongLong(s.decoded_hw)) ||
+      dict_set(d, "decoded_cuda", PyLong_FromUnsignedLongLong(s.decoded_cuda)) ||
+      dict_set(d, "decoded_cpu", PyLong_FromUnsignedLongLong(s.decoded_cpu)) ||
+      dict_set(d, "cpu_share", PyFloat_FromDouble(s.cpu_share)) ||
+      dict_set(d, "submit_seconds", PyFloat_FromDouble(s.submit_seconds)) ||
       dict_set(d, "threads", PyLong_FromLong(s.threads)) ||
       dict_set(d, "slots", PyLong_FromLong(s.slots))) {
     Py_DECREF(d);
@@ -796,7 +803,7 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__stoker(void) {
-  if (stk_version() / 10000 != STK_VERSION_MAJOR) {
+  if (stk_version() / 100 != STK_VERSION / 100) {
     PyErr_SetString(PyExc_ImportError, "libstoker version mismatch");
     return NULL;
   }

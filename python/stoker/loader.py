@@ -117,7 +117,8 @@ class ImageLoader:
                  rank=None, world_size=None, on_error="raise", dtype="float32",
                  channels_last=False, prefetch=2, list_file=None, list_base=None,
                  shard_drop_last=False, dct_scaling=None, max_pixels=None,
-                 max_file_bytes=None, max_consecutive_failures=100, max_device_bytes=None):
+                 max_file_bytes=None, max_consecutive_failures=100, max_device_bytes=None,
+                 gpu_cpu_share=None):
         torch = _torch()
         if (root is None) == (list_file is None):
             raise ValueError("give exactly one of root (an ImageFolder-style folder) and "
@@ -172,6 +173,12 @@ class ImageLoader:
             opts["max_device_bytes"] = _int("max_device_bytes", max_device_bytes, 0)
         if max_file_bytes is not None:
             opts["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
+        if gpu_cpu_share is not None:
+            if (isinstance(gpu_cpu_share, bool) or not isinstance(gpu_cpu_share, (int, float))
+                    or not 0.0 <= gpu_cpu_share <= 1.0):
+                raise ValueError("gpu_cpu_share must be None (adaptive) or a number in [0, 1], "
+                                 f"got {gpu_cpu_share!r}")
+            opts["gpu_cpu_share"] = float(gpu_cpu_share)
 
         self._c = _stoker.Loader(root=root, list_file=list_file, list_base=list_base, **opts)
         counts = self._c.counts()

@@ -83,3 +83,83 @@ def test_bf16_channels_last(photos):
 def test_device_memory_cap(photos):
     with pytest.raises(MemoryError, match="max_device_bytes"):
         stoker.ImageLoader(photos, batch_size=64, device="cuda", max_device_bytes=1 << 20)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """Baseline JPEGs plus what the hardware engines cannot take: PNG,
+    progressive and CMYK JPEGs."""
+    from PIL import Image
+
+    from conftest import photo
+
+    root = str(tmp_path_factory.mktemp("gpu-mixed"))
+    make_folder(root, classes=2, per_class=10, sizes=((500, 375), (375, 500), (640, 480)), seed=9)
+    Image.fromarray(photo(400, 300, 77)).save(f"{root}/class00/p.png")
+    Image.fromarray(photo(320, 480, 78)).save(f"{root}/class01/prog.jpg", quality=90,
+                                              progressive=True)
+    Image.fromarray(photo(300, 300, 79)).convert("CMYK").save(f"{root}/class01/cmyk.jpg",
+                                                               quality=90)
+    return root
+
+
+def _pairs(root, share, **kw):
+    g = stoker.ImageLoader(root, device="cuda", gpu_cpu_share=share, **kw)
+    c = stoker.ImageLoader(root, device="cpu", **kw)
+    with g, c:
+        for (xg, yg), (xc, yc) in zip(g, c):
+            yield xg.cpu(), yg.cpu(), xc, yc
+        stats = g.stats()
+    yield stats
+
+
+@pytest.mark.parametrize("pipeline,dtype,channels_last", [
+    ("train", "float32", False), ("eval", "float32", False), ("train", "uint8", True),
+    ("eval", "bfloat16", True)])
+def test_cpu_share_one_is_the_cpu_loader(mixed, pipeline, dtype, channels_last):
+    """gpu_cpu_share=1: the workers finish every image, the GPU only stores
+    it: bit-identical to the CPU loader (same crops, flips, decoder)."""
+    kw = dict(batch_size=8, pipeline=pipeline, threads=4, dtype=dtype,
+              channels_last=channels_last, seed=3)
+    *pairs, st = list(_pairs(mixed, 1.0, **kw))
+    assert sum(p[0].shape[0] for p in pairs) == 23
+    for xg, yg, xc, yc in pairs:
+        assert torch.equal(yg, yc)
+        assert torch.equal(xg, xc)
+    assert st["decoded_cpu"] == 23 and st["decoded_hw"] == 0
+    assert st["cpu_share"] == 1.0
+
+
+def test_engine_refused_files_go_to_the_workers(mixed):
+    """At share 0 only PNG, progressive and CMYK files are decoded on the
+    CPU; they come out exactly as on the CPU loader."""
+    kw = dict(batch_size=23, pipeline="eval", threads=4, shuffle=False)
+    *pairs, st = list(_pairs(mixed, 0.0, **kw))
+    ((xg, yg, xc, yc),) = pairs
+    with stoker.ImageLoader(mixed, **kw) as ld:
+        paths = [p for p, _ in ld.samples]
+    odd = [i for i, p in enumerate(paths) if p.endswith(("p.png", "prog.jpg", "cmyk.jpg"))]
+    assert len(odd) == 3
+    for i in odd:
+        assert torch.equal(xg[i], xc[i]), paths[i]
+    if st["decoded_hw"] or st["decoded_cuda"]:
+        assert st["decoded_cpu"] == 3
+    assert st["cpu_share"] == 0.0
+
+
+def test_adaptive_share_delivers_every_image(photos):
+    with stoker.ImageLoader(photos, batch_size=4, device="cuda", threads=4, seed=1) as ld:
+        for epoch in range(3):
+            ld.set_epoch(epoch)
+            seen = sorted(int(i) for b in ld.iter_batches() for i in b.indices)
+            assert seen == list(range(36))
+        st = ld.stats()
+        assert 0.0 <= st["cpu_share"] <= 1.0
+        assert st["decoded_hw"] + st["decoded_cuda"] + st["decoded_cpu"] == 3 * 36
+        assert st["submit_seconds"] > 0
+
+
+def test_cpu_share_is_checked(photos):
+    for bad in (-0.5, 1.5, float("nan"), True, "half"):
+        with pytest.raises(ValueError, match="gpu_cpu_share"):
+            stoker.ImageLoader(photos, device="cuda", gpu_cpu_share=bad)

@@ -72,6 +72,9 @@ typedef struct {
   stk__buf *files;
   stk__gpu_item *items;
   int *from;              /* scratch for closing up holes on the device */
+  uint8_t *rgb8;          /* per position, size x size x 3: the images the
+                             workers finished on the CPU (raw RGB8), which
+                             the GPU only normalises and stores */
 } slot;
 
 typedef struct {
@@ -92,6 +95,15 @@ struct stk_loader {
   stk__plan plan;
   int64_t *order; /* positions of this epoch -> sample index */
   stk__gpu *gpu;  /* NULL for CPU output */
+  int gpu_lanes;  /* batches the GPU back end takes at once */
+  /* The share of each GPU batch the workers finish on the CPU. Adaptive
+   * (opt.gpu_cpu_share < 0): moved by SHARE_STEP at every batch handed to
+   * the GPU, up when that batch must queue behind gpu_lanes others (the GPU
+   * is the bottleneck and the workers outpace it), down when a lane is free
+   * (the GPU keeps up: the workers are the bottleneck, or the consumer is,
+   * and then the CPU is better left alone). */
+  double share;
+  double submit_s; /* time inside stk__gpu_run_batch, summed over threads */
   int B, nslots;
   slot *slots;
   worker_ctx *workers;
@@ -161,6 +173,7 @@ void stk_options_init(stk_options *o) {
   o->max_pixels = 178956970ULL;
   o->max_file_bytes = 256ULL << 20;
   o->max_consecutive_failures = 100;
+  o->gpu_cpu_share = -1.0f;
 }
 
 static int validate(const stk_options *o, char *err, size_t errlen) {
@@ -187,6 +200,8 @@ static int validate(const stk_options *o, char *err, size_t errlen) {
   if (o->prefetch < 1 || o->prefetch > 64) BAD("prefetch must be in 1..64, got %d", o->prefetch);
   if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP) BAD("on_error must be raise or skip");
   if (o->max_consecutive_failures < 0) BAD("max_consecutive_failures must be >= 0");
+  if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
+    BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);
 #undef BAD
   return STK_OK;
 }
@@ -310,7 +325,7 @@ static void add_stage_times(stk_loader *l, worker_ctx *wc) {
 /* Produces position j of slot s from sample idx: decoded into the slot on
  * the CPU, or read and planned for the GPU. Runs without the mutex. */
 static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, uint64_t epoch,
-                   char *reason) {
+                   int on_cpu, char *reason) {
   const char *path = stk__dataset_path(&l->ds, idx);
   if (!l->gpu)
     return stk__process_sample(&l->plan, &wc->w, path, epoch, idx,
@@ -323,13 +338,54 @@ static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, u
   if (rc) return rc;
   stk__gpu_item *it = &s->items[j];
   memset(it, 0, sizeof *it);
-  it->kind = STK__GPU_JPEG;
-  it->data = smp.data;
-  it->len = smp.len;
-  it->geom = smp.geom;
   it->label = l->ds.labels[idx];
   it->dst = j;
+  /* What the hardware engines cannot decode would be decoded on the
+   * submitting thread, one file after another: decode it here instead. */
+  const stk__image_info *in = &smp.info;
+  if (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3))
+    on_cpu = 1;
+  if (!on_cpu) {
+    it->kind = STK__GPU_JPEG;
+    it->data = smp.data;
+    it->len = smp.len;
+    it->geom = smp.geom;
+    return STK_OK;
+  }
+  /* Finished here exactly as the CPU loader would (flip included), as raw
+   * RGB8; the GPU applies an identity resample (exact) and normalises. */
+  int S = l->plan.size;
+  uint8_t *px = s->rgb8 + (size_t)j * S * S * 3;
+  rc = stk__sample_finish_cpu(&l->plan, &wc->w, &smp, &l->plan.store_rgb8, px, reason, MSG_LEN);
+  if (rc) return rc;
+  it->kind = STK__GPU_RGB8;
+  it->pixels = px;
+  it->stride = (size_t)S * 3;
+  it->x = it->y = 0;
+  it->w = it->h = S;
+  stk__geom_crop(&(stk__rect){0, 0, S, S}, S, S, &it->geom);
   return STK_OK;
+}
+
+#define SHARE_STEP (1.0 / 32)
+
+/* Whether position j of a batch goes to the workers' CPU decoders: spread
+ * evenly, round(share * n) of the first n positions. Mutex held. */
+static int pick_cpu(const stk_loader *l, int j) {
+  if (!l->gpu) return 0;
+  double p = l->share;
+  return (int)((j + 1) * p + 0.5) > (int)(j * p + 0.5);
+}
+
+/* After batch s is finalised for the GPU: moves the adaptive share (see
+ * stk_loader.share). Mutex held. */
+static void adapt_share(stk_loader *l, const slot *s) {
+  if (l->opt.gpu_cpu_share >= 0) return;
+  int queued = 0;
+  for (int i = 0; i < l->nslots; i++)
+    if (&l->slots[i] != s && l->slots[i].state == SLOT_GPU) queued++;
+  double p = l->share + (queued >= l->gpu_lanes ? SHARE_STEP : -SHARE_STEP);
+  l->share = p < 0 ? 0 : p > 1 ? 1 : p;
 }
 
 /* Fills hole j of slot s from the end of the epoch. Returns 1 when filled,
@@ -345,7 +401,8 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     char reason[MSG_LEN];
     l->active++;
     pthread_mutex_unlock(&l->mu);
-    int rc = produce(l, wc, s, j, idx, l->epoch, reason);
+    /* refills are made while the batch is being finalised: the GPU is faster */
+    int rc = produce(l, wc, s, j, idx, l->epoch, 0, reason);
     pthread_mutex_lock(&l->mu);
     l->active--;
     add_stage_times(l, wc);
@@ -376,8 +433,11 @@ static int run_on_gpu(stk_loader *l, slot *s) {
   }
   l->active++;
   pthread_mutex_unlock(&l->mu);
+  double t0 = stk__now();
   int rc = stk__gpu_run_batch(l->gpu, (int)(s - l->slots), s->n, s->items, msg, sizeof msg);
+  double dt = stk__now() - t0;
   pthread_mutex_lock(&l->mu);
+  l->submit_s += dt;
   l->active--;
   if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
   if (gen != l->gen || l->stop) return -1;
@@ -460,6 +520,7 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
     }
     l->next_finalize++;
     if (l->gpu && !s->err && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
+      adapt_share(l, s);
       s->state = SLOT_GPU;
       submit[nsubmit++] = s;
       continue;
@@ -530,11 +591,12 @@ static void *worker_main(void *arg) {
     int j = s->claimed++;
     int64_t idx = l->order[s->start + j];
     uint64_t gen = l->gen, epoch = l->epoch;
+    int on_cpu = pick_cpu(l, j);
     l->active++;
     pthread_mutex_unlock(&l->mu);
 
     char *reason = s->msgs + (size_t)j * MSG_LEN;
-    int rc = produce(l, wc, s, j, idx, epoch, reason);
+    int rc = produce(l, wc, s, j, idx, epoch, on_cpu, reason);
 
     pthread_mutex_lock(&l->mu);
     l->active--;
@@ -575,6 +637,7 @@ static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errle
   memcpy(cfg.mean, o->mean, sizeof cfg.mean);
   memcpy(cfg.std, o->std, sizeof cfg.std);
   cfg.slots = l->nslots;
+  l->gpu_lanes = cfg.lanes;
   cfg.max_pixels = o->max_pixels;
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &l->gpu, why, sizeof why);
@@ -595,9 +658,10 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
                       size_t errlen) {
   if (out) *out = NULL;
   if (!opt || !out) return stk__fail(err, errlen, STK_EINVAL, "options and out must not be NULL");
-  if (header_version / 10000 != STK_VERSION_MAJOR)
+  if (header_version / 10000 != STK_VERSION_MAJOR ||
+      (STK_VERSION_MAJOR == 0 && header_version / 100 != STK_VERSION / 100))
     return stk__fail(err, errlen, STK_EVERSION,
-                     "built against stoker.h %d, but the library is %d (major versions differ)",
+                     "built against stoker.h %d, but the library is %d: rebuild against this header",
                      header_version, STK_VERSION);
   if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
     return stk__fail(err, errlen, STK_EVERSION,
@@ -663,6 +727,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   if (o.device >= 0) {
     rc = open_gpu(l, &o, err, errlen);
     if (rc) goto fail;
+    l->share = o.gpu_cpu_share < 0 ? 0 : o.gpu_cpu_share;
   }
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
@@ -671,6 +736,8 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
       s->files = calloc((size_t)l->B, sizeof *s->files);
       s->items = calloc((size_t)l->B, sizeof *s->items);
       s->from = calloc((size_t)l->B, sizeof *s->from);
+      /* untouched pages cost nothing: only positions decoded here are */
+      s->rgb8 = malloc((size_t)l->B * o.size * o.size * 3);
     } else {
       s->data = malloc((size_t)l->B * l->plan.image_bytes);
     }
@@ -679,7 +746,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     s->codes = malloc((size_t)l->B * sizeof(int32_t));
     s->msgs = malloc((size_t)l->B * MSG_LEN);
     if (!s->data || !s->labels || !s->indices || !s->codes || !s->msgs ||
-        (l->gpu && (!s->files || !s->items || !s->from))) {
+        (l->gpu && (!s->files || !s->items || !s->from || !s->rgb8))) {
       rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
                      l->nslots, (size_t)l->B * l->plan.image_bytes);
       goto fail;
@@ -746,6 +813,7 @@ void stk_loader_destroy(stk_loader *l) {
       free(l->slots[i].files);
       free(l->slots[i].items);
       free(l->slots[i].from);
+      free(l->slots[i].rgb8);
       free(l->slots[i].labels);
       free(l->slots[i].indices);
       free(l->slots[i].codes);
@@ -996,6 +1064,9 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
     o->decoded_cuda = gs.path[STK__GPU_PATH_CUDA];
     o->decoded_cpu = gs.path[STK__GPU_PATH_CPU] + gs.path[STK__GPU_PATH_HOST] + gs.path[STK__GPU_PATH_BIG];
     host += gs.pinned_bytes + l->file_bytes;
+    host += (uint64_t)l->nslots * l->B * l->opt.size * l->opt.size * 3;
+    o->cpu_share = l->share;
+    o->submit_seconds = l->submit_s;
   }
   o->host_bytes = host;
   o->threads = l->nthreads;

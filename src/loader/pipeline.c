@@ -22,6 +22,8 @@ void stk__plan_init(stk__plan *p, const stk_options *o) {
   p->max_file_bytes = o->max_file_bytes;
   p->max_pixels = o->max_pixels;
   stk__store_init(&p->store, o->dtype, o->layout, o->size, o->size, o->mean, o->std);
+  stk__store_init(&p->store_rgb8, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, o->size, o->size, o->mean,
+                  o->std);
   p->image_bytes = (size_t)o->size * o->size * 3 * stk__dtype_size(o->dtype);
 }
 
@@ -109,8 +111,8 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, cons
   return STK_OK;
 }
 
-int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s, void *dst,
-                           char *msg, size_t msglen) {
+int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s,
+                           const stk__store *store, void *dst, char *msg, size_t msglen) {
   double t1 = stk__now();
   const stk__image_info *info = &s->info;
   int denom = s->denom;
@@ -132,7 +134,7 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   w->t_decode = t2 - t1;
   if (rc) return rc;
   if (reg.scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
-  rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, &p->store, dst);
+  rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, store, dst);
   w->t_augment = stk__now() - t2;
   if (rc) return stk__fail(msg, msglen, rc, "resampling failed");
   return STK_OK;
@@ -143,5 +145,5 @@ int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, ui
   stk__sample s;
   int rc = stk__sample_prepare(p, w, &w->file, path, epoch, index, &s, msg, msglen);
   if (rc) return rc;
-  return stk__sample_finish_cpu(p, w, &s, dst, msg, msglen);
+  return stk__sample_finish_cpu(p, w, &s, &p->store, dst, msg, msglen);
 }

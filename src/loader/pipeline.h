@@ -23,6 +23,9 @@ typedef struct {
   uint64_t max_file_bytes, max_pixels;
   stk__store store;
   size_t image_bytes;        /* one output image */
+  stk__store store_rgb8;     /* GPU loaders: images the workers finish on the
+                                CPU are resampled to raw RGB8 (uint8, NHWC,
+                                unnormalised) and normalised on the GPU */
 } stk__plan;
 
 /* One sample between its header and its pixels. */
@@ -58,9 +61,10 @@ int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t ma
 int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, const char *path,
                         uint64_t epoch, int64_t index, stk__sample *s, char *msg, size_t msglen);
 
-/* Decodes the region `s` needs on the CPU and resamples it into dst. */
-int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s, void *dst,
-                           char *msg, size_t msglen);
+/* Decodes the region `s` needs on the CPU and resamples it into dst,
+ * written as `store` says (&p->store for the batch, or &p->store_rgb8). */
+int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s,
+                           const stk__store *store, void *dst, char *msg, size_t msglen);
 
 /* prepare + finish_cpu: sample `index` of `epoch` into dst
  * (plan->image_bytes), through the worker's own file buffer. */
