@@ -64,6 +64,8 @@ typedef struct {
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*StreamCreate)(CUstream *, unsigned);
+  CUresult (*StreamCreateWithPriority)(CUstream *, unsigned, int);
+  CUresult (*CtxGetStreamPriorityRange)(int *, int *);
   CUresult (*StreamDestroy)(CUstream);
   CUresult (*StreamSynchronize)(CUstream);
   CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
@@ -182,6 +184,8 @@ static const sym_entry cuda_syms[] = {
     CU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
     CU_SYM(MemsetD8Async, "cuMemsetD8Async"),
     CU_SYM(StreamCreate, "cuStreamCreate"),
+    CU_SYM(StreamCreateWithPriority, "cuStreamCreateWithPriority"),
+    CU_SYM(CtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"),
     CU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
     CU_SYM(StreamSynchronize, "cuStreamSynchronize"),
     CU_SYM(StreamWaitEvent, "cuStreamWaitEvent"),
@@ -353,11 +357,22 @@ static const void *kernel_image(void) { return NULL; }
 int stk__gpu_built(void) { return HAVE_KERNELS; }
 
 /* ---- objects -------------------------------------------------------------- */
+/* A slot owns the device memory a batch is decoded into (its arena, and
+ * the kernel's item descriptors) as well as the output, and a stream on
+ * which everything that writes the output runs. The decoders of a lane
+ * fill the arena on the lane's stream; only then does the slot's stream
+ * wait for the consumer to let go of the output ("freed") and run the
+ * kernel. So decoding the next batch never waits for the training step
+ * that still reads the slot: it waits only for the slot's own previous
+ * kernel to have read the arena ("consumed"), long done by then. */
 typedef struct {
   CUdeviceptr data, labels;
-  CUevent ready, freed;
-  int written;       /* ready was recorded at least once */
-  int freed_pending; /* freed was recorded by a release: the next write waits */
+  CUdeviceptr arena, desc_dev;
+  CUstream stream;
+  CUevent ready, freed, consumed;
+  int written;          /* ready was recorded at least once */
+  int freed_pending;    /* freed was recorded by a release: the next write waits */
+  int consumed_pending; /* consumed was recorded: the next decode waits */
 } gslot;
 
 /* What run_batch() decided for one item. */
@@ -385,7 +400,7 @@ typedef struct {
 
 typedef struct {
   CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
-  CUevent done, ev_main, ev_aux;
+  CUevent done, ev_main, ev_aux, decoded;
   CUevent prof[3]; /* cfg.profile: chunk start, before the kernel, after it */
   CUstream gstream; /* the GPU-hybrid batched decoder */
   CUevent ev_gpu;
@@ -410,7 +425,8 @@ typedef struct {
   nvjpegJpegStream_t js;           /* header parsing, with js_handle */
   nvjpegHandle_t js_handle;
   /* memory */
-  CUdeviceptr arena, desc_dev, dummy_out;
+  CUdeviceptr arena, desc_dev; /* the slot's, for the batch being run */
+  CUdeviceptr dummy_out;
   size_t arena_bytes;
   uint8_t *staging;
   size_t staging_bytes, staging_used;
@@ -435,7 +451,8 @@ struct stk__gpu {
   stk__store store;
   size_t image_bytes;
   CUdeviceptr lut;
-  CUstream util; /* compaction */
+  int prio;      /* the greatest stream priority: our work is small and
+                    should not queue behind a training step's kernels */
   nvjpegHandle_t hw, gen, gh;
   nvjpegJpegDecoder_t hy_dec;
   int hw_roi;
@@ -517,6 +534,10 @@ static void note(stk__gpu *g, const char *fmt, ...) {
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+/* Arena room for an item of the "big" path: its finished image, then its
+ * label, both copied into the slot afterwards. */
+static size_t big_need(const stk__gpu *g) { return align_up(align_up(g->image_bytes, 8) + 8, 256); }
+
 /* ---- geometry --------------------------------------------------------------- */
 /* The source range [*a0, *a1) the resampler reads on one axis: the first
  * window's start and the last window's end (plan_axis in resample.c). */
@@ -590,6 +611,10 @@ static int host_alloc(stk__gpu *g, void **p, size_t n, const char *what, char *m
   }
   g->st.pinned_bytes += n;
   return STK_OK;
+}
+
+static CUresult make_stream(stk__gpu *g, CUstream *st) {
+  return g_cu.StreamCreateWithPriority(st, CU_STREAM_NON_BLOCKING, g->prio);
 }
 
 /* A tiny baseline JPEG the batched decoder is padded with: nvJPEG wants the
@@ -673,20 +698,17 @@ static void gb_pad(stk__gpu *g, batched *b, int m) {
 static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   const stk__gpu_config *c = &g->cfg;
   int B = c->max_batch, rc;
-  CU(g_cu.StreamCreate(&L->stream, CU_STREAM_NON_BLOCKING));
-  CU(g_cu.StreamCreate(&L->aux, CU_STREAM_NON_BLOCKING));
+  CU(make_stream(g, &L->stream));
+  CU(make_stream(g, &L->aux));
   CU(g_cu.EventCreate(&L->done, CU_EVENT_DISABLE_TIMING));
+  CU(g_cu.EventCreate(&L->decoded, CU_EVENT_DISABLE_TIMING));
   CU(g_cu.EventCreate(&L->ev_main, CU_EVENT_DISABLE_TIMING));
   CU(g_cu.EventCreate(&L->ev_aux, CU_EVENT_DISABLE_TIMING));
   CU(g_cu.EventRecord(L->done, L->stream));
   if (c->profile)
     for (int i = 0; i < 3; i++) CU(g_cu.EventCreate(&L->prof[i], 0));
-  L->arena_bytes = c->arena_bytes ? c->arena_bytes : (size_t)B << 20;
   L->staging_bytes = c->staging_bytes ? c->staging_bytes : (size_t)B << 18;
   if (!c->staging_bytes && L->staging_bytes < ((size_t)64 << 20)) L->staging_bytes = (size_t)64 << 20;
-  if ((rc = dev_alloc(g, &L->arena, L->arena_bytes, "the source arena", msg, msglen))) return rc;
-  if ((rc = dev_alloc(g, &L->desc_dev, (size_t)B * sizeof(kitem), "item descriptors", msg, msglen)))
-    return rc;
   if ((rc = dev_alloc(g, &L->dummy_out, (size_t)2 * B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
                       msglen)))
     return rc;
@@ -725,7 +747,7 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
                                     NVJPEG_OUTPUT_RGBI);
   }
   if (g->gh) {
-    CU(g_cu.StreamCreate(&L->gstream, CU_STREAM_NON_BLOCKING));
+    CU(make_stream(g, &L->gstream));
     CU(g_cu.EventCreate(&L->ev_gpu, CU_EVENT_DISABLE_TIMING));
     if ((rc = gb_open(g, g->gh, &L->gb, B, msg, msglen))) return rc;
   }
@@ -771,12 +793,11 @@ static void close_lane(stk__gpu *g, glane *L) {
   if (L->hy_state) g_nj.JpegStateDestroy(L->hy_state);
   if (L->hy_pinned) g_nj.BufferPinnedDestroy(L->hy_pinned);
   if (L->hy_dev) g_nj.BufferDeviceDestroy(L->hy_dev);
-  if (L->arena) g_cu.MemFree(L->arena);
-  if (L->desc_dev) g_cu.MemFree(L->desc_dev);
   if (L->dummy_out) g_cu.MemFree(L->dummy_out);
   if (L->staging) g_cu.MemFreeHost(L->staging);
   if (L->desc_host) g_cu.MemFreeHost(L->desc_host);
   if (L->done) g_cu.EventDestroy(L->done);
+  if (L->decoded) g_cu.EventDestroy(L->decoded);
   if (L->ev_main) g_cu.EventDestroy(L->ev_main);
   if (L->ev_aux) g_cu.EventDestroy(L->ev_aux);
   for (int i = 0; i < 3; i++)
@@ -911,15 +932,17 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     rc = cu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
     goto fail;
   }
-  r = g_cu.StreamCreate(&g->util, CU_STREAM_NON_BLOCKING);
-  if (r != CUDA_SUCCESS) {
-    rc = cu_fail(NULL, r, "cuStreamCreate", msg, msglen);
-    goto fail;
+  {
+    int least = 0;
+    if (g_cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
   }
 
   stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
                   g->cfg.std);
   g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
+  /* per slot; at least two finished images (the "big" path's need) */
+  size_t arena = g->cfg.arena_bytes ? g->cfg.arena_bytes : (size_t)g->cfg.max_batch * (768 << 10);
+  if (arena < 2 * big_need(g)) arena = 2 * big_need(g);
   if ((rc = dev_alloc(g, &g->lut, sizeof g->store.lut_f32 + sizeof g->store.lut_u16, "tables", msg,
                       msglen)))
     goto fail;
@@ -945,11 +968,16 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     if ((rc = dev_alloc(g, &s->data, (size_t)g->cfg.max_batch * g->image_bytes, "batch slots", msg,
                         msglen)) ||
         (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
-                        msglen)))
+                        msglen)) ||
+        (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
+        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(kitem),
+                        "item descriptors", msg, msglen)))
       goto fail;
     if ((r = g_cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = g_cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-      rc = cu_fail(NULL, r, "cuEventCreate", msg, msglen);
+        (r = g_cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = g_cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = make_stream(g, &s->stream)) != CUDA_SUCCESS) {
+      rc = cu_fail(NULL, r, "cuEventCreate/cuStreamCreate", msg, msglen);
       goto fail;
     }
   }
@@ -959,8 +987,10 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     goto fail;
   }
   open_nvjpeg(g);
-  for (int i = 0; i < g->cfg.lanes; i++)
+  for (int i = 0; i < g->cfg.lanes; i++) {
     if ((rc = open_lane(g, &g->lanes[i], msg, msglen))) goto fail;
+    g->lanes[i].arena_bytes = arena;
+  }
   if (g->hw) {
     /* The engines must decode a batch, else they are switched off (and the
      * lanes parse headers with the generic handle). */
@@ -1020,18 +1050,18 @@ void stk__gpu_close(stk__gpu *g) {
   if (g->ctx) g_cu.CtxPushCurrent(g->ctx);
   if (g->lanes)
     for (int i = 0; i < g->cfg.lanes; i++) close_lane(g, &g->lanes[i]);
-  if (g->util) {
-    g_cu.StreamSynchronize(g->util);
-    g_cu.StreamDestroy(g->util);
-  }
   if (g->slots)
     for (int i = 0; i < g->cfg.slots; i++) {
       gslot *s = &g->slots[i];
-      if (s->ready) g_cu.EventSynchronize(s->ready);
+      if (s->stream) g_cu.StreamSynchronize(s->stream);
       if (s->data) g_cu.MemFree(s->data);
       if (s->labels) g_cu.MemFree(s->labels);
+      if (s->arena) g_cu.MemFree(s->arena);
+      if (s->desc_dev) g_cu.MemFree(s->desc_dev);
       if (s->ready) g_cu.EventDestroy(s->ready);
       if (s->freed) g_cu.EventDestroy(s->freed);
+      if (s->consumed) g_cu.EventDestroy(s->consumed);
+      if (s->stream) g_cu.StreamDestroy(s->stream);
     }
   if (g->hy_dec) g_nj.DecoderDestroy(g->hy_dec);
   if (g->gh) g_nj.Destroy(g->gh);
@@ -1299,7 +1329,8 @@ static int cpu_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *
 }
 
 /* The last resort for a source too large for the arena: everything on the
- * CPU, then the finished image is copied into the slot. */
+ * CPU; the finished image and its label go into the arena (p->off), from
+ * where the slot's stream copies them into the slot. */
 static int big_item(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *it, iplan *p, char *msg,
                     size_t msglen, int *batch_rc) {
   char why[256];
@@ -1337,10 +1368,11 @@ static int big_item(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *it, iplan *p
     item_fail(it, rc, "resampling failed");
     return rc;
   }
-  *batch_rc = upload_rows(g, L, s->data + (CUdeviceptr)it->dst * g->image_bytes, g->image_bytes,
-                          L->big.p, g->image_bytes, g->image_bytes, 1, msg, msglen);
+  (void)s;
+  *batch_rc = upload_rows(g, L, L->arena + p->off, g->image_bytes, L->big.p, g->image_bytes,
+                          g->image_bytes, 1, msg, msglen);
   if (!*batch_rc)
-    *batch_rc = upload_rows(g, L, s->labels + (CUdeviceptr)it->dst * 8, 8,
+    *batch_rc = upload_rows(g, L, L->arena + p->off + align_up(g->image_bytes, 8), 8,
                             (const uint8_t *)&it->label, 8, 8, 1, msg, msglen);
   return *batch_rc;
 }
@@ -1354,8 +1386,11 @@ static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int
 static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
                      int base, char *msg, size_t msglen) {
   int rc;
+  /* The arena is free once the slot's previous kernel (an earlier batch, or
+   * an earlier chunk of this one) has read it. */
+  if (s->consumed_pending) CU(g_cu.StreamWaitEvent(L->stream, s->consumed, 0));
   /* The hybrid decoder's stream may write this chunk's arena places once the
-   * work queued so far (earlier chunks' kernels) is done. */
+   * work queued so far is done. */
   CU(g_cu.EventRecord(L->ev_main, L->stream));
   if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[0], L->stream));
   /* 0. the GPU-hybrid decoder, on its own stream, first: it runs on the SMs
@@ -1465,6 +1500,10 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       int brc = 0;
       if (cpu_decode(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
       if (brc) return brc;
+    } else if (p->path == STK__GPU_PATH_BIG) {
+      int brc = 0;
+      if (big_item(g, L, s, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (brc) return brc;
     }
   }
 
@@ -1501,6 +1540,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     stk__gpu_item *it = &items[i];
     if (!p->have_src) continue;
     it->path = p->path;
+    if (p->path == STK__GPU_PATH_BIG) continue; /* copied below */
     kitem *q = &d[n++];
     memset(q, 0, sizeof *q);
     q->src = L->arena + p->off;
@@ -1524,12 +1564,35 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }
+  int run_kernel = n > 0 && !g->cfg.decode_only;
+  if (run_kernel)
+    CU(g_cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d,
+                            (size_t)n * sizeof(kitem), L->stream));
   if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[1], L->stream));
-  if (n > 0 && !g->cfg.decode_only && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen)))
-    return rc;
+  /* 5. on the slot's stream: after the decoders, and after the consumer has
+   * let go of the slot, the kernel and the copies of finished images */
+  CU(g_cu.EventRecord(L->decoded, L->stream));
+  CU(g_cu.StreamWaitEvent(s->stream, L->decoded, 0));
+  pthread_mutex_lock(&g->mu);
+  int wait_freed = s->freed_pending;
+  s->freed_pending = 0;
+  pthread_mutex_unlock(&g->mu);
+  if (wait_freed) CU(g_cu.StreamWaitEvent(s->stream, s->freed, 0));
+  if (run_kernel && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen))) return rc;
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_BIG || !p->have_src) continue;
+    int dst = items[chunk[c]].dst;
+    CU(g_cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)dst * g->image_bytes, L->arena + p->off,
+                            g->image_bytes, s->stream));
+    CU(g_cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)dst * 8,
+                            L->arena + p->off + align_up(g->image_bytes, 8), 8, s->stream));
+  }
+  CU(g_cu.EventRecord(s->consumed, s->stream));
+  s->consumed_pending = 1;
   if (g->cfg.profile) {
     float a = 0, b = 0;
-    CU(g_cu.EventRecord(L->prof[2], L->stream));
+    CU(g_cu.EventRecord(L->prof[2], s->stream));
     CU(g_cu.EventSynchronize(L->prof[2]));
     CU(g_cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
     CU(g_cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
@@ -1541,12 +1604,10 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   return STK_OK;
 }
 
-/* Uploads the chunk's descriptors and launches the kernel over them. */
+/* Launches the kernel over the chunk's descriptors (already uploaded), on
+ * the slot's stream. */
 static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
                   size_t msglen) {
-  kitem *d = L->desc_host + base;
-  CU(g_cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d, (size_t)n * sizeof(kitem),
-                          L->stream));
   kparams kp;
   memset(&kp, 0, sizeof kp);
   kp.items = L->desc_dev + (CUdeviceptr)base * sizeof(kitem);
@@ -1566,7 +1627,7 @@ static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int
                              768 * sizeof(float) + 768 * sizeof(uint16_t));
   void *args[] = {&kp};
   CU(g_cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, TILE_W, TILE_H, 1, smem,
-                       L->stream, args, NULL));
+                       s->stream, args, NULL));
   pthread_mutex_lock(&g->mu);
   g->st.chunks++;
   pthread_mutex_unlock(&g->mu);
@@ -1597,18 +1658,14 @@ static void give_lane(stk__gpu *g, glane *L) {
 static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
                       size_t msglen) {
   int rc;
-  /* The previous batch of this lane is done with the staging and descriptors. */
+  /* The previous batch of this lane has decoded (L->done is recorded on
+   * the lane's stream, before any wait for a consumer): the staging, the
+   * host descriptors and nvJPEG's state are free again. */
   CU(g_cu.EventSynchronize(L->done));
   L->staging_used = 0;
   L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = 0;
-  /* Device-side ordering: after earlier writes into this slot, and after the
-   * consumer has let go of it. */
-  if (s->written) CU(g_cu.StreamWaitEvent(L->stream, s->ready, 0));
-  pthread_mutex_lock(&g->mu);
-  int wait_freed = s->freed_pending;
-  s->freed_pending = 0;
-  pthread_mutex_unlock(&g->mu);
-  if (wait_freed) CU(g_cu.StreamWaitEvent(L->stream, s->freed, 0));
+  L->arena = s->arena;
+  L->desc_dev = s->desc_dev;
 
   double t0 = stk__now();
   for (int i = 0; i < n; i++)
@@ -1644,11 +1701,8 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
       p->pitch = (size_t)p->sw * 3;
       need = align_up(p->pitch * (size_t)p->sh, 256);
       if (need > L->arena_bytes) {
-        int brc = 0;
-        if (big_item(g, L, s, &items[i], p, msg, msglen, &brc) == STK_OK)
-          items[i].path = STK__GPU_PATH_BIG;
-        if (brc) return brc;
-        continue;
+        p->path = STK__GPU_PATH_BIG;
+        need = big_need(g);
       }
     }
     if (i == n || used + need > L->arena_bytes) {
@@ -1662,7 +1716,7 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
     used += need;
     L->chunk[k++] = i;
   }
-  CU(g_cu.EventRecord(s->ready, L->stream));
+  CU(g_cu.EventRecord(s->ready, s->stream));
   s->written = 1;
   CU(g_cu.EventRecord(L->done, L->stream));
   return STK_OK;
@@ -1779,16 +1833,16 @@ int stk__gpu_slot_wait(stk__gpu *g, int slot, char *msg, size_t msglen) {
   return STK_OK;
 }
 
+/* On the slot's stream: after every earlier write into the slot. */
 static int compact_locked(stk__gpu *g, gslot *s, int n, const int *from, char *msg, size_t msglen) {
-  if (s->written) CU(g_cu.StreamWaitEvent(g->util, s->ready, 0));
   for (int k = 0; k < n; k++) {
     if (from[k] == k) continue;
     CU(g_cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)k * g->image_bytes,
-                            s->data + (CUdeviceptr)from[k] * g->image_bytes, g->image_bytes, g->util));
+                            s->data + (CUdeviceptr)from[k] * g->image_bytes, g->image_bytes, s->stream));
     CU(g_cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)k * 8, s->labels + (CUdeviceptr)from[k] * 8, 8,
-                            g->util));
+                            s->stream));
   }
-  CU(g_cu.EventRecord(s->ready, g->util));
+  CU(g_cu.EventRecord(s->ready, s->stream));
   s->written = 1;
   return STK_OK;
 }
@@ -1800,7 +1854,7 @@ int stk__gpu_slot_compact(stk__gpu *g, int slot, int n, const int *from, char *m
     if (from[k] < k || from[k] >= g->cfg.max_batch || (k && from[k] <= from[k - 1]))
       return stk__fail(msg, msglen, STK_EINVAL, "from[] must increase, with from[k] >= k");
   ENTER();
-  pthread_mutex_lock(&g->mu); /* one compaction at a time on the utility stream */
+  pthread_mutex_lock(&g->mu); /* the slot's flags */
   int rc = compact_locked(g, &g->slots[slot], n, from, msg, msglen);
   pthread_mutex_unlock(&g->mu);
   g_cu.CtxPopCurrent(NULL);

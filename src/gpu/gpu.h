@@ -16,13 +16,14 @@
  *  - a gpu (stk__gpu) owns: the device's primary context (retained), the
  *    kernel module, nvJPEG handles, `slots` output slots and `lanes` lanes.
  *  - a slot is where one batch lands: max_batch images of out_w x out_h in
- *    the configured dtype/layout, max_batch int64 labels, and a "ready" event
- *    recorded after the last write into the slot.
- *  - a lane is one batch in flight: a CUDA stream, nvJPEG decode states, a
- *    device arena for decoded source pixels, pinned staging memory and a CPU
- *    decoder for fallbacks. run_batch() takes a free lane for the duration of
- *    the call, so up to `lanes` threads can run batches at the same time
- *    (host-side work of one overlaps device work of another).
+ *    the configured dtype/layout, max_batch int64 labels, a device arena for
+ *    the batch's decoded source pixels, a stream for everything that writes
+ *    the output, and a "ready" event recorded after the last such write.
+ *  - a lane is one batch in flight: a CUDA stream, nvJPEG decode states,
+ *    pinned staging memory and a CPU decoder for fallbacks. run_batch()
+ *    takes a free lane for the duration of the call, so up to `lanes`
+ *    threads can run batches at the same time (host-side work of one
+ *    overlaps device work of another).
  *
  * Every device and pinned buffer is allocated by stk__gpu_open(); running a
  * batch allocates nothing of ours (nvJPEG's internal buffers are pre-sized at
@@ -54,12 +55,19 @@
  * fails the item (its rc), never the batch.
  *
  * Synchronisation: nothing here synchronises the device. run_batch() waits
- * (on the host) only for the previous batch of the same lane, then queues
- * everything on the lane's stream and records the slot's ready event. The
- * consumer makes its stream wait on that event (cuStreamWaitEvent /
- * torch.cuda.Stream.wait_event), and gives the slot back with
- * stk__gpu_slot_release(), which records a "free" event on the consumer's
- * stream that the next write into the slot waits for on the device.
+ * (on the host) only for the previous batch of the same lane to have been
+ * decoded, then queues the decoding into the slot's arena on the lane's
+ * stream, and the kernel on the slot's stream, and records the slot's ready
+ * event. The consumer makes its stream wait on that event
+ * (cuStreamWaitEvent / torch.cuda.Stream.wait_event), and gives the slot
+ * back with stk__gpu_slot_release(), which records a "free" event on the
+ * consumer's stream. Only the slot's stream waits for that event, just
+ * before the kernel: decoding never waits for a consumer that still reads
+ * the slot (while training, the step that reads it may not have started
+ * yet), and nvJPEG's calls, which block the calling thread on the lane's
+ * stream, never block behind a training step. All our streams have the
+ * device's greatest priority: our kernels are short, and a batch should not
+ * wait for the blocks of a training step's kernels queued before it.
  *
  * Errors: every CUDA or nvJPEG failure is returned as STK_ECUDA with the
  * failing call and the library's own error name in msg; nothing aborts.
@@ -67,8 +75,9 @@
  * call returns STK_ECUDA.
  *
  * Threads: stk__gpu_run_batch() may be called from up to `lanes` threads at
- * once (more wait for a lane). The slot functions may be called from any
- * thread. stk__gpu_close() must not race with other calls.
+ * once (more wait for a lane), for different slots: calls for one slot must
+ * not overlap. The slot functions may be called from any thread.
+ * stk__gpu_close() must not race with other calls.
  */
 #ifndef STK_GPU_H
 #define STK_GPU_H
@@ -89,8 +98,8 @@ typedef struct {
   float mean[3], std[3];  /* on the 0..1 scale, as stk_options. ImageNet's */
   int slots;              /* output slots. 4 */
   int lanes;              /* batches in flight at once. 2 */
-  size_t arena_bytes;     /* per lane, device memory for decoded source
-                             regions; 0 = max_batch * 1 MiB. A batch whose
+  size_t arena_bytes;     /* per slot, device memory for decoded source
+                             regions; 0 = max_batch * 768 KiB. A batch whose
                              sources do not fit is run in several chunks. */
   size_t staging_bytes;   /* per lane, pinned host memory for sources decoded
                              on the CPU; 0 = max(64 MiB, max_batch * 256 KiB) */
