@@ -24,8 +24,10 @@ cat "$D"/*/* >/dev/null  # into the page cache
 PY=${PYTHON:-python3}
 S=build/stoker
 echo "== loader alone: train pipeline, batch 256, float32 NCHW"
-$S bench "$D" --device 0 --threads 12 --batch 256 --epochs 4 --json | tail -n 1
-$S bench "$D" --device 0 --threads 12 --batch 256 --epochs 4 --pipeline eval --json | tail -n 1
+echo "-- GPU, adaptive CPU share; GPU with no CPU share (engines only); eval; CPU only"
+$S bench "$D" --device 0 --threads 14 --batch 256 --epochs 4 --json | tail -n 1
+$S bench "$D" --device 0 --threads 14 --batch 256 --epochs 4 --cpu-share 0 --json | tail -n 1
+$S bench "$D" --device 0 --threads 14 --batch 256 --epochs 4 --pipeline eval --json | tail -n 1
 $S bench "$D" --threads "$(nproc)" --batch 256 --epochs 2 --json | tail -n 1
 
 echo "== training steps: bf16 autocast, channels_last, batch 256"

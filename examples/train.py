@@ -175,7 +175,7 @@ def loader_summary(loader):
         return None
     st = loader.stats()
     keys = ("images", "batches", "decoded_hw", "decoded_cuda", "decoded_cpu", "cpu_share",
-            "submit_seconds", "wait_seconds")
+            "submit_seconds", "wait_seconds", "late_allocs")
     out = {k: st[k] for k in keys if k in st}
     if st.get("batches"):
         out["submit_ms_per_batch"] = round(1e3 * st["submit_seconds"] / st["batches"], 3)

@@ -299,6 +299,10 @@ typedef struct stk_stats {
   double cpu_share;          /* GPU loaders: the share of each batch the
                                 worker threads decode now (adaptive, or the
                                 fixed gpu_cpu_share) */
+  uint64_t late_allocs;      /* GPU loaders: device or pinned buffers nvJPEG
+                                had to allocate after create, because a
+                                batch needed more than the sizes set up at
+                                create (each is kept for reuse) */
   double submit_seconds;     /* GPU loaders: summed over threads, time spent
                                 queuing batches on the GPU (nvJPEG's calls
                                 included); a large value per batch while

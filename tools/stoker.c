@@ -246,12 +246,12 @@ static int cmd_bench(int argc, char **argv) {
            "\"read_s\": %.6f, \"decode_s\": %.6f, \"augment_s\": %.6f, \"wait_s\": %.6f, "
            "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"device\": %d, \"device_bytes\": %" PRIu64
            ", \"decoded_hw\": %" PRIu64 ", \"decoded_cuda\": %" PRIu64 ", \"decoded_cpu\": %" PRIu64
-           ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"ok\": %s}\n",
+           ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"late_allocs\": %" PRIu64 ", \"ok\": %s}\n",
            images, secs, secs > 0 ? images / secs : 0.0, st.skipped, st.threads, o.batch_size,
            o.size, o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", epochs, st.read_seconds,
            st.decode_seconds, st.augment_seconds, st.wait_seconds, t_build, st.host_bytes,
            o.device, st.device_bytes, st.decoded_hw, st.decoded_cuda, st.decoded_cpu,
-           st.cpu_share, st.submit_seconds, failed ? "false" : "true");
+           st.cpu_share, st.submit_seconds, st.late_allocs, failed ? "false" : "true");
   }
   stk_loader_destroy(l);
   return failed ? 1 : 0;

@@ -622,6 +622,7 @@ static PyObject *Loader_stats(PyObject *o, PyObject *unused) {
       dict_set(d, "decoded_cpu", PyLong_FromUnsignedLongLong(s.decoded_cpu)) ||
       dict_set(d, "cpu_share", PyFloat_FromDouble(s.cpu_share)) ||
       dict_set(d, "submit_seconds", PyFloat_FromDouble(s.submit_seconds)) ||
+      dict_set(d, "late_allocs", PyLong_FromUnsignedLongLong(s.late_allocs)) ||
       dict_set(d, "threads", PyLong_FromLong(s.threads)) ||
       dict_set(d, "slots", PyLong_FromLong(s.slots))) {
     Py_DECREF(d);

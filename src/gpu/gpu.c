@@ -53,6 +53,7 @@ typedef struct {
   CUresult (*DevicePrimaryCtxRelease)(CUdevice);
   CUresult (*CtxPushCurrent)(CUcontext);
   CUresult (*CtxPopCurrent)(CUcontext *);
+  CUresult (*CtxGetCurrent)(CUcontext *);
   CUresult (*MemGetInfo)(size_t *, size_t *);
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);
   CUresult (*MemFree)(CUdeviceptr);
@@ -173,6 +174,7 @@ static const sym_entry cuda_syms[] = {
     CU_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
     CU_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2"),
     CU_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2"),
+    CU_SYM(CtxGetCurrent, "cuCtxGetCurrent"),
     CU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
     CU_SYM(MemAlloc, "cuMemAlloc_v2"),
     CU_SYM(MemFree, "cuMemFree_v2"),
@@ -451,6 +453,7 @@ struct stk__gpu {
   stk__store store;
   size_t image_bytes;
   CUdeviceptr lut;
+  uint64_t pool_at_open; /* pool_fresh() at the end of open */
   int prio;      /* the greatest stream priority: our work is small and
                     should not queue behind a training step's kernels */
   nvjpegHandle_t hw, gen, gh;
@@ -816,6 +819,123 @@ static void close_lane(stk__gpu *g, glane *L) {
   stk__buf_free(&L->big);
 }
 
+/* ---- nvJPEG's own memory -----------------------------------------------------
+ * nvJPEG allocates its internal device and pinned buffers itself, and grows
+ * them when a batch needs more than any before. cuMemFree and cuMemFreeHost
+ * synchronise the whole device: while a model trains, each such call waits
+ * for the queued training work and leaves the GPU idle behind it. So
+ * nvJPEG's memory comes from these allocators: a freed block is kept and
+ * handed out again for a request that fits it, and the blocks are freed
+ * only when the gpu closes. g_pool_fresh counts real allocations, so that
+ * the statistics show whether nvJPEG still allocates after open. */
+typedef struct pool_blk {
+  struct pool_blk *next;
+  CUcontext ctx;
+  void *p;
+  size_t n;
+  int pinned, used;
+} pool_blk;
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pool_blk *g_pool;
+static uint64_t g_pool_fresh;
+
+static int pool_get(void **out, size_t n, int pinned) {
+  CUcontext ctx = NULL;
+  g_cu.CtxGetCurrent(&ctx);
+  if (n == 0) n = 1;
+  pthread_mutex_lock(&g_pool_mu);
+  pool_blk *best = NULL;
+  for (pool_blk *b = g_pool; b; b = b->next)
+    if (!b->used && b->ctx == ctx && b->pinned == pinned && b->n >= n && (!best || b->n < best->n))
+      best = b;
+  if (best) {
+    best->used = 1;
+    *out = best->p;
+    pthread_mutex_unlock(&g_pool_mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&g_pool_mu);
+  pool_blk *b = calloc(1, sizeof *b);
+  if (!b) return 1;
+  CUresult r;
+  if (pinned) {
+    r = g_cu.MemHostAlloc(&b->p, n, 0);
+  } else {
+    CUdeviceptr d = 0;
+    r = g_cu.MemAlloc(&d, n);
+    b->p = (void *)(uintptr_t)d;
+  }
+  if (r != CUDA_SUCCESS) {
+    free(b);
+    return 1;
+  }
+  b->ctx = ctx;
+  b->n = n;
+  b->pinned = pinned;
+  b->used = 1;
+  pthread_mutex_lock(&g_pool_mu);
+  b->next = g_pool;
+  g_pool = b;
+  g_pool_fresh++;
+  pthread_mutex_unlock(&g_pool_mu);
+  *out = b->p;
+  return 0;
+}
+
+static int pool_put(void *p) {
+  pthread_mutex_lock(&g_pool_mu);
+  pool_blk *b = g_pool;
+  while (b && b->p != p) b = b->next;
+  if (b) b->used = 0;
+  pthread_mutex_unlock(&g_pool_mu);
+  return b ? 0 : 1;
+}
+
+/* Frees the unused blocks of context ctx (current). */
+static void pool_release(CUcontext ctx) {
+  pthread_mutex_lock(&g_pool_mu);
+  for (pool_blk **pp = &g_pool; *pp;) {
+    pool_blk *b = *pp;
+    if (b->used || b->ctx != ctx) {
+      pp = &b->next;
+      continue;
+    }
+    if (b->pinned)
+      g_cu.MemFreeHost(b->p);
+    else
+      g_cu.MemFree((CUdeviceptr)(uintptr_t)b->p);
+    *pp = b->next;
+    free(b);
+  }
+  pthread_mutex_unlock(&g_pool_mu);
+}
+
+static uint64_t pool_fresh(void) {
+  pthread_mutex_lock(&g_pool_mu);
+  uint64_t n = g_pool_fresh;
+  pthread_mutex_unlock(&g_pool_mu);
+  return n;
+}
+
+static int nj_dev_malloc(void **p, size_t n) { return pool_get(p, n, 0); }
+static int nj_dev_free(void *p) { return pool_put(p); }
+static int nj_pin_malloc(void **p, size_t n, unsigned flags) {
+  (void)flags;
+  return pool_get(p, n, 1);
+}
+static int nj_pin_free(void *p) { return pool_put(p); }
+typedef struct {
+  int (*dev_malloc)(void **, size_t);
+  int (*dev_free)(void *);
+} nj_dev_allocator;
+typedef struct {
+  int (*pinned_malloc)(void **, size_t, unsigned);
+  int (*pinned_free)(void *);
+} nj_pinned_allocator;
+static nj_dev_allocator g_nj_dev = {nj_dev_malloc, nj_dev_free};
+static nj_pinned_allocator g_nj_pin = {nj_pin_malloc, nj_pin_free};
+#define NJ_ALLOC (void *)&g_nj_dev, (void *)&g_nj_pin
+
 /* Creates the nvJPEG handles. Failures here are not fatal: the affected
  * decode path is switched off and the CPU takes over. */
 static void open_nvjpeg(stk__gpu *g) {
@@ -824,10 +944,10 @@ static void open_nvjpeg(stk__gpu *g) {
     return;
   }
   unsigned flags = g->cfg.chroma_interp ? NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION : 0;
-  if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, flags, &g->gen) != NVJPEG_STATUS_SUCCESS) {
+  if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NJ_ALLOC, flags, &g->gen) != NVJPEG_STATUS_SUCCESS) {
     g->gen = NULL;
     flags = 0;
-    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &g->gen);
+    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NJ_ALLOC, 0, &g->gen);
     if (st != NVJPEG_STATUS_SUCCESS) {
       note(g, "nvJPEG off: nvjpegCreateEx: %s", nj_name(st));
       g->gen = NULL;
@@ -836,10 +956,10 @@ static void open_nvjpeg(stk__gpu *g) {
   }
   g->st.chroma_interp = flags != 0;
   if (g->cfg.use_hw) {
-    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &g->hw);
+    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
     if (st != NVJPEG_STATUS_SUCCESS && flags) {
       /* without the upsampling flag, which this version may not know */
-      st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &g->hw);
+      st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, 0, &g->hw);
       if (st == NVJPEG_STATUS_SUCCESS) g->st.chroma_interp = 0; /* as the engines do it */
     }
     if (st != NVJPEG_STATUS_SUCCESS) {
@@ -851,9 +971,9 @@ static void open_nvjpeg(stk__gpu *g) {
                              NVJPEG_STATUS_SUCCESS)
     g->hy_dec = NULL;
   if (g->cfg.use_gpu_hybrid) {
-    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, flags, &g->gh);
+    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, flags, &g->gh);
     if (st != NVJPEG_STATUS_SUCCESS && flags)
-      st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0, &g->gh);
+      st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, 0, &g->gh);
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->gh = NULL;
       note(g, "GPU-hybrid decoder not available: %s", nj_name(st));
@@ -1036,6 +1156,7 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   g->st.gpu_hybrid_available = g->gh != NULL;
   g_cu.MemGetInfo(&free1, &total);
   g->st.device_bytes_used = free0 > free1 ? free0 - free1 : 0;
+  g->pool_at_open = pool_fresh();
   g_cu.CtxPopCurrent(NULL);
   *out = g;
   return STK_OK;
@@ -1067,6 +1188,7 @@ void stk__gpu_close(stk__gpu *g) {
   if (g->gh) g_nj.Destroy(g->gh);
   if (g->hw) g_nj.Destroy(g->hw);
   if (g->gen) g_nj.Destroy(g->gen);
+  if (g->ctx) pool_release(g->ctx);
   if (g->lut) g_cu.MemFree(g->lut);
   if (g->mod) g_cu.ModuleUnload(g->mod);
   if (g->ctx) g_cu.CtxPopCurrent(NULL);
@@ -1882,6 +2004,7 @@ void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out) {
   pthread_mutex_lock(&g->mu);
   *out = g->st;
   pthread_mutex_unlock(&g->mu);
+  out->late_allocs = pool_fresh() - g->pool_at_open;
 }
 
 /* ---- probe ------------------------------------------------------------------- */

@@ -191,6 +191,8 @@ typedef struct {
   uint64_t device_bytes_used;     /* device memory in use after open minus
                                      before (includes nvJPEG and the context) */
   uint64_t pinned_bytes;          /* pinned host memory we allocated */
+  uint64_t late_allocs;           /* device/pinned allocations nvJPEG made
+                                     after open (process-wide: all gpus) */
   int hw_available;               /* the hardware engines are in use */
   int hw_roi;                     /* ROI decode on the engines is in use */
   int chroma_interp;              /* interpolated chroma upsampling is on */

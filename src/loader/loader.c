@@ -1067,6 +1067,7 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
     host += (uint64_t)l->nslots * l->B * l->opt.size * l->opt.size * 3;
     o->cpu_share = l->share;
     o->submit_seconds = l->submit_s;
+    o->late_allocs = gs.late_allocs;
   }
   o->host_bytes = host;
   o->threads = l->nthreads;
