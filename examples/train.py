@@ -66,6 +66,9 @@ def parse_args():
                    help="bf16 autocast (CUDA, and the CPU where supported); stoker then "
                         "produces bf16 images")
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--side-stream", action="store_true",
+                   help="run the training steps on a CUDA stream of their own instead of the "
+                        "default stream")
     p.add_argument("--gpu-cpu-share", type=float, default=None,
                    help="stoker on CUDA: fixed share of each batch decoded by the worker "
                         "threads (0..1); adaptive when not given")
@@ -254,6 +257,11 @@ def main():
         print(f"{args.arch} on {device.type} x{world_size} ({source}), batch {args.batch_size} "
               f"per process, {total_steps} steps ({warmup} warm-up), amp={amp}, "
               f"channels_last={args.channels_last}", flush=True)
+
+    if args.side_stream and device.type == "cuda":
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        torch.cuda.set_stream(side)
 
     waited = 0.0  # seconds blocked in next() during the measured steps
     t_start = None
