@@ -325,6 +325,9 @@ def main():
                 "final_loss": None if math.isnan(final_loss) else round(final_loss, 4),
                 "loader_stats": loader_summary(loader),
             }), flush=True)
+    if loader is not None and hasattr(loader, "close"):
+        batches = images = labels = None  # let go of the last batch
+        loader.close()
     if world_size > 1:
         dist.destroy_process_group()
     return 0

@@ -407,7 +407,7 @@ typedef struct {
   CUstream gstream; /* the GPU-hybrid batched decoder */
   CUevent ev_gpu;
   batched gb;
-  double t_plan, t_hw, t_gpu, t_cpu; /* host seconds, this batch */
+  double t_plan, t_hw, t_gpu, t_cpu, t_sync; /* host seconds, this batch */
   int busy;
   /* hardware, batched */
   nvjpegJpegState_t hw_state;
@@ -1783,9 +1783,11 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
   /* The previous batch of this lane has decoded (L->done is recorded on
    * the lane's stream, before any wait for a consumer): the staging, the
    * host descriptors and nvJPEG's state are free again. */
+  double ts = stk__now();
+  L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = L->t_sync = 0;
   CU(g_cu.EventSynchronize(L->done));
+  L->t_sync = stk__now() - ts;
   L->staging_used = 0;
-  L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = 0;
   L->arena = s->arena;
   L->desc_dev = s->desc_dev;
 
@@ -1868,7 +1870,9 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
     else if (check_geom(g, &it->geom, why, sizeof why))
       item_fail(it, STK_EINVAL, why);
   }
+  double tl = stk__now();
   glane *L = take_lane(g);
+  tl = stk__now() - tl;
   int rc;
   CUresult r = g_cu.CtxPushCurrent(g->ctx);
   if (r != CUDA_SUCCESS) {
@@ -1877,7 +1881,7 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
     rc = run_locked(g, L, &g->slots[slot], n, items, msg, msglen);
     g_cu.CtxPopCurrent(NULL);
   }
-  double tp = L->t_plan, th = L->t_hw, tg = L->t_gpu, tc = L->t_cpu;
+  double tp = L->t_plan, th = L->t_hw, tg = L->t_gpu, tc = L->t_cpu, tsy = L->t_sync;
   give_lane(g, L);
   pthread_mutex_lock(&g->mu);
   g->st.batches++;
@@ -1895,6 +1899,8 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
   g->st.host_hw_seconds += th;
   g->st.host_gpu_seconds += tg;
   g->st.host_cpu_seconds += tc;
+  g->st.host_lane_wait_seconds += tl;
+  g->st.host_sync_seconds += tsy;
   pthread_mutex_unlock(&g->mu);
   return rc;
 }

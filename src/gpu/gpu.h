@@ -185,6 +185,8 @@ typedef struct {
   double host_hw_seconds;         /*   inside the engines' batched decode call */
   double host_gpu_seconds;        /*   inside the GPU-hybrid batched decode call */
   double host_cpu_seconds;        /*   decoding and copying on the CPU */
+  double host_lane_wait_seconds;  /*   waiting for a free lane */
+  double host_sync_seconds;       /*   waiting for the lane's previous decode */
   double gpu_decode_seconds;      /* cfg.profile: device time up to the kernel */
   double gpu_kernel_seconds;      /* cfg.profile: device time of the kernel */
   uint64_t device_bytes;          /* device memory we allocated */

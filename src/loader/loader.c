@@ -798,9 +798,29 @@ void stk_loader_shutdown(stk_loader *l) {
   for (int i = 0; i < started; i++) pthread_join(l->threads[i], NULL);
 }
 
+/* STOKER_GPU_PROFILE=1: where the time of queuing GPU batches went. */
+static void print_gpu_profile(stk_loader *l) {
+  const char *e = getenv("STOKER_GPU_PROFILE");
+  if (!l->gpu || !e || !*e || !strcmp(e, "0")) return;
+  stk__gpu_stats g;
+  stk__gpu_get_stats(l->gpu, &g);
+  double b = g.batches ? 1e3 / (double)g.batches : 0;
+  fprintf(stderr,
+          "stoker gpu profile: %llu batches, cpu share %.3f; per batch, ms of host time: in "
+          "run_batch %.2f = waiting for a lane %.2f + for the lane's previous decode %.2f + "
+          "planning %.2f + engines' batched call %.2f + CPU fallbacks %.2f + rest; items: "
+          "engines %llu, cuda %llu, cpu %llu, host %llu, big %llu\n",
+          (unsigned long long)g.batches, l->share, g.host_seconds * b, g.host_lane_wait_seconds * b,
+          g.host_sync_seconds * b, g.host_plan_seconds * b, g.host_hw_seconds * b,
+          g.host_cpu_seconds * b, (unsigned long long)g.path[STK__GPU_PATH_HW],
+          (unsigned long long)g.path[STK__GPU_PATH_CUDA], (unsigned long long)g.path[STK__GPU_PATH_CPU],
+          (unsigned long long)g.path[STK__GPU_PATH_HOST], (unsigned long long)g.path[STK__GPU_PATH_BIG]);
+}
+
 void stk_loader_destroy(stk_loader *l) {
   if (!l) return;
   stk_loader_shutdown(l);
+  print_gpu_profile(l);
   if (l->workers)
     for (int i = 0; i < l->nthreads; i++) stk__worker_free(&l->workers[i].w);
   free(l->workers);
