@@ -99,6 +99,17 @@ def _cpu_count():
         return os.cpu_count() or 1
 
 
+def _default_threads():
+    """The CPUs this process may use, shared among the processes that
+    torchrun started on this machine (LOCAL_WORLD_SIZE): eight ranks of a
+    128-core machine get 16 threads each, not 128 each."""
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        local = 1
+    return max(1, _cpu_count() // max(1, local))
+
+
 class ImageLoader:
     """Batches of decoded, augmented, normalised images from a folder or list.
 
@@ -143,7 +154,7 @@ class ImageLoader:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         rank, world_size = _dist_defaults(rank, world_size)
         if threads is None:
-            threads = _cpu_count()
+            threads = _default_threads()
         if shuffle is None:
             shuffle_i = -1  # the C default: shuffle for train, not for eval
         else:

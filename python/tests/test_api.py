@@ -214,8 +214,17 @@ def test_stats(small_folder):
     assert st["threads"] == 3 and st["host_bytes"] > 0 and st["seconds"] > 0
 
 
-def test_threads_none_uses_every_cpu(small_folder):
+def test_threads_none_uses_every_cpu(small_folder, monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     want = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert loader(small_folder, threads=None).stats()["threads"] == want
+
+
+@pytest.mark.parametrize("local", ["2", "1000", "junk"])
+def test_threads_none_shares_the_cores_among_local_ranks(small_folder, monkeypatch, local):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    want = max(1, cpus // int(local)) if local.isdigit() else cpus
     assert loader(small_folder, threads=None).stats()["threads"] == want
 
 
