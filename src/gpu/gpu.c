@@ -1453,7 +1453,7 @@ static int cpu_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *
 /* The last resort for a source too large for the arena: everything on the
  * CPU; the finished image and its label go into the arena (p->off), from
  * where the slot's stream copies them into the slot. */
-static int big_item(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *it, iplan *p, char *msg,
+static int big_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *msg,
                     size_t msglen, int *batch_rc) {
   char why[256];
   stk__rect need;
@@ -1490,7 +1490,6 @@ static int big_item(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *it, iplan *p
     item_fail(it, rc, "resampling failed");
     return rc;
   }
-  (void)s;
   *batch_rc = upload_rows(g, L, L->arena + p->off, g->image_bytes, L->big.p, g->image_bytes,
                           g->image_bytes, 1, msg, msglen);
   if (!*batch_rc)
@@ -1624,7 +1623,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       if (brc) return brc;
     } else if (p->path == STK__GPU_PATH_BIG) {
       int brc = 0;
-      if (big_item(g, L, s, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (big_item(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
       if (brc) return brc;
     }
   }
