@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 #define STK_VERSION_MAJOR 0
-#define STK_VERSION_MINOR 2
+#define STK_VERSION_MINOR 3
 #define STK_VERSION_PATCH 0
 #define STK_VERSION (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
 
@@ -87,6 +87,7 @@ enum {
   STK_ETOOMANY = -12, /* too many consecutive files failed under on_error=skip */
   STK_ENODEV = -13,   /* a GPU was asked for and none can be used */
   STK_ECUDA = -14,    /* the CUDA driver or nvJPEG reported an error */
+  STK_ESTALE = -15,   /* a cache no longer matches the folder it was packed from */
 };
 
 /* Static string naming an error code. Never NULL. */
@@ -115,7 +116,11 @@ typedef struct stk_options {
   size_t struct_size;        /* set by stk_options_init(); do not change */
 
   /* source: exactly one of root / list_file */
-  const char *root;          /* ImageFolder layout root/<class>/<image>. NULL */
+  const char *root;          /* one of, detected from the content: an
+                                ImageFolder tree root/<class>/<image>; a
+                                pre-decoded cache file (stoker pack --cache);
+                                a folder of WebDataset tar shards, or one
+                                shard. NULL */
   const char *list_file;     /* lines "relative/or/absolute/path label". NULL */
   const char *list_base;     /* folder that relative list paths start from;
                                 NULL = the list file's own folder */
@@ -178,6 +183,21 @@ typedef struct stk_options {
    * engines cannot take (PNG, progressive, CMYK) go to the workers at any
    * share. */
   float gpu_cpu_share;
+
+  /* sources */
+  int index;                 /* image folders: keep the scan in an index
+                                file and reuse it while no folder of the
+                                tree changed (directory mtimes). -1 = auto:
+                                for trees of at least 10,000 files; 0 =
+                                never; 1 = always */
+  const char *index_dir;     /* where index files go. NULL = $XDG_CACHE_HOME
+                                /stoker (~/.cache/stoker when unset) */
+  int shuffle_buffer;        /* tar shards: samples in the shuffle buffer
+                                that follows the shuffled shard order. 0 =
+                                1000; 1 = shard order only */
+  int allow_stale_cache;     /* a cache whose source folder changed since it
+                                was packed: 0 = refuse it (STK_ESTALE), 1 =
+                                use it and say so (stk_loader_note()) */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */
@@ -275,6 +295,12 @@ STK_API int64_t stk_loader_sample_label(const stk_loader *l, int64_t index);
 /* Message of the last failure on this loader ("" if none). */
 STK_API const char *stk_loader_error(const stk_loader *l);
 
+/* The kind of source the loader reads: "folder", "list", "cache" or "tar". */
+STK_API const char *stk_loader_source_kind(const stk_loader *l);
+/* A warning about the source made at create ("" if none): a stale cache
+ * used under allow_stale_cache, tar members left out. Loader-owned. */
+STK_API const char *stk_loader_note(const stk_loader *l);
+
 /* ---- statistics --------------------------------------------------------- */
 typedef struct stk_stats {
   uint64_t images;           /* images delivered in batches */
@@ -321,6 +347,54 @@ STK_API int stk_loader_skipped(const stk_loader *l, uint64_t i,
  * of `opt` (NULL = defaults). Dimensions go to *w, *h when not NULL. */
 STK_API int stk_check_file(const char *path, const stk_options *opt,
                            int *w, int *h, char *msg, size_t msglen);
+
+/* ---- packing: pre-decoded caches and tar shards ----------------------- */
+typedef enum { STK_PACK_CACHE = 0, STK_PACK_TAR = 1 } stk_pack_format;
+typedef enum { STK_CACHE_RAW = 0, STK_CACHE_JPEG = 1 } stk_cache_encoding;
+
+typedef struct stk_pack_options {
+  size_t struct_size;        /* set by stk_pack_options_init() */
+  /* the source: exactly one of root / list_file, as in stk_options */
+  const char *root;
+  const char *list_file;
+  const char *list_base;
+  const char *output;        /* cache: the file to write; tar: the folder */
+  stk_pack_format format;    /* STK_PACK_CACHE */
+  /* cache */
+  stk_cache_encoding encoding; /* STK_CACHE_RAW */
+  int max_side;              /* images whose longer side exceeds this are
+                                resized (Pillow's antialiased bilinear) so
+                                that it equals it. 512; 0 = keep the size */
+  int quality;               /* STK_CACHE_JPEG: encoder quality. 90 */
+  /* tar */
+  uint64_t shard_bytes;      /* a shard is closed once it holds this many
+                                bytes. 1 GiB */
+  int threads;               /* 0 = online CPUs */
+  uint64_t max_pixels;       /* as stk_options. 178956970 */
+  uint64_t max_file_bytes;   /* as stk_options. 256 MiB */
+  /* Called from the calling thread as files are done (may be NULL). */
+  void (*progress)(void *user, int64_t done, int64_t total);
+  /* Called for every file left out, with the reason (may be NULL). */
+  void (*bad_file)(void *user, const char *path, const char *reason);
+  void *user;
+} stk_pack_options;
+
+typedef struct stk_pack_result {
+  int64_t packed;            /* samples written */
+  int64_t failed;            /* files left out (each reported to bad_file) */
+  uint64_t bytes;            /* bytes written */
+  int shards;                /* tar: shard files written */
+} stk_pack_result;
+
+STK_API void stk_pack_options_init(stk_pack_options *o);
+
+/* Packs the source into a cache file or tar shards. Writes to a temporary
+ * name beside the output and renames it at the end, so an interrupted pack
+ * leaves no half-written output. Files that fail to read or decode are left
+ * out and reported; the pack fails only when none is left. */
+STK_API int stk_pack(const stk_pack_options *o, int header_version, stk_pack_result *res,
+                     char *err, size_t errlen);
+#define STK_PACK(o, res, err, errlen) stk_pack((o), STK_VERSION, (res), (err), (errlen))
 
 /* ---- build information -------------------------------------------------- */
 STK_API int stk_version(void);               /* STK_VERSION of the library */

@@ -23,6 +23,7 @@ typedef enum {
   STK__FMT_BMP,
   STK__FMT_WEBP,
   STK__FMT_TIFF,
+  STK__FMT_RAW,   /* decoded RGB8 from a cache: never sniffed from bytes */
 } stk__format;
 
 /* Format from the first bytes. */

@@ -35,6 +35,7 @@ const char *stk__format_name(stk__format f) {
   case STK__FMT_BMP: return "BMP";
   case STK__FMT_WEBP: return "WebP";
   case STK__FMT_TIFF: return "TIFF";
+  case STK__FMT_RAW: return "raw RGB8";
   case STK__FMT_UNKNOWN: break;
   }
   return "unknown";

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int stk__fail(char *msg, size_t len, int code, const char *fmt, ...) {
@@ -67,6 +68,32 @@ const char *stk_strerror(int code) {
     case STK_ETOOMANY: return "too many consecutive failures";
     case STK_ENODEV: return "no usable GPU";
     case STK_ECUDA: return "CUDA error";
+    case STK_ESTALE: return "stale cache";
     default: return "unknown error";
   }
+}
+
+static inline uint64_t hash_round(uint64_t h, uint64_t w) {
+  h ^= w * 0xc2b2ae3d27d4eb4fULL;
+  return (h << 31 | h >> 33) * 0x9e3779b185ebca87ULL;
+}
+
+uint64_t stk__hash64(const void *data, size_t n, uint64_t seed) {
+  const uint8_t *b = data;
+  uint64_t h = stk__mix64(seed ^ (n * 0x9e3779b97f4a7c15ULL));
+  /* two independent lanes keep the multiplier busy, so that checking a
+   * large cache is not slower than reading it */
+  uint64_t h2 = h ^ 0x632be59bd9b4e019ULL;
+  while (n >= 16) {
+    uint64_t w0, w1;
+    memcpy(&w0, b, 8);
+    memcpy(&w1, b + 8, 8);
+    h = hash_round(h, w0);
+    h2 = hash_round(h2, w1);
+    b += 16;
+    n -= 16;
+  }
+  uint64_t tail[2] = {0, 0};
+  memcpy(tail, b, n);
+  return stk__mix64(h ^ stk__mix64(h2 ^ tail[0]) ^ stk__mix64(tail[1] + n));
 }

@@ -69,6 +69,10 @@ static inline double stk__rng_uniform(stk__rng *r) {
   return (double)(stk__rng_next(r) >> 11) * 0x1.0p-53;
 }
 
+/* A fast 64-bit hash of bytes (checksums and fingerprints of caches and
+ * indexes; not cryptographic). */
+uint64_t stk__hash64(const void *data, size_t n, uint64_t seed);
+
 /* Uniform integer in [lo, hi) (hi > lo), without modulo bias. */
 int64_t stk__rng_range(stk__rng *r, int64_t lo, int64_t hi);
 

@@ -38,7 +38,7 @@
 #include "core/common.h"
 #include "gpu/gpu.h"
 #include "loader/pipeline.h"
-#include "sources/dataset.h"
+#include "sources/source.h"
 #include "sources/sampler.h"
 #include "stoker.h"
 
@@ -89,8 +89,8 @@ typedef struct {
 
 struct stk_loader {
   stk_options opt;
-  char *root, *list_file, *list_base;
-  stk__dataset ds;
+  char *root, *list_file, *list_base, *index_dir;
+  stk__source src; /* where samples come from; src.ds: names, labels, classes */
   stk__sampler sampler;
   stk__plan plan;
   int64_t *order; /* positions of this epoch -> sample index */
@@ -174,6 +174,7 @@ void stk_options_init(stk_options *o) {
   o->max_file_bytes = 256ULL << 20;
   o->max_consecutive_failures = 100;
   o->gpu_cpu_share = -1.0f;
+  o->index = -1;
 }
 
 static int validate(const stk_options *o, char *err, size_t errlen) {
@@ -202,6 +203,8 @@ static int validate(const stk_options *o, char *err, size_t errlen) {
   if (o->max_consecutive_failures < 0) BAD("max_consecutive_failures must be >= 0");
   if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
     BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);
+  if (o->index < -1 || o->index > 1) BAD("index must be -1 (auto), 0 or 1, got %d", o->index);
+  if (o->shuffle_buffer < 0) BAD("shuffle_buffer must be >= 0, got %d", o->shuffle_buffer);
 #undef BAD
   return STK_OK;
 }
@@ -236,7 +239,7 @@ static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   for (int i = 0; i < l->nslots; i++)
     if (l->slots[i].state != SLOT_HELD) l->slots[i].state = SLOT_FREE;
   l->epoch = epoch;
-  stk__sampler_epoch(&l->sampler, epoch, l->order);
+  stk__source_order(&l->src, &l->sampler, epoch, l->order);
   l->next_batch = l->next_finalize = l->next_deliver = batch;
   l->tail_end = l->sampler.num_samples;
   l->finalizing = 0;
@@ -279,14 +282,14 @@ static void record_skip(stk_loader *l, int64_t index, const char *reason) {
     l->skip_reasons = r;
     l->skip_cap = cap;
   }
-  l->skip_paths[l->skip_len] = strdup(stk__dataset_path(&l->ds, index));
+  l->skip_paths[l->skip_len] = strdup(stk__dataset_path(&l->src.ds, index));
   l->skip_reasons[l->skip_len] = strdup(reason);
   l->skip_len++;
 }
 
 /* Accounts for one failed sample in finalisation order. */
 static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const char *reason) {
-  const char *path = stk__dataset_path(&l->ds, index);
+  const char *path = stk__dataset_path(&l->src.ds, index);
   slot_add_failure(s, index, reason);
   if (l->opt.on_error == STK_ON_ERROR_RAISE) {
     if (!s->err) {
@@ -326,24 +329,36 @@ static void add_stage_times(stk_loader *l, worker_ctx *wc) {
  * the CPU, or read and planned for the GPU. Runs without the mutex. */
 static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, uint64_t epoch,
                    int on_cpu, char *reason) {
-  const char *path = stk__dataset_path(&l->ds, idx);
   if (!l->gpu)
-    return stk__process_sample(&l->plan, &wc->w, path, epoch, idx,
+    return stk__process_sample(&l->plan, &wc->w, &l->src, epoch, idx,
                                s->data + (size_t)j * l->plan.image_bytes, reason, MSG_LEN);
   stk__sample smp;
   size_t cap0 = s->files[j].cap;
-  int rc = stk__sample_prepare(&l->plan, &wc->w, &s->files[j], path, epoch, idx, &smp, reason,
+  int rc = stk__sample_prepare(&l->plan, &wc->w, &l->src, &s->files[j], epoch, idx, &smp, reason,
                                MSG_LEN);
   wc->file_growth += s->files[j].cap - cap0;
   if (rc) return rc;
   stk__gpu_item *it = &s->items[j];
   memset(it, 0, sizeof *it);
-  it->label = l->ds.labels[idx];
+  it->label = l->src.ds.labels[idx];
   it->dst = j;
   /* What the hardware engines cannot decode would be decoded on the
    * submitting thread, one file after another: decode it here instead. */
   const stk__image_info *in = &smp.info;
-  if (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3))
+  if (smp.raw && !on_cpu) {
+    /* Pre-decoded: the GPU back end copies up only the rows and columns
+     * the crop reads, and resamples them in the same fused kernel. */
+    it->kind = STK__GPU_RGB8;
+    it->pixels = smp.px.px;
+    it->stride = smp.px.stride;
+    it->x = it->y = 0;
+    it->w = smp.px.w;
+    it->h = smp.px.h;
+    it->geom = smp.geom;
+    return STK_OK;
+  }
+  if (!smp.raw &&
+      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3)))
     on_cpu = 1;
   if (!on_cpu) {
     it->kind = STK__GPU_JPEG;
@@ -409,7 +424,7 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
     if (gen != l->gen || l->stop) return -1;
     if (rc == STK_OK) {
-      s->labels[j] = l->ds.labels[idx];
+      s->labels[j] = l->src.ds.labels[idx];
       s->indices[j] = idx;
       s->codes[j] = 0;
       l->consec_fail = 0;
@@ -602,7 +617,7 @@ static void *worker_main(void *arg) {
     l->active--;
     add_stage_times(l, wc);
     if (gen == l->gen) {
-      s->labels[j] = l->ds.labels[idx];
+      s->labels[j] = l->src.ds.labels[idx];
       s->indices[j] = idx;
       s->codes[j] = rc;
       if (++s->done == s->n) {
@@ -680,6 +695,8 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   l->root = dup_or_null(o.root, &oom);
   l->list_file = dup_or_null(o.list_file, &oom);
   l->list_base = dup_or_null(o.list_base, &oom);
+  l->index_dir = dup_or_null(o.index_dir, &oom);
+  o.index_dir = l->index_dir;
   o.root = l->root;
   o.list_file = l->list_file;
   o.list_base = l->list_base;
@@ -699,10 +716,9 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     goto fail;
   }
 
-  rc = o.root ? stk__dataset_from_folder(&l->ds, o.root, err, errlen)
-              : stk__dataset_from_list(&l->ds, o.list_file, o.list_base, err, errlen);
+  rc = stk__source_open(&l->src, &o, err, errlen);
   if (rc) goto fail;
-  rc = stk__sampler_init(&l->sampler, l->ds.n, o.rank, o.world_size, o.shuffle, o.shard_drop_last,
+  rc = stk__sampler_init(&l->sampler, l->src.ds.n, o.rank, o.world_size, o.shuffle, o.shard_drop_last,
                          o.seed);
   if (rc) {
     stk__fail(err, errlen, rc, "cannot set up the sampler");
@@ -710,7 +726,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   }
   if (l->sampler.num_samples == 0) {
     rc = stk__fail(err, errlen, STK_EEMPTY, "%lld samples leave rank %d of %d with none",
-                   (long long)l->ds.n, o.rank, o.world_size);
+                   (long long)l->src.ds.n, o.rank, o.world_size);
     goto fail;
   }
   l->order = malloc((size_t)l->sampler.num_samples * sizeof *l->order);
@@ -852,10 +868,11 @@ void stk_loader_destroy(stk_loader *l) {
   free(l->skip_paths);
   free(l->skip_reasons);
   stk__sampler_free(&l->sampler);
-  stk__dataset_free(&l->ds);
+  stk__source_close(&l->src);
   free(l->root);
   free(l->list_file);
   free(l->list_base);
+  free(l->index_dir);
   pthread_cond_destroy(&l->work_cv);
   pthread_cond_destroy(&l->ready_cv);
   pthread_cond_destroy(&l->idle_cv);
@@ -1038,24 +1055,28 @@ void stk_loader_position(const stk_loader *l, uint64_t *epoch, int64_t *batch) {
   pthread_mutex_unlock(&m->mu);
 }
 
-int64_t stk_loader_num_samples(const stk_loader *l) { return l->ds.n; }
+int64_t stk_loader_num_samples(const stk_loader *l) { return l->src.ds.n; }
 int64_t stk_loader_shard_size(const stk_loader *l) { return l->sampler.num_samples; }
 int64_t stk_loader_len(const stk_loader *l) {
   int64_t s = l->sampler.num_samples;
   return l->opt.drop_last ? s / l->B : (s + l->B - 1) / l->B;
 }
 int stk_loader_num_slots(const stk_loader *l) { return l->nslots; }
-int stk_loader_num_classes(const stk_loader *l) { return l->ds.nclasses; }
+int stk_loader_num_classes(const stk_loader *l) { return l->src.ds.nclasses; }
 const char *stk_loader_class_name(const stk_loader *l, int label) {
-  return label >= 0 && label < l->ds.nclasses ? l->ds.classes[label] : NULL;
+  return label >= 0 && label < l->src.ds.nclasses ? l->src.ds.classes[label] : NULL;
 }
 const char *stk_loader_sample_path(const stk_loader *l, int64_t i) {
-  return i >= 0 && i < l->ds.n ? stk__dataset_path(&l->ds, i) : NULL;
+  return i >= 0 && i < l->src.ds.n ? stk__dataset_path(&l->src.ds, i) : NULL;
 }
 int64_t stk_loader_sample_label(const stk_loader *l, int64_t i) {
-  return i >= 0 && i < l->ds.n ? l->ds.labels[i] : -1;
+  return i >= 0 && i < l->src.ds.n ? l->src.ds.labels[i] : -1;
 }
 const char *stk_loader_error(const stk_loader *l) { return l ? l->errmsg : ""; }
+const char *stk_loader_source_kind(const stk_loader *l) {
+  return l && l->src.ops ? l->src.ops->kind : "";
+}
+const char *stk_loader_note(const stk_loader *l) { return l ? l->src.note : ""; }
 
 int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   if (!l || !o) return STK_EINVAL;

@@ -42,50 +42,37 @@ void stk__worker_free(stk__worker *w) {
   memset(w, 0, sizeof *w);
 }
 
-int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t max_bytes, char *msg,
-                   size_t msglen) {
-  w->bytes = 0; /* nothing read yet: a file that cannot be opened adds nothing */
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(errno));
-  struct stat st;
-  int rc = STK_OK;
-  if (fstat(fd, &st) != 0) {
-    rc = stk__fail(msg, msglen, STK_EIO, "cannot stat: %s", strerror(errno));
-  } else if (!S_ISREG(st.st_mode)) {
-    rc = stk__fail(msg, msglen, STK_EIO, "not a regular file");
-  } else if (max_bytes && (uint64_t)st.st_size > max_bytes) {
-    rc = stk__fail(msg, msglen, STK_ELIMIT, "file is %lld bytes, over the limit of %llu",
-                   (long long)st.st_size, (unsigned long long)max_bytes);
-  } else if (stk__buf_reserve(file, (size_t)st.st_size + 1)) {
-    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %lld bytes", (long long)st.st_size);
-  }
-  size_t got = 0;
-  while (rc == STK_OK && got < (size_t)st.st_size) {
-    ssize_t r = read(fd, (char *)file->p + got, (size_t)st.st_size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) rc = stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(errno));
-    if (r == 0) break; /* the file shrank while we read it: decode what is there */
-    if (r > 0) got += (size_t)r;
-  }
-  close(fd);
-  w->bytes = got;
-  return rc;
-}
-
-int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, const char *path,
-                        uint64_t epoch, int64_t index, stk__sample *s, char *msg, size_t msglen) {
+int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *src,
+                        stk__buf *file, uint64_t epoch, int64_t index, stk__sample *s, char *msg,
+                        size_t msglen) {
   double t0 = stk__now();
   w->t_read = w->t_decode = w->t_augment = 0;
-  int rc = stk__read_file(w, file, path, p->max_file_bytes, msg, msglen);
-  double t1 = stk__now();
-  w->t_read = t1 - t0;
-  if (rc) return rc;
-  s->data = file->p;
-  s->len = w->bytes;
-
+  w->bytes = 0;
   stk__image_info *info = &s->info;
-  rc = stk__decoder_header(w->dec, s->data, s->len, info, msg, msglen);
-  if (rc) return rc;
+  int rc;
+  memset(s, 0, sizeof *s);
+  if (src->ops->pixels) {
+    /* decoded at pack time: nothing to read but the pixels, in place */
+    rc = src->ops->pixels(src, index, &s->px, msg, msglen);
+    w->t_read = stk__now() - t0;
+    if (rc) return rc;
+    s->raw = 1;
+    w->bytes = (uint64_t)s->px.w * s->px.h * 3;
+    info->width = s->px.w;
+    info->height = s->px.h;
+    info->format = STK__FMT_RAW;
+    info->components = 3;
+  } else {
+    stk__bytes b;
+    rc = src->ops->read(src, index, file, p->max_file_bytes, &b, msg, msglen);
+    w->t_read = stk__now() - t0;
+    w->bytes = b.bytes_read;
+    if (rc) return rc;
+    s->data = b.data;
+    s->len = b.len;
+    rc = stk__decoder_header(w->dec, s->data, s->len, info, msg, msglen);
+    if (rc) return rc;
+  }
 
   /* All random choices for this sample come from its own stream. */
   stk__rng rng;
@@ -129,7 +116,10 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   if (want.y + want.h > info->height) want.h = info->height - want.y;
 
   stk__region reg;
-  rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, &reg, msg, msglen);
+  if (s->raw) /* the whole image is there: the resampler reads it in place */
+    reg = (stk__region){s->px.px, s->px.stride, 0, 0, s->px.w, s->px.h, 1, s->px.w, s->px.h};
+  else
+    rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, &reg, msg, msglen);
   double t2 = stk__now();
   w->t_decode = t2 - t1;
   if (rc) return rc;
@@ -140,10 +130,10 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   return STK_OK;
 }
 
-int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
-                        int64_t index, void *dst, char *msg, size_t msglen) {
+int stk__process_sample(const stk__plan *p, stk__worker *w, const stk__source *src,
+                        uint64_t epoch, int64_t index, void *dst, char *msg, size_t msglen) {
   stk__sample s;
-  int rc = stk__sample_prepare(p, w, &w->file, path, epoch, index, &s, msg, msglen);
+  int rc = stk__sample_prepare(p, w, src, &w->file, epoch, index, &s, msg, msglen);
   if (rc) return rc;
   return stk__sample_finish_cpu(p, w, &s, &p->store, dst, msg, msglen);
 }

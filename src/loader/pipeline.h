@@ -1,6 +1,6 @@
 /*
  * pipeline.h: everything that happens to one sample, on one worker thread:
- * read the file, read the header, choose the crop, decode only what the crop
+ * fetch the sample from its source, read the header, choose the crop, decode only what the crop
  * needs, resample it into its place in the batch slot.
  *
  * The plan is built once per loader and only read afterwards; the worker
@@ -12,6 +12,7 @@
 #include "codecs/codec.h"
 #include "core/common.h"
 #include "ops/ops.h"
+#include "sources/source.h"
 #include "stoker.h"
 
 typedef struct {
@@ -30,8 +31,10 @@ typedef struct {
 
 /* One sample between its header and its pixels. */
 typedef struct {
-  const uint8_t *data;       /* the file's bytes */
+  const uint8_t *data;       /* the file's bytes (encoded sources) */
   size_t len;
+  int raw;                   /* decoded pixels from the source: px */
+  stk__pixels px;
   stk__image_info info;
   stk__geom geom;            /* full-resolution coordinates */
   int denom;                 /* DCT scale the CPU decoder should use */
@@ -51,15 +54,13 @@ void stk__plan_init(stk__plan *p, const stk_options *o);
 int stk__worker_init(stk__worker *w, const stk__plan *p);
 void stk__worker_free(stk__worker *w);
 
-/* Reads `path` into `file`, enforcing the size limit; w->bytes = its size. */
-int stk__read_file(stk__worker *w, stk__buf *file, const char *path, uint64_t max_bytes, char *msg,
-                   size_t msglen);
-
-/* Reads the file into `file`, reads its header and makes every random
+/* Fetches sample `index` from the source (its encoded bytes into `file`,
+ * or its decoded pixels, lent), reads its header and makes every random
  * choice for (epoch, index): s describes what to decode and where to put it.
- * On failure returns a code and the reason (without the path) in msg. */
-int stk__sample_prepare(const stk__plan *p, stk__worker *w, stk__buf *file, const char *path,
-                        uint64_t epoch, int64_t index, stk__sample *s, char *msg, size_t msglen);
+ * On failure returns a code and the reason (without the name) in msg. */
+int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *src,
+                        stk__buf *file, uint64_t epoch, int64_t index, stk__sample *s, char *msg,
+                        size_t msglen);
 
 /* Decodes the region `s` needs on the CPU and resamples it into dst,
  * written as `store` says (&p->store for the batch, or &p->store_rgb8). */
@@ -68,7 +69,12 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
 
 /* prepare + finish_cpu: sample `index` of `epoch` into dst
  * (plan->image_bytes), through the worker's own file buffer. */
-int stk__process_sample(const stk__plan *p, stk__worker *w, const char *path, uint64_t epoch,
-                        int64_t index, void *dst, char *msg, size_t msglen);
+int stk__process_sample(const stk__plan *p, stk__worker *w, const stk__source *src,
+                        uint64_t epoch, int64_t index, void *dst, char *msg, size_t msglen);
+
+/* stoker check: sample i of a source decoded in full (and its checksum
+ * verified, where the source keeps one). Size to *w, *h when not NULL. */
+int stk__check_sample(const stk__source *src, int64_t i, const stk_options *opt, int *w, int *h,
+                      char *msg, size_t msglen);
 
 #endif

@@ -40,6 +40,12 @@ static inline const char *stk__dataset_path(const stk__dataset *ds, int64_t i) {
 
 void stk__dataset_free(stk__dataset *ds);
 
+/* Appends a sample (the name is copied). STK_OK or STK_ENOMEM. */
+int stk__dataset_add(stk__dataset *ds, const char *name, int32_t label);
+
+/* a + "/" + b (no doubled slash), malloc'd; NULL when out of memory. */
+char *stk__path_join(const char *a, const char *b);
+
 /* True when the name ends in an image extension torchvision accepts. */
 int stk__has_image_extension(const char *name);
 

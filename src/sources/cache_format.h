@@ -1,0 +1,55 @@
+/*
+ * cache_format.h: the layout of a pre-decoded cache file (.stkc), shared by
+ * its reader (cache.c) and its writer (pack.c). All integers little-endian.
+ *
+ *   [0, 4096)          header (struct below), then zeros
+ *   [4096, data_end)   the samples, each starting at a multiple of 64:
+ *                      raw: h rows of w*3 bytes of RGB8; jpeg: a JPEG file
+ *   [meta_off, end)    the index (n entries), then the sample names, the
+ *                      class names and the source description, each a run
+ *                      of NUL-terminated strings
+ *
+ * The header is written last, so a file whose header is intact was written
+ * to the end; the writer also renames it into place only when complete.
+ * meta_hash covers the index and the strings, header_hash the header.
+ */
+#ifndef STK_CACHE_FORMAT_H
+#define STK_CACHE_FORMAT_H
+
+#include <stdint.h>
+
+#define STK__CACHE_MAGIC "STKCACHE"
+#define STK__CACHE_VERSION 1u
+#define STK__CACHE_DATA_OFF 4096u
+#define STK__CACHE_ALIGN 64u
+
+enum { STK__CACHE_SRC_FOLDER = 0, STK__CACHE_SRC_LIST = 1 };
+
+typedef struct {
+  char magic[8];           /* "STKCACHE" */
+  uint32_t version;        /* STK__CACHE_VERSION */
+  uint32_t encoding;       /* stk_cache_encoding */
+  uint32_t max_side;       /* the bound images were resized to (0 = none) */
+  uint32_t quality;        /* jpeg encoding */
+  uint64_t n;              /* samples */
+  uint32_t nclasses;
+  uint32_t source_kind;    /* STK__CACHE_SRC_* */
+  uint64_t list_fp;        /* fingerprint of the source list: names, labels */
+  uint64_t stat_fp;        /* ... and every file's size and mtime */
+  uint64_t data_end;       /* end of the sample data */
+  uint64_t meta_off, meta_len;
+  uint64_t names_len, classes_len, source_len; /* string runs after the index */
+  uint64_t meta_hash;      /* stk__hash64 of [meta_off, meta_off + meta_len) */
+  uint64_t header_hash;    /* stk__hash64 of the header up to this field */
+} stk__cache_header;
+
+typedef struct {
+  uint64_t off;            /* from the start of the file */
+  uint64_t len;            /* bytes */
+  uint32_t w, h;           /* pixels */
+  int32_t label;
+  uint32_t reserved;
+  uint64_t hash;           /* stk__hash64 of the sample's bytes */
+} stk__cache_entry;
+
+#endif
