@@ -35,7 +35,7 @@ typedef struct {
   uint32_t nclasses;
   uint32_t source_kind;    /* STK__CACHE_SRC_* */
   uint64_t list_fp;        /* fingerprint of the source list: names, labels */
-  uint64_t stat_fp;        /* ... and every file's size and mtime */
+  uint64_t reserved;       /* 0 */
   uint64_t data_end;       /* end of the sample data */
   uint64_t meta_off, meta_len;
   uint64_t names_len, classes_len, source_len; /* string runs after the index */

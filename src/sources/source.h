@@ -106,6 +106,10 @@ int stk__cache_describe(const stk__source *s, stk_cache_encoding *enc, int *max_
 /* The ops of the file-based sources (a sample's name is its path). */
 extern const stk__source_ops stk__folder_ops, stk__list_ops;
 
+/* stoker pack --tar: writes the samples of ds as tar shards (tar.c). */
+int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
+                  char *err, size_t errlen);
+
 /* Reads a whole file into buf (encoded sources of files): enforces
  * max_bytes (0 = none); a file that shrinks while read gives what is there. */
 int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
