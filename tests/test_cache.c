@@ -1,0 +1,376 @@
+/* The pre-decoded cache: pack, read back through the loader, the same
+ * pixels as the folder, coverage per rank, determinism, staleness, and
+ * truncated or corrupted cache files. */
+#include "util.h"
+
+#include <fcntl.h>
+
+#include "check.h"
+#include "core/common.h"
+#include "loader/pipeline.h"
+#include "sources/source.h"
+
+#define CLASSES 3
+#define PER_CLASS 9
+#define N (CLASSES * PER_CLASS)
+
+static char *g_dir, *g_root;
+
+typedef struct {
+  int bad;
+  char last[512];
+} bad_log;
+
+static void on_bad(void *user, const char *path, const char *reason) {
+  bad_log *b = user;
+  b->bad++;
+  snprintf(b->last, sizeof b->last, "%s: %s", path, reason);
+}
+
+static int pack(const char *root, const char *out, stk_cache_encoding enc, int max_side,
+                int threads, stk_pack_result *res, bad_log *log, char *err, size_t errlen) {
+  stk_pack_options p;
+  stk_pack_options_init(&p);
+  p.root = root;
+  p.output = out;
+  p.encoding = enc;
+  p.max_side = max_side;
+  p.threads = threads;
+  p.bad_file = on_bad;
+  p.user = log;
+  return STK_PACK(&p, res, err, errlen);
+}
+
+static void opts(stk_options *o, const char *root) {
+  stk_options_init(o);
+  o->root = root;
+  o->size = 20;
+  o->batch_size = 4;
+  o->threads = 2;
+  o->seed = 5;
+}
+
+static stk_loader *make(stk_options *o, int expect) {
+  stk_loader *l = NULL;
+  char err[1024] = "";
+  int rc = STK_LOADER_CREATE(o, &l, err, sizeof err);
+  CHECK_MSG(rc == expect, "create %s: %s (%s)", o->root, err, stk_strerror(rc));
+  return l;
+}
+
+/* One epoch's pixels, labels and indices, appended to the buffers. */
+static int64_t epoch(stk_loader *l, uint64_t e, stk__buf *pix, size_t *npix, int64_t *idx,
+                     int64_t *lab) {
+  stk_loader_set_epoch(l, e);
+  int64_t count = 0;
+  for (;;) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    if (rc == STK_EEND) break;
+    CHECK_MSG(rc == STK_OK, "next: %s", stk_loader_error(l));
+    if (rc) break;
+    if (pix) {
+      stk__buf_reserve(pix, *npix + b.nbytes);
+      memcpy((char *)pix->p + *npix, b.data, b.nbytes);
+      *npix += b.nbytes;
+    }
+    for (int64_t i = 0; i < b.n; i++) {
+      if (idx) idx[count] = b.indices[i];
+      if (lab) lab[count] = b.labels[i];
+      count++;
+    }
+    stk_batch_release(l, &b);
+  }
+  return count;
+}
+
+static uint8_t *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *p = malloc((size_t)len + 1);
+  *n = fread(p, 1, (size_t)len, f);
+  fclose(f);
+  return p;
+}
+
+/* Without a bound, a raw cache holds exactly the decoded files: with DCT
+ * scaling off, every pipeline, dtype and layout gives the folder's bytes. */
+static void test_same_pixels_as_folder(const char *cache) {
+  stk_pipeline pipes[2] = {STK_PIPELINE_TRAIN, STK_PIPELINE_EVAL};
+  stk_dtype dts[3] = {STK_DTYPE_FLOAT32, STK_DTYPE_UINT8, STK_DTYPE_BFLOAT16};
+  for (int p = 0; p < 2; p++)
+    for (int d = 0; d < 3; d++) {
+      stk__buf px[2] = {{0}, {0}};
+      size_t n[2] = {0, 0};
+      int64_t lab[2][N], idx[2][N];
+      for (int k = 0; k < 2; k++) {
+        stk_options o;
+        opts(&o, k ? cache : g_root);
+        o.pipeline = pipes[p];
+        o.dtype = dts[d];
+        o.layout = d == 1 ? STK_LAYOUT_NHWC : STK_LAYOUT_NCHW;
+        o.dct_scaling = 0;
+        stk_loader *l = make(&o, STK_OK);
+        if (!l) return;
+        CHECK(!strcmp(stk_loader_source_kind(l), k ? "cache" : "folder"));
+        CHECK_EQ_INT(epoch(l, 1, &px[k], &n[k], idx[k], lab[k]), N);
+        if (k) {
+          CHECK_EQ_INT(stk_loader_num_classes(l), CLASSES);
+          CHECK(!strcmp(stk_loader_class_name(l, 2), "class002"));
+          const char *name = stk_loader_sample_path(l, 0);
+          CHECK(name && strstr(name, "#") && strstr(name, "class000/img0000.jpg"));
+        }
+        stk_loader_destroy(l);
+      }
+      CHECK(n[0] == n[1] && n[0] > 0 && !memcmp(px[0].p, px[1].p, n[0]));
+      CHECK(!memcmp(lab[0], lab[1], sizeof lab[0]) && !memcmp(idx[0], idx[1], sizeof idx[0]));
+      stk__buf_free(&px[0]);
+      stk__buf_free(&px[1]);
+    }
+}
+
+static void test_bound_and_jpeg(void) {
+  char out[1024], err[512];
+  stk_pack_result r;
+  bad_log log = {0};
+  snprintf(out, sizeof out, "%s/b.stkc", g_dir);
+  CHECK_EQ_INT(pack(g_root, out, STK_CACHE_RAW, 40, 2, &r, &log, err, sizeof err), STK_OK);
+  stk_options o;
+  opts(&o, out);
+  stk__source src;
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK);
+  for (int64_t i = 0; i < src.ds.n; i++) {
+    stk__pixels px;
+    CHECK_EQ_INT(src.ops->pixels(&src, i, &px, err, sizeof err), STK_OK);
+    CHECK(px.w <= 40 && px.h <= 40 && (px.w == 40 || px.h == 40)); /* originals are larger */
+    CHECK_EQ_INT(stk__check_sample(&src, i, &o, NULL, NULL, err, sizeof err), STK_OK);
+  }
+  stk_cache_encoding enc;
+  int ms, q;
+  CHECK_EQ_INT(stk__cache_describe(&src, &enc, &ms, &q), STK_OK);
+  CHECK(enc == STK_CACHE_RAW && ms == 40);
+  stk__source_close(&src);
+  int nw, nh;
+  stk__bound_size(300, 200, 40, &nw, &nh);
+  CHECK(nw == 40 && nh == 27);
+  stk__bound_size(7, 500, 40, &nw, &nh);
+  CHECK(nw == 1 && nh == 40);
+  stk__bound_size(30, 20, 40, &nw, &nh);
+  CHECK(nw == 30 && nh == 20);
+
+  /* jpeg: smaller than raw, decodes, the loader delivers every sample */
+  char outj[1024];
+  snprintf(outj, sizeof outj, "%s/j.stkc", g_dir);
+  stk_pack_result rj;
+  CHECK_EQ_INT(pack(g_root, outj, STK_CACHE_JPEG, 40, 2, &rj, &log, err, sizeof err), STK_OK);
+  CHECK(rj.packed == N && rj.bytes < r.bytes);
+  opts(&o, outj);
+  stk_loader *l = make(&o, STK_OK);
+  if (l) {
+    int64_t idx[N];
+    CHECK_EQ_INT(epoch(l, 0, NULL, NULL, idx, NULL), N);
+    stk_loader_destroy(l);
+  }
+  unlink(out);
+  unlink(outj);
+}
+
+static void test_coverage_per_rank(const char *cache) {
+  int worlds[4] = {1, 2, 3, 8};
+  for (int w = 0; w < 4; w++) {
+    int seen[N] = {0};
+    int64_t lens[8];
+    for (int r = 0; r < worlds[w]; r++) {
+      stk_options o;
+      opts(&o, cache);
+      o.world_size = worlds[w];
+      o.rank = r;
+      stk_loader *l = make(&o, STK_OK);
+      if (!l) return;
+      int64_t idx[N];
+      int64_t n = epoch(l, 3, NULL, NULL, idx, NULL);
+      lens[r] = stk_loader_len(l);
+      for (int64_t i = 0; i < n; i++) seen[idx[i]]++;
+      stk_loader_destroy(l);
+    }
+    int padded = (N + worlds[w] - 1) / worlds[w] * worlds[w] - N, once = 0, twice = 0;
+    for (int i = 0; i < N; i++) once += seen[i] == 1, twice += seen[i] == 2;
+    CHECK_MSG(once + twice == N && twice == padded, "world %d: %d once, %d twice", worlds[w], once,
+              twice);
+    for (int r = 1; r < worlds[w]; r++) CHECK_EQ_INT(lens[r], lens[0]);
+  }
+}
+
+static void test_threads_same_bytes(const char *cache) {
+  char out[1024], err[512];
+  stk_pack_result r;
+  bad_log log = {0};
+  snprintf(out, sizeof out, "%s/t1.stkc", g_dir);
+  CHECK_EQ_INT(pack(g_root, out, STK_CACHE_RAW, 0, 1, &r, &log, err, sizeof err), STK_OK);
+  size_t n1, n2;
+  uint8_t *a = slurp(out, &n1), *b = slurp(cache, &n2);
+  CHECK(a && b && n1 == n2 && !memcmp(a, b, n1));
+  free(a);
+  free(b);
+  unlink(out);
+  stk__buf px[2] = {{0}, {0}};
+  size_t n[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    stk_options o;
+    opts(&o, cache);
+    o.threads = k ? 3 : 1;
+    stk_loader *l = make(&o, STK_OK);
+    if (!l) return;
+    epoch(l, 2, &px[k], &n[k], NULL, NULL);
+    stk_loader_destroy(l);
+  }
+  CHECK(n[0] == n[1] && n[0] > 0 && !memcmp(px[0].p, px[1].p, n[0]));
+  stk__buf_free(&px[0]);
+  stk__buf_free(&px[1]);
+}
+
+static void test_bad_files_left_out(void) {
+  char src[1024], p[1400], out[1200], err[512];
+  snprintf(src, sizeof src, "%s/withbad", g_dir);
+  tu_mkdir(src);
+  CHECK_EQ_INT(tu_make_folder(src, 2, 3, 50, 40), STK_OK);
+  snprintf(p, sizeof p, "%s/class001/broken.jpg", src);
+  tu_write_bytes(p, "\xff\xd8\xff\xe0 not a jpeg", 16);
+  snprintf(out, sizeof out, "%s/withbad.stkc", g_dir);
+  stk_pack_result r;
+  bad_log log = {0};
+  CHECK_EQ_INT(pack(src, out, STK_CACHE_RAW, 0, 2, &r, &log, err, sizeof err), STK_OK);
+  CHECK(r.packed == 6 && r.failed == 1 && log.bad == 1 && strstr(log.last, "broken.jpg"));
+  stk_options o;
+  opts(&o, out);
+  stk_loader *l = make(&o, STK_OK);
+  if (l) {
+    CHECK_EQ_INT(stk_loader_num_samples(l), 6);
+    stk_loader_destroy(l);
+  }
+
+  /* The folder changed: refused, or used with a note under allow_stale_cache. */
+  snprintf(p, sizeof p, "%s/class000/new.jpg", src);
+  CHECK_EQ_INT(tu_write_jpeg(p, 30, 30, 99, 90), STK_OK);
+  l = make(&o, STK_ESTALE);
+  stk_loader_destroy(l);
+  char e2[1024];
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, e2, sizeof e2), STK_ESTALE);
+  CHECK(strstr(e2, "stale") && strstr(e2, src));
+  o.allow_stale_cache = 1;
+  l = make(&o, STK_OK);
+  if (l) {
+    CHECK(strstr(stk_loader_note(l), "stale") != NULL);
+    stk_loader_destroy(l);
+  }
+  /* The folder is gone (the cache moved to another machine): self-contained. */
+  o.allow_stale_cache = 0;
+  tu_rmtree(src);
+  l = make(&o, STK_OK);
+  if (l) {
+    CHECK(!strcmp(stk_loader_note(l), ""));
+    stk_loader_destroy(l);
+  }
+  unlink(out);
+
+  /* Nothing packable: an error, and no output or temporary file left. */
+  char empty[1200];
+  snprintf(empty, sizeof empty, "%s/allbad", g_dir);
+  tu_mkdir(empty);
+  snprintf(p, sizeof p, "%s/c", empty);
+  tu_mkdir(p);
+  snprintf(p, sizeof p, "%s/c/x.jpg", empty);
+  tu_write_bytes(p, "garbage", 7);
+  snprintf(out, sizeof out, "%s/allbad.stkc", g_dir);
+  CHECK_EQ_INT(pack(empty, out, STK_CACHE_RAW, 0, 1, &r, &log, err, sizeof err), STK_EEMPTY);
+  CHECK(access(out, F_OK) != 0);
+  char tmp[1300];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
+  CHECK(access(tmp, F_OK) != 0);
+  /* bad options */
+  CHECK_EQ_INT(pack(empty, out, STK_CACHE_RAW, -1, 1, &r, &log, err, sizeof err), STK_EINVAL);
+  CHECK_EQ_INT(pack(out, out, STK_CACHE_RAW, 0, 1, &r, &log, err, sizeof err), STK_EIO);
+  tu_rmtree(empty);
+}
+
+/* Truncated and corrupted caches: a clear error at open, or (pixel bytes) a
+ * checksum failure that stoker check reports; never a crash. */
+static void test_damaged(const char *cache) {
+  size_t n;
+  uint8_t *good = slurp(cache, &n);
+  if (!good) return;
+  char path[1024], err[1024];
+  snprintf(path, sizeof path, "%s/damaged.stkc", g_dir);
+  stk__rng rng;
+  stk__rng_init(&rng, 7, 0, 0);
+  int open_fail = 0, check_fail = 0;
+  for (int t = 0; t < 60; t++) {
+    size_t len = n;
+    uint8_t *b = malloc(n);
+    memcpy(b, good, n);
+    int truncate = t % 3 == 0;
+    size_t at = (size_t)stk__rng_range(&rng, 0, (int64_t)n);
+    if (truncate)
+      len = at;
+    else
+      for (int k = 0; k < 4; k++) b[(at + (size_t)k * 977) % n] ^= (uint8_t)(1 + t % 255);
+    tu_write_bytes(path, b, len);
+    free(b);
+    stk_options o;
+    opts(&o, path);
+    stk__source src;
+    int rc = stk__source_open(&src, &o, err, sizeof err);
+    if (rc) {
+      open_fail++;
+      CHECK_MSG(strstr(err, path) != NULL, "error does not name the cache: %s", err);
+      if (truncate) CHECK(rc == STK_EDECODE || rc == STK_EIO);
+      stk__source_close(&src);
+      continue;
+    }
+    CHECK_MSG(!truncate || len == n, "a cache truncated at %zu of %zu opened", len, n);
+    int bad = 0;
+    for (int64_t i = 0; i < src.ds.n; i++)
+      bad += stk__check_sample(&src, i, &o, NULL, NULL, err, sizeof err) != STK_OK;
+    /* flipped bits in the header's padding change nothing that is read */
+    check_fail += bad > 0;
+    stk__source_close(&src);
+  }
+  CHECK(open_fail >= 20);
+  CHECK(check_fail > 0);
+  /* not a cache at all */
+  tu_write_bytes(path, "STKCACHE", 8);
+  stk_options o;
+  opts(&o, path);
+  stk_loader *l = make(&o, STK_EDECODE);
+  stk_loader_destroy(l);
+  unlink(path);
+  free(good);
+}
+
+int main(void) {
+  g_dir = tu_tempdir();
+  if (!g_dir) return 1;
+  char root[1024], cache[1024], err[512];
+  snprintf(root, sizeof root, "%s/data", g_dir);
+  tu_mkdir(root);
+  g_root = root;
+  CHECK_EQ_INT(tu_make_folder(root, CLASSES, PER_CLASS, 60, 45), STK_OK);
+  snprintf(cache, sizeof cache, "%s/raw.stkc", g_dir);
+  stk_pack_result r;
+  bad_log log = {0};
+  CHECK_EQ_INT(pack(root, cache, STK_CACHE_RAW, 0, 3, &r, &log, err, sizeof err), STK_OK);
+  CHECK(r.packed == N && r.failed == 0 && log.bad == 0 && r.bytes > 0);
+  CHECK(!strcmp(stk__source_detect(cache), "cache"));
+  test_same_pixels_as_folder(cache);
+  test_bound_and_jpeg();
+  test_coverage_per_rank(cache);
+  test_threads_same_bytes(cache);
+  test_damaged(cache);
+  test_bad_files_left_out();
+  tu_rmtree(g_dir);
+  free(g_dir);
+  return CHECK_DONE();
+}
