@@ -145,69 +145,9 @@ static int loader_err(stk_loader *l, int code, const char *fmt, ...) {
   return code;
 }
 
-void stk_options_init(stk_options *o) {
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  o->pipeline = STK_PIPELINE_TRAIN;
-  o->size = 224;
-  o->scale[0] = 0.08f;
-  o->scale[1] = 1.0f;
-  o->ratio[0] = 3.0f / 4.0f;
-  o->ratio[1] = 4.0f / 3.0f;
-  o->flip_prob = 0.5f;
-  o->mean[0] = 0.485f;
-  o->mean[1] = 0.456f;
-  o->mean[2] = 0.406f;
-  o->std[0] = 0.229f;
-  o->std[1] = 0.224f;
-  o->std[2] = 0.225f;
-  o->dct_scaling = -1;
-  o->dtype = STK_DTYPE_FLOAT32;
-  o->layout = STK_LAYOUT_NCHW;
-  o->batch_size = 256;
-  o->shuffle = -1;
-  o->world_size = 1;
-  o->prefetch = 2;
-  o->device = -1;
-  o->on_error = STK_ON_ERROR_RAISE;
-  o->max_pixels = 178956970ULL;
-  o->max_file_bytes = 256ULL << 20;
-  o->max_consecutive_failures = 100;
-  o->gpu_cpu_share = -1.0f;
-  o->index = -1;
-}
-
-static int validate(const stk_options *o, char *err, size_t errlen) {
-#define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
-  if (!o->root == !o->list_file) BAD("set exactly one of root and list_file");
-  if (o->pipeline != STK_PIPELINE_TRAIN && o->pipeline != STK_PIPELINE_EVAL)
-    BAD("pipeline must be train or eval");
-  if (o->size < 1 || o->size > 8192) BAD("size must be in 1..8192, got %d", o->size);
-  if (o->resize_size < 0 || (o->resize_size > 0 && o->resize_size < o->size))
-    BAD("resize_size must be 0 or at least size (%d), got %d", o->size, o->resize_size);
-  if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->scale[1] <= 1.0f))
-    BAD("scale must satisfy 0 < scale[0] <= scale[1] <= 1");
-  if (!(o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1])) BAD("ratio must satisfy 0 < ratio[0] <= ratio[1]");
-  if (!(o->flip_prob >= 0 && o->flip_prob <= 1)) BAD("flip_prob must be in [0, 1]");
-  for (int c = 0; c < 3; c++)
-    if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
-  if (o->dtype < STK_DTYPE_FLOAT32 || o->dtype > STK_DTYPE_UINT8) BAD("unknown dtype %d", (int)o->dtype);
-  if (o->layout != STK_LAYOUT_NCHW && o->layout != STK_LAYOUT_NHWC) BAD("unknown layout %d", (int)o->layout);
-  if (o->batch_size < 1 || o->batch_size > 1 << 20) BAD("batch_size must be in 1..1048576, got %d", o->batch_size);
-  if (o->world_size < 1) BAD("world_size must be at least 1, got %d", o->world_size);
-  if (o->rank < 0 || o->rank >= o->world_size)
-    BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
-  if (o->threads < 0 || o->threads > 1024) BAD("threads must be in 0..1024, got %d", o->threads);
-  if (o->prefetch < 1 || o->prefetch > 64) BAD("prefetch must be in 1..64, got %d", o->prefetch);
-  if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP) BAD("on_error must be raise or skip");
-  if (o->max_consecutive_failures < 0) BAD("max_consecutive_failures must be >= 0");
-  if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
-    BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);
-  if (o->index < -1 || o->index > 1) BAD("index must be -1 (auto), 0 or 1, got %d", o->index);
-  if (o->shuffle_buffer < 0) BAD("shuffle_buffer must be >= 0, got %d", o->shuffle_buffer);
-#undef BAD
-  return STK_OK;
-}
+/* stk_options_init() and the option checks are generated from the table of
+ * core/options.h (core/options.c). */
+#include "core/options.h"
 
 /* ---- epoch control (mutex held) ---------------------------------------- */
 
@@ -395,7 +335,9 @@ static int pick_cpu(const stk_loader *l, int j) {
 /* After batch s is finalised for the GPU: moves the adaptive share (see
  * stk_loader.share). Mutex held. */
 static void adapt_share(stk_loader *l, const slot *s) {
-  if (l->opt.gpu_cpu_share >= 0) return;
+  /* Decoded pixels (a raw cache) cost the GPU a copy of the crop's rows and
+   * the CPU a whole resample: the adaptive share stays at 0 for them. */
+  if (l->opt.gpu_cpu_share >= 0 || l->src.ops->pixels) return;
   int queued = 0;
   for (int i = 0; i < l->nslots; i++)
     if (&l->slots[i] != s && l->slots[i].state == SLOT_GPU) queued++;
@@ -686,7 +628,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   stk_options_init(&o);
   memcpy(&o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
   o.struct_size = sizeof o;
-  int rc = validate(&o, err, errlen);
+  int rc = stk__options_validate(&o, err, errlen);
   if (rc) return rc;
 
   stk_loader *l = calloc(1, sizeof *l);
