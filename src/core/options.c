@@ -1,0 +1,342 @@
+/* options.c: stk_options_init(), validation and typed access, all from the
+ * table of options.h. */
+#include "core/options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/common.h"
+
+/* Each row's type must be the field's C type: a row that says INT for a
+ * float field would have its bytes misread, so refuse it at compile time. */
+#define SIZE_OK_INT(s) ((s) == sizeof(int))
+#define SIZE_OK_BOOL(s) ((s) == sizeof(int))
+#define SIZE_OK_ENUM(s) ((s) == sizeof(int))
+#define SIZE_OK_U64(s) ((s) == sizeof(uint64_t))
+#define SIZE_OK_FLOAT(s) ((s) % sizeof(float) == 0 && (s) / sizeof(float) <= 3)
+#define SIZE_OK_STR(s) ((s) == sizeof(const char *))
+#define CHECK_ROW(name, type, def, lo, hi, choices, cli, py, doc)         \
+  _Static_assert(SIZE_OK_##type(sizeof(((stk_options *)0)->name)),        \
+                 "stk_options." #name " does not have the table's type " #type);
+STK__OPTIONS(CHECK_ROW)
+#undef CHECK_ROW
+
+#define FIELD_SIZE(name) sizeof(((stk_options *)0)->name)
+#define COUNT_OF(name, type) \
+  (STK__OPT_##type == STK__OPT_FLOAT ? (int)(FIELD_SIZE(name) / sizeof(float)) : 1)
+#define ROW(name, type, def, lo, hi, choices, cli, py, doc)                                  \
+  {#name, STK__OPT_##type, offsetof(stk_options, name), FIELD_SIZE(name), COUNT_OF(name, type), \
+   def, lo, hi, choices, cli, py, doc},
+const stk__option stk__options[] = {STK__OPTIONS(ROW)};
+#undef ROW
+const int stk__num_options = (int)(sizeof stk__options / sizeof stk__options[0]);
+
+const char *stk__option_type_name(stk__opt_type t) {
+  switch (t) {
+    case STK__OPT_INT: return "int";
+    case STK__OPT_BOOL: return "bool";
+    case STK__OPT_ENUM: return "enum";
+    case STK__OPT_U64: return "uint64";
+    case STK__OPT_FLOAT: return "float";
+    case STK__OPT_STR: return "str";
+  }
+  return "?";
+}
+
+const stk__option *stk__option_by_name(const char *name) {
+  for (int i = 0; name && i < stk__num_options; i++)
+    if (!strcmp(stk__options[i].name, name)) return &stk__options[i];
+  return NULL;
+}
+
+const stk__option *stk__option_by_cli(const char *flag) {
+  for (int i = 0; flag && i < stk__num_options; i++)
+    if (stk__options[i].cli && !strcmp(stk__options[i].cli, flag)) return &stk__options[i];
+  return NULL;
+}
+
+const stk__option *stk__option_by_py(const char *keyword) {
+  for (int i = 0; keyword && i < stk__num_options; i++)
+    if (stk__options[i].py && !strcmp(stk__options[i].py, keyword)) return &stk__options[i];
+  return NULL;
+}
+
+int stk__option_choice(const stk__option *d, const char *name) {
+  if (d->type != STK__OPT_ENUM || !d->choices || !name) return -1;
+  size_t n = strlen(name);
+  const char *p = d->choices;
+  for (int v = 0;; v++) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && !strncmp(p, name, n)) return v;
+    if (!bar) return -1;
+    p = bar + 1;
+  }
+}
+
+void stk__option_choice_name(const stk__option *d, int v, char *buf, size_t len) {
+  if (len) buf[0] = '\0';
+  if (d->type != STK__OPT_ENUM || !d->choices || v < 0 || !len) return;
+  const char *p = d->choices;
+  for (int i = 0; i < v; i++) {
+    p = strchr(p, '|');
+    if (!p) return;
+    p++;
+  }
+  size_t n = strcspn(p, "|");
+  if (n >= len) n = len - 1;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+}
+
+/* "a, b or c" from "a|b|c", for messages. */
+static void choices_text(const stk__option *d, char *buf, size_t len) {
+  size_t k = 0;
+  int n = 1;
+  for (const char *p = d->choices; *p; p++) n += *p == '|';
+  for (int v = 0; v < n; v++) {
+    char name[64];
+    stk__option_choice_name(d, v, name, sizeof name);
+    const char *sep = v == 0 ? "" : v == n - 1 ? " or " : ", ";
+    int w = snprintf(buf + k, len - k, "%s%s", sep, name);
+    if (w < 0 || (size_t)w >= len - k) return;
+    k += (size_t)w;
+  }
+}
+
+/* Fields are reached through memcpy: the enums and ints share a size (see
+ * SIZE_OK_*), and memcpy sidesteps any question of access through the
+ * wrong type. */
+static void *field(stk_options *o, const stk__option *d) { return (char *)o + d->offset; }
+static const void *cfield(const stk_options *o, const stk__option *d) {
+  return (const char *)o + d->offset;
+}
+
+long long stk__option_get_int(const stk_options *o, const stk__option *d) {
+  int v;
+  memcpy(&v, cfield(o, d), sizeof v);
+  return v;
+}
+void stk__option_set_int(stk_options *o, const stk__option *d, long long v) {
+  int x = (int)v;
+  memcpy(field(o, d), &x, sizeof x);
+}
+uint64_t stk__option_get_u64(const stk_options *o, const stk__option *d) {
+  uint64_t v;
+  memcpy(&v, cfield(o, d), sizeof v);
+  return v;
+}
+void stk__option_set_u64(stk_options *o, const stk__option *d, uint64_t v) {
+  memcpy(field(o, d), &v, sizeof v);
+}
+float stk__option_get_float(const stk_options *o, const stk__option *d, int k) {
+  float v;
+  memcpy(&v, (const char *)cfield(o, d) + (size_t)k * sizeof v, sizeof v);
+  return v;
+}
+void stk__option_set_float(stk_options *o, const stk__option *d, int k, float v) {
+  memcpy((char *)field(o, d) + (size_t)k * sizeof v, &v, sizeof v);
+}
+const char *stk__option_get_str(const stk_options *o, const stk__option *d) {
+  const char *v;
+  memcpy(&v, cfield(o, d), sizeof v);
+  return v;
+}
+void stk__option_set_str(stk_options *o, const stk__option *d, const char *v) {
+  memcpy(field(o, d), &v, sizeof v);
+}
+
+void stk_options_init(stk_options *o) {
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  for (int i = 0; i < stk__num_options; i++) {
+    const stk__option *d = &stk__options[i];
+    switch (d->type) {
+      case STK__OPT_INT:
+      case STK__OPT_BOOL:
+      case STK__OPT_ENUM: stk__option_set_int(o, d, (long long)d->def[0]); break;
+      case STK__OPT_U64: stk__option_set_u64(o, d, (uint64_t)d->def[0]); break;
+      case STK__OPT_FLOAT:
+        for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, (float)d->def[k]);
+        break;
+      case STK__OPT_STR: stk__option_set_str(o, d, NULL); break;
+    }
+  }
+}
+
+int stk__option_check_int(const stk__option *d, long long v, char *err, size_t errlen) {
+  if ((double)v >= d->min && (double)v <= d->max) return STK_OK;
+  if (d->type == STK__OPT_BOOL)
+    return stk__fail(err, errlen, STK_EINVAL, "%s must be 0 or 1, got %lld", d->name, v);
+  if (d->type == STK__OPT_ENUM) {
+    char names[160];
+    choices_text(d, names, sizeof names);
+    return stk__fail(err, errlen, STK_EINVAL, "%s must be %s, got %lld", d->name, names, v);
+  }
+  if (d->max >= STK__INT_MAX)
+    return stk__fail(err, errlen, STK_EINVAL, "%s must be at least %lld, got %lld", d->name,
+                     (long long)d->min, v);
+  return stk__fail(err, errlen, STK_EINVAL, "%s must be in %lld..%lld, got %lld", d->name,
+                   (long long)d->min, (long long)d->max, v);
+}
+
+int stk__option_check_float(const stk__option *d, int k, double v, char *err, size_t errlen) {
+  if (v >= d->min && v <= d->max) return STK_OK; /* also refuses NaN */
+  char name[64];
+  if (d->count > 1)
+    snprintf(name, sizeof name, "%s[%d]", d->name, k);
+  else
+    snprintf(name, sizeof name, "%s", d->name);
+  if (d->min == -STK__INF && d->max == STK__INF)
+    return stk__fail(err, errlen, STK_EINVAL, "%s must be a number, got %g", name, v);
+  if (d->max == STK__INF)
+    return stk__fail(err, errlen, STK_EINVAL, "%s must be at least %g, got %g", name, d->min, v);
+  return stk__fail(err, errlen, STK_EINVAL, "%s must be in [%g, %g], got %g", name, d->min,
+                   d->max, v);
+}
+
+static int check_u64(const stk__option *d, uint64_t v, char *err, size_t errlen) {
+  if ((double)v >= d->min && (double)v <= d->max) return STK_OK;
+  return stk__fail(err, errlen, STK_EINVAL, "%s must be in [%.0f, %.0f], got %llu", d->name,
+                   d->min, d->max, (unsigned long long)v);
+}
+
+/* The range part of the validation of one field. */
+static int check_field(const stk_options *o, const stk__option *d, char *err, size_t errlen) {
+  switch (d->type) {
+    case STK__OPT_INT:
+    case STK__OPT_BOOL:
+    case STK__OPT_ENUM: return stk__option_check_int(d, stk__option_get_int(o, d), err, errlen);
+    case STK__OPT_U64: return check_u64(d, stk__option_get_u64(o, d), err, errlen);
+    case STK__OPT_FLOAT:
+      for (int k = 0; k < d->count; k++) {
+        int rc = stk__option_check_float(d, k, stk__option_get_float(o, d, k), err, errlen);
+        if (rc) return rc;
+      }
+      return STK_OK;
+    case STK__OPT_STR: return STK_OK;
+  }
+  return STK_OK;
+}
+
+int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
+#define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
+  if (!o->root == !o->list_file) BAD("set exactly one of root and list_file");
+  for (int i = 0; i < stk__num_options; i++) {
+    int rc = check_field(o, &stk__options[i], err, errlen);
+    if (rc) return rc;
+  }
+  /* The rules that tie fields together, which a per-field range cannot say. */
+  if (o->resize_size > 0 && o->resize_size < o->size)
+    BAD("resize_size must be 0 or at least size (%d), got %d", o->size, o->resize_size);
+  if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->scale[1] <= 1.0f))
+    BAD("scale must satisfy 0 < scale[0] <= scale[1] <= 1");
+  if (!(o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1])) BAD("ratio must satisfy 0 < ratio[0] <= ratio[1]");
+  for (int c = 0; c < 3; c++)
+    if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
+  if (o->rank >= o->world_size)
+    BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
+  /* -1 is a mode, not the end of a range: (-1, 0) means nothing */
+  if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
+    BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);
+#undef BAD
+  return STK_OK;
+}
+
+int stk__parse_size(const char *text, uint64_t *out) {
+  if (!text || *text < '0' || *text > '9') return -1; /* no sign, no blank */
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno || end == text) return -1;
+  int shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+  }
+  if (shift && *end == 'i') end++; /* "1GiB" means what "1G" means */
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return -1;
+  if (shift && v > (ULLONG_MAX >> shift)) return -1;
+  *out = (uint64_t)(v << shift);
+  return 0;
+}
+
+int stk__option_parse(stk_options *o, const stk__option *d, const char *text, char *err,
+                      size_t errlen) {
+  if (!text) return stk__fail(err, errlen, STK_EINVAL, "%s needs a value", d->name);
+  switch (d->type) {
+    case STK__OPT_INT: {
+      char *end = NULL;
+      errno = 0;
+      long long v = strtoll(text, &end, 10);
+      if (errno || end == text || *end)
+        return stk__fail(err, errlen, STK_EINVAL, "%s expects an integer, got '%s'", d->name, text);
+      int rc = stk__option_check_int(d, v, err, errlen);
+      if (!rc) stk__option_set_int(o, d, v);
+      return rc;
+    }
+    case STK__OPT_BOOL: {
+      static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+      for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(text, yes[i])) return stk__option_set_int(o, d, 1), STK_OK;
+        if (!strcasecmp(text, no[i])) return stk__option_set_int(o, d, 0), STK_OK;
+      }
+      return stk__fail(err, errlen, STK_EINVAL, "%s expects 0 or 1, got '%s'", d->name, text);
+    }
+    case STK__OPT_ENUM: {
+      int v = stk__option_choice(d, text);
+      if (v < 0) {
+        char names[160];
+        choices_text(d, names, sizeof names);
+        return stk__fail(err, errlen, STK_EINVAL, "%s must be %s, got '%s'", d->name, names, text);
+      }
+      stk__option_set_int(o, d, v);
+      return STK_OK;
+    }
+    case STK__OPT_U64: {
+      uint64_t v;
+      if (stk__parse_size(text, &v))
+        return stk__fail(err, errlen, STK_EINVAL,
+                         "%s expects a non-negative integer (K, M, G, T suffixes allowed), got '%s'",
+                         d->name, text);
+      int rc = check_u64(d, v, err, errlen);
+      if (!rc) stk__option_set_u64(o, d, v);
+      return rc;
+    }
+    case STK__OPT_FLOAT: {
+      float v[3];
+      const char *p = text;
+      for (int k = 0; k < d->count; k++) {
+        char *end = NULL;
+        errno = 0;
+        double x = strtod(p, &end);
+        int last = k == d->count - 1;
+        if (errno || end == p || (last ? *end != '\0' : *end != ','))
+          return d->count == 1
+                     ? stk__fail(err, errlen, STK_EINVAL, "%s expects a number, got '%s'", d->name, text)
+                     : stk__fail(err, errlen, STK_EINVAL,
+                                 "%s expects %d comma-separated numbers, got '%s'", d->name,
+                                 d->count, text);
+        int rc = stk__option_check_float(d, k, x, err, errlen);
+        if (rc) return rc;
+        v[k] = (float)x;
+        p = end + 1;
+      }
+      for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, v[k]);
+      return STK_OK;
+    }
+    case STK__OPT_STR:
+      if (!*text) return stk__fail(err, errlen, STK_EINVAL, "%s must not be empty", d->name);
+      stk__option_set_str(o, d, text);
+      return STK_OK;
+  }
+  return STK_EINVAL;
+}

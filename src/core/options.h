@@ -1,0 +1,188 @@
+/*
+ * options.h: every field of stk_options in one table.
+ *
+ * STK__OPTIONS(X) lists the fields in declaration order, one
+ *
+ *   X(name, type, default, min, max, choices, cli_flag, py_keyword, doc)
+ *
+ * each. From it come stk_options_init()'s defaults, the range checks of
+ * stk__options_validate(), the keyword parsing of the Python extension (and
+ * its _stoker.options() introspection) and the flags of `stoker bench` with
+ * their --help lines. Adding a field to stk_options means adding its row
+ * here; tests/test_options.c fails when a field has no row.
+ *
+ *   type      INT (int), BOOL (int, 0 or 1), ENUM (an enum of stoker.h,
+ *             named by `choices`), U64 (uint64_t), FLOAT (float, or an
+ *             array of floats: every element has the same range), STR (a
+ *             const char * path, copied by the loader)
+ *   default   STK__V(v) or, for arrays, STK__V(v0, v1, ...)
+ *   min, max  inclusive bounds; STK__INF for none (U64: 0 and STK__U64_MAX
+ *             mean unchecked). Cross-field rules (exactly one of root and
+ *             list_file, resize_size 0 or >= size, scale[0] <= scale[1],
+ *             ...) are written by hand in options.c.
+ *   choices   ENUM: the names of the values 0, 1, ... separated by '|'
+ *             ("train|eval"); NULL for the other types
+ *   cli_flag  the flag of `stoker bench` ("--size"), or NULL
+ *   py_keyword the keyword of the extension's Loader(), or NULL
+ *   doc       one line for --help and _stoker.options()
+ */
+#ifndef STK_OPTIONS_H
+#define STK_OPTIONS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker.h"
+
+#define STK__V(...) {__VA_ARGS__}
+#define STK__INF ((double)INFINITY)
+#define STK__INT_MAX 2147483647.0
+#define STK__U64_MAX 18446744073709551616.0 /* 2**64: a double above every uint64_t */
+
+/* clang-format off */
+#define STK__OPTIONS(X) \
+  X(root, STR, STK__V(0), 0, 0, NULL, NULL, "root", \
+    "image folder (DIR/<class>/<image>), cache file or folder of tar shards") \
+  X(list_file, STR, STK__V(0), 0, 0, NULL, "--list", "list_file", \
+    "instead of a folder: a file of 'path label' lines") \
+  X(list_base, STR, STK__V(0), 0, 0, NULL, "--list-base", "list_base", \
+    "folder relative list paths start from (the list's folder)") \
+  X(pipeline, ENUM, STK__V(STK_PIPELINE_TRAIN), 0, 1, "train|eval", "--pipeline", "pipeline", \
+    "train: RandomResizedCrop + flip; eval: Resize + CenterCrop") \
+  X(size, INT, STK__V(224), 1, 8192, NULL, "--size", "size", \
+    "output side in pixels") \
+  X(resize_size, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--resize-size", "resize_size", \
+    "eval: shorter side before the crop; 0 = size * 256 / 224") \
+  X(scale, FLOAT, STK__V(0.08, 1.0), 0, 1, NULL, "--scale", "scale", \
+    "train: crop area fraction, lo,hi") \
+  X(ratio, FLOAT, STK__V(3.0 / 4.0, 4.0 / 3.0), 0, STK__INF, NULL, "--ratio", "ratio", \
+    "train: crop aspect ratio, lo,hi") \
+  X(flip_prob, FLOAT, STK__V(0.5), 0, 1, NULL, "--flip-prob", "flip_prob", \
+    "train: horizontal flip probability") \
+  X(mean, FLOAT, STK__V(0.485, 0.456, 0.406), -STK__INF, STK__INF, NULL, "--mean", "mean", \
+    "normalisation mean per channel, on the 0..1 scale") \
+  X(std, FLOAT, STK__V(0.229, 0.224, 0.225), -STK__INF, STK__INF, NULL, "--std", "std", \
+    "normalisation std per channel (not 0)") \
+  X(dct_scaling, INT, STK__V(-1), -1, 1, NULL, "--dct-scaling", "dct_scaling", \
+    "JPEG DCT shrinking: -1 = on for train, off for eval") \
+  X(dtype, ENUM, STK__V(STK_DTYPE_FLOAT32), 0, 3, "float32|float16|bfloat16|uint8", "--dtype", \
+    "dtype", "element type of the output (uint8 is not normalised)") \
+  X(layout, ENUM, STK__V(STK_LAYOUT_NCHW), 0, 1, "nchw|nhwc", "--layout", "layout", \
+    "memory layout of the output") \
+  X(batch_size, INT, STK__V(256), 1, 1048576, NULL, "--batch", "batch_size", \
+    "images per batch") \
+  X(drop_last, BOOL, STK__V(0), 0, 1, NULL, "--drop-last", "drop_last", \
+    "drop the last, partial batch") \
+  X(shuffle, INT, STK__V(-1), -1, 1, NULL, "--shuffle", "shuffle", \
+    "-1 = shuffle for train, not for eval; 0 = no; 1 = yes") \
+  X(seed, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--seed", "seed", \
+    "seed of shuffle and augmentation") \
+  X(rank, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--rank", "rank", \
+    "this process's shard, below world_size") \
+  X(world_size, INT, STK__V(1), 1, STK__INT_MAX, NULL, "--world-size", "world_size", \
+    "number of shards") \
+  X(shard_drop_last, BOOL, STK__V(0), 0, 1, NULL, "--shard-drop-last", "shard_drop_last", \
+    "drop the tail instead of padding shards to equal length") \
+  X(threads, INT, STK__V(0), 0, 1024, NULL, "--threads", "threads", \
+    "worker threads, 0 = all CPUs") \
+  X(prefetch, INT, STK__V(2), 1, 64, NULL, "--prefetch", "prefetch", \
+    "batches prepared ahead") \
+  X(device, INT, STK__V(-1), -1, 1023, NULL, "--device", "device", \
+    "CUDA device that decodes and augments (nvJPEG + kernels); -1 = CPU") \
+  X(max_device_bytes, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--max-device-bytes", \
+    "max_device_bytes", "cap on the device memory of a GPU loader; 0 = none") \
+  X(on_error, ENUM, STK__V(STK_ON_ERROR_RAISE), 0, 1, "raise|skip", "--on-error", "on_error", \
+    "a bad file fails its batch (raise) or is left out (skip)") \
+  X(max_pixels, U64, STK__V(178956970), 0, STK__U64_MAX, NULL, "--max-pixels", "max_pixels", \
+    "width*height limit, checked before decoding; 0 = none") \
+  X(max_file_bytes, U64, STK__V(256.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
+    "--max-file-bytes", "max_file_bytes", "file size limit; 0 = none") \
+  X(max_consecutive_failures, INT, STK__V(100), 0, STK__INT_MAX, NULL, \
+    "--max-consecutive-failures", "max_consecutive_failures", \
+    "under skip, failures in a row that end the epoch; 0 = none") \
+  X(gpu_cpu_share, FLOAT, STK__V(-1), -1, 1, NULL, "--cpu-share", "gpu_cpu_share", \
+    "GPU loaders: share of each batch decoded on the CPU, 0..1; -1 = adaptive") \
+  X(index, INT, STK__V(-1), -1, 1, NULL, "--index", "index", \
+    "image folders: keep the scan in an index file; -1 = auto, 0 = never, 1 = always") \
+  X(index_dir, STR, STK__V(0), 0, 0, NULL, "--index-dir", "index_dir", \
+    "folder of the index files (default $XDG_CACHE_HOME/stoker)") \
+  X(shuffle_buffer, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--shuffle-buffer", "shuffle_buffer", \
+    "tar shards: samples in the shuffle buffer; 0 = 1000, 1 = shard order only") \
+  X(allow_stale_cache, BOOL, STK__V(0), 0, 1, NULL, "--allow-stale-cache", "allow_stale_cache", \
+    "use a cache whose source folder changed since it was packed")
+/* clang-format on */
+
+typedef enum {
+  STK__OPT_INT,
+  STK__OPT_BOOL,
+  STK__OPT_ENUM,
+  STK__OPT_U64,
+  STK__OPT_FLOAT,
+  STK__OPT_STR,
+} stk__opt_type;
+
+/* One row of the table, with where its field lies in stk_options. */
+typedef struct {
+  const char *name;
+  stk__opt_type type;
+  size_t offset, size;
+  int count;          /* elements: 1, or the length of a float array */
+  double def[3];      /* default of each element */
+  double min, max;
+  const char *choices; /* ENUM: "a|b|c" */
+  const char *cli;
+  const char *py;
+  const char *doc;
+} stk__option;
+
+extern const stk__option stk__options[];
+extern const int stk__num_options;
+
+/* "int", "bool", "enum", "uint64", "float", "str". */
+const char *stk__option_type_name(stk__opt_type t);
+
+/* The row of a field, a CLI flag or a Python keyword; NULL if none. */
+const stk__option *stk__option_by_name(const char *name);
+const stk__option *stk__option_by_cli(const char *flag);
+const stk__option *stk__option_by_py(const char *keyword);
+
+/* ENUM: the value named `name`, or -1. */
+int stk__option_choice(const stk__option *d, const char *name);
+/* ENUM: the name of value v into buf ("" when out of range). */
+void stk__option_choice_name(const stk__option *d, int v, char *buf, size_t len);
+
+/* Typed access to a field (no checks beyond the type). INT, BOOL and ENUM
+ * fields are read and written as int; FLOAT element k. */
+long long stk__option_get_int(const stk_options *o, const stk__option *d);
+void stk__option_set_int(stk_options *o, const stk__option *d, long long v);
+uint64_t stk__option_get_u64(const stk_options *o, const stk__option *d);
+void stk__option_set_u64(stk_options *o, const stk__option *d, uint64_t v);
+float stk__option_get_float(const stk_options *o, const stk__option *d, int k);
+void stk__option_set_float(stk_options *o, const stk__option *d, int k, float v);
+const char *stk__option_get_str(const stk_options *o, const stk__option *d);
+void stk__option_set_str(stk_options *o, const stk__option *d, const char *v);
+
+/* Is v (an INT/BOOL/ENUM value, or a FLOAT element) inside the row's
+ * range? If not, returns STK_EINVAL with "<name> must be ..., got v" in err. */
+int stk__option_check_int(const stk__option *d, long long v, char *err, size_t errlen);
+int stk__option_check_float(const stk__option *d, int k, double v, char *err, size_t errlen);
+
+/* Parses a text value (a CLI argument) into the field, range included:
+ * INT an integer; BOOL 0/1/true/false/yes/no; ENUM one of the choices; U64
+ * an integer with an optional K/M/G/T suffix (powers of 1024); FLOAT
+ * `count` numbers separated by commas; STR the text itself (not copied:
+ * it must outlive the options). STK_OK or STK_EINVAL with a message. */
+int stk__option_parse(stk_options *o, const stk__option *d, const char *text, char *err,
+                      size_t errlen);
+
+/* An unsigned size: digits with an optional K, M, G or T suffix (powers of
+ * 1024; "1G" = 1073741824, "256M", "512k"), or an optional trailing B.
+ * Returns 0 or -1 when malformed or over 2**64 - 1. */
+int stk__parse_size(const char *text, uint64_t *out);
+
+/* Every range of the table, then the cross-field rules. STK_OK or
+ * STK_EINVAL with the reason in err. */
+int stk__options_validate(const stk_options *o, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,285 @@
+/* test_options.c: the table of core/options.h covers every field of
+ * stk_options, its defaults are the documented ones, and every range is
+ * enforced at its bounds. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/options.h"
+#include "stoker.h"
+
+/* Every byte of stk_options belongs to struct_size, to a row of the table,
+ * or to padding. Padding is told apart with the compiler's own knowledge of
+ * the layout where it has it; otherwise a gap is accepted as padding only
+ * when it is shorter than the alignment the next field needs. */
+static void test_table_covers_the_struct(void) {
+  unsigned char owner[sizeof(stk_options)];
+  memset(owner, 0, sizeof owner);
+  for (size_t b = 0; b < sizeof(size_t); b++) owner[offsetof(stk_options, struct_size) + b] = 1;
+  for (int i = 0; i < stk__num_options; i++) {
+    const stk__option *d = &stk__options[i];
+    CHECK_MSG(d->offset + d->size <= sizeof(stk_options), "%s lies outside the struct", d->name);
+    for (size_t b = d->offset; b < d->offset + d->size && b < sizeof owner; b++) {
+      CHECK_MSG(owner[b] == 0, "byte %zu of %s also belongs to another row", b, d->name);
+      owner[b] = 1;
+    }
+    if (i > 0) CHECK_MSG(d->offset > stk__options[i - 1].offset, "%s is out of declaration order", d->name);
+    CHECK_MSG(stk__option_by_name(d->name) == d, "%s is listed twice", d->name);
+    if (d->cli) CHECK_MSG(stk__option_by_cli(d->cli) == d, "flag %s is used twice", d->cli);
+    if (d->py) CHECK_MSG(stk__option_by_py(d->py) == d, "keyword %s is used twice", d->py);
+    CHECK_MSG(d->doc && d->doc[0], "%s has no doc", d->name);
+    CHECK_MSG((d->type == STK__OPT_ENUM) == (d->choices != NULL), "%s: choices iff enum", d->name);
+  }
+  int padding_known = 0;
+  unsigned char pad[sizeof(stk_options)];
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_clear_padding)
+  stk_options probe;
+  memset(&probe, 0xff, sizeof probe);
+  __builtin_clear_padding(&probe);
+  memcpy(pad, &probe, sizeof pad);
+  for (size_t b = 0; b < sizeof pad; b++) pad[b] = pad[b] == 0; /* 1 = padding */
+  padding_known = 1;
+#endif
+#endif
+  size_t gap = 0;
+  for (size_t b = 0; b < sizeof owner; b++) {
+    if (padding_known) {
+      CHECK_MSG(owner[b] || pad[b], "byte %zu of stk_options is in no row of STK__OPTIONS", b);
+    } else if (!owner[b]) {
+      gap++;
+    } else {
+      CHECK_MSG(gap < sizeof(void *), "%zu bytes before offset %zu are in no row", gap, b);
+      gap = 0;
+    }
+  }
+  CHECK_MSG(gap < sizeof(void *), "the last %zu bytes of stk_options are in no row", gap);
+}
+
+/* The defaults of stoker.h's comments, written out independently. */
+static void test_defaults(void) {
+  stk_options o;
+  memset(&o, 0x5a, sizeof o);
+  stk_options_init(&o);
+  CHECK_EQ_INT(o.struct_size, sizeof o);
+  CHECK(o.root == NULL && o.list_file == NULL && o.list_base == NULL && o.index_dir == NULL);
+  CHECK_EQ_INT(o.pipeline, STK_PIPELINE_TRAIN);
+  CHECK_EQ_INT(o.size, 224);
+  CHECK_EQ_INT(o.resize_size, 0);
+  CHECK(o.scale[0] == 0.08f && o.scale[1] == 1.0f);
+  CHECK(o.ratio[0] == 3.0f / 4.0f && o.ratio[1] == 4.0f / 3.0f);
+  CHECK(o.flip_prob == 0.5f);
+  CHECK(o.mean[0] == 0.485f && o.mean[1] == 0.456f && o.mean[2] == 0.406f);
+  CHECK(o.std[0] == 0.229f && o.std[1] == 0.224f && o.std[2] == 0.225f);
+  CHECK_EQ_INT(o.dct_scaling, -1);
+  CHECK_EQ_INT(o.dtype, STK_DTYPE_FLOAT32);
+  CHECK_EQ_INT(o.layout, STK_LAYOUT_NCHW);
+  CHECK_EQ_INT(o.batch_size, 256);
+  CHECK_EQ_INT(o.drop_last, 0);
+  CHECK_EQ_INT(o.shuffle, -1);
+  CHECK(o.seed == 0);
+  CHECK_EQ_INT(o.rank, 0);
+  CHECK_EQ_INT(o.world_size, 1);
+  CHECK_EQ_INT(o.shard_drop_last, 0);
+  CHECK_EQ_INT(o.threads, 0);
+  CHECK_EQ_INT(o.prefetch, 2);
+  CHECK_EQ_INT(o.device, -1);
+  CHECK(o.max_device_bytes == 0);
+  CHECK_EQ_INT(o.on_error, STK_ON_ERROR_RAISE);
+  CHECK(o.max_pixels == 178956970ULL);
+  CHECK(o.max_file_bytes == 256ULL << 20);
+  CHECK_EQ_INT(o.max_consecutive_failures, 100);
+  CHECK(o.gpu_cpu_share == -1.0f);
+  CHECK_EQ_INT(o.index, -1);
+  CHECK_EQ_INT(o.shuffle_buffer, 0);
+  CHECK_EQ_INT(o.allow_stale_cache, 0);
+  /* the enums' names follow their values */
+  char name[32];
+  stk__option_choice_name(stk__option_by_name("dtype"), STK_DTYPE_BFLOAT16, name, sizeof name);
+  CHECK(!strcmp(name, "bfloat16"));
+  CHECK_EQ_INT(stk__option_choice(stk__option_by_name("dtype"), "uint8"), STK_DTYPE_UINT8);
+  CHECK_EQ_INT(stk__option_choice(stk__option_by_name("layout"), "nhwc"), STK_LAYOUT_NHWC);
+  CHECK_EQ_INT(stk__option_choice(stk__option_by_name("on_error"), "skip"), STK_ON_ERROR_SKIP);
+  CHECK_EQ_INT(stk__option_choice(stk__option_by_name("pipeline"), "eval"), STK_PIPELINE_EVAL);
+  CHECK_EQ_INT(stk__option_choice(stk__option_by_name("pipeline"), "evaluate"), -1);
+}
+
+/* Options that pass validation, whatever field is then moved. */
+static void valid(stk_options *o) {
+  stk_options_init(o);
+  o->root = "data";
+  o->world_size = 4; /* so that rank's own range is reachable */
+  o->resize_size = 0;
+}
+
+static int validate_msg(const stk_options *o, const char *want) {
+  char err[256] = "";
+  int rc = stk__options_validate(o, err, sizeof err);
+  if (rc != STK_OK && want && !strstr(err, want)) {
+    fprintf(stderr, "message \"%s\" does not name %s\n", err, want);
+    return -1000;
+  }
+  return rc;
+}
+
+/* Each row's bounds: the bounds themselves pass, one step outside fails and
+ * names the field. */
+static void test_ranges(void) {
+  stk_options o;
+  valid(&o);
+  CHECK_EQ_INT(validate_msg(&o, NULL), STK_OK);
+  int checked = 0;
+  for (int i = 0; i < stk__num_options; i++) {
+    const stk__option *d = &stk__options[i];
+    switch (d->type) {
+      case STK__OPT_INT:
+      case STK__OPT_BOOL:
+      case STK__OPT_ENUM: {
+        long long lo = (long long)d->min, hi = (long long)d->max;
+        if (!strcmp(d->name, "rank")) hi = 3; /* below world_size (a cross rule beyond) */
+        valid(&o);
+        if (!strcmp(d->name, "world_size")) o.rank = 0;
+        stk__option_set_int(&o, d, lo);
+        CHECK_MSG(validate_msg(&o, NULL) == STK_OK, "%s = %lld refused", d->name, lo);
+        valid(&o);
+        stk__option_set_int(&o, d, hi);
+        if (!strcmp(d->name, "size")) o.resize_size = 0;
+        CHECK_MSG(validate_msg(&o, NULL) == STK_OK, "%s = %lld refused", d->name, hi);
+        if (lo > -2147483647LL - 1) {
+          valid(&o);
+          stk__option_set_int(&o, d, lo - 1);
+          CHECK_MSG(validate_msg(&o, d->name) == STK_EINVAL, "%s = %lld accepted", d->name, lo - 1);
+        }
+        if (hi < 2147483647LL) {
+          valid(&o);
+          stk__option_set_int(&o, d, hi + 1);
+          CHECK_MSG(validate_msg(&o, d->name) == STK_EINVAL, "%s = %lld accepted", d->name, hi + 1);
+        }
+        checked++;
+        break;
+      }
+      case STK__OPT_FLOAT:
+        for (int k = 0; k < d->count; k++) {
+          double lo = d->min, hi = d->max;
+          if (isfinite(lo)) {
+            valid(&o);
+            /* a bound that a cross rule refuses on its own (scale[0] = 0,
+             * ratio = 0) is checked by the rule, in test_cross_rules */
+            int cross = !strcmp(d->name, "scale") || !strcmp(d->name, "ratio");
+            stk__option_set_float(&o, d, k, (float)lo);
+            if (!cross)
+              CHECK_MSG(validate_msg(&o, NULL) == STK_OK, "%s[%d] = %g refused", d->name, k, lo);
+            stk__option_set_float(&o, d, k, nextafterf((float)lo, -INFINITY));
+            CHECK_MSG(validate_msg(&o, d->name) == STK_EINVAL, "%s[%d] below %g accepted", d->name, k, lo);
+          }
+          if (isfinite(hi)) {
+            valid(&o);
+            stk__option_set_float(&o, d, k, (float)hi);
+            if (!strcmp(d->name, "scale") && k == 0) o.scale[1] = (float)hi;
+            CHECK_MSG(validate_msg(&o, NULL) == STK_OK, "%s[%d] = %g refused", d->name, k, hi);
+            stk__option_set_float(&o, d, k, nextafterf((float)hi, INFINITY));
+            CHECK_MSG(validate_msg(&o, d->name) == STK_EINVAL, "%s[%d] above %g accepted", d->name, k, hi);
+          }
+          valid(&o);
+          stk__option_set_float(&o, d, k, NAN);
+          CHECK_MSG(validate_msg(&o, d->name) == STK_EINVAL, "%s[%d] = NaN accepted", d->name, k);
+        }
+        checked++;
+        break;
+      case STK__OPT_U64:
+      case STK__OPT_STR: checked++; break; /* every value is in range */
+    }
+  }
+  CHECK_EQ_INT(checked, stk__num_options);
+}
+
+/* The rules written by hand beside the table, with their messages. */
+static void test_cross_rules(void) {
+  stk_options o;
+  char err[256];
+  stk_options_init(&o);
+  CHECK_EQ_INT(stk__options_validate(&o, err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "exactly one of root and list_file") != NULL);
+  o.root = "a";
+  o.list_file = "b";
+  CHECK_EQ_INT(stk__options_validate(&o, err, sizeof err), STK_EINVAL);
+  valid(&o);
+  o.size = 224, o.resize_size = 223;
+  CHECK_EQ_INT(validate_msg(&o, "resize_size must be 0 or at least size"), STK_EINVAL);
+  o.resize_size = 224;
+  CHECK_EQ_INT(validate_msg(&o, NULL), STK_OK);
+  valid(&o);
+  o.scale[0] = 0.6f, o.scale[1] = 0.5f;
+  CHECK_EQ_INT(validate_msg(&o, "scale must satisfy"), STK_EINVAL);
+  o.scale[0] = 0.0f;
+  CHECK_EQ_INT(validate_msg(&o, "scale must satisfy"), STK_EINVAL);
+  valid(&o);
+  o.ratio[0] = 2.0f, o.ratio[1] = 1.0f;
+  CHECK_EQ_INT(validate_msg(&o, "ratio must satisfy"), STK_EINVAL);
+  valid(&o);
+  o.std[2] = 0.0f;
+  CHECK_EQ_INT(validate_msg(&o, "std[2] must not be 0"), STK_EINVAL);
+  valid(&o);
+  o.rank = 4;
+  CHECK_EQ_INT(validate_msg(&o, "rank must be in [0, world_size=4)"), STK_EINVAL);
+  valid(&o);
+  o.gpu_cpu_share = -0.5f;
+  CHECK_EQ_INT(validate_msg(&o, "gpu_cpu_share must be -1 (adaptive)"), STK_EINVAL);
+  o.gpu_cpu_share = 0.0f;
+  CHECK_EQ_INT(validate_msg(&o, NULL), STK_OK);
+}
+
+/* The text parser behind the CLI flags. */
+static void test_parse(void) {
+  stk_options o;
+  char err[256];
+  stk_options_init(&o);
+  const stk__option *size = stk__option_by_cli("--size"), *dtype = stk__option_by_cli("--dtype");
+  CHECK(size && dtype);
+  CHECK_EQ_INT(stk__option_parse(&o, size, "96", err, sizeof err), STK_OK);
+  CHECK_EQ_INT(o.size, 96);
+  CHECK_EQ_INT(stk__option_parse(&o, size, "9000", err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "size must be in 1..8192, got 9000") != NULL);
+  CHECK_EQ_INT(stk__option_parse(&o, size, "12x", err, sizeof err), STK_EINVAL);
+  CHECK_EQ_INT(o.size, 96); /* a refused value changes nothing */
+  CHECK_EQ_INT(stk__option_parse(&o, dtype, "bfloat16", err, sizeof err), STK_OK);
+  CHECK_EQ_INT(o.dtype, STK_DTYPE_BFLOAT16);
+  CHECK_EQ_INT(stk__option_parse(&o, dtype, "int8", err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "float32, float16, bfloat16 or uint8") != NULL);
+  const stk__option *scale = stk__option_by_name("scale");
+  CHECK_EQ_INT(stk__option_parse(&o, scale, "0.25,0.75", err, sizeof err), STK_OK);
+  CHECK(o.scale[0] == 0.25f && o.scale[1] == 0.75f);
+  CHECK_EQ_INT(stk__option_parse(&o, scale, "0.25", err, sizeof err), STK_EINVAL);
+  CHECK_EQ_INT(stk__option_parse(&o, scale, "0.25,1.5", err, sizeof err), STK_EINVAL);
+  CHECK(o.scale[0] == 0.25f && o.scale[1] == 0.75f);
+  const stk__option *stale = stk__option_by_cli("--allow-stale-cache");
+  CHECK_EQ_INT(stk__option_parse(&o, stale, "yes", err, sizeof err), STK_OK);
+  CHECK_EQ_INT(o.allow_stale_cache, 1);
+  const stk__option *mfb = stk__option_by_cli("--max-file-bytes");
+  CHECK_EQ_INT(stk__option_parse(&o, mfb, "3M", err, sizeof err), STK_OK);
+  CHECK(o.max_file_bytes == 3ULL << 20);
+  CHECK_EQ_INT(stk__option_parse(&o, mfb, "-1", err, sizeof err), STK_EINVAL);
+  uint64_t v = 0;
+  CHECK(stk__parse_size("1G", &v) == 0 && v == 1ULL << 30);
+  CHECK(stk__parse_size("256M", &v) == 0 && v == 256ULL << 20);
+  CHECK(stk__parse_size("512k", &v) == 0 && v == 512ULL << 10);
+  CHECK(stk__parse_size("2GiB", &v) == 0 && v == 2ULL << 30);
+  CHECK(stk__parse_size("100", &v) == 0 && v == 100);
+  CHECK(stk__parse_size("18446744073709551615", &v) == 0 && v == UINT64_MAX);
+  CHECK(stk__parse_size("17179869184G", &v) == -1); /* 2**64 */
+  CHECK(stk__parse_size("1X", &v) == -1);
+  CHECK(stk__parse_size("", &v) == -1);
+  CHECK(stk__parse_size("-5", &v) == -1);
+  CHECK(stk__parse_size(" 5", &v) == -1);
+}
+
+int main(void) {
+  test_table_covers_the_struct();
+  test_defaults();
+  test_ranges();
+  test_cross_rules();
+  test_parse();
+  return CHECK_DONE();
+}
