@@ -1,0 +1,132 @@
+"""The pre-decoded cache from Python: what a bound does (the same batches as
+the originals first resized by Pillow to that bound), the JPEG encoding, and
+on a GPU machine the device path against the CPU path."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+Image = pytest.importorskip("PIL.Image")
+import stoker  # noqa: E402
+
+from conftest import make_folder, photo, save_jpeg  # noqa: E402
+
+BOUND = 64
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory):
+    # larger than the bound on one side or both, and one smaller than it
+    return make_folder(tmp_path_factory.mktemp("orig"), classes=3, per_class=6,
+                       sizes=((120, 90), (90, 120), (200, 50), (48, 40)), seed=21)
+
+
+def _bounded(w, h, m):
+    if w <= m and h <= m:
+        return w, h
+    if w >= h:
+        return m, max(1, int(h * m / w + 0.5))
+    return max(1, int(w * m / h + 0.5)), m
+
+
+@pytest.fixture(scope="module")
+def resized_by_pillow(originals, tmp_path_factory):
+    """The originals resized by Pillow to the bound, stored losslessly."""
+    out = str(tmp_path_factory.mktemp("pil-bounded"))
+    for cls in sorted(os.listdir(originals)):
+        for name in sorted(os.listdir(os.path.join(originals, cls))):
+            im = Image.open(os.path.join(originals, cls, name)).convert("RGB")
+            im = im.resize(_bounded(*im.size, BOUND), Image.BILINEAR)
+            os.makedirs(os.path.join(out, cls), exist_ok=True)
+            im.save(os.path.join(out, cls, name[:-4] + ".png"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def raw_cache(originals, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("cache") / "raw.stkc")
+    res = stoker.pack(originals, out, format="cache", encoding="raw", max_side=BOUND, threads=2)
+    assert res["packed"] == 18 and res["failed"] == 0
+    return out
+
+
+def _batches(root, **kw):
+    with stoker.ImageLoader(root, **kw) as ld:
+        return [(x.clone(), y.clone()) for x, y in ld]
+
+
+@pytest.mark.parametrize("pipeline", ["train", "eval"])
+def test_bound_equals_pillow_resize_first(raw_cache, resized_by_pillow, pipeline):
+    """A cache bounded to N gives the batches of the originals resized to N by
+    Pillow (the crop is taken from the smaller image, as in FFCV)."""
+    kw = dict(batch_size=5, pipeline=pipeline, size=32, threads=2, seed=4)
+    a = _batches(raw_cache, **kw)
+    b = _batches(resized_by_pillow, **kw)
+    assert len(a) == len(b) == 4
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(ya, yb)
+        assert torch.equal(xa, xb)
+
+
+def test_cache_loader_face(raw_cache, originals):
+    with stoker.ImageLoader(raw_cache, batch_size=4) as ld, \
+         stoker.ImageLoader(originals, batch_size=4) as lf:
+        assert ld.source_kind == "cache" and lf.source_kind == "folder"
+        assert ld.classes == lf.classes
+        assert len(ld) == len(lf) and ld.num_samples == 18
+        assert [y for _, y in ld.samples] == [y for _, y in lf.samples]
+
+
+def test_jpeg_cache_is_smaller_and_decodes(originals, tmp_path):
+    raw = stoker.pack(originals, str(tmp_path / "r.stkc"), max_side=BOUND)
+    jpg = stoker.pack(originals, str(tmp_path / "j.stkc"), encoding="jpeg", quality=90,
+                      max_side=BOUND)
+    assert jpg["bytes"] < raw["bytes"]
+    with stoker.ImageLoader(str(tmp_path / "j.stkc"), batch_size=6, pipeline="eval",
+                            size=32) as ld:
+        seen = sorted(int(i) for b in ld.iter_batches() for i in b.indices)
+    assert seen == list(range(18))
+
+
+def test_stale_cache_is_refused(tmp_path):
+    src = make_folder(tmp_path / "src", classes=2, per_class=3, seed=3)
+    out = str(tmp_path / "c.stkc")
+    stoker.pack(src, out, max_side=BOUND)
+    save_jpeg(os.path.join(src, "class00", "added.jpg"), photo(40, 30, 99))
+    with pytest.raises(Exception, match="stale"):
+        stoker.ImageLoader(out)
+    with pytest.warns(UserWarning, match="stale"):
+        ld = stoker.ImageLoader(out, allow_stale_cache=True)
+    ld.close()
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("pipeline,dtype,channels_last", [
+    ("train", "float32", False), ("eval", "float32", False), ("train", "uint8", True),
+    ("train", "bfloat16", True), ("eval", "float16", False)])
+def test_gpu_cache_equals_cpu(raw_cache, pipeline, dtype, channels_last):
+    """On the GPU a raw cache is resampled by the fused kernel, bit-exact
+    with the CPU resampler on the same pixels: identical batches."""
+    kw = dict(batch_size=5, pipeline=pipeline, size=32, threads=2, seed=8, dtype=dtype,
+              channels_last=channels_last)
+    g = _batches(raw_cache, device="cuda", **kw)
+    c = _batches(raw_cache, device="cpu", **kw)
+    assert len(g) == len(c) == 4
+    for (xg, yg), (xc, yc) in zip(g, c):
+        assert xg.is_cuda
+        assert torch.equal(yg.cpu(), yc)
+        assert torch.equal(xg.cpu(), xc)
+
+
+@cuda
+def test_gpu_cache_every_sample_once(raw_cache):
+    with stoker.ImageLoader(raw_cache, batch_size=4, device="cuda", threads=2) as ld:
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            seen = sorted(int(i) for b in ld.iter_batches() for i in b.indices)
+            assert seen == list(range(18))
+        assert ld.stats()["cpu_share"] == 0.0
