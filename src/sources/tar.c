@@ -1,12 +1,1056 @@
-/* tar.c: WebDataset tar shards. Not written yet: opening one fails. */
-#include "sources/source.h"
+/* tar.c: WebDataset tar shards: the reader (a source, see source.h), its
+ * shard-by-shard epoch order, and the writer behind `stoker pack --tar`.
+ * See tar.h and docs/storage.md.
+ *
+ * The reader indexes every shard when the source is opened: it reads the
+ * 512-byte headers (and the few bytes of each .cls member, and of GNU long
+ * names and pax headers) and seeks over the data. The shards are untrusted
+ * input: every length is checked against the file's size before it is used,
+ * nothing larger than STK__TAR_EXT_MAX is allocated for a header, and what
+ * cannot be used is left out and counted in the source's note. */
+#define _POSIX_C_SOURCE 200809L
+#include "sources/tar.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codecs/codec.h"
+
+#define BLOCK 512
+
+/* ---- the index ---------------------------------------------------------- */
+
+typedef struct {
+  uint64_t off, size; /* the image member's data in its shard */
+  int32_t shard;
+} tar_member;
+
+typedef struct {
+  char **shards;       /* nshards paths, sorted by file name */
+  int nshards;
+  int nrun;            /* shards that hold at least one sample */
+  int64_t *run_start;  /* nrun + 1: run k holds samples [run_start[k], run_start[k+1]) */
+  tar_member *m;       /* one per sample */
+} tar_impl;
+
+/* What was left out, for the note. */
+typedef struct {
+  int64_t unsafe, link, special, other, dup, no_cls, bad_cls, no_img, bad_ext;
+  int64_t truncated, bad_header; /* shards */
+  char first[200];               /* the first thing left out, with its reason */
+} tally;
+
+static void left_out(tally *t, int64_t *counter, const char *shard, const char *name,
+                     const char *why) {
+  (*counter)++;
+  /* (the return value is looked at: truncating a long name is fine here) */
+  if (!t->first[0] && snprintf(t->first, sizeof t->first, "%s:%s (%s)", shard, name, why) < 0)
+    t->first[0] = '\0';
+}
+
+/* pread of exactly n bytes, or fewer at the end of the file; -1 on error. */
+static ssize_t pread_full(int fd, void *p, size_t n, uint64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, (char *)p + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+/* A numeric header field: octal digits (leading blanks, ending at a NUL or
+ * blank), or GNU's base-256 form (first byte 0x80, then big-endian bytes),
+ * which tar uses for sizes of 8 GiB and more. 0 on a malformed field. */
+static int parse_number(const unsigned char *f, size_t n, uint64_t *out) {
+  uint64_t v = 0;
+  if (f[0] & 0x80) {
+    if (f[0] != 0x80) return 0; /* negative, or a form we do not know */
+    for (size_t i = 1; i < n; i++) {
+      if (v >> 55) return 0; /* would overflow 63 bits */
+      v = v << 8 | f[i];
+    }
+    *out = v;
+    return 1;
+  }
+  size_t i = 0;
+  while (i < n && f[i] == ' ') i++;
+  int digits = 0;
+  for (; i < n && f[i] >= '0' && f[i] <= '7'; i++, digits++) {
+    if (v >> 60) return 0;
+    v = v << 3 | (uint64_t)(f[i] - '0');
+  }
+  if (i < n && f[i] != '\0' && f[i] != ' ') return 0;
+  *out = v;
+  return digits > 0 || i == n || f[i] == '\0';
+}
+
+/* The header checksum: the bytes summed with the checksum field read as
+ * blanks. Some old writers summed signed chars: either form is accepted. */
+static int checksum_ok(const unsigned char *h) {
+  uint64_t want;
+  if (!parse_number(h + 148, 8, &want)) return 0;
+  uint64_t u = 0;
+  int64_t s = 0;
+  for (int i = 0; i < BLOCK; i++) {
+    unsigned char c = (i >= 148 && i < 156) ? ' ' : h[i];
+    u += c;
+    s += (signed char)c;
+  }
+  return want == u || (int64_t)want == s;
+}
+
+static int all_zero(const unsigned char *h) {
+  for (int i = 0; i < BLOCK; i++)
+    if (h[i]) return 0;
+  return 1;
+}
+
+/* Absolute names and names with a ".." component could point outside the
+ * dataset if a tool extracted them; they are never samples. */
+static int unsafe_name(const char *name) {
+  if (name[0] == '/') return 1;
+  for (const char *p = name; *p;) {
+    const char *e = strchr(p, '/');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n == 2 && p[0] == '.' && p[1] == '.') return 1;
+    p += n;
+    if (*p == '/') p++;
+  }
+  return 0;
+}
+
+/* A .cls member: an ASCII non-negative integer, blanks around it allowed. */
+static int parse_cls(const char *p, size_t n, int32_t *out) {
+  size_t i = 0;
+  while (i < n && isspace((unsigned char)p[i])) i++;
+  int64_t v = 0;
+  size_t d = 0;
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; i++, d++) {
+    v = v * 10 + (p[i] - '0');
+    if (v > INT32_MAX) return 0;
+  }
+  while (i < n && isspace((unsigned char)p[i])) i++;
+  if (!d || i != n) return 0;
+  *out = (int32_t)v;
+  return 1;
+}
+
+/* One key of a shard while it is scanned. */
+typedef struct {
+  char *key;
+  char *img_name; /* NULL until the key's image member is met */
+  uint64_t img_off, img_size;
+  int has_cls, cls_ok;
+  int32_t label;
+} rec;
+
+/* The keys of one shard: records in the order keys first appear, and an
+ * open-addressing table (a power of two, at most half full) to find them. */
+typedef struct {
+  rec *r;
+  size_t n, cap;
+  int64_t *slot; /* index into r, or -1 */
+  size_t nslot;
+} keyset;
+
+static void keyset_free(keyset *k) {
+  for (size_t i = 0; i < k->n; i++) {
+    free(k->r[i].key);
+    free(k->r[i].img_name);
+  }
+  free(k->r);
+  free(k->slot);
+  memset(k, 0, sizeof *k);
+}
+
+static uint64_t str_hash(const char *s, size_t n) { return stk__hash64(s, n, 7); }
+
+/* The record of key[0..n), created when new; NULL when out of memory. */
+static rec *keyset_get(keyset *k, const char *key, size_t n) {
+  if (2 * (k->n + 1) > k->nslot) {
+    size_t ns = k->nslot ? k->nslot * 2 : 256;
+    int64_t *sl = malloc(ns * sizeof *sl);
+    if (!sl) return NULL;
+    for (size_t i = 0; i < ns; i++) sl[i] = -1;
+    for (size_t i = 0; i < k->n; i++) {
+      size_t h = (size_t)str_hash(k->r[i].key, strlen(k->r[i].key)) & (ns - 1);
+      while (sl[h] >= 0) h = (h + 1) & (ns - 1);
+      sl[h] = (int64_t)i;
+    }
+    free(k->slot);
+    k->slot = sl;
+    k->nslot = ns;
+  }
+  size_t h = (size_t)str_hash(key, n) & (k->nslot - 1);
+  for (; k->slot[h] >= 0; h = (h + 1) & (k->nslot - 1)) {
+    rec *r = &k->r[k->slot[h]];
+    if (strlen(r->key) == n && memcmp(r->key, key, n) == 0) return r;
+  }
+  if (k->n == k->cap) {
+    size_t cap = k->cap ? k->cap * 2 : 256;
+    rec *nr = realloc(k->r, cap * sizeof *nr);
+    if (!nr) return NULL;
+    k->r = nr;
+    k->cap = cap;
+  }
+  rec *r = &k->r[k->n];
+  memset(r, 0, sizeof *r);
+  if (!(r->key = malloc(n + 1))) return NULL;
+  memcpy(r->key, key, n);
+  r->key[n] = '\0';
+  k->slot[h] = (int64_t)k->n++;
+  return r;
+}
+
+/* The class names of classes.txt, when the folder has one. */
+typedef struct {
+  char **v;
+  int n;
+  int present;
+} classlist;
+
+static void classlist_free(classlist *c) {
+  for (int i = 0; i < c->n; i++) free(c->v[i]);
+  free(c->v);
+  memset(c, 0, sizeof *c);
+}
+
+static int read_classes(const char *dir, classlist *c, char *msg, size_t msglen) {
+  memset(c, 0, sizeof *c);
+  char *path = stk__path_join(dir, "classes.txt");
+  if (!path) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    int e = errno;
+    int rc = e == ENOENT ? STK_OK
+                         : stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", path, strerror(e));
+    free(path);
+    return rc;
+  }
+  c->present = 1;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int rc = STK_OK, ncap = 0;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+    if (c->n >= STK__TAR_LABEL_MAX) {
+      rc = stk__fail(msg, msglen, STK_EINVAL, "%s names more than %d classes", path,
+                     STK__TAR_LABEL_MAX);
+      break;
+    }
+    if (c->n == ncap) {
+      ncap = ncap ? ncap * 2 : 64;
+      char **v = realloc(c->v, (size_t)ncap * sizeof *v);
+      if (!v) {
+        rc = STK_ENOMEM;
+        break;
+      }
+      c->v = v;
+    }
+    if (!(c->v[c->n] = strdup(line))) {
+      rc = STK_ENOMEM;
+      break;
+    }
+    c->n++;
+  }
+  free(line);
+  fclose(f);
+  if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
+  if (rc == STK_OK && c->n == 0)
+    rc = stk__fail(msg, msglen, STK_EINVAL, "%s names no class", path);
+  free(path);
+  if (rc) classlist_free(c);
+  return rc;
+}
+
+/* State of one shard's scan that the next member inherits from GNU 'L' and
+ * pax 'x' headers. */
+typedef struct {
+  char *name;           /* the next member's name (pax path or GNU long name) */
+  int name_from_pax;
+  uint64_t size;        /* pax size */
+  int has_size;
+  const char *drop;     /* the next member is left out, for this reason */
+} pending;
+
+static void pending_clear(pending *p) {
+  free(p->name);
+  memset(p, 0, sizeof *p);
+}
+
+/* Parses pax records "LEN key=value\n" in d[0..n). Every length is checked
+ * against what is left, so a record claiming a huge length is refused
+ * rather than followed. 0 when malformed. */
+static int parse_pax(const char *d, size_t n, pending *p) {
+  size_t i = 0;
+  while (i < n) {
+    if (d[i] == '\0') break; /* some writers pad the block with NULs */
+    size_t len = 0, j = i;
+    while (j < n && d[j] >= '0' && d[j] <= '9') {
+      len = len * 10 + (size_t)(d[j] - '0');
+      if (len > n) return 0;
+      j++;
+    }
+    if (j == i || j >= n || d[j] != ' ' || len > n - i || len < (j - i) + 3 ||
+        d[i + len - 1] != '\n')
+      return 0;
+    const char *kv = d + j + 1, *end = d + i + len - 1;
+    const char *eq = memchr(kv, '=', (size_t)(end - kv));
+    if (!eq) return 0;
+    size_t klen = (size_t)(eq - kv), vlen = (size_t)(end - eq - 1);
+    const char *v = eq + 1;
+    if (klen == 4 && !memcmp(kv, "path", 4)) {
+      if (vlen == 0 || memchr(v, '\0', vlen)) return 0;
+      char *nm = malloc(vlen + 1);
+      if (!nm) return 0;
+      memcpy(nm, v, vlen);
+      nm[vlen] = '\0';
+      free(p->name);
+      p->name = nm;
+      p->name_from_pax = 1;
+    } else if (klen == 4 && !memcmp(kv, "size", 4)) {
+      uint64_t s = 0;
+      if (vlen == 0 || vlen > 19) return 0;
+      for (size_t q = 0; q < vlen; q++) {
+        if (v[q] < '0' || v[q] > '9') return 0;
+        s = s * 10 + (uint64_t)(v[q] - '0');
+      }
+      p->size = s;
+      p->has_size = 1;
+    }
+    i += len;
+  }
+  return 1;
+}
+
+/* Indexes one shard: its samples go to s->ds and t->m, what is left out to
+ * the tally. Returns an error only for what makes the whole source unusable
+ * (the shard cannot be opened, out of memory); damage inside the shard ends
+ * its scan with a note. */
+static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlist *cl,
+                      tally *ta, int32_t *maxlabel, char *msg, size_t msglen) {
+  const char *path = t->shards[shard];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open shard %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return stk__fail(msg, msglen, STK_EIO, "cannot stat shard %s: %s", path, strerror(e));
+  }
+  uint64_t fsize = (uint64_t)st.st_size, off = 0;
+  keyset ks = {0};
+  pending pd = {0};
+  char *ext = NULL; /* scratch for GNU long names and pax headers */
+  int rc = STK_OK;
+  unsigned char h[BLOCK];
+  char where[64];
+  for (;;) {
+    if (off == fsize) {
+      /* every member is complete, but the end-of-archive blocks are missing */
+      left_out(ta, &ta->truncated, path, "end", "the shard ends without its end-of-archive blocks");
+      break;
+    }
+    ssize_t r = pread_full(fd, h, BLOCK, off);
+    if (r < 0) {
+      rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, strerror(errno));
+      break;
+    }
+    snprintf(where, sizeof where, "offset %llu", (unsigned long long)off);
+    if (r < BLOCK) {
+      left_out(ta, &ta->truncated, path, where, "truncated inside a header");
+      break;
+    }
+    if (all_zero(h)) break; /* the end of the archive */
+    uint64_t size;
+    if (!checksum_ok(h) || !parse_number(h + 124, 12, &size)) {
+      left_out(ta, &ta->bad_header, path, where,
+               "not a valid tar header (checksum mismatch): the rest of the shard is left out");
+      break;
+    }
+    char type = (char)h[156];
+    int is_ext = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    if (!is_ext && pd.has_size) size = pd.size; /* pax size overrides the field */
+    uint64_t data = off + BLOCK;
+    if (size > fsize || data + size > fsize) {
+      left_out(ta, &ta->truncated, path, where,
+               "a member claims more bytes than the shard holds: the shard is truncated");
+      break;
+    }
+    uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
+
+    if (type == 'L' || type == 'x') {
+      /* the next member's name (and, for pax, maybe its size) */
+      if (size > STK__TAR_EXT_MAX) {
+        pending_clear(&pd);
+        pd.drop = type == 'L' ? "its GNU long name is over 64 KiB"
+                              : "its pax header is over 64 KiB";
+      } else {
+        if (!ext && !(ext = malloc(STK__TAR_EXT_MAX + 1))) {
+          rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+          break;
+        }
+        r = pread_full(fd, ext, (size_t)size, data);
+        if (r != (ssize_t)size) {
+          left_out(ta, &ta->truncated, path, where, "truncated inside an extended header");
+          break;
+        }
+        ext[size] = '\0';
+        if (type == 'L') {
+          free(pd.name);
+          pd.name = NULL;
+          if (!pd.name_from_pax) pd.name = strndup(ext, (size_t)size); /* pax path wins */
+          if (!pd.name_from_pax && !pd.name) {
+            rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+            break;
+          }
+        } else if (!parse_pax(ext, (size_t)size, &pd)) {
+          pd.drop = "its pax header is malformed";
+        }
+      }
+      off = next;
+      continue;
+    }
+    if (type == 'K' || type == 'g') { /* a long link name; global pax records: unused */
+      off = next;
+      continue;
+    }
+
+    /* A member proper: its name, from the extended headers or the header. */
+    char hname[260]; /* prefix, '/', name */
+    const char *name;
+    if (pd.name) {
+      name = pd.name;
+    } else {
+      size_t nl = strnlen((const char *)h, 100);
+      size_t pl = 0;
+      /* POSIX ustar ("ustar\0") keeps a prefix; GNU ("ustar  ") uses that
+       * space for other fields. */
+      if (!memcmp(h + 257, "ustar\0", 6)) pl = strnlen((const char *)h + 345, 155);
+      if (pl) {
+        memcpy(hname, h + 345, pl);
+        hname[pl] = '/';
+        memcpy(hname + pl + 1, h, nl);
+        hname[pl + 1 + nl] = '\0';
+      } else {
+        memcpy(hname, h, nl);
+        hname[nl] = '\0';
+      }
+      name = hname;
+    }
+    const char *drop = pd.drop;
+    if (drop) {
+      left_out(ta, &ta->bad_ext, path, name, drop);
+    } else if (type == '5') {
+      /* a folder: nothing to read */
+    } else if (type == '1' || type == '2') {
+      left_out(ta, &ta->link, path, name, "a link, not a file");
+    } else if (type == '3' || type == '4' || type == '6') {
+      left_out(ta, &ta->special, path, name, "a device or FIFO, not a file");
+    } else if (type != '0' && type != '\0' && type != '7') {
+      left_out(ta, &ta->other, path, name, "a tar member type stoker does not read");
+    } else if (name[0] && unsafe_name(name)) {
+      left_out(ta, &ta->unsafe, path, name, "an absolute name or one with '..'");
+    } else {
+      /* webdataset's key: up to the first '.' of the last path component */
+      const char *last = strrchr(name, '/');
+      last = last ? last + 1 : name;
+      const char *dot = strchr(last, '.');
+      if (dot && dot > last) {
+        const char *suffix = dot + 1;
+        size_t klen = (size_t)(dot - name);
+        int is_cls = !strcasecmp(suffix, "cls");
+        int is_img = !strchr(suffix, '.') && stk__has_image_extension(name);
+        rec *rc_ = (is_cls || is_img) ? keyset_get(&ks, name, klen) : NULL;
+        if ((is_cls || is_img) && !rc_) {
+          rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+          break;
+        }
+        if (is_cls && rc_->has_cls) {
+          left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
+        } else if (is_cls) {
+          rc_->has_cls = 1;
+          char cb[STK__TAR_CLS_MAX];
+          if (size <= STK__TAR_CLS_MAX && pread_full(fd, cb, (size_t)size, data) == (ssize_t)size)
+            rc_->cls_ok = parse_cls(cb, (size_t)size, &rc_->label);
+          if (rc_->cls_ok && cl->present && rc_->label >= cl->n) rc_->cls_ok = 0;
+          if (rc_->cls_ok && !cl->present && rc_->label >= STK__TAR_LABEL_MAX) rc_->cls_ok = 0;
+        } else if (is_img && rc_->img_name) {
+          left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
+        } else if (is_img) {
+          if (!(rc_->img_name = strdup(name))) {
+            rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+            break;
+          }
+          rc_->img_off = data;
+          rc_->img_size = size;
+        }
+      }
+    }
+    pending_clear(&pd);
+    off = next;
+  }
+  close(fd);
+  free(ext);
+  pending_clear(&pd);
+
+  /* Samples in the order their keys first appear in the shard. */
+  size_t plen = strlen(path);
+  stk__buf nm = {0};
+  for (size_t i = 0; rc == STK_OK && i < ks.n; i++) {
+    rec *r = &ks.r[i];
+    if (!r->img_name) {
+      char nb[300];
+      snprintf(nb, sizeof nb, "%s.cls", r->key);
+      left_out(ta, &ta->no_img, path, nb, "a .cls without an image");
+      continue;
+    }
+    if (!r->has_cls) {
+      left_out(ta, &ta->no_cls, path, r->img_name, "no .cls member");
+      continue;
+    }
+    if (!r->cls_ok) {
+      left_out(ta, &ta->bad_cls, path, r->img_name,
+               cl->present ? "its .cls is not a class index of classes.txt"
+                           : "its .cls is not a non-negative integer below 1048576");
+      continue;
+    }
+    size_t l = strlen(r->img_name);
+    if (stk__buf_reserve(&nm, plen + l + 2)) {
+      rc = STK_ENOMEM;
+      break;
+    }
+    memcpy(nm.p, path, plen);
+    ((char *)nm.p)[plen] = ':';
+    memcpy((char *)nm.p + plen + 1, r->img_name, l + 1);
+    if ((rc = stk__dataset_add(&s->ds, nm.p, r->label))) break;
+    tar_member *m = realloc(t->m, (size_t)s->ds.cap * sizeof *m);
+    if (!m) {
+      rc = STK_ENOMEM;
+      break;
+    }
+    t->m = m;
+    t->m[s->ds.n - 1] = (tar_member){r->img_off, r->img_size, shard};
+    if (r->label > *maxlabel) *maxlabel = r->label;
+  }
+  if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
+  stk__buf_free(&nm);
+  keyset_free(&ks);
+  return rc;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int has_tar_suffix(const char *n) {
+  size_t l = strlen(n);
+  return l > 4 && !strcasecmp(n + l - 4, ".tar");
+}
+
+/* The shards of `path`: the folder's *.tar files in sorted name order, or
+ * the one file. `dir` gets the folder that classes.txt is looked for in. */
+static int list_shards(const char *path, tar_impl *t, char **dir, char *msg, size_t msglen) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", path, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) {
+    t->shards = malloc(sizeof *t->shards);
+    char *slash = strrchr(path, '/');
+    *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!t->shards || !*dir || !(t->shards[0] = strdup(path)))
+      return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    t->nshards = 1;
+    return STK_OK;
+  }
+  if (!(*dir = strdup(path))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  DIR *d = opendir(path);
+  if (!d) return stk__fail(msg, msglen, STK_EIO, "cannot open folder %s: %s", path, strerror(errno));
+  int rc = STK_OK, cap = 0;
+  struct dirent *e;
+  while (rc == STK_OK && (e = readdir(d))) {
+    if (e->d_name[0] == '.' || !has_tar_suffix(e->d_name)) continue;
+    char *full = stk__path_join(path, e->d_name);
+    if (!full) {
+      rc = STK_ENOMEM;
+      break;
+    }
+    if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) {
+      free(full);
+      continue;
+    }
+    if (t->nshards == cap) {
+      cap = cap ? cap * 2 : 64;
+      char **v = realloc(t->shards, (size_t)cap * sizeof *v);
+      if (!v) {
+        free(full);
+        rc = STK_ENOMEM;
+        break;
+      }
+      t->shards = v;
+    }
+    t->shards[t->nshards++] = full;
+  }
+  closedir(d);
+  if (rc) return stk__fail(msg, msglen, rc, "out of memory");
+  /* Sorting full paths of one folder sorts their file names. */
+  if (t->nshards > 1) qsort(t->shards, (size_t)t->nshards, sizeof *t->shards, cmp_str);
+  return STK_OK;
+}
+
+/* "3 tar members left out: 2 without a .cls, 1 link; first: ..." */
+static void write_note(char *note, size_t cap, const tally *ta) {
+  struct {
+    int64_t n;
+    const char *one, *many;
+  } parts[] = {
+      {ta->no_cls, "without a .cls", "without a .cls"},
+      {ta->bad_cls, "with a bad .cls", "with a bad .cls"},
+      {ta->no_img, ".cls without an image", ".cls without an image"},
+      {ta->dup, "duplicate key", "duplicate keys"},
+      {ta->unsafe, "unsafe name", "unsafe names"},
+      {ta->link, "link", "links"},
+      {ta->special, "device or FIFO", "devices or FIFOs"},
+      {ta->other, "unsupported member type", "unsupported member types"},
+      {ta->bad_ext, "bad extended header", "bad extended headers"},
+  };
+  int64_t members = 0;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) members += parts[i].n;
+  note[0] = '\0';
+  if (!members && !ta->truncated && !ta->bad_header) return;
+  size_t len = 0;
+#define PUT(...)                                                        \
+  do {                                                                  \
+    if (len < cap) {                                                    \
+      int w_ = snprintf(note + len, cap - len, __VA_ARGS__);            \
+      if (w_ > 0) len += (size_t)w_;                                    \
+    }                                                                   \
+  } while (0)
+  const char *sep = "";
+  if (members) {
+    PUT("%lld tar member%s left out:", (long long)members, members == 1 ? "" : "s");
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+      if (!parts[i].n) continue;
+      PUT("%s %lld %s", sep, (long long)parts[i].n, parts[i].n == 1 ? parts[i].one : parts[i].many);
+      sep = ",";
+    }
+    sep = ";";
+  }
+  if (ta->truncated) {
+    PUT("%s %lld shard%s truncated", sep, (long long)ta->truncated, ta->truncated == 1 ? "" : "s");
+    sep = ";";
+  }
+  if (ta->bad_header) {
+    PUT("%s %lld shard%s with a bad header (read up to it)", sep, (long long)ta->bad_header,
+        ta->bad_header == 1 ? "" : "s");
+  }
+  PUT("; first: %s", ta->first);
+#undef PUT
+  /* trim the leading blank of the first part */
+  if (note[0] == ' ') memmove(note, note + 1, strlen(note));
+}
+
+/* ---- the source's operations ---------------------------------------------- */
+
+/* Each read opens the shard, preads the member and closes it again. A folder
+ * may hold thousands of shards, more than the default limit of 1024 open
+ * files, and an fd cache shared by every worker thread would need a lock
+ * and eviction; open() of a file whose name the kernel has just looked up
+ * costs microseconds, against a millisecond or more to decode the image. */
+static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
+                    stk__bytes *out, char *msg, size_t msglen) {
+  const tar_impl *t = s->impl;
+  const tar_member *m = &t->m[i];
+  out->data = NULL;
+  out->len = 0;
+  out->bytes_read = 0;
+  if (max_bytes && m->size > max_bytes)
+    return stk__fail(msg, msglen, STK_ELIMIT, "member is %llu bytes, over the limit of %llu",
+                     (unsigned long long)m->size, (unsigned long long)max_bytes);
+  if (m->size > SIZE_MAX - 1 || stk__buf_reserve(buf, (size_t)m->size + 1))
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %llu bytes",
+                     (unsigned long long)m->size);
+  int fd = open(t->shards[m->shard], O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open the shard: %s", strerror(errno));
+  ssize_t r = pread_full(fd, buf->p, (size_t)m->size, m->off);
+  int e = errno;
+  close(fd);
+  if (r < 0) return stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(e));
+  /* a shard that shrank since it was indexed: decode what is there */
+  out->data = buf->p;
+  out->len = (size_t)r;
+  out->bytes_read = (uint64_t)r;
+  return STK_OK;
+}
+
+/* This rank's order of an epoch (docs/storage.md has the rule): the runs of
+ * samples of each shard, in a per-epoch permutation of the shards, laid end
+ * to end; rank r takes positions [r*L, (r+1)*L) of that sequence (wrapping
+ * round for the padding); then a bounded shuffle buffer when shuffling.
+ * The sampler's scratch (n entries) holds the shard order, then the
+ * buffer's output: L <= n and the number of runs <= n. */
+static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, int64_t *out) {
+  const tar_impl *t = s->impl;
+  int64_t n = sp->n, L = sp->num_samples, nrun = t->nrun;
+  int64_t *scratch = sp->perm;
+  if (sp->shuffle)
+    stk__torch_randperm(sp->seed + epoch, nrun, scratch); /* the same on every rank */
+  else
+    for (int64_t k = 0; k < nrun; k++) scratch[k] = k;
+  /* The run holding the rank's first position, and the offset in it. */
+  int64_t pos = ((int64_t)sp->rank * L) % n, k = 0;
+  for (;; k++) {
+    int64_t len = t->run_start[scratch[k] + 1] - t->run_start[scratch[k]];
+    if (pos < len) break;
+    pos -= len;
+  }
+  for (int64_t j = 0; j < L; j++) {
+    int64_t run = scratch[k];
+    out[j] = t->run_start[run] + pos;
+    if (++pos == t->run_start[run + 1] - t->run_start[run]) {
+      pos = 0;
+      if (++k == nrun) k = 0; /* the padding wraps round to the start */
+    }
+  }
+  int64_t K = s->shuffle_buffer < L ? s->shuffle_buffer : L;
+  if (!sp->shuffle || K <= 1) return;
+  /* The buffer is out[0..K); the rest of out is read ahead of where the
+   * output (in scratch) is written, so nothing is overwritten early. Its
+   * stream is keyed by the rank (and kept apart from sample streams). */
+  stk__rng rng;
+  stk__rng_init(&rng, sp->seed, epoch, 0xb0ffe7000000000ULL + (uint64_t)sp->rank);
+  int64_t e = 0;
+  for (int64_t i = K; i < L; i++) {
+    int64_t b = stk__rng_range(&rng, 0, K);
+    scratch[e++] = out[b];
+    out[b] = out[i];
+  }
+  for (int64_t left = K; left > 0; left--) {
+    int64_t b = stk__rng_range(&rng, 0, left);
+    scratch[e++] = out[b];
+    out[b] = out[left - 1];
+  }
+  memcpy(out, scratch, (size_t)L * sizeof *out);
+}
+
+static void tar_close(stk__source *s) {
+  tar_impl *t = s->impl;
+  if (!t) return;
+  for (int i = 0; i < t->nshards; i++) free(t->shards[i]);
+  free(t->shards);
+  free(t->run_start);
+  free(t->m);
+  free(t);
+  s->impl = NULL;
+}
+
+static const stk__source_ops tar_ops = {"tar", tar_read, NULL, tar_order, NULL, tar_close};
 
 int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
                   size_t msglen) {
-  return stk__fail(msg, msglen, STK_EFORMAT, "%s: tar shards are not supported by this build", path);
+  (void)opt;
+  tar_impl *t = calloc(1, sizeof *t);
+  if (!t) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  s->impl = t;
+  s->ops = &tar_ops; /* close() frees what was made on any failure */
+  char *dir = NULL;
+  classlist cl = {0};
+  tally ta;
+  memset(&ta, 0, sizeof ta);
+  int32_t maxlabel = -1;
+  int rc = list_shards(path, t, &dir, msg, msglen);
+  if (rc == STK_OK && t->nshards == 0)
+    rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
+  if (rc == STK_OK) rc = read_classes(dir, &cl, msg, msglen);
+  if (rc == STK_OK && !(t->run_start = malloc(((size_t)t->nshards + 1) * sizeof *t->run_start)))
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  for (int k = 0; rc == STK_OK && k < t->nshards; k++) {
+    int64_t before = s->ds.n;
+    rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, msg, msglen);
+    if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
+  }
+  if (rc == STK_OK) {
+    t->run_start[t->nrun] = s->ds.n;
+    write_note(s->note, sizeof s->note, &ta);
+    if (s->ds.n == 0)
+      rc = stk__fail(msg, msglen, STK_EEMPTY, "the tar shards of %s hold no usable sample%s%s",
+                     path, s->note[0] ? ": " : "", s->note);
+  }
+  if (rc == STK_OK) {
+    /* classes.txt's names, or the label numbers (as for a list file) */
+    int nc = cl.present ? cl.n : maxlabel + 1;
+    s->ds.classes = calloc((size_t)nc, sizeof(char *));
+    if (!s->ds.classes) rc = STK_ENOMEM;
+    for (int i = 0; rc == STK_OK && i < nc; i++) {
+      char num[16];
+      snprintf(num, sizeof num, "%d", i);
+      if (!(s->ds.classes[i] = strdup(cl.present ? cl.v[i] : num))) rc = STK_ENOMEM;
+      s->ds.nclasses = i + 1;
+    }
+    if (rc) stk__fail(msg, msglen, rc, "out of memory");
+  }
+  classlist_free(&cl);
+  free(dir);
+  return rc;
+}
+
+/* ---- the writer ------------------------------------------------------------ */
+
+/* An octal field of n bytes: n-1 digits and a NUL. */
+static void put_octal(unsigned char *f, size_t n, uint64_t v) {
+  f[n - 1] = '\0';
+  for (size_t i = n - 1; i-- > 0;) {
+    f[i] = (unsigned char)('0' + (v & 7));
+    v >>= 3;
+  }
+}
+
+/* A POSIX ustar header of a regular file. mtime is 0 so that the same
+ * input packs to the same bytes. name is shorter than 100 bytes. */
+static void make_header(unsigned char h[BLOCK], const char *name, uint64_t size) {
+  memset(h, 0, BLOCK);
+  memcpy(h, name, strlen(name));
+  put_octal(h + 100, 8, 0644);
+  put_octal(h + 108, 8, 0);
+  put_octal(h + 116, 8, 0);
+  put_octal(h + 124, 12, size);
+  put_octal(h + 136, 12, 0);
+  h[156] = '0';
+  memcpy(h + 257, "ustar", 6); /* with its NUL */
+  memcpy(h + 263, "00", 2);
+  put_octal(h + 329, 8, 0);
+  put_octal(h + 337, 8, 0);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < BLOCK; i++) sum += h[i];
+  put_octal(h + 148, 7, sum); /* six digits, a NUL, then the blank left there */
+}
+
+typedef struct {
+  FILE *f;
+  char *path;
+  uint64_t bytes;
+  int err;
+} shard_out;
+
+static void put(shard_out *o, const void *p, size_t n) {
+  if (n && fwrite(p, 1, n, o->f) != n) o->err = errno ? errno : EIO;
+  o->bytes += n;
+}
+
+static void put_member(shard_out *o, const char *name, const void *data, uint64_t size) {
+  static const unsigned char zeros[BLOCK];
+  unsigned char h[BLOCK];
+  make_header(h, name, size);
+  put(o, h, BLOCK);
+  put(o, data, (size_t)size);
+  put(o, zeros, (size_t)((BLOCK - size % BLOCK) % BLOCK));
+}
+
+/* Ends a shard with its two zero blocks, syncs and closes it. */
+static int close_shard(shard_out *o) {
+  static const unsigned char zeros[2 * BLOCK];
+  put(o, zeros, sizeof zeros);
+  if (fflush(o->f) != 0 && !o->err) o->err = errno;
+  if (!o->err && fsync(fileno(o->f)) != 0) o->err = errno;
+  if (fclose(o->f) != 0 && !o->err) o->err = errno;
+  o->f = NULL;
+  return o->err;
+}
+
+/* The key of sample i: its index (unique, and it keeps the source's order
+ * when keys are sorted) and its path relative to the root without the
+ * extension, every character other than [A-Za-z0-9_-] made '_' (a '.'
+ * would split the key, a '/' make a folder). */
+static void make_key(char *key, size_t cap, int64_t i, const char *path, const char *root) {
+  const char *rel = NULL;
+  size_t rl = root ? strlen(root) : 0;
+  while (rl > 1 && root[rl - 1] == '/') rl--;
+  if (root && rl && !strncmp(path, root, rl) && path[rl] == '/') rel = path + rl + 1;
+  if (!rel) { /* the parent folder and the file name */
+    const char *last = strrchr(path, '/');
+    rel = path;
+    if (last) {
+      const char *p = last;
+      while (p > path && p[-1] != '/') p--;
+      rel = p == last ? last + 1 : p;
+    }
+  }
+  const char *ext = strrchr(rel, '.');
+  const char *slash = strrchr(rel, '/');
+  size_t n = ext && (!slash || ext > slash) ? (size_t)(ext - rel) : strlen(rel);
+  if (n > 64) n = 64; /* keeps every member name within the 100 bytes of ustar */
+  int w = snprintf(key, cap, "%08lld_", (long long)i);
+  size_t k = w > 0 ? (size_t)w : 0;
+  for (size_t j = 0; j < n && k + 1 < cap; j++) {
+    char c = rel[j];
+    key[k++] = (isalnum((unsigned char)c) && !(c & 0x80)) || c == '-' || c == '_' ? c : '_';
+  }
+  key[k] = '\0';
+}
+
+/* Removes what a failed pack wrote into its temporary folder. */
+static void remove_tmp(const char *tmp, int shards) {
+  char p[4300]; /* tmp (at most 4200) and a file name */
+  for (int k = 0; k < shards; k++) {
+    snprintf(p, sizeof p, "%s/shard-%06d.tar", tmp, k);
+    unlink(p);
+  }
+  snprintf(p, sizeof p, "%s/classes.txt", tmp);
+  unlink(p);
+  rmdir(tmp);
+}
+
+static int dir_is_empty(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  struct dirent *e;
+  int empty = 1;
+  while (empty && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+  closedir(d);
+  return empty;
 }
 
 int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
                   char *err, size_t errlen) {
-  return stk__fail(err, errlen, STK_EFORMAT, "tar shards are not supported by this build");
+  memset(res, 0, sizeof *res);
+  if (!o->output || !*o->output) return stk__fail(err, errlen, STK_EINVAL, "pack: no output folder");
+  char out[4096], tmp[4200];
+  size_t ol = strlen(o->output);
+  while (ol > 1 && o->output[ol - 1] == '/') ol--;
+  if (ol >= sizeof out) return stk__fail(err, errlen, STK_EINVAL, "pack: output path too long");
+  memcpy(out, o->output, ol);
+  out[ol] = '\0';
+  struct stat st;
+  if (stat(out, &st) == 0 && (!S_ISDIR(st.st_mode) || !dir_is_empty(out)))
+    return stk__fail(err, errlen, STK_EINVAL, "pack: %s exists and is not an empty folder", out);
+  /* Everything goes into OUTPUT.tmp-PID, renamed to OUTPUT at the end: an
+   * interrupted pack leaves no half-written shard folder under the name. */
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
+  if (mkdir(tmp, 0755) != 0)
+    return stk__fail(err, errlen, STK_EIO, "pack: cannot create %s: %s", tmp, strerror(errno));
+  uint64_t shard_bytes = o->shard_bytes ? o->shard_bytes : 1ULL << 30;
+  stk__decoder *dec = stk__decoder_create();
+  if (!dec) {
+    rmdir(tmp);
+    return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  }
+  stk__decoder_set_limits(dec, o->max_pixels);
+  stk__buf buf = {0};
+  shard_out so = {0};
+  int rc = STK_OK, shards = 0;
+  char path[4300], msg[512], key[128], member[160];
+  for (int64_t i = 0; rc == STK_OK && i < ds->n; i++) {
+    const char *file = stk__dataset_path(ds, i);
+    stk__bytes b;
+    int frc = stk__read_whole_file(file, &buf, o->max_file_bytes, &b, msg, sizeof msg);
+    stk__format fmt = STK__FMT_UNKNOWN;
+    if (frc == STK_OK) {
+      fmt = stk__sniff(b.data, b.len);
+      stk__image_info info;
+      if (fmt != STK__FMT_JPEG && fmt != STK__FMT_PNG) {
+        frc = STK_EFORMAT;
+        snprintf(msg, sizeof msg, "not a JPEG or PNG image (%s)",
+                 fmt == STK__FMT_UNKNOWN ? "unknown format" : stk__format_name(fmt));
+      } else if (b.len > 077777777777ULL) {
+        frc = STK_ELIMIT;
+        snprintf(msg, sizeof msg, "too large for a ustar member");
+      } else {
+        /* the header only: a file whose header is unreadable or over the
+         * pixel limit would fail every epoch */
+        frc = stk__decoder_header(dec, b.data, b.len, &info, msg, sizeof msg);
+      }
+    }
+    if (frc != STK_OK) {
+      res->failed++;
+      if (o->bad_file) o->bad_file(o->user, file, msg);
+    } else {
+      if (!so.f) {
+        snprintf(path, sizeof path, "%s/shard-%06d.tar", tmp, shards);
+        so.f = fopen(path, "wbx");
+        if (!so.f) {
+          rc = stk__fail(err, errlen, STK_EIO, "pack: cannot create %s: %s", path, strerror(errno));
+          break;
+        }
+        shards++;
+        so.bytes = 0;
+      }
+      make_key(key, sizeof key, i, file, o->root);
+      snprintf(member, sizeof member, "%s.%s", key, fmt == STK__FMT_JPEG ? "jpg" : "png");
+      put_member(&so, member, b.data, b.len);
+      char lab[16];
+      int ll = snprintf(lab, sizeof lab, "%d", (int)ds->labels[i]);
+      snprintf(member, sizeof member, "%s.cls", key);
+      put_member(&so, member, lab, (uint64_t)ll);
+      res->packed++;
+      if (so.err) {
+        rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(so.err));
+        break;
+      }
+      if (so.bytes >= shard_bytes) {
+        uint64_t before = so.bytes;
+        if (close_shard(&so)) {
+          rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(so.err));
+          break;
+        }
+        res->bytes += before + 2 * BLOCK;
+      }
+    }
+    if (o->progress && ((i + 1) % 64 == 0 || i + 1 == ds->n)) o->progress(o->user, i + 1, ds->n);
+  }
+  if (so.f) {
+    if (rc == STK_OK) {
+      uint64_t before = so.bytes;
+      if (close_shard(&so))
+        rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(so.err));
+      res->bytes += before + 2 * BLOCK;
+    } else {
+      fclose(so.f);
+    }
+  }
+  stk__buf_free(&buf);
+  stk__decoder_destroy(dec);
+  if (rc == STK_OK && res->packed == 0)
+    rc = stk__fail(err, errlen, STK_EEMPTY, "pack: none of the %lld files could be packed",
+                   (long long)ds->n);
+  if (rc == STK_OK) {
+    /* class i on line i; a line break inside a name would shift the rest */
+    snprintf(path, sizeof path, "%s/classes.txt", tmp);
+    FILE *f = fopen(path, "wx");
+    int bad = !f;
+    for (int c = 0; f && c < ds->nclasses; c++) {
+      for (const char *p = ds->classes[c]; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);
+      fputc('\n', f);
+    }
+    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0)) bad = 1;
+    if (f && fclose(f) != 0) bad = 1;
+    if (bad) rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(errno));
+  }
+  if (rc == STK_OK) {
+    /* rename() replaces an empty folder of that name */
+    if (rename(tmp, out) != 0)
+      rc = stk__fail(err, errlen, STK_EIO, "pack: cannot rename %s to %s: %s", tmp, out,
+                     strerror(errno));
+  }
+  if (rc != STK_OK) {
+    remove_tmp(tmp, shards);
+    res->packed = 0;
+    res->bytes = 0;
+    shards = 0;
+  }
+  res->shards = shards;
+  return rc;
 }
