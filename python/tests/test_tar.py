@@ -1,0 +1,174 @@
+"""WebDataset tar shards both ways, with the real `webdataset` package: what
+`stoker pack --tar` writes reads in webdataset as the same keys, labels and
+bytes, and what webdataset's ShardWriter writes reads in stoker with the
+right labels and the same pixels as the files it was made from."""
+import glob
+import io
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import stoker  # noqa: E402
+
+from conftest import make_folder, photo, save_jpeg  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+# Debian's pip refuses to install into the system interpreter, so webdataset
+# (pure Python; numpy and yaml come from Debian) goes into a folder of the
+# build tree when it is not installed.
+PYDEPS = os.path.join(REPO, "build", "pydeps")
+
+
+@pytest.fixture(scope="module")
+def wds():
+    try:
+        import webdataset
+        return webdataset
+    except ImportError:
+        pass
+    if not os.path.isdir(os.path.join(PYDEPS, "webdataset")):
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                            "--target", PYDEPS, "webdataset", "braceexpand"],
+                           check=True, capture_output=True, timeout=300)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if PYDEPS not in sys.path:
+        sys.path.append(PYDEPS)
+    try:
+        import webdataset
+    except ImportError as e:
+        pytest.skip(f"the webdataset package cannot be imported ({e}) nor installed into {PYDEPS}")
+    return webdataset
+
+
+def stoker_cli():
+    """The stoker command of this build: $STOKER_CLI, or build/stoker."""
+    for c in (os.environ.get("STOKER_CLI"), os.path.join(REPO, "build", "stoker"),
+              shutil.which("stoker")):
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def jpeg_bytes(arr, quality=90):
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.fromarray(arr).save(b, format="JPEG", quality=quality)
+    return b.getvalue()
+
+
+def png_bytes(arr):
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.fromarray(arr).save(b, format="PNG")
+    return b.getvalue()
+
+
+def epoch(loader):
+    images, labels, indices = [], [], []
+    for b in loader.iter_batches():
+        images.append(b.images)
+        labels += b.labels.tolist()
+        indices += list(b.indices)
+    return torch.cat(images), labels, indices
+
+
+def test_stoker_reads_webdataset_shards(tmp_path, wds):
+    """ShardWriter's shards (ustar, with .json fields beside) read with their
+    labels, in shard order, with the pixels of the same files read from a list."""
+    shards = tmp_path / "shards"
+    files = tmp_path / "files"
+    shards.mkdir()
+    files.mkdir()
+    expected = []
+    lines = []
+    with wds.ShardWriter(str(shards / "shard-%06d.tar"), maxcount=4, verbose=0) as sink:
+        for i in range(11):
+            arr = photo(40 + i, 30, 100 + i)
+            data, ext = (png_bytes(arr), "png") if i == 5 else (jpeg_bytes(arr), "jpg")
+            label = (i * 7) % 4
+            key = f"group{i % 2}/sample{i:04d}"
+            sink.write({"__key__": key, ext: data, "cls": label, "json": {"i": i}})
+            path = files / f"{i:04d}.{ext}"
+            path.write_bytes(data)
+            lines.append(f"{path} {label}")
+            expected.append((key, ext, label))
+    assert len(glob.glob(str(shards / "*.tar"))) == 3
+
+    kw = dict(batch_size=4, size=24, threads=2, pipeline="eval", shuffle=False)
+    ld = stoker.ImageLoader(str(shards), **kw)
+    assert ld.num_samples == 11
+    samples = ld.samples
+    for (path, label), (key, ext, want) in zip(samples, expected):
+        assert path.endswith(f".tar:{key}.{ext}"), path
+        assert label == want
+    imgs, labels, _ = epoch(ld)
+    assert labels == [e[2] for e in expected]
+    assert ld.classes == ["0", "1", "2", "3"]  # no classes.txt: the label numbers
+
+    listfile = tmp_path / "list.txt"
+    listfile.write_text("\n".join(lines) + "\n")
+    ref = stoker.ImageLoader(list_file=str(listfile), **kw)
+    ref_imgs, ref_labels, _ = epoch(ref)
+    assert ref_labels == labels
+    assert torch.equal(imgs, ref_imgs)
+
+    # train and shuffled, over two ranks: every sample once, equal lengths
+    seen = []
+    lens = set()
+    for rank in range(2):
+        ld = stoker.ImageLoader(str(shards), batch_size=3, size=16, threads=2, pipeline="train",
+                                rank=rank, world_size=2, seed=3, shard_drop_last=True)
+        lens.add(len(ld))
+        _, _, idx = epoch(ld)
+        seen += idx
+    assert len(lens) == 1
+    assert len(seen) == len(set(seen)) == 10  # 11 // 2 * 2
+
+
+def test_webdataset_reads_stoker_shards(tmp_path, wds):
+    cli = stoker_cli()
+    if cli is None:
+        pytest.skip("no stoker command found (set STOKER_CLI or build build/stoker)")
+    help_ = subprocess.run([cli, "pack", "--help"], capture_output=True, text=True)
+    if help_.returncode != 0 or "--tar" not in help_.stdout + help_.stderr:
+        pytest.skip(f"{cli} has no `pack --tar`")
+    root = make_folder(tmp_path / "folder", classes=3, per_class=4)
+    save_jpeg(os.path.join(root, "class01", "x.y.z.jpg"), photo(30, 30, 77))  # dots in a name
+    out = tmp_path / "shards"
+    r = subprocess.run([cli, "pack", root, str(out), "--tar", "--shard-size", "3000"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tars = sorted(glob.glob(str(out / "*.tar")))
+    assert len(tars) > 1
+
+    # the files as ImageFolder has them: sorted classes, then sorted names
+    classes = sorted(os.listdir(root))
+    want = []
+    for c, name in enumerate(classes):
+        for f in sorted(os.listdir(os.path.join(root, name))):
+            with open(os.path.join(root, name, f), "rb") as fh:
+                want.append((c, fh.read()))
+
+    ds = wds.WebDataset(tars, shardshuffle=False)
+    got = [(s["__key__"], int(s["cls"]), s["jpg"]) for s in ds]
+    assert [(lab, data) for _, lab, data in got] == want
+    keys = [k for k, _, _ in got]
+    assert len(set(keys)) == len(keys) and keys == sorted(keys)
+    assert all("." not in k for k in keys)
+    with open(out / "classes.txt") as f:
+        assert f.read().splitlines() == classes
+
+    # and stoker reads its own shards with the folder's class names
+    ld = stoker.ImageLoader(str(out), batch_size=4, size=16, threads=2, pipeline="eval")
+    assert ld.classes == classes
+    assert [lab for _, lab in ld.samples] == [c for c, _ in want]
