@@ -1,6 +1,7 @@
 #!/bin/sh
-# The `stoker` command end to end: synth, check, bench --json, info, --help,
-# and the exit codes a script relies on.
+# The `stoker` command end to end: synth, check, bench --json, pack (cache and
+# tar shards, read back by bench and check), info, --help, and the exit codes
+# and messages a script relies on.
 # usage: cli.sh PATH/TO/stoker
 set -u
 STK=$1
@@ -16,7 +17,7 @@ expect() { # expect CODE DESCRIPTION -- command...
   if [ "$got" -eq "$want" ]; then ok; else bad "$what: exit $got, want $want"; cat "$T/err" >&2; fi
 }
 
-for c in "" bench check synth info; do
+for c in "" bench check pack synth info; do
   expect 0 "$c --help" -- "$STK" $c --help
   grep -q "usage: stoker" "$T/out" && ok || bad "$c --help prints usage"
 done
@@ -24,6 +25,36 @@ expect 2 "no command" -- "$STK"
 expect 2 "unknown command" -- "$STK" frobnicate
 expect 2 "bad option" -- "$STK" bench "$T" --frob
 expect 2 "bad number" -- "$STK" bench "$T" --batch abc
+# the loader's flags come from the options table, with its ranges and names
+expect 2 "index out of range" -- "$STK" bench "$T" --index 5
+grep -q -e "--index 5: index must be in -1..1, got 5" "$T/err" && ok || bad "index range message: $(cat "$T/err")"
+expect 2 "unknown dtype" -- "$STK" bench "$T" --dtype int8
+grep -q "float32, float16, bfloat16 or uint8, got 'int8'" "$T/err" && ok || bad "dtype message: $(cat "$T/err")"
+expect 2 "negative shuffle buffer" -- "$STK" bench "$T" --shuffle-buffer -1
+grep -q "shuffle_buffer must be at least 0" "$T/err" && ok || bad "shuffle_buffer message: $(cat "$T/err")"
+expect 2 "flag without value" -- "$STK" bench "$T" --index-dir
+grep -q -e "--index-dir needs a value" "$T/err" && ok || bad "missing value message: $(cat "$T/err")"
+expect 2 "scale needs two numbers" -- "$STK" bench "$T" --scale 0.5
+grep -q "scale expects 2 comma-separated numbers" "$T/err" && ok || bad "scale message: $(cat "$T/err")"
+for f in --index --index-dir --shuffle-buffer --allow-stale-cache --cpu-share --batch; do
+  "$STK" bench --help | grep -q -e "^  $f" && ok || bad "bench --help lists $f"
+done
+expect 2 "pack without a format" -- "$STK" pack "$T" "$T/out.stkc"
+grep -q "choose one of --cache and --tar" "$T/err" && ok || bad "pack format message"
+expect 2 "pack with both formats" -- "$STK" pack "$T" "$T/out" --cache --tar
+expect 2 "pack bad shard size" -- "$STK" pack "$T" "$T/out" --tar --shard-size 12Q
+grep -q "shard-size expects a size" "$T/err" && ok || bad "shard-size message: $(cat "$T/err")"
+expect 2 "pack shard size with cache" -- "$STK" pack "$T" "$T/out" --cache --shard-size 1G
+grep -q "applies to --tar only" "$T/err" && ok || bad "shard-size --cache message"
+expect 2 "pack quality with tar" -- "$STK" pack "$T" "$T/out" --tar --quality 80
+grep -q -e "--quality applies to --cache only" "$T/err" && ok || bad "quality --tar message"
+expect 2 "pack bad encoding" -- "$STK" pack "$T" "$T/out" --cache --encoding png
+grep -q "raw or jpeg" "$T/err" && ok || bad "encoding message"
+expect 2 "pack bad quality" -- "$STK" pack "$T" "$T/out" --cache --quality 101
+expect 2 "pack without output" -- "$STK" pack "$T" --cache
+expect 1 "pack of a missing folder" -- "$STK" pack "$T/missing" "$T/out.stkc" --cache
+grep -q "$T/missing" "$T/err" && ok || bad "pack names the missing folder: $(cat "$T/err")"
+[ ! -e "$T/out.stkc" ] && ok || bad "a failed pack leaves no output"
 
 expect 0 "info" -- "$STK" info
 grep -q "^simd: " "$T/out" && grep -q "^jpeg: " "$T/out" && ok || bad "info lists simd and jpeg"
@@ -60,6 +91,77 @@ expect 0 "bench skip" -- "$STK" bench "$T/ds" --batch 4 --threads 2 --on-error s
 tail -n 1 "$T/out" | grep -q '"skipped": 3' && ok || bad "skip counts 3"
 tail -n 1 "$T/out" | grep -q '"images": 24' && ok || bad "skip still delivers the 24 good images"
 grep -q "skipped: .*truncated.jpg" "$T/out" && ok || bad "skip lists the files"
+
+# pack: a cache and tar shards of the folder with its three broken files;
+# each broken file is left out and listed, the rest reads back in full
+expect 0 "pack cache" -- "$STK" pack "$T/ds" "$T/ds.stkc" --cache --threads 2 --json
+for f in broken.jpg empty.JPEG truncated.jpg; do
+  grep -q "^left out: .*$f: " "$T/out" && ok || bad "pack lists $f"
+done
+last=$(tail -n 1 "$T/out")
+for k in '"ok": true' '"format": "cache"' '"packed": 24' '"failed": 3' '"shards": 0' 'truncated.jpg'; do
+  echo "$last" | grep -q "$k" && ok || bad "pack json has $k: $last"
+done
+[ -s "$T/ds.stkc" ] && ok || bad "pack wrote the cache"
+expect 0 "pack jpeg cache" -- "$STK" pack "$T/ds" "$T/ds-jpeg.stkc" --cache --encoding jpeg --max-side 64 --quality 80
+grep -q "packed 24 samples into .*ds-jpeg.stkc (cache), 3 left out" "$T/out" && ok || bad "jpeg pack summary: $(cat "$T/out")"
+[ "$(wc -c <"$T/ds-jpeg.stkc")" -lt "$(wc -c <"$T/ds.stkc")" ] && ok || bad "a bounded jpeg cache is smaller than the raw one"
+# tar shards keep each file's bytes: the pack vets headers only, so the
+# truncated JPEG goes in, and check (a full decode) finds it in its shard
+expect 0 "pack tar" -- "$STK" pack "$T/ds" "$T/shards" --tar --shard-size 512K --json
+last=$(tail -n 1 "$T/out")
+for k in '"ok": true' '"format": "tar"' '"packed": 25' '"failed": 2' 'broken.jpg' 'empty.JPEG'; do
+  echo "$last" | grep -q "$k" && ok || bad "pack tar json has $k: $last"
+done
+nshards=$(ls "$T/shards" | grep -c '\.tar$')
+[ "$nshards" -ge 2 ] && ok || bad "512K shards of ~2.5 MB make several shards, got $nshards"
+echo "$last" | grep -q "\"shards\": $nshards," && ok || bad "pack reports the $nshards shards it wrote: $last"
+
+for src in ds.stkc ds-jpeg.stkc; do
+  expect 0 "check $src" -- "$STK" check "$T/$src"
+  grep -q "^24 files checked, 0 failed" "$T/out" && ok || bad "check $src counts 24: $(cat "$T/out")"
+  expect 0 "bench $src" -- "$STK" bench "$T/$src" --batch 5 --threads 2 --epochs 2 --json
+  tail -n 1 "$T/out" | grep -q '"images": 48' && ok || bad "bench $src delivers 48: $(tail -n 1 "$T/out")"
+  grep -q "^source: " "$T/out" && ok || bad "bench $src names its source"
+done
+tail -n 1 "$T/out" | grep -q '"source": "cache"' && ok || bad "bench calls a cache a cache"
+expect 1 "check shards" -- "$STK" check "$T/shards"
+grep -q "shard-[0-9]*\.tar:.*truncated\.jpg: " "$T/out" && ok || bad "check names the member in its shard: $(cat "$T/out")"
+grep -q "^25 files checked, 1 failed (tar)" "$T/out" && ok || bad "check shards counts 25: $(tail -n 1 "$T/out")"
+expect 0 "bench shards" -- "$STK" bench "$T/shards" --batch 5 --threads 2 --epochs 2 --on-error skip --shuffle-buffer 4 --json
+last=$(tail -n 1 "$T/out")
+for k in '"images": 48' '"skipped": 2' '"source": "tar"' '"samples": 25'; do
+  echo "$last" | grep -q "$k" && ok || bad "bench shards json has $k: $last"
+done
+expect 0 "bench cache eval" -- "$STK" bench "$T/ds.stkc" --pipeline eval --size 32 --batch 7 --json
+tail -n 1 "$T/out" | grep -q '"images": 24' && ok || bad "eval bench of a cache counts 24"
+# a damaged cache: check finds the entry whose checksum no longer matches
+cp "$T/ds.stkc" "$T/bad.stkc"
+size=$(wc -c <"$T/bad.stkc")
+printf '\377\377\377\377\377\377\377\377' | dd of="$T/bad.stkc" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+expect 1 "check damaged cache" -- "$STK" check "$T/bad.stkc" --json
+grep -q '"failed": 1' "$T/out" && ok || bad "check finds the damaged entry: $(cat "$T/out")"
+
+# a stale cache: refused, or used with a note under --allow-stale-cache
+expect 0 "pack clean copy" -- "$STK" pack "$T/ds2" "$T/ds2.stkc" --cache
+cp "$(find "$T/ds2/n0000" -name '*.JPEG' | head -n 1)" "$T/ds2/n0000/added.JPEG"
+expect 1 "bench stale cache" -- "$STK" bench "$T/ds2.stkc" --batch 8
+grep -q "stale" "$T/err" && ok || bad "stale cache refused with a reason: $(cat "$T/err")"
+expect 0 "bench stale cache allowed" -- "$STK" bench "$T/ds2.stkc" --batch 8 --allow-stale-cache --json
+grep -q "note: .*stale" "$T/err" && ok || bad "bench prints the note: $(cat "$T/err")"
+tail -n 1 "$T/out" | grep -q '"images": 24' && ok || bad "stale cache still reads 24"
+expect 2 "check stale cache" -- "$STK" check "$T/ds2.stkc"
+expect 0 "check stale cache allowed" -- "$STK" check "$T/ds2.stkc" --allow-stale-cache
+
+# files the pack cannot read: over the size limit, and (not as root) without permission
+expect 0 "pack with a size limit" -- "$STK" pack "$T/ds2" "$T/small.stkc" --cache --max-file-bytes 120K
+grep -q "^left out: .*over the limit" "$T/out" && ok || bad "pack lists the files over the limit: $(head -n 3 "$T/out")"
+if [ "$(id -u)" -ne 0 ]; then
+  chmod 000 "$T/ds2/n0000/added.JPEG"
+  expect 0 "pack with an unreadable file" -- "$STK" pack "$T/ds2" "$T/perm.stkc" --cache
+  grep -q "^left out: .*added.JPEG: .*ermission" "$T/out" && ok || bad "pack lists the unreadable file: $(cat "$T/out")"
+  chmod 644 "$T/ds2/n0000/added.JPEG"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,10 +1,14 @@
 /*
  * stoker: the command-line face of libstoker.
  *
- *   stoker bench DIR    throughput of the loader on a folder
- *   stoker check DIR    decode every file, list the ones that fail
- *   stoker synth DIR    write a deterministic ImageNet-like JPEG dataset
- *   stoker info         version, SIMD level, what this build decodes
+ *   stoker bench SOURCE     throughput of the loader on a folder, cache or shards
+ *   stoker check SOURCE     decode every sample, list the ones that fail
+ *   stoker pack SRC OUT     write a pre-decoded cache or tar shards
+ *   stoker synth DIR        write a deterministic ImageNet-like JPEG dataset
+ *   stoker info             version, SIMD level, what this build decodes
+ *
+ * The loader's flags of `bench` (and their --help lines) come from the
+ * options table of core/options.h, so a new option needs no code here.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -16,7 +20,9 @@
 #include <unistd.h>
 
 #include "core/common.h"
-#include "sources/dataset.h"
+#include "core/options.h"
+#include "loader/pipeline.h"
+#include "sources/source.h"
 #include "stoker.h"
 #include "synth/synth.h"
 
@@ -30,10 +36,12 @@ static void usage_main(FILE *f) {
   fprintf(f,
           "usage: stoker <command> [options]\n\n"
           "commands:\n"
-          "  bench DIR   measure the loader's throughput on an ImageFolder-style folder\n"
-          "  check DIR   decode every image of a folder and list each one that fails\n"
-          "  synth DIR   write a deterministic, ImageNet-like JPEG dataset\n"
-          "  info        print the version, SIMD level and what this build can decode\n\n"
+          "  bench SOURCE   measure the loader's throughput on an image folder, a cache or\n"
+          "                 tar shards\n"
+          "  check SOURCE   decode every sample of a source and list each one that fails\n"
+          "  pack SRC OUT   pack an image folder into a pre-decoded cache or tar shards\n"
+          "  synth DIR      write a deterministic, ImageNet-like JPEG dataset\n"
+          "  info           print the version, SIMD level and what this build can decode\n\n"
           "`stoker <command> --help` describes each command.\n");
 }
 
@@ -45,18 +53,6 @@ static long long parse_int(const char *opt, const char *v, long long lo, long lo
   if (!v || errno || !end || *end || x < lo || x > hi) {
     fprintf(stderr, "stoker: %s expects an integer in [%lld, %lld], got '%s'\n", opt, lo, hi,
             v ? v : "");
-    exit(2);
-  }
-  return x;
-}
-
-/* Parses a number option value in [lo, hi]; exits with a message when malformed. */
-static double parse_real(const char *opt, const char *v, double lo, double hi) {
-  char *end = NULL;
-  errno = 0;
-  double x = v ? strtod(v, &end) : 0;
-  if (!v || errno || !end || *end || !(x >= lo && x <= hi)) {
-    fprintf(stderr, "stoker: %s expects a number in [%g, %g], got '%s'\n", opt, lo, hi, v ? v : "");
     exit(2);
   }
   return x;
@@ -76,38 +72,121 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-/* ---- bench ------------------------------------------------------------- */
-
-static void usage_bench(FILE *f) {
-  fprintf(f,
-          "usage: stoker bench DIR [options]\n\n"
-          "Runs the loader over DIR (DIR/<class>/<image>) and reports images/s.\n\n"
-          "  --pipeline train|eval  train: RandomResizedCrop + flip; eval: Resize + CenterCrop (train)\n"
-          "  --size N               output side in pixels (224)\n"
-          "  --batch N              batch size (256)\n"
-          "  --threads N            worker threads, 0 = all CPUs (0)\n"
-          "  --epochs N             epochs to run (1)\n"
-          "  --seed S               seed of shuffle and augmentation (0)\n"
-          "  --dtype T              float32|float16|bfloat16|uint8 (float32)\n"
-          "  --layout L             nchw|nhwc (nchw)\n"
-          "  --prefetch N           batches prepared ahead (2)\n"
-          "  --on-error P           raise|skip (raise)\n"
-          "  --device N             decode and augment on CUDA device N (nvJPEG + kernels);\n"
-          "                         -1 = CPU (-1)\n"
-          "  --cpu-share X          with --device: share of each batch the worker threads\n"
-          "                         decode on the CPU, 0..1; adaptive when not given\n"
-          "  --json                 print one JSON object as the last line\n");
-}
-
-static void progress_bar(int64_t done, int64_t total, double secs) {
+static void progress_bar(int64_t done, int64_t total, double secs, const char *unit) {
   int width = 30, fill = total > 0 ? (int)(width * done / total) : 0;
   if (fill > width) fill = width;
   char bar[64];
   for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
   bar[width] = '\0';
-  fprintf(stderr, "\r[%s] %" PRId64 "/%" PRId64 " images  %.0f img/s ", bar, done, total,
-          secs > 0 ? done / secs : 0.0);
+  fprintf(stderr, "\r[%s] %" PRId64 "/%" PRId64 " %s  %.0f %s/s ", bar, done, total, unit,
+          secs > 0 ? done / secs : 0.0, unit);
   fflush(stderr);
+}
+
+/* ---- the loader's flags, from the options table ------------------------ */
+
+/* The value's shape in --help: "N", "LO,HI", "train|eval", ... */
+static void flag_metavar(const stk__option *d, char *buf, size_t len) {
+  switch (d->type) {
+    case STK__OPT_ENUM: snprintf(buf, len, "%s", d->choices); break;
+    case STK__OPT_BOOL: buf[0] = '\0'; break;
+    case STK__OPT_U64: snprintf(buf, len, "%s", strstr(d->name, "bytes") ? "BYTES" : "N"); break;
+    case STK__OPT_INT: snprintf(buf, len, "N"); break;
+    case STK__OPT_FLOAT: snprintf(buf, len, d->count == 1 ? "X" : d->count == 2 ? "LO,HI" : "A,B,C"); break;
+    case STK__OPT_STR: snprintf(buf, len, "PATH"); break;
+  }
+}
+
+static void flag_default(const stk__option *d, char *buf, size_t len) {
+  stk_options def;
+  stk_options_init(&def);
+  buf[0] = '\0';
+  switch (d->type) {
+    case STK__OPT_ENUM: stk__option_choice_name(d, (int)stk__option_get_int(&def, d), buf, len); break;
+    case STK__OPT_BOOL: snprintf(buf, len, "%s", stk__option_get_int(&def, d) ? "on" : "off"); break;
+    case STK__OPT_INT: snprintf(buf, len, "%lld", stk__option_get_int(&def, d)); break;
+    case STK__OPT_U64:
+      snprintf(buf, len, "%llu", (unsigned long long)stk__option_get_u64(&def, d));
+      break;
+    case STK__OPT_FLOAT: {
+      size_t k = 0;
+      for (int i = 0; i < d->count && k < len; i++) {
+        int w = snprintf(buf + k, len - k, "%s%g", i ? "," : "",
+                         (double)stk__option_get_float(&def, d, i));
+        if (w < 0) break;
+        k += (size_t)w;
+      }
+      break;
+    }
+    case STK__OPT_STR: break;
+  }
+}
+
+/* One --help line per flag of the table that `accept` lets through. */
+static void print_option_flags(FILE *f, int (*accept)(const stk__option *)) {
+  for (int i = 0; i < stk__num_options; i++) {
+    const stk__option *d = &stk__options[i];
+    if (!d->cli || (accept && !accept(d))) continue;
+    char meta[64], def[64], left[128];
+    flag_metavar(d, meta, sizeof meta);
+    flag_default(d, def, sizeof def);
+    snprintf(left, sizeof left, "%s%s%s", d->cli, meta[0] ? " " : "", meta);
+    char text[512];
+    snprintf(text, sizeof text, def[0] ? "%s (%s)" : "%s", d->doc, def);
+    if (strlen(left) <= 26)
+      fprintf(f, "  %-26s ", left);
+    else
+      fprintf(f, "  %s\n  %-26s ", left, "");
+    /* wrap the text at word boundaries to stay within 80 columns */
+    const char *p = text;
+    while (strlen(p) > 51) {
+      const char *cut = p + 51;
+      while (cut > p && *cut != ' ') cut--;
+      if (cut == p) break;
+      fprintf(f, "%.*s\n  %-26s ", (int)(cut - p), p, "");
+      p = cut + 1;
+    }
+    fprintf(f, "%s\n", p);
+  }
+}
+
+/* If argv[*i] is a flag of the table that `accept` lets through, parses it
+ * (and its value) into o and returns 1; 0 when it is no such flag. A bad
+ * value ends the program with status 2 and a message naming the flag. */
+static int take_option_flag(const char *cmd, int argc, char **argv, int *i, stk_options *o,
+                            int (*accept)(const stk__option *)) {
+  const stk__option *d = stk__option_by_cli(argv[*i]);
+  if (!d || (accept && !accept(d))) return 0;
+  char err[512];
+  if (d->type == STK__OPT_BOOL) { /* a switch: present = on */
+    stk__option_set_int(o, d, 1);
+    return 1;
+  }
+  const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (!v) {
+    fprintf(stderr, "stoker %s: %s needs a value (see --help)\n", cmd, d->cli);
+    exit(2);
+  }
+  if (stk__option_parse(o, d, v, err, sizeof err)) {
+    fprintf(stderr, "stoker %s: %s %s: %s\n", cmd, d->cli, v, err);
+    exit(2);
+  }
+  (*i)++;
+  return 1;
+}
+
+/* ---- bench ------------------------------------------------------------- */
+
+static void usage_bench(FILE *f) {
+  fprintf(f,
+          "usage: stoker bench SOURCE [options]\n"
+          "       stoker bench --list FILE [--list-base DIR] [options]\n\n"
+          "Runs the loader over SOURCE and reports images/s. SOURCE is an image folder\n"
+          "(SOURCE/<class>/<image>), a cache file or a folder of tar shards (stoker pack);\n"
+          "the kind is detected from the content.\n\n"
+          "  --epochs N                 epochs to run (1)\n"
+          "  --json                     print one JSON object as the last line\n");
+  print_option_flags(f, NULL);
 }
 
 static int cmd_bench(int argc, char **argv) {
@@ -117,62 +196,28 @@ static int cmd_bench(int argc, char **argv) {
   }
   stk_options o;
   stk_options_init(&o);
-  o.threads = 0;
   int epochs = 1, json = 0;
   const char *dir = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--json")) {
       json = 1;
-    } else if (!strcmp(a, "--pipeline")) {
-      i++;
-      if (v && !strcmp(v, "train")) o.pipeline = STK_PIPELINE_TRAIN;
-      else if (v && !strcmp(v, "eval")) o.pipeline = STK_PIPELINE_EVAL;
-      else { fprintf(stderr, "stoker bench: --pipeline is train or eval\n"); return 2; }
-    } else if (!strcmp(a, "--size")) {
-      o.size = (int)parse_int(a, v, 1, 8192), i++;
-    } else if (!strcmp(a, "--batch")) {
-      o.batch_size = (int)parse_int(a, v, 1, 1 << 20), i++;
-    } else if (!strcmp(a, "--threads")) {
-      o.threads = (int)parse_int(a, v, 0, 1024), i++;
     } else if (!strcmp(a, "--epochs")) {
       epochs = (int)parse_int(a, v, 1, 1000000), i++;
-    } else if (!strcmp(a, "--seed")) {
-      o.seed = (uint64_t)parse_int(a, v, 0, INT64_MAX), i++;
-    } else if (!strcmp(a, "--device")) {
-      o.device = (int)parse_int(a, v, -1, 1023), i++;
-    } else if (!strcmp(a, "--cpu-share")) {
-      o.gpu_cpu_share = (float)parse_real(a, v, 0.0, 1.0), i++;
-    } else if (!strcmp(a, "--prefetch")) {
-      o.prefetch = (int)parse_int(a, v, 1, 64), i++;
-    } else if (!strcmp(a, "--dtype")) {
-      i++;
-      if (v && !strcmp(v, "float32")) o.dtype = STK_DTYPE_FLOAT32;
-      else if (v && !strcmp(v, "float16")) o.dtype = STK_DTYPE_FLOAT16;
-      else if (v && !strcmp(v, "bfloat16")) o.dtype = STK_DTYPE_BFLOAT16;
-      else if (v && !strcmp(v, "uint8")) o.dtype = STK_DTYPE_UINT8;
-      else { fprintf(stderr, "stoker bench: --dtype is float32, float16, bfloat16 or uint8\n"); return 2; }
-    } else if (!strcmp(a, "--layout")) {
-      i++;
-      if (v && !strcmp(v, "nchw")) o.layout = STK_LAYOUT_NCHW;
-      else if (v && !strcmp(v, "nhwc")) o.layout = STK_LAYOUT_NHWC;
-      else { fprintf(stderr, "stoker bench: --layout is nchw or nhwc\n"); return 2; }
-    } else if (!strcmp(a, "--on-error")) {
-      i++;
-      if (v && !strcmp(v, "raise")) o.on_error = STK_ON_ERROR_RAISE;
-      else if (v && !strcmp(v, "skip")) o.on_error = STK_ON_ERROR_SKIP;
-      else { fprintf(stderr, "stoker bench: --on-error is raise or skip\n"); return 2; }
+    } else if (take_option_flag("bench", argc, argv, &i, &o, NULL)) {
+      continue;
     } else if (a[0] == '-') {
       fprintf(stderr, "stoker bench: unknown option %s (see --help)\n", a);
       return 2;
     } else if (!dir) {
       dir = a;
     } else {
-      fprintf(stderr, "stoker bench: one folder only\n");
+      fprintf(stderr, "stoker bench: one source only\n");
       return 2;
     }
   }
-  if (!dir) {
+  if (!dir == !o.list_file) {
+    if (dir) fprintf(stderr, "stoker bench: give a SOURCE or --list, not both\n\n");
     usage_bench(stderr);
     return 2;
   }
@@ -186,6 +231,8 @@ static int cmd_bench(int argc, char **argv) {
     return 1;
   }
   t_build = stk__now() - t_build;
+  const char *kind = stk_loader_source_kind(l), *note = stk_loader_note(l);
+  if (note[0]) fprintf(stderr, "stoker bench: note: %s\n", note);
   int tty = isatty(STDERR_FILENO) && !json;
   int64_t per_epoch = stk_loader_shard_size(l), images = 0;
   double t0 = stk__now();
@@ -213,18 +260,21 @@ static int cmd_bench(int argc, char **argv) {
       }
       images += b.n;
       stk_batch_release(l, &b);
-      if (tty) progress_bar(images, per_epoch * epochs, stk__now() - t0);
+      if (tty) progress_bar(images, per_epoch * epochs, stk__now() - t0, "images");
     }
   }
   double secs = stk__now() - t0;
   if (tty) fputc('\n', stderr);
   stk_stats st;
   stk_loader_stats(l, &st);
-  const char *dtypes[] = {"float32", "float16", "bfloat16", "uint8"};
+  char dtype[32];
+  stk__option_choice_name(stk__option_by_name("dtype"), (int)o.dtype, dtype, sizeof dtype);
+  printf("source: %s %s, %" PRId64 " samples, %d classes\n", kind, dir ? dir : o.list_file,
+         stk_loader_num_samples(l), stk_loader_num_classes(l));
   printf("%s pipeline, %d threads, batch %d, size %d, %s %s: %" PRId64
          " images in %.3f s = %.1f images/s (%" PRIu64 " skipped; loader built in %.3f s)\n",
          o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", st.threads, o.batch_size, o.size,
-         dtypes[o.dtype], o.layout == STK_LAYOUT_NCHW ? "NCHW" : "NHWC", images, secs,
+         dtype, o.layout == STK_LAYOUT_NCHW ? "NCHW" : "NHWC", images, secs,
          secs > 0 ? images / secs : 0.0, st.skipped, t_build);
   printf("per image: read %.3f ms, decode %.3f ms, augment %.3f ms (thread time); consumer waited "
          "%.3f s\n",
@@ -246,12 +296,16 @@ static int cmd_bench(int argc, char **argv) {
            "\"read_s\": %.6f, \"decode_s\": %.6f, \"augment_s\": %.6f, \"wait_s\": %.6f, "
            "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"device\": %d, \"device_bytes\": %" PRIu64
            ", \"decoded_hw\": %" PRIu64 ", \"decoded_cuda\": %" PRIu64 ", \"decoded_cpu\": %" PRIu64
-           ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"late_allocs\": %" PRIu64 ", \"ok\": %s}\n",
+           ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"late_allocs\": %" PRIu64 ", \"source\": ",
            images, secs, secs > 0 ? images / secs : 0.0, st.skipped, st.threads, o.batch_size,
            o.size, o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", epochs, st.read_seconds,
            st.decode_seconds, st.augment_seconds, st.wait_seconds, t_build, st.host_bytes,
            o.device, st.device_bytes, st.decoded_hw, st.decoded_cuda, st.decoded_cpu,
-           st.cpu_share, st.submit_seconds, st.late_allocs, failed ? "false" : "true");
+           st.cpu_share, st.submit_seconds, st.late_allocs);
+    json_string(stdout, kind);
+    printf(", \"samples\": %" PRId64 ", \"note\": ", stk_loader_num_samples(l));
+    json_string(stdout, note);
+    printf(", \"ok\": %s}\n", failed ? "false" : "true");
   }
   stk_loader_destroy(l);
   return failed ? 1 : 0;
@@ -259,16 +313,33 @@ static int cmd_bench(int argc, char **argv) {
 
 /* ---- check ------------------------------------------------------------- */
 
+/* The loader flags that mean something to check: where the samples are,
+ * how a source is opened, the limits, and the thread count. */
+static int check_flag(const stk__option *d) {
+  static const char *const names[] = {"list_file", "list_base", "index", "index_dir",
+                                      "allow_stale_cache", "max_pixels", "max_file_bytes",
+                                      "threads"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(d->name, names[i])) return 1;
+  return 0;
+}
+
 static void usage_check(FILE *f) {
   fprintf(f,
-          "usage: stoker check DIR [--json] [--threads N]\n\n"
-          "Decodes every image of DIR (ImageFolder layout: DIR/<class>/<image>) in full\n"
-          "with the loader's default limits, and lists each file that fails with the\n"
-          "reason. Exits 1 if any file fails, 0 otherwise.\n");
+          "usage: stoker check SOURCE [--json] [options]\n"
+          "       stoker check --list FILE [--list-base DIR] [--json] [options]\n\n"
+          "Decodes every sample of SOURCE in full with the loader's limits, and lists\n"
+          "each one that fails with the reason. SOURCE is an image folder\n"
+          "(SOURCE/<class>/<image>), a cache file (its checksums are verified too) or a\n"
+          "folder of tar shards. Exits 1 if any sample fails, 2 if the source cannot be\n"
+          "opened, 0 otherwise.\n\n"
+          "  --json                     print one JSON object\n");
+  print_option_flags(f, check_flag);
 }
 
 typedef struct {
-  const stk__dataset *ds;
+  const stk__source *src;
+  const stk_options *opt;
   int64_t next;
   pthread_mutex_t mu;
   int *codes;
@@ -281,9 +352,8 @@ static void *check_worker(void *arg) {
     pthread_mutex_lock(&j->mu);
     int64_t i = j->next++;
     pthread_mutex_unlock(&j->mu);
-    if (i >= j->ds->n) break;
-    j->codes[i] = stk_check_file(stk__dataset_path(j->ds, i), NULL, NULL, NULL, j->msgs[i],
-                                 sizeof j->msgs[i]);
+    if (i >= j->src->ds.n) break;
+    j->codes[i] = stk__check_sample(j->src, i, j->opt, NULL, NULL, j->msgs[i], sizeof j->msgs[i]);
   }
   return NULL;
 }
@@ -293,70 +363,291 @@ static int cmd_check(int argc, char **argv) {
     usage_check(stdout);
     return 0;
   }
-  int json = 0, threads = 0;
+  stk_options o;
+  stk_options_init(&o);
+  int json = 0;
   const char *dir = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
-    else if (!strcmp(argv[i], "--threads"))
-      threads = (int)parse_int("--threads", i + 1 < argc ? argv[i + 1] : NULL, 0, 1024), i++;
+    else if (take_option_flag("check", argc, argv, &i, &o, check_flag)) continue;
     else if (argv[i][0] == '-') {
       fprintf(stderr, "stoker check: unknown option %s (see --help)\n", argv[i]);
       return 2;
-    } else dir = argv[i];
+    } else if (!dir) dir = argv[i];
+    else {
+      fprintf(stderr, "stoker check: one source only\n");
+      return 2;
+    }
   }
-  if (!dir) {
+  if (!dir == !o.list_file) {
+    if (dir) fprintf(stderr, "stoker check: give a SOURCE or --list, not both\n\n");
     usage_check(stderr);
     return 2;
   }
-  stk__dataset ds;
+  o.root = dir;
+  stk__source src;
   char err[1024];
-  int rc = stk__dataset_from_folder(&ds, dir, err, sizeof err);
+  int rc = stk__options_validate(&o, err, sizeof err);
+  if (!rc) rc = stk__source_open(&src, &o, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "stoker check: %s\n", err);
+    fprintf(stderr, "stoker check: %s (%s)\n", err, stk_strerror(rc));
     return 2;
   }
+  if (src.note[0]) fprintf(stderr, "stoker check: note: %s\n", src.note);
+  int64_t n = src.ds.n;
+  int threads = o.threads;
   if (threads == 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
-  check_job job = {.ds = &ds};
+  check_job job = {.src = &src, .opt = &o};
   pthread_mutex_init(&job.mu, NULL);
-  job.codes = calloc((size_t)ds.n, sizeof *job.codes);
-  job.msgs = calloc((size_t)ds.n, sizeof *job.msgs);
+  job.codes = calloc((size_t)n + 1, sizeof *job.codes);
+  job.msgs = calloc((size_t)n + 1, sizeof *job.msgs);
   pthread_t *th = calloc((size_t)threads, sizeof *th);
   if (!job.codes || !job.msgs || !th) {
     fprintf(stderr, "stoker check: out of memory\n");
     return 2;
   }
   int started = 0;
-  for (int i = 0; i < threads; i++) started += pthread_create(&th[i], NULL, check_worker, &job) == 0;
+  for (int i = 0; i < threads; i++) started += pthread_create(&th[started], NULL, check_worker, &job) == 0;
   if (!started) check_worker(&job);
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   int64_t bad = 0;
-  if (json) printf("{\"files\": %" PRId64 ", \"failures\": [", ds.n);
-  for (int64_t i = 0; i < ds.n; i++) {
+  if (json) {
+    printf("{\"source\": ");
+    json_string(stdout, src.ops->kind);
+    printf(", \"files\": %" PRId64 ", \"failures\": [", n);
+  }
+  for (int64_t i = 0; i < n; i++) {
     if (!job.codes[i]) continue;
+    const char *name = stk__dataset_path(&src.ds, i);
     if (json) {
       printf("%s{\"path\": ", bad ? ", " : "");
-      json_string(stdout, stk__dataset_path(&ds, i));
+      json_string(stdout, name);
       printf(", \"reason\": ");
       json_string(stdout, job.msgs[i]);
       printf(", \"error\": ");
       json_string(stdout, stk_strerror(job.codes[i]));
       printf("}");
     } else {
-      printf("%s: %s\n", stk__dataset_path(&ds, i), job.msgs[i]);
+      printf("%s: %s\n", name, job.msgs[i]);
     }
     bad++;
   }
   if (json)
-    printf("], \"failed\": %" PRId64 ", \"ok\": %" PRId64 "}\n", bad, ds.n - bad);
+    printf("], \"failed\": %" PRId64 ", \"ok\": %" PRId64 "}\n", bad, n - bad);
   else
-    printf("%" PRId64 " files checked, %" PRId64 " failed\n", ds.n, bad);
+    printf("%" PRId64 " files checked, %" PRId64 " failed (%s)\n", n, bad, src.ops->kind);
   free(job.codes);
   free(job.msgs);
   free(th);
   pthread_mutex_destroy(&job.mu);
-  stk__dataset_free(&ds);
+  stk__source_close(&src);
   return bad ? 1 : 0;
+}
+
+/* ---- pack -------------------------------------------------------------- */
+
+static void usage_pack(FILE *f) {
+  fprintf(f,
+          "usage: stoker pack SRC OUT --cache [--encoding raw|jpeg] [--max-side N] [--quality Q]\n"
+          "       stoker pack SRC OUTDIR --tar [--shard-size BYTES]\n"
+          "       stoker pack --list FILE [--list-base DIR] OUT --cache|--tar ...\n\n"
+          "Packs the images of SRC (an image folder SRC/<class>/<image>, or a list file)\n"
+          "into one pre-decoded cache file OUT, or into WebDataset tar shards in OUTDIR.\n"
+          "Either is read by `stoker bench`, `stoker check` and the loader wherever an\n"
+          "image folder is. Files that cannot be read or decoded are left out and listed\n"
+          "with their reason. Exits 0 when the output was written (also with files left\n"
+          "out), 1 when the pack failed, 2 on a usage error.\n\n"
+          "  --cache               write a cache file\n"
+          "  --tar                 write tar shards\n"
+          "  --encoding raw|jpeg   cache: raw RGB8 pixels, or re-encoded JPEG (raw)\n"
+          "  --max-side N          cache: bound the longer side to N pixels, 0 = keep (512)\n"
+          "  --quality Q           cache, jpeg: encoder quality 1..100 (90)\n"
+          "  --shard-size BYTES    tar: close a shard at this size; K, M, G suffixes (1G)\n"
+          "  --threads N           worker threads, 0 = all CPUs (0)\n"
+          "  --max-pixels N        leave out images over N pixels, 0 = no limit (178956970)\n"
+          "  --max-file-bytes B    leave out files over B bytes, 0 = no limit (256M)\n"
+          "  --json                print one JSON object as the last line\n");
+}
+
+typedef struct {
+  pthread_mutex_t mu; /* bad_file may be called from any thread */
+  char **paths, **reasons;
+  int64_t n, cap;
+  int tty, oom;
+  double t0;
+} pack_ui;
+
+static void pack_progress(void *user, int64_t done, int64_t total) {
+  pack_ui *u = user;
+  if (u->tty) progress_bar(done, total, stk__now() - u->t0, "files");
+}
+
+static void pack_bad_file(void *user, const char *path, const char *reason) {
+  pack_ui *u = user;
+  pthread_mutex_lock(&u->mu);
+  if (u->n == u->cap) {
+    int64_t cap = u->cap ? u->cap * 2 : 16;
+    char **p = realloc(u->paths, (size_t)cap * sizeof *p);
+    if (p) u->paths = p;
+    char **r = realloc(u->reasons, (size_t)cap * sizeof *r);
+    if (r) u->reasons = r;
+    if (p && r) u->cap = cap;
+  }
+  if (u->n < u->cap) {
+    u->paths[u->n] = strdup(path ? path : "");
+    u->reasons[u->n] = strdup(reason ? reason : "");
+    if (u->paths[u->n] && u->reasons[u->n]) u->n++;
+    else u->oom = 1;
+  } else {
+    u->oom = 1;
+  }
+  pthread_mutex_unlock(&u->mu);
+}
+
+static int cmd_pack(int argc, char **argv) {
+  if (wants_help(argc, argv)) {
+    usage_pack(stdout);
+    return 0;
+  }
+  stk_pack_options po;
+  stk_pack_options_init(&po);
+  int json = 0, cache = 0, tar = 0, cache_only = 0, tar_only = 0;
+  const char *pos[2] = {NULL, NULL}, *cache_flag = NULL;
+  int npos = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--cache")) cache = 1;
+    else if (!strcmp(a, "--tar")) tar = 1;
+    else if (!strcmp(a, "--encoding")) {
+      if (v && !strcmp(v, "raw")) po.encoding = STK_CACHE_RAW;
+      else if (v && !strcmp(v, "jpeg")) po.encoding = STK_CACHE_JPEG;
+      else {
+        fprintf(stderr, "stoker pack: --encoding is raw or jpeg, got '%s'\n", v ? v : "");
+        return 2;
+      }
+      i++, cache_only = 1, cache_flag = a;
+    } else if (!strcmp(a, "--max-side")) {
+      po.max_side = (int)parse_int(a, v, 0, 65535), i++, cache_only = 1, cache_flag = a;
+    } else if (!strcmp(a, "--quality")) {
+      po.quality = (int)parse_int(a, v, 1, 100), i++, cache_only = 1, cache_flag = a;
+    } else if (!strcmp(a, "--shard-size")) {
+      if (!v || stk__parse_size(v, &po.shard_bytes) || po.shard_bytes == 0) {
+        fprintf(stderr, "stoker pack: --shard-size expects a size in bytes above 0, such as "
+                        "1G, 256M or 1048576, got '%s'\n", v ? v : "");
+        return 2;
+      }
+      i++, tar_only = 1;
+    } else if (!strcmp(a, "--threads")) {
+      po.threads = (int)parse_int(a, v, 0, 1024), i++;
+    } else if (!strcmp(a, "--max-pixels") || !strcmp(a, "--max-file-bytes")) {
+      uint64_t x;
+      if (!v || stk__parse_size(v, &x)) {
+        fprintf(stderr, "stoker pack: %s expects a non-negative integer (K, M, G suffixes "
+                        "allowed), got '%s'\n", a, v ? v : "");
+        return 2;
+      }
+      if (!strcmp(a, "--max-pixels")) po.max_pixels = x;
+      else po.max_file_bytes = x;
+      i++;
+    } else if (!strcmp(a, "--list") || !strcmp(a, "--list-base")) {
+      if (!v) {
+        fprintf(stderr, "stoker pack: %s needs a value\n", a);
+        return 2;
+      }
+      if (!strcmp(a, "--list")) po.list_file = v;
+      else po.list_base = v;
+      i++;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "stoker pack: unknown option %s (see --help)\n", a);
+      return 2;
+    } else if (npos < 2) {
+      pos[npos++] = a;
+    } else {
+      fprintf(stderr, "stoker pack: too many arguments: %s (see --help)\n", a);
+      return 2;
+    }
+  }
+  if (cache == tar) {
+    fprintf(stderr, "stoker pack: choose one of --cache and --tar\n");
+    return 2;
+  }
+  if (tar && cache_only) {
+    fprintf(stderr, "stoker pack: %s applies to --cache only\n", cache_flag);
+    return 2;
+  }
+  if (cache && tar_only) {
+    fprintf(stderr, "stoker pack: --shard-size applies to --tar only\n");
+    return 2;
+  }
+  int want = po.list_file ? 1 : 2;
+  if (npos != want) {
+    fprintf(stderr, po.list_file ? "stoker pack: with --list, give only the output\n\n"
+                                 : "stoker pack: give the source and the output\n\n");
+    usage_pack(stderr);
+    return 2;
+  }
+  if (!po.list_file) po.root = pos[0];
+  if (po.list_base && !po.list_file) {
+    fprintf(stderr, "stoker pack: --list-base needs --list\n");
+    return 2;
+  }
+  po.output = pos[want - 1];
+  po.format = tar ? STK_PACK_TAR : STK_PACK_CACHE;
+  pack_ui ui = {.tty = isatty(STDERR_FILENO) && !json, .t0 = stk__now()};
+  pthread_mutex_init(&ui.mu, NULL);
+  po.progress = pack_progress;
+  po.bad_file = pack_bad_file;
+  po.user = &ui;
+  stk_pack_result res;
+  memset(&res, 0, sizeof res);
+  char err[1024] = "";
+  int rc = STK_PACK(&po, &res, err, sizeof err);
+  double secs = stk__now() - ui.t0;
+  if (ui.tty) fputc('\n', stderr);
+  for (int64_t i = 0; i < ui.n; i++) printf("left out: %s: %s\n", ui.paths[i], ui.reasons[i]);
+  if (ui.oom) fprintf(stderr, "stoker pack: out of memory: not every file left out is listed\n");
+  if (rc)
+    fprintf(stderr, "stoker pack: %s (%s)\n", err[0] ? err : "packing failed", stk_strerror(rc));
+  else if (tar)
+    printf("packed %" PRId64 " samples into %s (tar shards), %" PRId64 " left out, %" PRIu64
+           " bytes in %d shard%s, in %.1f s\n",
+           res.packed, po.output, res.failed, res.bytes, res.shards, res.shards == 1 ? "" : "s",
+           secs);
+  else
+    printf("packed %" PRId64 " samples into %s (cache), %" PRId64 " left out, %" PRIu64
+           " bytes, in %.1f s\n",
+           res.packed, po.output, res.failed, res.bytes, secs);
+  if (json) {
+    printf("{\"ok\": %s, \"format\": \"%s\", \"output\": ", rc ? "false" : "true",
+           tar ? "tar" : "cache");
+    json_string(stdout, po.output);
+    printf(", \"packed\": %" PRId64 ", \"failed\": %" PRId64 ", \"bytes\": %" PRIu64
+           ", \"shards\": %d, \"seconds\": %.6f, \"left_out\": [",
+           res.packed, res.failed, res.bytes, res.shards, secs);
+    for (int64_t i = 0; i < ui.n; i++) {
+      printf("%s{\"path\": ", i ? ", " : "");
+      json_string(stdout, ui.paths[i]);
+      printf(", \"reason\": ");
+      json_string(stdout, ui.reasons[i]);
+      printf("}");
+    }
+    printf("]");
+    if (rc) {
+      printf(", \"error\": ");
+      json_string(stdout, err);
+    }
+    printf("}\n");
+  }
+  for (int64_t i = 0; i < ui.n; i++) {
+    free(ui.paths[i]);
+    free(ui.reasons[i]);
+  }
+  free(ui.paths);
+  free(ui.reasons);
+  pthread_mutex_destroy(&ui.mu);
+  return rc ? 1 : 0;
 }
 
 /* ---- synth ------------------------------------------------------------- */
@@ -370,7 +661,7 @@ static void usage_synth(FILE *f) {
 }
 
 static void synth_progress(void *ctx, int64_t done, int64_t total) {
-  if (*(int *)ctx && (done % 16 == 0 || done == total)) progress_bar(done, total, 0);
+  if (*(int *)ctx && (done % 16 == 0 || done == total)) progress_bar(done, total, 0, "images");
 }
 
 static int cmd_synth(int argc, char **argv) {
@@ -437,6 +728,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
+  if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
   if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
   fprintf(stderr, "stoker: unknown command '%s'\n\n", cmd);

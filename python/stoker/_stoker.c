@@ -17,6 +17,9 @@
  *     the slot is released and the batch's loader reference dropped.
  * DLPack deleters run on whatever thread frees the tensor, with or without
  * the GIL; they touch only these C structures, so they never need it.
+ *
+ * Loader()'s keywords, and options(), come from the options table of
+ * core/options.h: a new field of stk_options needs no code here.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030B0000
@@ -24,6 +27,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +37,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/options.h"
 #include "ops/ops.h"
 #include "stoker.h"
 
@@ -129,7 +135,8 @@ static void capsule_destructor(PyObject *cap) {
 
 /* ---- errors ------------------------------------------------------------------ */
 
-static PyObject *DecodeError; /* stoker.DecodeError(OSError) */
+static PyObject *DecodeError;     /* stoker.DecodeError(OSError) */
+static PyObject *StaleCacheError; /* stoker.StaleCacheError(OSError) */
 
 static PyObject *decode_message(const char *msg) {
   /* Messages name files, whose bytes need not be UTF-8. */
@@ -153,6 +160,7 @@ static PyObject *raise_code(int rc, const char *msg, int nslots) {
       type = PyExc_MemoryError;
       break;
     case STK_EEMPTY: type = PyExc_FileNotFoundError; break; /* as torchvision's ImageFolder */
+    case STK_ESTALE: type = StaleCacheError; break;
     case STK_EBUSY: {
       char m[512];
       snprintf(m, sizeof m,
@@ -221,15 +229,167 @@ static int get_path(PyObject *o, PyObject **bytes) {
   return PyUnicode_FSConverter(o, bytes) ? 0 : -1;
 }
 
-static int pick(const char *s, const char *const *names, int n, const char *what, int *out) {
-  if (!s) return 0;
-  for (int i = 0; i < n; i++)
-    if (strcmp(s, names[i]) == 0) {
-      *out = i;
+/* Sets the field of row `d` from a Python value (None keeps the default).
+ * Paths are converted to bytes that `keep` holds until the loader is
+ * built. Values outside the row's range raise ValueError with the
+ * library's own wording. */
+static int set_option(stk_options *o, const stk__option *d, PyObject *v, PyObject *keep) {
+  if (v == Py_None) return 0;
+  char err[256];
+  switch (d->type) {
+    case STK__OPT_INT: {
+      int overflow = 0;
+      long long x = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : -1;
+      if (!PyLong_Check(v) || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an integer", d->name);
+        return -1;
+      }
+      if (overflow) x = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+      if (stk__option_check_int(d, x, err, sizeof err)) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return -1;
+      }
+      stk__option_set_int(o, d, x);
       return 0;
     }
-  PyErr_Format(PyExc_ValueError, "unknown %s '%s'", what, s);
-  return -1;
+    case STK__OPT_BOOL: {
+      int t = PyObject_IsTrue(v);
+      if (t < 0) return -1;
+      stk__option_set_int(o, d, t);
+      return 0;
+    }
+    case STK__OPT_ENUM: {
+      const char *name = PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, NULL) : NULL;
+      int x = name ? stk__option_choice(d, name) : -1;
+      if (x < 0) {
+        PyErr_Clear();
+        PyObject *r = PyObject_Repr(v);
+        PyErr_Format(PyExc_ValueError, "unknown %s %U (one of %s)", d->name, r ? r : v,
+                     d->choices);
+        Py_XDECREF(r);
+        return -1;
+      }
+      stk__option_set_int(o, d, x);
+      return 0;
+    }
+    case STK__OPT_U64: {
+      unsigned long long x = PyLong_Check(v) ? PyLong_AsUnsignedLongLong(v) : (unsigned long long)-1;
+      if (!PyLong_Check(v) || (x == (unsigned long long)-1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an integer in [0, 2**64)", d->name);
+        return -1;
+      }
+      stk__option_set_u64(o, d, (uint64_t)x);
+      return 0;
+    }
+    case STK__OPT_FLOAT: {
+      float f[3];
+      if (d->count == 1) {
+        double x = PyFloat_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred()) {
+          PyErr_Clear();
+          PyErr_Format(PyExc_ValueError, "%s must be a number", d->name);
+          return -1;
+        }
+        f[0] = (float)x;
+      } else if (get_floats(v, f, d->count, d->name)) {
+        return -1;
+      }
+      for (int k = 0; k < d->count; k++)
+        if (stk__option_check_float(d, k, f[k], err, sizeof err)) {
+          PyErr_SetString(PyExc_ValueError, err);
+          return -1;
+        }
+      for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, f[k]);
+      return 0;
+    }
+    case STK__OPT_STR: {
+      PyObject *bytes;
+      if (get_path(v, &bytes)) return -1;
+      int rc = PyList_Append(keep, bytes);
+      Py_DECREF(bytes); /* the list holds it now */
+      if (rc < 0) return -1;
+      stk__option_set_str(o, d, PyBytes_AsString(bytes));
+      return 0;
+    }
+  }
+  return 0;
+}
+
+/* The options table as Python data: one dict per field. */
+static PyObject *option_value(const stk_options *o, const stk__option *d) {
+  switch (d->type) {
+    case STK__OPT_INT: return PyLong_FromLongLong(stk__option_get_int(o, d));
+    case STK__OPT_BOOL: return PyBool_FromLong((long)stk__option_get_int(o, d));
+    case STK__OPT_ENUM: {
+      char name[64];
+      stk__option_choice_name(d, (int)stk__option_get_int(o, d), name, sizeof name);
+      return PyUnicode_FromString(name);
+    }
+    case STK__OPT_U64: return PyLong_FromUnsignedLongLong(stk__option_get_u64(o, d));
+    case STK__OPT_FLOAT: {
+      if (d->count == 1) return PyFloat_FromDouble(stk__option_get_float(o, d, 0));
+      PyObject *t = PyTuple_New(d->count);
+      for (int k = 0; t && k < d->count; k++) {
+        PyObject *x = PyFloat_FromDouble(stk__option_get_float(o, d, k));
+        if (!x) {
+          Py_DECREF(t);
+          return NULL;
+        }
+        PyTuple_SetItem(t, k, x);
+      }
+      return t;
+    }
+    case STK__OPT_STR: Py_RETURN_NONE;
+  }
+  Py_RETURN_NONE;
+}
+
+/* A bound as Python data: None when there is none. */
+static PyObject *option_bound(const stk__option *d, double b) {
+  switch (d->type) {
+    case STK__OPT_STR: Py_RETURN_NONE;
+    case STK__OPT_FLOAT:
+      if (b == STK__INF || b == -STK__INF) Py_RETURN_NONE;
+      return PyFloat_FromDouble(b);
+    case STK__OPT_U64:
+      if (b >= STK__U64_MAX) return PyLong_FromUnsignedLongLong(UINT64_MAX);
+      return PyLong_FromUnsignedLongLong((unsigned long long)b);
+    default: return PyLong_FromLongLong((long long)b);
+  }
+}
+
+static PyObject *options_table(PyObject *m, PyObject *unused) {
+  stk_options def;
+  stk_options_init(&def);
+  PyObject *list = PyList_New(0);
+  if (!list) return NULL;
+  for (int i = 0; i < stk__num_options; i++) {
+    const stk__option *d = &stk__options[i];
+    PyObject *choices = Py_None;
+    Py_INCREF(Py_None);
+    if (d->type == STK__OPT_ENUM) {
+      Py_DECREF(Py_None);
+      PyObject *text = PyUnicode_FromString(d->choices), *bar = PyUnicode_FromString("|");
+      choices = text && bar ? PyUnicode_Split(text, bar, -1) : NULL;
+      Py_XDECREF(text);
+      Py_XDECREF(bar);
+    }
+    PyObject *row = choices ? Py_BuildValue(
+                                  "{s:s,s:s,s:N,s:N,s:N,s:N,s:z,s:z,s:s}", "name", d->name, "type",
+                                  stk__option_type_name(d->type), "default", option_value(&def, d),
+                                  "min", option_bound(d, d->min), "max", option_bound(d, d->max),
+                                  "choices", choices, "cli", d->cli, "keyword", d->py, "doc", d->doc)
+                            : NULL;
+    if (!row || PyList_Append(list, row) < 0) {
+      Py_XDECREF(row);
+      Py_DECREF(list);
+      return NULL;
+    }
+    Py_DECREF(row);
+  }
+  return list;
 }
 
 /* ---- the Loader type --------------------------------------------------------- */
@@ -262,54 +422,26 @@ static loader_ref *get_ref(LoaderObject *self, int exclusive) {
 }
 
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"root", "list_file", "list_base", "pipeline", "size", "resize_size",
-                           "scale", "ratio", "flip_prob", "mean", "std", "dct_scaling", "dtype",
-                           "layout", "batch_size", "drop_last", "shuffle", "seed", "rank",
-                           "world_size", "shard_drop_last", "threads", "prefetch", "device",
-                           "on_error", "max_pixels", "max_file_bytes",
-                           "max_consecutive_failures", "max_device_bytes", "gpu_cpu_share",
-                           NULL};
+  if (args && PyTuple_Size(args) > 0) {
+    PyErr_SetString(PyExc_TypeError, "Loader() takes keyword arguments only");
+    return NULL;
+  }
   stk_options o;
   stk_options_init(&o);
-  PyObject *root = NULL, *list_file = NULL, *list_base = NULL;
-  PyObject *scale = NULL, *ratio = NULL, *mean = NULL, *std = NULL;
-  PyObject *seed = NULL, *max_pixels = NULL, *max_file_bytes = NULL, *max_device = NULL;
-  const char *pipeline = NULL, *dtype = NULL, *layout = NULL, *on_error = NULL;
-  double flip = o.flip_prob, cpu_share = o.gpu_cpu_share;
-  int pipe_i = (int)o.pipeline, dtype_i = (int)o.dtype, layout_i = (int)o.layout;
-  int on_error_i = (int)o.on_error;
-  if (!PyArg_ParseTupleAndKeywords(
-          args, kwds, "|$OOOziiOOdOOizzipiOiipiiizOOiOd", kwlist, &root, &list_file, &list_base,
-          &pipeline, &o.size, &o.resize_size, &scale, &ratio, &flip, &mean, &std, &o.dct_scaling,
-          &dtype, &layout, &o.batch_size, &o.drop_last, &o.shuffle, &seed, &o.rank, &o.world_size,
-          &o.shard_drop_last, &o.threads, &o.prefetch, &o.device, &on_error, &max_pixels,
-          &max_file_bytes, &o.max_consecutive_failures, &max_device, &cpu_share))
-    return NULL;
-  static const char *const pipelines[] = {"train", "eval"};
-  static const char *const dtypes[] = {"float32", "float16", "bfloat16", "uint8"};
-  static const char *const layouts[] = {"nchw", "nhwc"};
-  static const char *const on_errors[] = {"raise", "skip"};
-  PyObject *root_b = NULL, *list_b = NULL, *base_b = NULL;
-  if (pick(pipeline, pipelines, 2, "pipeline", &pipe_i) ||
-      pick(dtype, dtypes, 4, "dtype", &dtype_i) ||
-      pick(layout, layouts, 2, "layout", &layout_i) ||
-      pick(on_error, on_errors, 2, "on_error", &on_error_i) ||
-      get_floats(scale, o.scale, 2, "scale") || get_floats(ratio, o.ratio, 2, "ratio") ||
-      get_floats(mean, o.mean, 3, "mean") || get_floats(std, o.std, 3, "std") ||
-      get_u64(seed, &o.seed, "seed") || get_u64(max_pixels, &o.max_pixels, "max_pixels") ||
-      get_u64(max_file_bytes, &o.max_file_bytes, "max_file_bytes") ||
-      get_u64(max_device, &o.max_device_bytes, "max_device_bytes") || get_path(root, &root_b) ||
-      get_path(list_file, &list_b) || get_path(list_base, &base_b))
-    goto fail;
-  o.pipeline = (stk_pipeline)pipe_i;
-  o.dtype = (stk_dtype)dtype_i;
-  o.layout = (stk_layout)layout_i;
-  o.on_error = (stk_on_error)on_error_i;
-  o.flip_prob = (float)flip;
-  o.gpu_cpu_share = (float)cpu_share;
-  o.root = root_b ? PyBytes_AsString(root_b) : NULL;
-  o.list_file = list_b ? PyBytes_AsString(list_b) : NULL;
-  o.list_base = base_b ? PyBytes_AsString(base_b) : NULL;
+  PyObject *keep = PyList_New(0); /* the bytes of every path, until create returns */
+  if (!keep) return NULL;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
+    const char *k = PyUnicode_AsUTF8AndSize(key, NULL);
+    if (!k) goto fail;
+    const stk__option *d = stk__option_by_py(k);
+    if (!d) {
+      PyErr_Format(PyExc_TypeError, "Loader() got an unexpected keyword argument '%s'", k);
+      goto fail;
+    }
+    if (set_option(&o, d, value, keep)) goto fail;
+  }
 
   loader_ref *ref = malloc(sizeof *ref);
   if (!ref) {
@@ -329,9 +461,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     raise_code(rc, err, 0);
     goto fail;
   }
-  Py_XDECREF(root_b);
-  Py_XDECREF(list_b);
-  Py_XDECREF(base_b);
+  Py_CLEAR(keep);
   allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
   LoaderObject *self = (LoaderObject *)alloc(type, 0);
   if (!self) {
@@ -343,9 +473,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   self->nslots = stk_loader_num_slots(ref->l);
   return (PyObject *)self;
 fail:
-  Py_XDECREF(root_b);
-  Py_XDECREF(list_b);
-  Py_XDECREF(base_b);
+  Py_XDECREF(keep);
   return NULL;
 }
 
@@ -687,6 +815,18 @@ static PyObject *Loader_samples(PyObject *o, PyObject *unused) {
   return list;
 }
 
+static PyObject *Loader_source_kind(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  return PyUnicode_FromString(stk_loader_source_kind(r->l));
+}
+
+static PyObject *Loader_note(PyObject *o, PyObject *unused) {
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  return decode_message(stk_loader_note(r->l));
+}
+
 static PyObject *Loader_get_closed(PyObject *o, void *unused) {
   return PyBool_FromLong(((LoaderObject *)o)->ref == NULL);
 }
@@ -706,6 +846,10 @@ static PyMethodDef Loader_methods[] = {
     {"skipped", Loader_skipped, METH_NOARGS, "skipped() -> [(path, reason), ...]."},
     {"classes", Loader_classes, METH_NOARGS, "classes() -> class names, by label."},
     {"samples", Loader_samples, METH_NOARGS, "samples() -> [(path, label), ...] by index."},
+    {"source_kind", Loader_source_kind, METH_NOARGS,
+     "source_kind() -> 'folder', 'list', 'cache' or 'tar'."},
+    {"note", Loader_note, METH_NOARGS,
+     "note() -> a warning about the source made at construction ('' if none)."},
     {"close", Loader_close, METH_NOARGS,
      "close(): drop this object's hold on the loader. Its threads stop at once when no batch\n"
      "is alive, else when the last batch is freed."},
@@ -777,6 +921,152 @@ static PyObject *check_file(PyObject *m, PyObject *arg) {
   return Py_BuildValue("(ii)", w, h);
 }
 
+/* ---- pack ------------------------------------------------------------------- */
+
+/* What stk_pack's callbacks collect. bad_file may come from any thread, so
+ * it only appends to C arrays under a mutex; the progress callable runs
+ * with the GIL taken back for the call. */
+typedef struct {
+  pthread_mutex_t mu;
+  char **paths, **reasons;
+  Py_ssize_t n, cap;
+  int oom;
+  PyObject *progress;             /* callable or NULL */
+  PyObject *exc_t, *exc_v, *exc_tb; /* the first exception the callable raised */
+} pack_ctx;
+
+static void pack_bad_file(void *user, const char *path, const char *reason) {
+  pack_ctx *c = user;
+  pthread_mutex_lock(&c->mu);
+  if (c->n == c->cap) {
+    Py_ssize_t cap = c->cap ? c->cap * 2 : 16;
+    char **p = realloc(c->paths, (size_t)cap * sizeof *p);
+    if (p) c->paths = p;
+    char **r = realloc(c->reasons, (size_t)cap * sizeof *r);
+    if (r) c->reasons = r;
+    if (p && r) c->cap = cap;
+  }
+  char *dp = c->n < c->cap ? strdup(path ? path : "") : NULL;
+  char *dr = dp ? strdup(reason ? reason : "") : NULL;
+  if (dp && dr) {
+    c->paths[c->n] = dp;
+    c->reasons[c->n] = dr;
+    c->n++;
+  } else {
+    free(dp);
+    c->oom = 1;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void pack_progress(void *user, int64_t done, int64_t total) {
+  pack_ctx *c = user;
+  if (!c->progress || c->exc_t) return; /* after an exception, stay quiet */
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *r = PyObject_CallFunction(c->progress, "LL", (long long)done, (long long)total);
+  if (r)
+    Py_DECREF(r);
+  else
+    PyErr_Fetch(&c->exc_t, &c->exc_v, &c->exc_tb);
+  PyGILState_Release(g);
+}
+
+static PyObject *pack(PyObject *m, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"source", "output", "format", "encoding", "max_side", "quality",
+                           "shard_bytes", "threads", "list_file", "list_base", "max_pixels",
+                           "max_file_bytes", "progress", NULL};
+  PyObject *source = Py_None, *output = NULL, *shard = NULL, *list_file = Py_None,
+           *list_base = Py_None, *max_pixels = NULL, *max_file_bytes = NULL, *progress = Py_None;
+  const char *format = "cache", *encoding = "raw";
+  stk_pack_options po;
+  stk_pack_options_init(&po);
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|$ssiiOiOOOOO", kwlist, &source, &output,
+                                   &format, &encoding, &po.max_side, &po.quality, &shard,
+                                   &po.threads, &list_file, &list_base, &max_pixels,
+                                   &max_file_bytes, &progress))
+    return NULL;
+  if (!strcmp(format, "cache")) po.format = STK_PACK_CACHE;
+  else if (!strcmp(format, "tar")) po.format = STK_PACK_TAR;
+  else return PyErr_Format(PyExc_ValueError, "format must be 'cache' or 'tar', got '%s'", format);
+  if (!strcmp(encoding, "raw")) po.encoding = STK_CACHE_RAW;
+  else if (!strcmp(encoding, "jpeg")) po.encoding = STK_CACHE_JPEG;
+  else
+    return PyErr_Format(PyExc_ValueError, "encoding must be 'raw' or 'jpeg', got '%s'", encoding);
+  if (po.max_side < 0)
+    return PyErr_Format(PyExc_ValueError, "max_side must be >= 0 (0 = keep the size), got %d",
+                        po.max_side);
+  if (po.quality < 1 || po.quality > 100)
+    return PyErr_Format(PyExc_ValueError, "quality must be in 1..100, got %d", po.quality);
+  if (po.threads < 0 || po.threads > 1024)
+    return PyErr_Format(PyExc_ValueError, "threads must be in 0..1024, got %d", po.threads);
+  if (get_u64(shard, &po.shard_bytes, "shard_bytes") ||
+      get_u64(max_pixels, &po.max_pixels, "max_pixels") ||
+      get_u64(max_file_bytes, &po.max_file_bytes, "max_file_bytes"))
+    return NULL;
+  if (po.shard_bytes == 0) return PyErr_Format(PyExc_ValueError, "shard_bytes must be > 0");
+  if ((source == Py_None) == (list_file == Py_None))
+    return PyErr_Format(PyExc_ValueError, "give exactly one of source and list_file");
+  if (progress != Py_None && !PyCallable_Check(progress))
+    return PyErr_Format(PyExc_TypeError, "progress must be None or a callable(done, total)");
+  PyObject *src_b = NULL, *out_b = NULL, *list_b = NULL, *base_b = NULL, *result = NULL;
+  if (get_path(source, &src_b) || get_path(output, &out_b) || get_path(list_file, &list_b) ||
+      get_path(list_base, &base_b))
+    goto done;
+  if (!out_b) {
+    PyErr_SetString(PyExc_ValueError, "output must be a path");
+    goto done;
+  }
+  po.root = src_b ? PyBytes_AsString(src_b) : NULL;
+  po.output = PyBytes_AsString(out_b);
+  po.list_file = list_b ? PyBytes_AsString(list_b) : NULL;
+  po.list_base = base_b ? PyBytes_AsString(base_b) : NULL;
+  pack_ctx c;
+  memset(&c, 0, sizeof c);
+  pthread_mutex_init(&c.mu, NULL);
+  c.progress = progress == Py_None ? NULL : progress;
+  po.progress = pack_progress;
+  po.bad_file = pack_bad_file;
+  po.user = &c;
+  stk_pack_result res;
+  memset(&res, 0, sizeof res);
+  char err[1024] = "";
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = STK_PACK(&po, &res, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (c.exc_t) {
+    PyErr_Restore(c.exc_t, c.exc_v, c.exc_tb); /* the callable's own exception wins */
+  } else if (rc != STK_OK) {
+    raise_code(rc, err[0] ? err : "packing failed", 0);
+  } else if (c.oom) {
+    PyErr_NoMemory();
+  } else {
+    PyObject *left = PyList_New(0);
+    for (Py_ssize_t i = 0; left && i < c.n; i++) {
+      PyObject *t = Py_BuildValue("(NN)", decode_message(c.paths[i]), decode_message(c.reasons[i]));
+      if (!t || PyList_Append(left, t) < 0) Py_CLEAR(left);
+      Py_XDECREF(t);
+    }
+    if (left)
+      result = Py_BuildValue("{s:L,s:L,s:K,s:i,s:N}", "packed", (long long)res.packed, "failed",
+                             (long long)res.failed, "bytes", (unsigned long long)res.bytes,
+                             "shards", res.shards, "left_out", left);
+  }
+  for (Py_ssize_t i = 0; i < c.n; i++) {
+    free(c.paths[i]);
+    free(c.reasons[i]);
+  }
+  free(c.paths);
+  free(c.reasons);
+  pthread_mutex_destroy(&c.mu);
+done:
+  Py_XDECREF(src_b);
+  Py_XDECREF(out_b);
+  Py_XDECREF(list_b);
+  Py_XDECREF(base_b);
+  return result;
+}
+
 static PyObject *build_info(PyObject *m, PyObject *unused) {
   return PyUnicode_FromString(stk_build_info());
 }
@@ -794,6 +1084,14 @@ static PyMethodDef module_methods[] = {
     {"check_file", check_file, METH_O,
      "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},
     {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},
+    {"options", options_table, METH_NOARGS,
+     "options() -> [dict]: the loader's options table, one dict per field (name, type,\n"
+     "default, min, max, choices, cli, keyword, doc); Loader() takes the keywords."},
+    {"pack", (PyCFunction)(void (*)(void))pack, METH_VARARGS | METH_KEYWORDS,
+     "pack(source, output, *, format='cache', encoding='raw', max_side=512, quality=90,\n"
+     "shard_bytes=1<<30, threads=0, list_file=None, list_base=None, max_pixels=None,\n"
+     "max_file_bytes=None, progress=None) -> dict of packed, failed, bytes, shards and\n"
+     "left_out [(path, reason)]. See stoker.pack."},
     {"strerror", strerror_, METH_O, "strerror(code) -> str: the name of an error code."},
     {NULL, NULL, 0, NULL},
 };
@@ -817,6 +1115,13 @@ PyMODINIT_FUNC PyInit__stoker(void) {
       "`code` holds the libstoker error code.",
       PyExc_OSError, NULL);
   if (!DecodeError || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0) goto fail;
+  StaleCacheError = PyErr_NewExceptionWithDoc(
+      "stoker.StaleCacheError",
+      "A cache no longer matches the folder (or list) it was packed from: pack it again, or\n"
+      "pass allow_stale_cache=True to use it as it is. `code` holds the libstoker error code.",
+      PyExc_OSError, NULL);
+  if (!StaleCacheError || PyModule_AddObjectRef(m, "StaleCacheError", StaleCacheError) < 0)
+    goto fail;
   type = PyType_FromSpec(&Loader_spec);
   if (!type || PyModule_AddObjectRef(m, "Loader", type) < 0) goto fail;
   Py_CLEAR(type);
@@ -830,6 +1135,7 @@ PyMODINIT_FUNC PyInit__stoker(void) {
       {"EFORMAT", STK_EFORMAT}, {"EEND", STK_EEND},     {"ESTATE", STK_ESTATE},
       {"EVERSION", STK_EVERSION}, {"EBUSY", STK_EBUSY}, {"EEMPTY", STK_EEMPTY},
       {"ETOOMANY", STK_ETOOMANY}, {"ENODEV", STK_ENODEV}, {"ECUDA", STK_ECUDA},
+      {"ESTALE", STK_ESTALE},
   };
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
     if (PyModule_AddIntConstant(m, codes[i].name, codes[i].code) < 0) goto fail;

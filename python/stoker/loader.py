@@ -1,6 +1,7 @@
 """stoker.ImageLoader: the Python face of libstoker's loader."""
 import numbers
 import os
+import warnings
 import weakref
 from typing import TYPE_CHECKING, List, NamedTuple
 
@@ -10,7 +11,7 @@ from . import transforms as _T
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ImageLoader", "Batch"]
+__all__ = ["ImageLoader", "Batch", "OPTIONS"]
 
 
 class Batch(NamedTuple):
@@ -83,12 +84,22 @@ def _dist_defaults(rank, world_size):
     return (r if rank is None else rank), (w if world_size is None else world_size)
 
 
+# The C library's options table: name -> {type, default, min, max, choices, doc}.
+OPTIONS = {d["name"]: d for d in _stoker.options()}
+
+
 def _int(name, v, lo=None):
+    """An integer option, within `lo` (when given) and the table's range."""
     if not isinstance(v, numbers.Integral) or isinstance(v, bool):
         raise ValueError(f"{name} must be an integer, got {v!r}")
     v = int(v)
     if lo is not None and v < lo:
         raise ValueError(f"{name} must be >= {lo}, got {v}")
+    row = OPTIONS.get(name)
+    if row is not None and row["type"] in ("int", "uint64"):
+        if (row["min"] is not None and v < row["min"]) or (row["max"] is not None
+                                                           and v > row["max"]):
+            raise ValueError(f"{name} must be in [{row['min']}, {row['max']}], got {v}")
     return v
 
 
@@ -111,7 +122,8 @@ def _default_threads():
 
 
 class ImageLoader:
-    """Batches of decoded, augmented, normalised images from a folder or list.
+    """Batches of decoded, augmented, normalised images from a folder, a list
+    file, a pre-decoded cache or tar shards (``stoker.pack``).
 
     A drop-in for ``DataLoader(ImageFolder(root, transform), batch_size,
     shuffle=...)``: iterating yields ``(images, labels)``, images a
@@ -129,15 +141,17 @@ class ImageLoader:
                  channels_last=False, prefetch=2, list_file=None, list_base=None,
                  shard_drop_last=False, dct_scaling=None, max_pixels=None,
                  max_file_bytes=None, max_consecutive_failures=100, max_device_bytes=None,
-                 gpu_cpu_share=None):
+                 gpu_cpu_share=None, index=None, index_dir=None, shuffle_buffer=None,
+                 allow_stale_cache=False):
         torch = _torch()
         if (root is None) == (list_file is None):
-            raise ValueError("give exactly one of root (an ImageFolder-style folder) and "
-                             "list_file")
+            raise ValueError("give exactly one of root (an ImageFolder-style folder, a cache "
+                             "file or a folder of tar shards) and list_file")
         if root is not None:
             root = os.fspath(root)
-            if not os.path.isdir(root):
-                raise FileNotFoundError(f"no such folder: {root!r}")
+            # a folder, a cache file or tar shards: the library tells them apart
+            if not os.path.exists(root):
+                raise FileNotFoundError(f"no such folder or file: {root!r}")
         else:
             list_file = os.fspath(list_file)
             if not os.path.isfile(list_file):
@@ -190,8 +204,12 @@ class ImageLoader:
                 raise ValueError("gpu_cpu_share must be None (adaptive) or a number in [0, 1], "
                                  f"got {gpu_cpu_share!r}")
             opts["gpu_cpu_share"] = float(gpu_cpu_share)
+        opts.update(self._source_options(index, index_dir, shuffle_buffer, allow_stale_cache))
 
         self._c = _stoker.Loader(root=root, list_file=list_file, list_base=list_base, **opts)
+        note = self._c.note()
+        if note:
+            warnings.warn(note, stacklevel=2)
         counts = self._c.counts()
         self._classes = self._c.classes()
         self._dtype_name = dtype_name
@@ -215,6 +233,20 @@ class ImageLoader:
         self._pass = None      # weakref to the live _Pass, if any
         self._from_dlpack = torch.utils.dlpack.from_dlpack
         self._device = opts["device"]
+
+    @staticmethod
+    def _source_options(index, index_dir, shuffle_buffer, allow_stale_cache):
+        """C options of the sources (folder index, tar shuffle buffer, stale caches)."""
+        out = {"allow_stale_cache": bool(allow_stale_cache)}
+        if index is not None:  # None = the C default: auto
+            if isinstance(index, bool):
+                index = int(index)
+            out["index"] = _int("index", index)
+        if index_dir is not None:
+            out["index_dir"] = os.fspath(index_dir)
+        if shuffle_buffer is not None:
+            out["shuffle_buffer"] = _int("shuffle_buffer", shuffle_buffer, 0)
+        return out
 
     @staticmethod
     def _pipeline(pipeline, size):
@@ -245,6 +277,16 @@ class ImageLoader:
     def __len__(self):
         """Batches per epoch for this rank (when no file is skipped)."""
         return len(self._c)
+
+    @property
+    def source_kind(self):
+        """What the loader reads: "folder", "list", "cache" or "tar"."""
+        return self._c.source_kind()
+
+    @property
+    def note(self):
+        """The warning about the source made at construction ("" if none)."""
+        return self._c.note()
 
     @property
     def classes(self):
@@ -281,8 +323,9 @@ class ImageLoader:
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} batches of {self.batch_size}"
-        return (f"ImageLoader({self.pipeline}, size={self.size}, {self.num_samples} images, "
-                f"{len(self._classes)} classes, {state})")
+        kind = "" if self.closed else f"{self.source_kind}, "
+        return (f"ImageLoader({kind}{self.pipeline}, size={self.size}, {self.num_samples} "
+                f"images, {len(self._classes)} classes, {state})")
 
     # ---- iteration ----------------------------------------------------------
 

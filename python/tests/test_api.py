@@ -37,6 +37,11 @@ def loader(root, **kw):
     (dict(device="tpu"), "device"),
     (dict(seed=-1), "seed"),
     (dict(batch_size=2.5), "batch_size"),
+    (dict(size=8193), "size"),          # the options table's ranges
+    (dict(threads=1025), "threads"),
+    (dict(prefetch=65), "prefetch"),
+    (dict(index=3), "index"),
+    (dict(shuffle_buffer=-5), "shuffle_buffer"),
 ])
 def test_bad_arguments_raise_value_error(small_folder, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -195,6 +200,7 @@ def test_list_file(small_folder, tmp_path):
             f.write(f"{os.path.relpath(path, small_folder)} {label}\n")
     ld = stoker.ImageLoader(list_file=str(lst), list_base=small_folder, batch_size=4, size=16,
                             pipeline="eval")
+    assert ld.source_kind == "list" and loader(small_folder).source_kind == "folder"
     assert [lab for _, lab in ld.samples] == [lab for _, lab in ref.samples]
     assert len(ld.classes) == len(ref.classes)
     by_folder = loader(small_folder, pipeline="eval", shuffle=False)

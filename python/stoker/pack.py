@@ -1,0 +1,99 @@
+"""stoker.pack: an image folder (or list file) into a pre-decoded cache or tar shards."""
+import os
+import sys
+from typing import List, NamedTuple, Tuple
+
+from . import _stoker
+
+__all__ = ["pack", "PackResult"]
+
+
+class PackResult(NamedTuple):
+    """What ``stoker.pack()`` wrote: fields by name (``r.packed``), by key
+    (``r["packed"]``, as a dict) or by position."""
+
+    packed: int                       # samples written
+    failed: int                       # files left out
+    bytes: int                        # bytes written
+    shards: int                       # tar: shard files written (0 for a cache)
+    left_out: List[Tuple[str, str]]   # (path, reason) of each file left out
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self._fields:
+                raise KeyError(key)
+            return getattr(self, key)
+        return tuple.__getitem__(self, key)
+
+    def keys(self):
+        return self._fields
+
+
+def _bar(done, total):
+    """The default progress display: one line on stderr, redrawn."""
+    width = 30
+    fill = min(width, width * done // total) if total > 0 else 0
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} files ")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def pack(source, output, *, format="cache", encoding="raw", max_side=512, quality=90,
+         shard_bytes=1 << 30, threads=None, list_file=None, list_base=None, max_pixels=None,
+         max_file_bytes=None, progress=False):
+    """Packs the images of ``source`` into ``output``; returns a PackResult.
+
+    ``source`` is an ImageFolder tree (or None with ``list_file``, a file of
+    ``path label`` lines). ``format="cache"`` writes one pre-decoded cache
+    file ``output``: ``encoding="raw"`` RGB8 pixels or ``"jpeg"`` re-encoded
+    at ``quality``, images whose longer side exceeds ``max_side`` shrunk to
+    it (0 = keep the size). ``format="tar"`` writes WebDataset tar shards of
+    about ``shard_bytes`` each into the folder ``output``. Either can then be
+    given to ``ImageLoader`` as ``root``.
+
+    Files that cannot be read or decoded are left out and listed in
+    ``left_out``; the pack fails (``DecodeError``, ``ValueError``, ...) only
+    when nothing is left or the output cannot be written. The output is
+    written under a temporary name and renamed at the end.
+
+    ``threads=None`` uses the CPUs this process may run on. ``progress``:
+    False, True (a bar on stderr) or a callable ``f(done, total)``.
+    """
+    from .loader import _default_threads, _int
+
+    if format not in ("cache", "tar"):
+        raise ValueError(f"format must be 'cache' or 'tar', got {format!r}")
+    if encoding not in ("raw", "jpeg"):
+        raise ValueError(f"encoding must be 'raw' or 'jpeg', got {encoding!r}")
+    if format == "tar" and (encoding != "raw" or max_side != 512 or quality != 90):
+        raise ValueError("encoding, max_side and quality apply to format='cache' only: tar "
+                         "shards keep each file's bytes as they are")
+    if (source is None) == (list_file is None):
+        raise ValueError("give exactly one of source (an image folder) and list_file")
+    if source is not None:
+        source = os.fspath(source)
+        if not os.path.isdir(source):
+            raise FileNotFoundError(f"no such folder: {source!r}")
+    else:
+        list_file = os.fspath(list_file)
+        if not os.path.isfile(list_file):
+            raise FileNotFoundError(f"no such list file: {list_file!r}")
+    if progress is True:
+        progress = _bar
+    elif progress is False or progress is None:
+        progress = None
+    elif not callable(progress):
+        raise TypeError(f"progress must be a bool or a callable(done, total), got {progress!r}")
+    kw = dict(format=format, encoding=encoding, max_side=_int("max_side", max_side, 0),
+              quality=_int("quality", quality, 1),
+              shard_bytes=_int("shard_bytes", shard_bytes, 1),
+              threads=_default_threads() if threads is None else _int("threads", threads, 0),
+              list_file=list_file, list_base=None if list_base is None else os.fspath(list_base),
+              progress=progress)
+    if max_pixels is not None:
+        kw["max_pixels"] = _int("max_pixels", max_pixels, 0)
+    if max_file_bytes is not None:
+        kw["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
+    r = _stoker.pack(source, os.fspath(output), **kw)
+    return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"])

@@ -1,0 +1,272 @@
+"""stoker.pack(), caches and tar shards through ImageLoader, the new source
+options, and the options table the extension exposes."""
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import stoker  # noqa: E402
+from stoker import _stoker  # noqa: E402
+
+from conftest import make_folder  # noqa: E402
+
+
+def loader(root, **kw):
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("size", 16)
+    kw.setdefault("threads", 2)
+    kw.setdefault("pipeline", "eval")
+    return stoker.ImageLoader(root, **kw)
+
+
+def epoch(ld):
+    """(images, labels, indices) of one pass, concatenated."""
+    xs, ys, idx = [], [], []
+    for b in ld.iter_batches():
+        xs.append(b.images.clone())
+        ys += b.labels.tolist()
+        idx += b.indices
+    return torch.cat(xs), ys, idx
+
+
+@pytest.fixture()
+def folder(tmp_path):
+    return make_folder(tmp_path / "src", classes=3, per_class=4)
+
+
+# ---- pack ------------------------------------------------------------------------
+
+
+def test_cache_round_trip_matches_the_folder(folder, tmp_path):
+    out = tmp_path / "data.stkc"
+    calls = []
+    r = stoker.pack(folder, out, threads=2, progress=lambda d, t: calls.append((d, t)))
+    assert isinstance(r, stoker.PackResult)
+    assert (r.packed, r.failed, r.left_out, r.shards) == (12, 0, [], 0)
+    assert r.bytes == os.path.getsize(out) > 0
+    assert calls and calls[-1] == (12, 12)
+    a, b = loader(folder, shuffle=False), loader(str(out), shuffle=False)
+    assert b.source_kind == "cache" and a.source_kind == "folder"
+    assert len(b) == len(a) and b.num_samples == a.num_samples == 12
+    assert b.classes == a.classes
+    assert [lab for _, lab in b.samples] == [lab for _, lab in a.samples]
+    xa, ya, ia = epoch(a)
+    xb, yb, ib = epoch(b)
+    assert ya == yb and ia == ib
+    # raw pixels below max_side: the eval pipeline sees exactly the folder's pixels
+    assert torch.equal(xa, xb)
+
+
+def test_jpeg_cache_and_train_pipeline(folder, tmp_path):
+    out = tmp_path / "small.stkc"
+    r = stoker.pack(folder, str(out), encoding="jpeg", max_side=24, quality=80, threads=1)
+    assert r.packed == 12
+    ld = loader(str(out), pipeline="train", shuffle=True, seed=3)
+    x, y, idx = epoch(ld)
+    assert x.shape == (12, 3, 16, 16) and sorted(idx) == list(range(12))
+    ref = loader(folder)
+    assert y == [ref.samples[i][1] for i in idx]
+
+
+def test_tar_round_trip(folder, tmp_path):
+    out = tmp_path / "shards"
+    r = stoker.pack(folder, out, format="tar", shard_bytes=4096, threads=2)
+    assert r.packed == 12 and r.failed == 0
+    tars = sorted(f for f in os.listdir(out) if f.endswith(".tar"))
+    assert r.shards == len(tars) >= 2  # 4 KB shards of ~1 KB+ images
+    ref = loader(folder)
+    for buf in (None, 1, 5):
+        ld = loader(str(out), shuffle=True, shuffle_buffer=buf)
+        assert ld.source_kind == "tar"
+        assert len(ld) == len(ref) and ld.num_samples == 12
+        _, y, idx = epoch(ld)
+        assert sorted(idx) == list(range(12))
+        assert sorted(y) == sorted(lab for _, lab in ref.samples)
+
+
+def test_bad_files_are_left_out_and_listed(folder, tmp_path):
+    with open(os.path.join(folder, "class01", "zz_broken.jpg"), "wb") as f:
+        f.write(b"not an image at all" * 20)
+    r = stoker.pack(folder, tmp_path / "c.stkc")
+    assert r.packed == 12 and r.failed == 1
+    (path, reason), = r.left_out
+    assert path.endswith("zz_broken.jpg") and reason
+    assert loader(str(tmp_path / "c.stkc")).num_samples == 12
+
+
+def test_list_file_source(folder, tmp_path):
+    ref = loader(folder)
+    lst = tmp_path / "l.txt"
+    lst.write_text("".join(f"{os.path.relpath(p, folder)} {lab}\n" for p, lab in ref.samples))
+    r = stoker.pack(None, tmp_path / "l.stkc", list_file=lst, list_base=folder)
+    assert r.packed == 12
+    assert [lab for _, lab in loader(str(tmp_path / "l.stkc")).samples] == \
+        [lab for _, lab in ref.samples]
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(format="zip"), ValueError, "format"),
+    (dict(encoding="png"), ValueError, "encoding"),
+    (dict(quality=0), ValueError, "quality"),
+    (dict(quality=101), ValueError, "quality"),
+    (dict(max_side=-1), ValueError, "max_side"),
+    (dict(threads=-1), ValueError, "threads"),
+    (dict(shard_bytes=0), ValueError, "shard_bytes"),
+    (dict(format="tar", encoding="jpeg"), ValueError, "format='cache' only"),
+    (dict(progress="yes"), TypeError, "progress"),
+    (dict(list_file="x.txt"), ValueError, "exactly one"),
+])
+def test_bad_pack_arguments(folder, tmp_path, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        stoker.pack(folder, tmp_path / "o.stkc", **kw)
+    assert not os.path.exists(tmp_path / "o.stkc")
+
+
+def test_pack_failures_carry_the_library_message(folder, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        stoker.pack(tmp_path / "missing", tmp_path / "o.stkc")
+    bad_out = tmp_path / "no" / "such" / "dir" / "o.stkc"
+    with pytest.raises(OSError, match="no/such/dir"):
+        stoker.pack(folder, bad_out)
+    with pytest.raises(TypeError):
+        _stoker.pack(folder, str(tmp_path / "o.stkc"), bogus=1)
+
+
+def test_progress_exception_propagates(folder, tmp_path):
+    def boom(done, total):
+        raise KeyError("stop")
+
+    with pytest.raises(KeyError, match="stop"):
+        stoker.pack(folder, tmp_path / "o.stkc", progress=boom)
+
+
+# ---- stale caches --------------------------------------------------------------------
+
+
+def test_stale_cache_is_refused_or_used_with_a_warning(folder, tmp_path):
+    out = str(tmp_path / "s.stkc")
+    stoker.pack(folder, out)
+    src = os.path.join(folder, "class00", "img000.jpg")
+    with open(src, "rb") as f, open(os.path.join(folder, "class00", "added.jpg"), "wb") as g:
+        g.write(f.read())
+    with pytest.raises(stoker.StaleCacheError, match="stale") as info:
+        loader(out)
+    assert isinstance(info.value, OSError) and info.value.code == _stoker.ESTALE
+    with pytest.warns(UserWarning, match="stale"):
+        ld = loader(out, allow_stale_cache=True)
+    assert "stale" in ld.note and ld.num_samples == 12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fresh source warns nothing
+        assert loader(folder).note == ""
+
+
+# ---- source options ------------------------------------------------------------------
+
+
+def test_folder_index_options(folder, tmp_path):
+    # folders changed within the last moments are not indexed (their listing
+    # may still change within the same mtime tick): age them first
+    old = os.path.getmtime(folder) - 60
+    for d, _, _ in os.walk(folder):
+        os.utime(d, (old, old))
+    idx = tmp_path / "idx"
+    a = loader(folder, index=1, index_dir=idx)
+    assert os.path.isdir(idx) and os.listdir(idx), "index=1 writes an index file"
+    b = loader(folder, index=True, index_dir=str(idx))  # read back from the index
+    assert b.samples == a.samples == loader(folder, index=0).samples
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(index=2), "index"),
+    (dict(index=-2), "index"),
+    (dict(index="auto"), "index"),
+    (dict(shuffle_buffer=-1), "shuffle_buffer"),
+    (dict(shuffle_buffer=1.5), "shuffle_buffer"),
+])
+def test_bad_source_options(folder, kw, match):
+    with pytest.raises(ValueError, match=match):
+        loader(folder, **kw)
+
+
+def test_missing_root_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        loader(str(tmp_path / "nothing.stkc"))
+    not_a_source = tmp_path / "plain.txt"
+    not_a_source.write_text("hello")
+    with pytest.raises(Exception, match="plain.txt"):
+        loader(str(not_a_source))
+
+
+# ---- the options table -----------------------------------------------------------------
+
+
+def test_options_table_describes_every_option():
+    rows = _stoker.options()
+    by = {r["name"]: r for r in rows}
+    assert stoker.OPTIONS == by
+    for name in ("root", "size", "batch_size", "dtype", "index", "index_dir", "shuffle_buffer",
+                 "allow_stale_cache", "gpu_cpu_share", "max_pixels"):
+        assert name in by
+    assert set(by["dtype"]["choices"]) == {"float32", "float16", "bfloat16", "uint8"}
+    assert by["dtype"]["default"] == "float32" and by["pipeline"]["default"] == "train"
+    assert by["size"]["default"] == 224 and (by["size"]["min"], by["size"]["max"]) == (1, 8192)
+    assert by["batch_size"]["default"] == 256 and by["prefetch"]["default"] == 2
+    assert by["max_pixels"]["default"] == 178956970
+    assert by["max_file_bytes"]["default"] == 256 << 20
+    assert by["scale"]["default"] == pytest.approx((0.08, 1.0))
+    assert by["mean"]["default"] == pytest.approx((0.485, 0.456, 0.406))
+    assert by["index"]["default"] == -1 and by["allow_stale_cache"]["default"] is False
+    assert by["root"]["default"] is None and by["root"]["type"] == "str"
+    assert by["shuffle_buffer"]["cli"] == "--shuffle-buffer"
+    for r in rows:
+        assert r["doc"] and r["keyword"] == r["name"]
+        assert r["type"] in ("int", "bool", "enum", "uint64", "float", "str")
+
+
+def _ranged_ints():
+    return [r for r in _stoker.options() if r["type"] in ("int", "bool", "enum")]
+
+
+@pytest.mark.parametrize("row", _ranged_ints(), ids=lambda r: r["name"])
+def test_extension_enforces_every_integer_range(folder, row):
+    name = row["name"]
+    base = {k: v for k, v in dict(root=folder, size=16, batch_size=4, threads=1,
+                                  world_size=4).items() if k != name}
+    if row["type"] == "int":
+        for bad in (row["min"] - 1, row["max"] + 1):
+            with pytest.raises(ValueError, match=name):
+                _stoker.Loader(**base, **{name: bad})
+        with pytest.raises(ValueError, match=name):
+            _stoker.Loader(**base, **{name: "3"})
+    elif row["type"] == "enum":
+        with pytest.raises(ValueError, match=name):
+            _stoker.Loader(**base, **{name: "no-such-" + name})
+        for choice in row["choices"]:  # every name is accepted
+            _stoker.Loader(**base, **{name: choice}).close()
+
+
+def test_extension_keywords_are_checked(folder):
+    with pytest.raises(TypeError, match="bogus"):
+        _stoker.Loader(root=folder, bogus=1)
+    with pytest.raises(TypeError, match="keyword"):
+        _stoker.Loader(folder)
+    with pytest.raises(ValueError, match="flip_prob"):
+        _stoker.Loader(root=folder, flip_prob=1.5)
+    with pytest.raises(ValueError, match="scale"):
+        _stoker.Loader(root=folder, scale=(0.5,))
+    with pytest.raises(ValueError, match="resize_size must be 0 or at least size"):
+        _stoker.Loader(root=folder, size=32, resize_size=16, pipeline="eval")
+    ld = _stoker.Loader(root=folder, size=16, batch_size=5, threads=1, index=0,
+                        shuffle_buffer=3, allow_stale_cache=True, seed=2**64 - 1)
+    assert ld.counts()["len"] == 3 and ld.source_kind() == "folder" and ld.note() == ""
+    ld.close()
+
+
+def test_pack_result_by_name_key_and_position(folder, tmp_path):
+    r = stoker.pack(folder, tmp_path / "r.stkc")
+    assert r["packed"] == r.packed == r[0] == 12
+    assert dict(r) == r._asdict() and dict(r)["left_out"] == []
+    with pytest.raises(KeyError):
+        r["nope"]
