@@ -7,7 +7,9 @@ the input pipeline costs: images/s after the warm-up steps, and the fraction
 of the step time spent blocked waiting for the next batch.
 
   --loader stoker       stoker.ImageLoader(pipeline="train"); on CUDA the batches
-                        (images and labels) arrive on the device
+                        (images and labels) arrive on the device. --data may also be
+                        a pre-decoded cache file (stoker pack --cache) or a folder of
+                        WebDataset tar shards: stoker detects the kind
   --loader torchvision  DataLoader(ImageFolder(RandomResizedCrop, RandomHorizontalFlip,
                         ToTensor, Normalize)) with worker processes and pinned memory
   --synthetic           one fixed batch already on the device: the model's ceiling
@@ -20,6 +22,10 @@ Examples (from the repository root, after `make`):
 
 Under torchrun (WORLD_SIZE > 1) each process trains a DDP replica on its
 shard; --batch-size and --workers are per process, images/s is the total.
+
+Other scripts can train with their own loader through the same loop: import
+this file, add a builder to LOADERS and call main(argv) (bench/dali_cache.py
+does so for DALI).
 """
 import argparse
 import contextlib
@@ -40,10 +46,11 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 SYNTHETIC_EPOCH_STEPS = 100  # --synthetic has no dataset: an "epoch" is this many steps
 
 
-def parse_args():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", help="ImageFolder root (class sub-folders of images)")
-    p.add_argument("--loader", choices=["stoker", "torchvision"], default="stoker")
+    p.add_argument("--data", help="ImageFolder root (class sub-folders of images); for "
+                                  "--loader stoker also a cache file or a folder of tar shards")
+    p.add_argument("--loader", choices=sorted(LOADERS), default="stoker")
     p.add_argument("--synthetic", action="store_true",
                    help="feed one fixed batch already on the device (no data loading)")
     p.add_argument("--arch", default="resnet18", help="torchvision model name (resnet50, ...)")
@@ -78,9 +85,14 @@ def parse_args():
     p.add_argument("--log-every", type=int, default=100,
                    help="print the loss every N steps (0: never)")
     p.add_argument("--json", action="store_true", help="print a final JSON line")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.data is None and not a.synthetic:
         p.error("--data is required unless --synthetic")
+    if not a.synthetic and not os.path.exists(a.data):
+        p.error(f"--data {a.data}: no such file or folder")
+    if not a.synthetic and a.loader == "torchvision" and not os.path.isdir(a.data):
+        p.error(f"--loader torchvision reads an image folder; {a.data} is a file "
+                f"(a stoker cache is read by --loader stoker)")
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available")
     return a
@@ -142,10 +154,11 @@ def build_model(args, num_classes, device):
     return model
 
 
-def build_stoker(args, device, dtype, workers):
+def build_stoker(args, device, dtype, workers, world_size):
     import stoker
 
-    # rank and world_size come from torch.distributed when it is initialised.
+    # rank and world_size come from torch.distributed when it is initialised. args.data
+    # is a folder, a cache file or a folder of tar shards.
     loader = stoker.ImageLoader(args.data, args.batch_size, pipeline="train",
                                 size=args.image_size, threads=workers, device=device,
                                 seed=args.seed, drop_last=True, dtype=dtype,
@@ -154,7 +167,7 @@ def build_stoker(args, device, dtype, workers):
     return loader, None, len(loader.classes)
 
 
-def build_torchvision(args, device, world_size, workers):
+def build_torchvision(args, device, dtype, workers, world_size):
     import torchvision.transforms as T
     from torch.utils.data import DataLoader, DistributedSampler
     from torchvision.datasets import ImageFolder
@@ -170,6 +183,12 @@ def build_torchvision(args, device, world_size, workers):
                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
                         drop_last=True)
     return loader, sampler, len(ds.classes)
+
+
+# --loader NAME: builder(args, device, dtype, workers, world_size) -> (loader, sampler or
+# None, num_classes). The loader has len() (batches per epoch) and yields (images, labels);
+# set_epoch(), stats() and close() are used when it has them.
+LOADERS = {"stoker": build_stoker, "torchvision": build_torchvision}
 
 
 def loader_summary(loader):
@@ -195,8 +214,8 @@ def epochs_of(loader, sampler, epochs):
         yield from loader
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     rank, world_size, local_rank, device = setup_distributed(args)
     torch.manual_seed(args.seed)
     if device.type == "cuda":
@@ -223,10 +242,8 @@ def main():
         workers = 0
         loader = None
     else:
-        if args.loader == "stoker":
-            loader, sampler, num_classes = build_stoker(args, device, in_dtype, workers)
-        else:
-            loader, sampler, num_classes = build_torchvision(args, device, world_size, workers)
+        loader, sampler, num_classes = LOADERS[args.loader](args, device, in_dtype, workers,
+                                                            world_size)
         steps_per_epoch = len(loader)
         if steps_per_epoch == 0:
             sys.exit(f"--batch-size {args.batch_size} is larger than this process's share of "
