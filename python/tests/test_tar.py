@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -107,6 +108,7 @@ def test_stoker_reads_webdataset_shards(tmp_path, wds):
     kw = dict(batch_size=4, size=24, threads=2, pipeline="eval", shuffle=False)
     ld = stoker.ImageLoader(str(shards), **kw)
     assert ld.num_samples == 11
+    assert ld.source_kind == "tar"
     samples = ld.samples
     for (path, label), (key, ext, want) in zip(samples, expected):
         assert path.endswith(f".tar:{key}.{ext}"), path
@@ -172,3 +174,29 @@ def test_webdataset_reads_stoker_shards(tmp_path, wds):
     ld = stoker.ImageLoader(str(out), batch_size=4, size=16, threads=2, pipeline="eval")
     assert ld.classes == classes
     assert [lab for _, lab in ld.samples] == [c for c, _ in want]
+
+
+def test_left_out_members_are_noted(tmp_path, wds):
+    """A sample without .cls and one with a bad .cls are left out, and the
+    loader warns with the count; shuffle_buffer reaches the tar source."""
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    data = jpeg_bytes(photo(32, 24, 5))
+    with wds.TarWriter(str(shards / "a.tar")) as sink:
+        for i in range(6):
+            sink.write({"__key__": f"k{i}", "jpg": data, "cls": i % 2})
+        sink.write({"__key__": "nolabel", "jpg": data})
+        sink.write({"__key__": "badlabel", "jpg": data, "cls": "cat"})
+    with pytest.warns(UserWarning, match="2 tar members left out: 1 without a .cls, 1 with a bad"):
+        ld = stoker.ImageLoader(str(shards), batch_size=2, size=16, threads=2)
+    assert ld.num_samples == 6
+    assert "nolabel.jpg" in ld.note
+    orders = []
+    for buf in (1, 1, 1000):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the note, checked above
+            ld = stoker.ImageLoader(str(shards), batch_size=2, size=16, threads=2, seed=1,
+                                    shuffle_buffer=buf)
+        orders.append(epoch(ld)[2])
+    assert orders[0] == orders[1] == list(range(6))  # one shard, no buffer: tar order
+    assert sorted(orders[2]) == list(range(6))
