@@ -386,11 +386,13 @@ static int cmd_check(int argc, char **argv) {
   }
   o.root = dir;
   stk__source src;
+  memset(&src, 0, sizeof src);
   char err[1024];
   int rc = stk__options_validate(&o, err, sizeof err);
   if (!rc) rc = stk__source_open(&src, &o, err, sizeof err);
   if (rc) {
     fprintf(stderr, "stoker check: %s (%s)\n", err, stk_strerror(rc));
+    stk__source_close(&src); /* a failed open may hold part of its table */
     return 2;
   }
   if (src.note[0]) fprintf(stderr, "stoker check: note: %s\n", src.note);
