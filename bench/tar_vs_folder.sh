@@ -32,24 +32,29 @@ echo "dataset: $IMAGES images, $(du -sh "$W/folder" | cut -f1) in $(find "$W/fol
   "$(ls "$W/shards"/*.tar | wc -l) shards of $(du -sh "$W/shards" | cut -f1); $(nproc) CPUs"
 cat "$W"/folder/*/* "$W"/shards/*.tar >/dev/null # into the page cache
 
-run() { # SOURCE -> images/s of one run
+run() { # SOURCE -> "images/s read-us-per-image" of one run
   "$S" bench "$1" --pipeline train --threads "$THREADS" --epochs "$EPOCHS" --json | tail -n 1 |
-    "$PY" -c 'import json, sys; print("%.1f" % json.loads(sys.stdin.read())["images_per_s"])'
+    "$PY" -c 'import json, sys; j = json.loads(sys.stdin.read())
+print("%.1f %.1f" % (j["images_per_s"], 1e6 * j["read_s"] / j["images"]))'
 }
 
 folder=()
 tar=()
 for r in $(seq 1 "$ROUNDS"); do
-  f=$(run "$W/folder")
-  t=$(run "$W/shards")
-  folder+=("$f")
-  tar+=("$t")
-  echo "round $r: folder $f img/s, tar $t img/s"
+  read -r f fr <<<"$(run "$W/folder")"
+  read -r t tr <<<"$(run "$W/shards")"
+  folder+=("$f/$fr")
+  tar+=("$t/$tr")
+  echo "round $r: folder $f img/s (read $fr us/image), tar $t img/s (read $tr us/image)"
 done
+# The read time (summed over threads, per image) is what the storage format
+# itself costs; images/s also carries the decoder's share of the CPUs.
 "$PY" - "${folder[*]}" "${tar[*]}" <<'EOF'
 import statistics, sys
-f = [float(x) for x in sys.argv[1].split()]
-t = [float(x) for x in sys.argv[2].split()]
-mf, mt = statistics.median(f), statistics.median(t)
+f = [tuple(map(float, x.split("/"))) for x in sys.argv[1].split()]
+t = [tuple(map(float, x.split("/"))) for x in sys.argv[2].split()]
+mf, mt = statistics.median(x[0] for x in f), statistics.median(x[0] for x in t)
+rf, rt = statistics.median(x[1] for x in f), statistics.median(x[1] for x in t)
 print(f"median: folder {mf:.1f} img/s, tar {mt:.1f} img/s, tar / folder = {mt / mf:.3f}")
+print(f"median read time: folder {rf:.1f} us/image, tar {rt:.1f} us/image")
 EOF
