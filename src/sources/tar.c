@@ -473,29 +473,29 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
         size_t klen = (size_t)(dot - name);
         int is_cls = !strcasecmp(suffix, "cls");
         int is_img = !strchr(suffix, '.') && stk__has_image_extension(name);
-        rec *rc_ = (is_cls || is_img) ? keyset_get(&ks, name, klen) : NULL;
-        if ((is_cls || is_img) && !rc_) {
+        rec *kr = (is_cls || is_img) ? keyset_get(&ks, name, klen) : NULL;
+        if ((is_cls || is_img) && !kr) {
           rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
           break;
         }
-        if (is_cls && rc_->has_cls) {
+        if (is_cls && kr->has_cls) {
           left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
         } else if (is_cls) {
-          rc_->has_cls = 1;
+          kr->has_cls = 1;
           char cb[STK__TAR_CLS_MAX];
           if (size <= STK__TAR_CLS_MAX && pread_full(fd, cb, (size_t)size, data) == (ssize_t)size)
-            rc_->cls_ok = parse_cls(cb, (size_t)size, &rc_->label);
-          if (rc_->cls_ok && cl->present && rc_->label >= cl->n) rc_->cls_ok = 0;
-          if (rc_->cls_ok && !cl->present && rc_->label >= STK__TAR_LABEL_MAX) rc_->cls_ok = 0;
-        } else if (is_img && rc_->img_name) {
+            kr->cls_ok = parse_cls(cb, (size_t)size, &kr->label);
+          if (kr->cls_ok && cl->present && kr->label >= cl->n) kr->cls_ok = 0;
+          if (kr->cls_ok && !cl->present && kr->label >= STK__TAR_LABEL_MAX) kr->cls_ok = 0;
+        } else if (is_img && kr->img_name) {
           left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
         } else if (is_img) {
-          if (!(rc_->img_name = strdup(name))) {
+          if (!(kr->img_name = strdup(name))) {
             rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
             break;
           }
-          rc_->img_off = data;
-          rc_->img_size = size;
+          kr->img_off = data;
+          kr->img_size = size;
         }
       }
     }
