@@ -200,3 +200,30 @@ def test_left_out_members_are_noted(tmp_path, wds):
         orders.append(epoch(ld)[2])
     assert orders[0] == orders[1] == list(range(6))  # one shard, no buffer: tar order
     assert sorted(orders[2]) == list(range(6))
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "pax", "ustar"])
+def test_tarfile_formats(tmp_path, fmt, wds):
+    """Long and non-ASCII member names in Python's tarfile formats (GNU long
+    names, pax path records, the ustar prefix) give the same samples."""
+    import tarfile
+
+    tf_format = {"gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT,
+                 "ustar": tarfile.USTAR_FORMAT}[fmt]
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    data = jpeg_bytes(photo(24, 20, 9))
+    keys = [("d" * 60 + "/" + "e" * 70 + f"/s{i}") for i in range(3)]  # > 100 bytes
+    if fmt != "ustar":
+        keys.append("ünïcode/ключ")
+    with tarfile.open(shards / "x.tar", "w", format=tf_format) as tf:
+        for i, key in enumerate(keys):
+            for ext, payload in (("jpg", data), ("cls", str(i).encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(payload)
+                tf.addfile(info, io.BytesIO(payload))
+    ld = stoker.ImageLoader(str(shards), batch_size=2, size=16, threads=2, pipeline="eval")
+    assert ld.note == ""
+    assert [(p.split(".tar:", 1)[1], lab) for p, lab in ld.samples] == \
+        [(f"{k}.jpg", i) for i, k in enumerate(keys)]
+    assert epoch(ld)[1] == list(range(len(keys)))
