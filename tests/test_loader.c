@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 
 #include "check.h"
@@ -371,6 +372,124 @@ static void test_skip_and_raise(void) {
   free(root);
 }
 
+/* Epochs in a row, with the next epoch's batches started ahead, give what
+ * a fresh loader positioned at each epoch gives: bytes, order, failures. */
+static void test_epoch_lookahead(stk_on_error policy) {
+  char *root = make_bad_folder(20, 6);
+  enum { EPOCHS = 4 };
+  stk__buf run[EPOCHS], fresh[EPOCHS];
+  size_t nrun[EPOCHS] = {0}, nfresh[EPOCHS] = {0};
+  int64_t irun[EPOCHS][32], ifresh[EPOCHS][32], crun[EPOCHS], cfresh[EPOCHS];
+  memset(run, 0, sizeof run);
+  memset(fresh, 0, sizeof fresh);
+  stk_options o;
+  base_opts(&o);
+  o.root = root;
+  o.on_error = policy;
+  o.batch_size = 3;
+  o.prefetch = 6; /* more slots than one epoch's batches take: several start ahead */
+  o.threads = 3;
+  stk_loader *l = make(&o);
+  if (!l) return;
+  for (int e = 0; e < EPOCHS; e++) {
+    if (e % 2) CHECK_EQ_INT(stk_loader_set_epoch(l, (uint64_t)e), STK_OK); /* a no-op here */
+    uint64_t pe;
+    int64_t pb;
+    stk_loader_position(l, &pe, &pb);
+    CHECK(pe == (uint64_t)e && pb == 0);
+    crun[e] = policy == STK_ON_ERROR_SKIP ? run_epoch(l, &run[e], &nrun[e], irun[e], NULL) : 0;
+    if (policy == STK_ON_ERROR_RAISE) {
+      /* count the failed batches instead: each is an error, then goes on */
+      for (;;) {
+        stk_batch b;
+        int rc = stk_loader_next(l, &b);
+        if (rc == STK_EEND) break;
+        if (rc) {
+          crun[e] += 1000;
+          continue;
+        }
+        for (int64_t i = 0; i < b.n; i++) irun[e][crun[e] % 1000 + i] = b.indices[i];
+        crun[e] += b.n;
+        stk_batch_release(l, &b);
+      }
+    }
+  }
+  stk_stats st;
+  stk_loader_stats(l, &st);
+  if (policy == STK_ON_ERROR_SKIP) CHECK_EQ_INT(st.skipped, 6 * EPOCHS);
+  stk_loader_destroy(l);
+  for (int e = 0; e < EPOCHS; e++) {
+    l = make(&o);
+    if (!l) break;
+    stk_loader_set_epoch(l, (uint64_t)e);
+    if (policy == STK_ON_ERROR_SKIP) {
+      cfresh[e] = run_epoch(l, &fresh[e], &nfresh[e], ifresh[e], NULL);
+      CHECK_EQ_INT(cfresh[e], 20);
+      CHECK(nrun[e] == nfresh[e] && nrun[e] > 0 && !memcmp(run[e].p, fresh[e].p, nrun[e]));
+    } else {
+      cfresh[e] = 0;
+      for (;;) {
+        stk_batch b;
+        int rc = stk_loader_next(l, &b);
+        if (rc == STK_EEND) break;
+        if (rc) {
+          cfresh[e] += 1000;
+          continue;
+        }
+        for (int64_t i = 0; i < b.n; i++) ifresh[e][cfresh[e] % 1000 + i] = b.indices[i];
+        cfresh[e] += b.n;
+        stk_batch_release(l, &b);
+      }
+      CHECK(cfresh[e] >= 2000); /* the bad files fail their batches */
+    }
+    CHECK_EQ_INT(crun[e], cfresh[e]);
+    CHECK(!memcmp(irun[e], ifresh[e], (size_t)(cfresh[e] % 1000) * sizeof(int64_t)));
+    stk_loader_destroy(l);
+  }
+  for (int e = 0; e < EPOCHS; e++) {
+    stk__buf_free(&run[e]);
+    stk__buf_free(&fresh[e]);
+  }
+  tu_rmtree(root);
+  free(root);
+}
+
+/* While the consumer still holds the last batch of an epoch, the next
+ * epoch's files are already being read. */
+static void test_next_epoch_starts_early(void) {
+  stk_options o;
+  base_opts(&o);
+  o.batch_size = 5;
+  stk_loader *l = make(&o);
+  if (!l) return;
+  uint64_t total = 0;
+  for (int64_t i = 0; i < stk_loader_num_samples(l); i++) {
+    struct stat st;
+    if (stat(stk_loader_sample_path(l, i), &st) == 0) total += (uint64_t)st.st_size;
+  }
+  int64_t len = stk_loader_len(l);
+  stk_batch b;
+  for (int64_t k = 0; k < len; k++) {
+    CHECK_EQ_INT(stk_loader_next(l, &b), STK_OK);
+    if (k + 1 < len) stk_batch_release(l, &b);
+  }
+  stk_stats st;
+  int ahead = 0;
+  for (int t = 0; t < 1000 && !ahead; t++) { /* up to 10 s on a loaded machine */
+    stk_loader_stats(l, &st);
+    ahead = st.bytes_read > total;
+    if (!ahead) nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  CHECK_MSG(ahead, "read %llu bytes, one epoch is %llu", (unsigned long long)st.bytes_read,
+            (unsigned long long)total);
+  stk_batch_release(l, &b);
+  CHECK_EQ_INT(stk_loader_next(l, &b), STK_EEND);
+  CHECK_EQ_INT(stk_loader_next(l, &b), STK_OK);
+  CHECK(b.epoch == 1 && b.batch_index == 0);
+  stk_batch_release(l, &b);
+  stk_loader_destroy(l);
+}
+
 /* A stale copy of a released batch names the same slot and memory as the
  * batch lent from that slot later: releasing it must fail, not free the
  * slot under its holder. */
@@ -491,6 +610,9 @@ int main(void) {
   test_slots_and_teardown();
   test_bad_options();
   test_skip_and_raise();
+  test_epoch_lookahead(STK_ON_ERROR_SKIP);
+  test_epoch_lookahead(STK_ON_ERROR_RAISE);
+  test_next_epoch_starts_early();
   test_stale_copy_release();
   test_seek_past_end();
   test_stats_while_loading();

@@ -94,6 +94,13 @@ struct stk_loader {
   stk__sampler sampler;
   stk__plan plan;
   int64_t *order; /* positions of this epoch -> sample index */
+  /* The next epoch's order, once its first batches are started ahead (see
+   * start_batch): the pipeline does not drain at the end of an epoch. */
+  int64_t *order_next;
+  int next_ready;            /* order_next holds epoch + 1's order */
+  int64_t next_started;      /* batches of epoch + 1 started ahead */
+  int64_t next_finalized;    /* of which finalised ahead, in order */
+  int need_finalize;         /* a worker should run finalize_locked */
   stk__gpu *gpu;  /* NULL for CPU output */
   int gpu_lanes;  /* batches the GPU back end takes at once */
   /* The share of each GPU batch the workers finish on the CPU. Adaptive
@@ -151,10 +158,11 @@ static int loader_err(stk_loader *l, int code, const char *fmt, ...) {
 
 /* ---- epoch control (mutex held) ---------------------------------------- */
 
-static slot *slot_of(stk_loader *l, int64_t batch) {
+static slot *slot_of(stk_loader *l, uint64_t epoch, int64_t batch) {
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
-    if (s->state != SLOT_FREE && s->state != SLOT_HELD && s->gen == l->gen && s->batch == batch)
+    if (s->state != SLOT_FREE && s->state != SLOT_HELD && s->gen == l->gen && s->epoch == epoch &&
+        s->batch == batch)
       return s;
   }
   return NULL;
@@ -180,6 +188,9 @@ static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
     if (l->slots[i].state != SLOT_HELD) l->slots[i].state = SLOT_FREE;
   l->epoch = epoch;
   stk__source_order(&l->src, &l->sampler, epoch, l->order);
+  l->next_ready = 0;
+  l->next_started = l->next_finalized = 0;
+  l->need_finalize = 0;
   l->next_batch = l->next_finalize = l->next_deliver = batch;
   l->tail_end = l->sampler.num_samples;
   l->finalizing = 0;
@@ -438,7 +449,7 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   slot *s, *submit[64 + 2]; /* nslots = prefetch + 2 <= 66: room for every slot */
   int nsubmit = 0;
   uint64_t gen = l->gen;
-  while ((s = slot_of(l, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
+  while ((s = slot_of(l, l->epoch, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
     int holes = 0;
     for (int j = 0; j < s->n; j++) {
       if (s->codes[j]) {
@@ -485,6 +496,24 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
     s->state = SLOT_READY;
     pthread_cond_broadcast(&l->ready_cv);
   }
+  /* This epoch is finalised to its end: the next epoch's batches started
+   * ahead may be finalised too, in order, while none of their files failed
+   * (refilling a hole takes samples from the end of its own epoch, which
+   * only becomes possible once that epoch is the current one). */
+  while (!l->epoch_err && !batch_exists(l, l->next_finalize) && l->next_finalize >= l->next_batch &&
+         (s = slot_of(l, l->epoch + 1, l->next_finalized)) && s->state == SLOT_FILLING &&
+         s->complete) {
+    int holes = 0;
+    for (int j = 0; j < s->n; j++) holes += s->codes[j] != 0;
+    if (holes) break;
+    l->next_finalized++;
+    if (l->gpu && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
+      s->state = SLOT_GPU;
+      submit[nsubmit++] = s;
+      continue;
+    }
+    s->state = SLOT_READY;
+  }
   l->finalizing = 0;
   for (int i = 0; i < nsubmit; i++) {
     /* a reset since finalising freed these slots: leave them alone */
@@ -502,24 +531,45 @@ static slot *claimable(stk_loader *l) {
   slot *best = NULL;
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
+    /* this epoch's batches before the next epoch's (started ahead) */
     if (s->state == SLOT_FILLING && s->gen == l->gen && s->claimed < s->n &&
-        (!best || s->batch < best->batch))
+        (!best || s->epoch < best->epoch || (s->epoch == best->epoch && s->batch < best->batch)))
       best = s;
   }
   return best;
 }
 
+/* Batch b of the next epoch exists (its whole shard is there: nothing of
+ * it has been skipped yet). */
+static int next_batch_exists(const stk_loader *l, int64_t b) {
+  int64_t n = l->sampler.num_samples;
+  if (b > n / l->B) return 0;
+  return l->opt.drop_last ? b * l->B + l->B <= n : b * l->B < n;
+}
+
+/* Starts the next batch in a free slot. Once every batch of this epoch has
+ * started, the first batches of the next epoch start ahead, so that the
+ * consumer finds them ready when it begins that epoch instead of waiting for
+ * a whole batch (what a training loop would see at every epoch boundary).
+ * They are made exactly as they would be after set_epoch(epoch + 1); a
+ * reset or a seek elsewhere drops them. */
 static int start_batch(stk_loader *l) {
-  if (l->epoch_err || !batch_exists(l, l->next_batch)) return 0;
+  if (l->epoch_err) return 0;
+  int ahead = !batch_exists(l, l->next_batch);
+  if (ahead && !next_batch_exists(l, l->next_started)) return 0;
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
     if (s->state != SLOT_FREE) continue;
+    if (ahead && !l->next_ready) {
+      stk__source_order(&l->src, &l->sampler, l->epoch + 1, l->order_next);
+      l->next_ready = 1;
+    }
     s->state = SLOT_FILLING;
     s->gen = l->gen;
-    s->epoch = l->epoch;
-    s->batch = l->next_batch++;
+    s->epoch = l->epoch + (uint64_t)ahead;
+    s->batch = ahead ? l->next_started++ : l->next_batch++;
     s->start = s->batch * l->B;
-    int64_t left = l->tail_end - s->start;
+    int64_t left = (ahead ? l->sampler.num_samples : l->tail_end) - s->start;
     s->n = (int)(left < l->B ? left : l->B);
     s->claimed = s->done = 0;
     s->complete = 0;
@@ -540,14 +590,19 @@ static void *worker_main(void *arg) {
       pthread_cond_wait(&l->work_cv, &l->mu);
       continue;
     }
+    if (l->need_finalize && !l->finalizing) {
+      l->need_finalize = 0;
+      finalize_locked(l, wc);
+      continue;
+    }
     slot *s = claimable(l);
     if (!s) {
       if (!start_batch(l)) pthread_cond_wait(&l->work_cv, &l->mu);
       continue;
     }
     int j = s->claimed++;
-    int64_t idx = l->order[s->start + j];
-    uint64_t gen = l->gen, epoch = l->epoch;
+    int64_t idx = (s->epoch == l->epoch ? l->order : l->order_next)[s->start + j];
+    uint64_t gen = l->gen, epoch = s->epoch;
     int on_cpu = pick_cpu(l, j);
     l->active++;
     pthread_mutex_unlock(&l->mu);
@@ -672,13 +727,14 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     goto fail;
   }
   l->order = malloc((size_t)l->sampler.num_samples * sizeof *l->order);
+  l->order_next = malloc((size_t)l->sampler.num_samples * sizeof *l->order_next);
   stk__plan_init(&l->plan, &o);
   l->B = o.batch_size;
   /* prefetch batches in flight, plus two the consumer may hold: the batch it
    * trains on and the one it just asked for. */
   l->nslots = o.prefetch + 2;
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
-  if (!l->order || !l->slots) {
+  if (!l->order || !l->order_next || !l->slots) {
     rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
     goto fail;
   }
@@ -803,6 +859,7 @@ void stk_loader_destroy(stk_loader *l) {
   free(l->slots);
   stk__gpu_close(l->gpu); /* after the workers: none is inside run_batch */
   free(l->order);
+  free(l->order_next);
   for (uint64_t i = 0; i < l->skip_len; i++) {
     free(l->skip_paths[i]);
     free(l->skip_reasons[i]);
@@ -838,13 +895,38 @@ static int end_epoch_locked(stk_loader *l, int code) {
   return code;
 }
 
+/* The epoch ended normally: moves on to the next one, keeping the batches
+ * of it that were started ahead (see start_batch). */
+static int advance_epoch_locked(stk_loader *l) {
+  if (!l->next_ready) return end_epoch_locked(l, STK_EEND);
+  int64_t *o = l->order;
+  l->order = l->order_next;
+  l->order_next = o;
+  l->next_ready = 0;
+  l->epoch++;
+  l->next_batch = l->next_started;
+  l->next_finalize = l->next_finalized;
+  l->next_started = l->next_finalized = 0;
+  l->next_deliver = 0;
+  l->tail_end = l->sampler.num_samples;
+  l->consec_fail = 0;
+  l->epoch_err = 0;
+  l->epoch_images = l->epoch_failed = 0;
+  /* batches of the new epoch that completed with failed files wait for
+   * finalisation, and no worker may be about to run it */
+  l->need_finalize = 1;
+  pthread_cond_broadcast(&l->work_cv);
+  pthread_cond_broadcast(&l->ready_cv);
+  return STK_EEND;
+}
+
 int stk_loader_next(stk_loader *l, stk_batch *out) {
   if (!l || !out) return STK_EINVAL;
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&l->mu);
   int rc = STK_OK;
   for (;;) {
-    slot *s = slot_of(l, l->next_deliver);
+    slot *s = slot_of(l, l->epoch, l->next_deliver);
     if (s && s->state == SLOT_READY) {
       l->next_deliver++;
       /* Count the batch's failed files now that the caller sees the batch. */
@@ -913,7 +995,7 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
         end_epoch_locked(l, rc);
         break;
       }
-      rc = end_epoch_locked(l, STK_EEND);
+      rc = advance_epoch_locked(l);
       break;
     }
     if (held_count(l) == l->nslots) {
