@@ -25,7 +25,8 @@
 # they are skipped with a message and the stoker lines still run.
 # Environment: PYTHON (default python3), STOKER (the stoker command, default
 # build/stoker), EPOCHS (loader runs, default 4), PREPARE_ONLY=1 (stop after
-# stage b: the data only, e.g. to measure in a later call).
+# stage b: the data only, e.g. to measure in a later call), R18_ARGS and R50_ARGS
+# (the train.py flags of the ResNet-18 and ResNet-50 runs).
 # Every stage prints the time it started; the whole run takes a few minutes.
 set -u
 SRC=${1:?usage: bench/cache_suite.sh SRC [COPIES]}
@@ -128,8 +129,8 @@ done
 stage "d. training steps: bf16 autocast, channels_last, batch 256"
 TR="$PY examples/train.py --amp --channels-last --batch-size 256 --json"
 DT="--amp --channels-last --batch-size 256 --json"
-R18="--epochs 3 --steps 110 --warmup-steps 30"
-R50="--epochs 2 --steps 70 --warmup-steps 20"
+R18=${R18_ARGS:-"--epochs 3 --steps 110 --warmup-steps 30"}
+R50=${R50_ARGS:-"--epochs 2 --steps 70 --warmup-steps 20"}
 record r18_synthetic $TR --arch resnet18 --synthetic --num-classes "$COPIES" --steps 80 --warmup-steps 20
 record r18_stoker_t1 $TR --arch resnet18 --data "$CACHE" --loader stoker --workers 1 $R18
 record r18_stoker_t2 $TR --arch resnet18 --data "$CACHE" --loader stoker --workers 2 $R18
