@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """Train a torchvision classifier on an ImageFolder, fed by stoker or by torchvision.
 
-An ordinary PyTorch training loop (CrossEntropyLoss, SGD with momentum and
-weight decay, optional bf16 autocast and channels-last) that measures what
-the input pipeline costs: images/s after the warm-up steps, and the fraction
-of the step time spent blocked waiting for the next batch.
+An ordinary PyTorch training loop in the style of pytorch/examples' ImageNet
+script (CrossEntropyLoss, SGD with momentum and weight decay, the learning
+rate divided by 10 every 30 epochs, optional bf16 autocast and channels-last),
+which also measures what the input pipeline costs: images/s after the warm-up
+steps, and the fraction of the step time spent blocked waiting for the next
+batch. Each epoch ends with a validation pass (top-1/top-5 on val/, stoker's
+eval pipeline) and a checkpoint of the model, the optimizer and the loader's
+position, from which --resume continues exactly.
 
+  DIR                   a dataset root holding train/ and val/ (ImageFolder trees);
+                        a folder without train/ is itself the training set
   --loader stoker       stoker.ImageLoader(pipeline="train"); on CUDA the batches
                         (images and labels) arrive on the device. --data may also be
                         a pre-decoded cache file (stoker pack --cache) or a folder of
@@ -14,11 +20,13 @@ of the step time spent blocked waiting for the next batch.
                         ToTensor, Normalize)) with worker processes and pinned memory
   --synthetic           one fixed batch already on the device: the model's ceiling
 
-Examples (from the repository root, after `make`):
+Examples (from the repository root, after `make`, or anywhere after `pip install .`):
 
+  torchrun --nproc_per_node=gpu examples/train.py /data/imagenet -a resnet50 -b 256 \\
+      --amp --channels-last --checkpoint-dir runs/resnet50 --tensorboard runs/resnet50
   PYTHONPATH=python python3 examples/train.py --data DIR --steps 200
   PYTHONPATH=python python3 examples/train.py --data DIR --loader torchvision --steps 200
-  PYTHONPATH=python torchrun --nproc_per_node 8 examples/train.py --data DIR --amp --channels-last
+  PYTHONPATH=python python3 examples/train.py DIR --evaluate --resume runs/model_best.pth.tar
 
 Under torchrun (WORLD_SIZE > 1) each process trains a DDP replica on its
 shard; --batch-size and --workers are per process, images/s is the total.
@@ -29,10 +37,11 @@ does so for DALI).
 """
 import argparse
 import contextlib
-import itertools
+import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -40,35 +49,53 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 import torchvision
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 SYNTHETIC_EPOCH_STEPS = 100  # --synthetic has no dataset: an "epoch" is this many steps
+LR_STEP_EPOCHS, LR_GAMMA = 30, 0.1  # pytorch/examples' schedule
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", help="ImageFolder root (class sub-folders of images); for "
+    p.add_argument("root", nargs="?", metavar="DIR",
+                   help="dataset root holding train/ and val/; without train/ the folder is "
+                        "the training set")
+    p.add_argument("--data", help="the training set instead of DIR: an ImageFolder root; for "
                                   "--loader stoker also a cache file or a folder of tar shards")
+    p.add_argument("--val", help="the validation ImageFolder (default: DIR/val when it exists)")
     p.add_argument("--loader", choices=sorted(LOADERS), default="stoker")
     p.add_argument("--synthetic", action="store_true",
                    help="feed one fixed batch already on the device (no data loading)")
-    p.add_argument("--arch", default="resnet18", help="torchvision model name (resnet50, ...)")
+    p.add_argument("-a", "--arch", default="resnet18",
+                   help="torchvision model name (resnet50, ...), or tiny: a small CNN for "
+                        "quick checks")
     p.add_argument("--num-classes", type=int, default=1000,
                    help="classes for --synthetic (else the dataset's)")
     p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--batch-size", type=int, default=256, help="per process")
-    p.add_argument("--workers", "--threads", dest="workers", type=int, default=None,
+    p.add_argument("-b", "--batch-size", type=int, default=256, help="per process")
+    p.add_argument("-j", "--workers", "--threads", dest="workers", type=int, default=None,
                    help="DataLoader worker processes / stoker threads per process "
                         "(default: the CPUs available divided by the processes on this host)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--steps", type=int, default=None, help="stop after this many steps")
+    p.add_argument("--epochs", type=int, default=90, help="total epochs (a resumed run "
+                                                          "counts the ones done)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="stop after this many steps of this run (a checkpoint is saved where "
+                        "it stops)")
     p.add_argument("--warmup-steps", type=int, default=10,
                    help="steps left out of the measurement")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=None,
                    help="default: 0.1 per 256 images of global batch (the linear scaling rule)")
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--wd", "--weight-decay", dest="weight_decay", type=float, default=1e-4)
+    p.add_argument("--resume", metavar="PATH", help="continue from this checkpoint")
+    p.add_argument("-e", "--evaluate", action="store_true",
+                   help="only validate (the model of --resume, else a fresh one)")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="write checkpoint.pth.tar after each epoch (and where --steps stops) "
+                        "and model_best.pth.tar; default: no checkpoints")
+    p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard events there")
     p.add_argument("--amp", action="store_true",
                    help="bf16 autocast (CUDA, and the CPU where supported); stoker then "
                         "produces bf16 images")
@@ -82,17 +109,40 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cuda", "cpu"],
                    default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=100,
-                   help="print the loss every N steps (0: never)")
+    p.add_argument("-p", "--print-freq", "--log-every", dest="print_freq", type=int,
+                   default=100, help="print a Time/Data/Loss line every N steps (0: never)")
+    p.add_argument("--log-indices", metavar="FILE",
+                   help="each rank writes the dataset indices of its batches and a checksum "
+                        "of its weights to FILE.rankN (JSON lines; stoker only)")
     p.add_argument("--json", action="store_true", help="print a final JSON line")
     a = p.parse_args(argv)
+    if a.root is not None:
+        if a.data is not None:
+            p.error("give the dataset root DIR or --data, not both")
+        if not os.path.isdir(a.root):
+            p.error(f"{a.root}: no such folder")
+        train = os.path.join(a.root, "train")
+        if os.path.isdir(train):
+            a.data = train
+            if a.val is None and os.path.isdir(os.path.join(a.root, "val")):
+                a.val = os.path.join(a.root, "val")
+        else:
+            a.data = a.root
     if a.data is None and not a.synthetic:
-        p.error("--data is required unless --synthetic")
+        p.error("give a dataset root DIR or --data, unless --synthetic")
     if not a.synthetic and not os.path.exists(a.data):
         p.error(f"--data {a.data}: no such file or folder")
     if not a.synthetic and a.loader == "torchvision" and not os.path.isdir(a.data):
         p.error(f"--loader torchvision reads an image folder; {a.data} is a file "
                 f"(a stoker cache is read by --loader stoker)")
+    if a.val is not None and not os.path.isdir(a.val):
+        p.error(f"--val {a.val}: no such folder")
+    if a.evaluate and a.val is None:
+        p.error("--evaluate needs a validation set: DIR/val or --val")
+    if a.resume is not None and not os.path.isfile(a.resume):
+        p.error(f"--resume {a.resume}: no such file")
+    if a.log_indices and (a.synthetic or a.loader != "stoker"):
+        p.error("--log-indices needs --loader stoker (it reports each batch's indices)")
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available")
     return a
@@ -137,13 +187,31 @@ def bf16_autocast_works(device):
         return False
 
 
+class TinyNet(nn.Module):
+    """-a tiny: two convolutions and a linear layer, for checks that must run in seconds.
+    No BatchNorm, so every tensor of the model is a parameter that DDP keeps in step."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x))
+
+
 def build_model(args, num_classes, device):
     models = torchvision.models
-    if hasattr(models, "get_model"):  # torchvision >= 0.14
+    if args.arch == "tiny":
+        model = TinyNet(num_classes)
+    elif hasattr(models, "get_model"):  # torchvision >= 0.14
         try:
             model = models.get_model(args.arch, weights=None, num_classes=num_classes)
         except ValueError:
-            sys.exit(f"unknown --arch {args.arch!r}; try: {', '.join(models.list_models())}")
+            sys.exit(f"unknown --arch {args.arch!r}; try: tiny, {', '.join(models.list_models())}")
     else:
         if not callable(models.__dict__.get(args.arch)):
             sys.exit(f"unknown --arch {args.arch!r}")
@@ -187,8 +255,81 @@ def build_torchvision(args, device, dtype, workers, world_size):
 
 # --loader NAME: builder(args, device, dtype, workers, world_size) -> (loader, sampler or
 # None, num_classes). The loader has len() (batches per epoch) and yields (images, labels);
-# set_epoch(), stats() and close() are used when it has them.
+# set_epoch(), stats(), state_dict()/load_state_dict() and close() are used when it has them.
 LOADERS = {"stoker": build_stoker, "torchvision": build_torchvision}
+
+
+class ValSet:
+    """A validation loader: batches() yields (images, labels, dataset indices); the indices
+    let the ranks count each image once although their shards are padded to equal length."""
+
+    def __init__(self, loader, num_samples, classes, batches):
+        self.loader, self.num_samples, self.classes = loader, num_samples, classes
+        self.batches = batches
+
+    def close(self):
+        if hasattr(self.loader, "close"):
+            self.loader.close()
+
+
+def build_stoker_val(args, device, dtype, workers, world_size):
+    import stoker
+
+    loader = stoker.ImageLoader(args.val, args.batch_size, pipeline="eval",
+                                size=args.image_size, threads=workers, device=device,
+                                dtype=dtype, channels_last=args.channels_last, shuffle=False)
+
+    def batches():
+        for b in loader.iter_batches():
+            yield b.images, b.labels, b.indices
+    return ValSet(loader, loader.num_samples, loader.classes, batches)
+
+
+class _Indexed(torch.utils.data.Dataset):
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        x, y = self.ds[i]
+        return x, y, i
+
+
+def build_torchvision_val(args, device, dtype, workers, world_size):
+    import torchvision.transforms as T
+    from torch.utils.data import DataLoader, DistributedSampler
+    from torchvision.datasets import ImageFolder
+
+    tf = T.Compose([T.Resize(args.image_size * 256 // 224), T.CenterCrop(args.image_size),
+                    T.ToTensor(), T.Normalize(MEAN, STD)])
+    ds = _Indexed(ImageFolder(args.val, tf))
+    sampler = DistributedSampler(ds, shuffle=False) if world_size > 1 else None
+    loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=workers,
+                        pin_memory=device.type == "cuda")
+
+    def batches():
+        for images, labels, idx in loader:
+            yield images, labels, idx
+    return ValSet(loader, len(ds), ds.ds.classes, batches)
+
+
+# Validation loaders by --loader name; a loader without one trains without validation.
+VAL_LOADERS = {"stoker": build_stoker_val, "torchvision": build_torchvision_val}
+
+
+class SyntheticLoader:
+    """--synthetic: the same batch, SYNTHETIC_EPOCH_STEPS times an epoch."""
+
+    def __init__(self, images, labels):
+        self.batch = (images, labels)
+
+    def __len__(self):
+        return SYNTHETIC_EPOCH_STEPS
+
+    def __iter__(self):
+        return iter([self.batch] * SYNTHETIC_EPOCH_STEPS)
 
 
 def loader_summary(loader):
@@ -204,14 +345,110 @@ def loader_summary(loader):
     return out
 
 
-def epochs_of(loader, sampler, epochs):
-    """Batches of `epochs` passes, setting each pass's epoch (shuffle, augmentation)."""
-    for epoch in range(epochs):
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        elif hasattr(loader, "set_epoch"):
-            loader.set_epoch(epoch)
-        yield from loader
+def weights_sha256(model):
+    """A checksum of the parameters (BatchNorm's running statistics are left out: under DDP
+    each rank updates them from its own batches)."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def validate(model, val, criterion_dtype, device, autocast, memory_format, world_size):
+    """(loss, top-1 %, top-5 %, images) over the whole validation set, every image once."""
+    n = val.num_samples
+    # Per-image results indexed by the dataset index; the ranks' tables are combined with
+    # MAX (a padded duplicate gives the same result on every replica).
+    seen = torch.zeros(n, dtype=torch.int64, device=device)
+    top1 = torch.zeros(n, dtype=torch.int64, device=device)
+    top5 = torch.zeros(n, dtype=torch.int64, device=device)
+    losses = torch.zeros(n, dtype=criterion_dtype, device=device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for images, labels, idx in val.batches():
+            images = images.to(device, non_blocking=True, memory_format=memory_format)
+            labels = labels.to(device, non_blocking=True)
+            idx = torch.as_tensor(idx, dtype=torch.int64).to(device)
+            with autocast():
+                out = model(images)
+            out = out.float()
+            k = min(5, out.shape[1])
+            pred = out.topk(k, 1).indices
+            seen[idx] = 1
+            top1[idx] = (pred[:, 0] == labels).long()
+            top5[idx] = (pred == labels[:, None]).any(1).long()
+            losses[idx] = F.cross_entropy(out, labels, reduction="none").to(criterion_dtype)
+    model.train(was_training)
+    if world_size > 1:
+        for t in (seen, top1, top5, losses):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    count = int(seen.sum())
+    if count == 0:
+        return float("nan"), float("nan"), float("nan"), 0
+    return (float(losses.sum()) / count, 100.0 * float(top1.sum()) / count,
+            100.0 * float(top5.sum()) / count, count)
+
+
+def gather(obj, world_size):
+    if world_size == 1:
+        return [obj]
+    out = [None] * world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def save_checkpoint(directory, state, is_best):
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "checkpoint.pth.tar")
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # a crash while saving leaves the previous checkpoint whole
+    if is_best:
+        shutil.copyfile(path, os.path.join(directory, "model_best.pth.tar"))
+    return path
+
+
+class TensorBoard:
+    """Scalars to TensorBoard (rank 0 only); a no-op without --tensorboard."""
+
+    def __init__(self, logdir):
+        self.w = None
+        if logdir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                sys.exit(f"--tensorboard needs the tensorboard package (pip install "
+                         f"tensorboard): {e}")
+            self.w = SummaryWriter(logdir)
+
+    def scalars(self, values, step):
+        if self.w is not None:
+            for k, v in values.items():
+                if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                    self.w.add_scalar(k, v, step)
+
+    def close(self):
+        if self.w is not None:
+            self.w.close()
+
+
+def loader_scalars(loader):
+    """The loader's counters as loader/NAME scalars (stoker: stats())."""
+    if loader is None or not hasattr(loader, "stats"):
+        return {}
+    return {f"loader/{k}": v for k, v in loader.stats().items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def gpu_scalars(device):
+    if device.type != "cuda":
+        return {}
+    mib = 1 << 20
+    return {"gpu/memory_allocated_mib": torch.cuda.memory_allocated(device) / mib,
+            "gpu/max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / mib,
+            "gpu/memory_reserved_mib": torch.cuda.memory_reserved(device) / mib}
 
 
 def main(argv=None):
@@ -231,43 +468,108 @@ def main(argv=None):
                 if amp else contextlib.nullcontext)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
 
-    # The data: an iterator of (images, labels) over every epoch.
+    # The data: a loader of (images, labels) batches, one pass per epoch.
+    sampler = None
+    val = None
     if args.synthetic:
         num_classes = args.num_classes
         images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
                              device=device).to(dtype=in_dtype, memory_format=memory_format)
         labels = torch.randint(0, num_classes, (args.batch_size,), device=device)
-        steps_per_epoch = SYNTHETIC_EPOCH_STEPS
-        batches = itertools.repeat((images, labels), steps_per_epoch * args.epochs)
+        loader = SyntheticLoader(images, labels)
         workers = 0
-        loader = None
     else:
-        loader, sampler, num_classes = LOADERS[args.loader](args, device, in_dtype, workers,
-                                                            world_size)
-        steps_per_epoch = len(loader)
-        if steps_per_epoch == 0:
-            sys.exit(f"--batch-size {args.batch_size} is larger than this process's share of "
-                     f"the dataset")
-        batches = epochs_of(loader, sampler, args.epochs)
-    total_steps = steps_per_epoch * args.epochs
+        if args.evaluate:
+            loader = None
+        else:
+            loader, sampler, num_classes = LOADERS[args.loader](args, device, in_dtype,
+                                                                workers, world_size)
+            if len(loader) == 0:
+                sys.exit(f"--batch-size {args.batch_size} is larger than this process's share "
+                         f"of the dataset")
+        if args.val is not None:
+            if args.loader in VAL_LOADERS:
+                val = VAL_LOADERS[args.loader](args, device, in_dtype, workers, world_size)
+                if loader is None:
+                    num_classes = len(val.classes)
+                elif val.classes != (loader.classes if hasattr(loader, "classes")
+                                     else val.classes):
+                    sys.exit(f"--val {args.val}: its classes differ from the training set's")
+            elif rank == 0:
+                print(f"--loader {args.loader} has no validation loader: no validation",
+                      flush=True)
+    steps_per_epoch = len(loader) if loader is not None else 0
+
+    model = build_model(args, num_classes, device)
+    criterion = nn.CrossEntropyLoss()
+    lr = args.lr if args.lr is not None else 0.1 * args.batch_size * world_size / 256
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, LR_STEP_EPOCHS, LR_GAMMA)
+
+    # --resume: the model, the optimizer, the schedule and where the data stood.
+    start_epoch, start_batch, global_step, best_acc1 = 0, 0, 0, None
+    resumed_loader = False
+    if args.resume:
+        ckpt = torch.load(args.resume, map_location="cpu")
+        model.load_state_dict(ckpt["state_dict"])
+        if not args.evaluate:
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scheduler.load_state_dict(ckpt["scheduler"])
+            start_epoch, start_batch = ckpt["epoch"], ckpt.get("batch", 0)
+            global_step, best_acc1 = ckpt.get("step", 0), ckpt.get("best_acc1")
+            states = ckpt.get("loader")
+            if states is not None and len(states) == world_size and \
+                    hasattr(loader, "load_state_dict"):
+                loader.load_state_dict(states[rank])  # this rank's shard, mid-epoch too
+                resumed_loader = True
+            elif start_batch:
+                if rank == 0:
+                    print(f"--resume: this loader cannot seek (or the world size changed): "
+                          f"epoch {start_epoch} restarts from its first batch", flush=True)
+                start_batch = 0
+        if rank == 0:
+            print(f"=> resumed {args.resume}: epoch {ckpt['epoch']}, batch "
+                  f"{ckpt.get('batch', 0)}, step {ckpt.get('step', 0)}", flush=True)
+
+    if world_size > 1:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[local_rank] if device.type == "cuda" else None)
+    bare = model.module if world_size > 1 else model
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    if args.evaluate:
+        vloss, acc1, acc5, n = validate(bare, val, torch.float32, device, autocast,
+                                        memory_format, world_size)
+        if rank == 0:
+            print(f" * Acc@1 {acc1:.3f} Acc@5 {acc5:.3f} Loss {vloss:.4f} ({n} images)",
+                  flush=True)
+            if args.json:
+                print(json.dumps({"arch": args.arch, "evaluate": True, "world_size": world_size,
+                                  "val_images": n, "val_loss": round(vloss, 6),
+                                  "val_acc1": round(acc1, 4), "val_acc5": round(acc5, 4)}),
+                      flush=True)
+        val.close()
+        if world_size > 1:
+            dist.destroy_process_group()
+        return 0
+
+    total_steps = steps_per_epoch * max(0, args.epochs - start_epoch) - start_batch
+    total_steps = max(0, total_steps)
     if args.steps is not None:
         total_steps = min(total_steps, args.steps)
     # Measure at least one step, even when the run is shorter than the warm-up.
     warmup = min(args.warmup_steps, max(total_steps - 1, 0))
 
-    model = build_model(args, num_classes, device)
-    if world_size > 1:
-        model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[local_rank] if device.type == "cuda" else None)
-    criterion = nn.CrossEntropyLoss()
-    lr = args.lr if args.lr is not None else 0.1 * args.batch_size * world_size / 256
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay)
-    model.train()
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    tb = TensorBoard(args.tensorboard if rank == 0 else None)
+    index_log = None
+    if args.log_indices:
+        name = (args.log_indices.format(rank=rank) if "{rank}" in args.log_indices
+                else f"{args.log_indices}.rank{rank}")
+        index_log = open(name, "w")
 
     if rank == 0:
         source = "synthetic" if args.synthetic else f"{args.loader}, {workers} workers"
@@ -280,57 +582,172 @@ def main(argv=None):
         side.wait_stream(torch.cuda.current_stream(device))
         torch.cuda.set_stream(side)
 
+    model.train()
     waited = 0.0  # seconds blocked in next() during the measured steps
+    paused = 0.0  # seconds of validation and checkpoints inside the measured window
     t_start = None
-    step = 0
+    step = 0      # steps of this run
     loss = None
-    while step < total_steps:
-        if step == warmup:  # the measurement starts once the warm-up work has finished
-            sync()
-            t_start = time.perf_counter()
-        t0 = time.perf_counter()
-        try:
-            images, labels = next(batches)
-        except StopIteration:
-            break
-        if t_start is not None:
-            waited += time.perf_counter() - t0
-        # No-ops for batches already there (stoker on CUDA, --synthetic); torchvision's
-        # pinned batches are copied asynchronously.
-        images = images.to(device, non_blocking=True, memory_format=memory_format)
-        labels = labels.to(device, non_blocking=True)
+    steps_by_epoch = {}
+    last_val = (None, None, None, None)
+    checkpoint_path = None
+    with_indices = index_log is not None
 
-        with autocast():
-            loss = criterion(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        step += 1
-        if args.log_every and step % args.log_every == 0 and rank == 0:
-            print(f"step {step}/{total_steps} loss {loss.item():.4f}", flush=True)
+    def checkpoint(epoch, batch, is_best):
+        """Every rank takes part (the loaders' positions are gathered); rank 0 writes."""
+        nonlocal checkpoint_path
+        states = None
+        if hasattr(loader, "state_dict"):
+            states = gather(loader.state_dict(), world_size)
+        if rank == 0:
+            checkpoint_path = save_checkpoint(args.checkpoint_dir, {
+                "epoch": epoch, "batch": batch, "step": global_step, "arch": args.arch,
+                "num_classes": num_classes, "world_size": world_size,
+                "state_dict": bare.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "best_acc1": best_acc1, "loader": states,
+            }, is_best)
+
+    epoch = start_epoch
+    while epoch < args.epochs and step < total_steps:
+        if epoch != start_epoch or not resumed_loader:
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            elif hasattr(loader, "set_epoch"):
+                loader.set_epoch(epoch)
+        batch_in_epoch = start_batch if epoch == start_epoch else 0
+        it = loader.iter_batches() if with_indices else iter(loader)
+        # Meters of this epoch: time per step, time in next(), loss and top-1 (summed on the
+        # device, read only when printed: no synchronisation per step).
+        n_ep, t_step_sum, t_data_sum = 0, 0.0, 0.0
+        loss_sum = torch.zeros((), device=device)
+        correct_sum = torch.zeros((), dtype=torch.int64, device=device)
+        t_mark, mark_steps, mark_data = time.perf_counter(), 0, 0.0
+        stopped = False
+        t_prev = time.perf_counter()
+        while True:
+            if step >= total_steps and batch_in_epoch < steps_per_epoch:
+                stopped = True  # --steps ends the run mid-epoch
+                break
+            if step == warmup and t_start is None:  # measure once the warm-up work is done
+                sync()
+                t_start = time.perf_counter()
+            t0 = time.perf_counter()
+            try:
+                b = next(it)
+            except StopIteration:
+                break
+            t_data = time.perf_counter() - t0
+            if t_start is not None:
+                waited += t_data
+            if with_indices:
+                images, labels = b.images, b.labels
+                index_log.write(json.dumps({"epoch": epoch, "batch": b.batch_index,
+                                            "indices": list(b.indices)}) + "\n")
+            else:
+                images, labels = b
+            # No-ops for batches already there (stoker on CUDA, --synthetic); torchvision's
+            # pinned batches are copied asynchronously.
+            images = images.to(device, non_blocking=True, memory_format=memory_format)
+            labels = labels.to(device, non_blocking=True)
+
+            with autocast():
+                output = model(images)
+                loss = criterion(output, labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.detach().float()
+            correct_sum += (output.detach().argmax(1) == labels).sum()
+            step += 1
+            global_step += 1
+            batch_in_epoch += 1
+            n_ep += 1
+            now = time.perf_counter()
+            t_step = now - t_prev
+            t_prev = now
+            t_step_sum += t_step
+            t_data_sum += t_data
+            mark_steps += 1
+            mark_data += t_data
+            if args.print_freq and step % args.print_freq == 0 and rank == 0:
+                cur = loss.item()
+                avg = loss_sum.item() / n_ep
+                acc = 100.0 * correct_sum.item() / (n_ep * args.batch_size)
+                span = now - t_mark
+                ips = mark_steps * args.batch_size * world_size / span if span > 0 else 0.0
+                print(f"Epoch: [{epoch}][{batch_in_epoch:>{len(str(steps_per_epoch))}}/"
+                      f"{steps_per_epoch}]  Time {t_step:.3f} ({t_step_sum / n_ep:.3f})  "
+                      f"Data {t_data:.3f} ({t_data_sum / n_ep:.3f})  Loss {cur:.4f} "
+                      f"({avg:.4f})  Acc@1 {acc:.2f}  {ips:.1f} images/s", flush=True)
+                tb.scalars({"train/loss": cur, "train/loss_avg": avg, "train/acc1": acc,
+                            "train/lr": optimizer.param_groups[0]["lr"],
+                            "perf/images_per_s": ips,
+                            "perf/data_wait_fraction": mark_data / span if span > 0 else 0.0,
+                            "perf/step_seconds": span / mark_steps,
+                            **loader_scalars(loader), **gpu_scalars(device)}, global_step)
+                t_mark, mark_steps, mark_data = now, 0, 0.0
+        steps_by_epoch[epoch] = steps_by_epoch.get(epoch, 0) + n_ep
+        if stopped:
+            if args.checkpoint_dir:
+                t0 = time.perf_counter()
+                checkpoint(epoch, batch_in_epoch, False)
+                paused += time.perf_counter() - t0 if t_start is not None else 0.0
+            break
+        # The epoch is over: validate, step the schedule, checkpoint.
+        t0 = time.perf_counter()
+        scheduler.step()
+        epoch_scalars = {}
+        if n_ep:
+            epoch_scalars = {"epoch/train_loss": loss_sum.item() / n_ep,
+                             "epoch/train_acc1": 100.0 * correct_sum.item() /
+                             (n_ep * args.batch_size)}
+        is_best = False
+        if val is not None:
+            last_val = validate(bare, val, torch.float32, device, autocast, memory_format,
+                                world_size)
+            vloss, acc1, acc5, nval = last_val
+            is_best = best_acc1 is None or acc1 > best_acc1
+            best_acc1 = acc1 if is_best else best_acc1
+            if rank == 0:
+                print(f" * Epoch {epoch}: Acc@1 {acc1:.3f} Acc@5 {acc5:.3f} Loss {vloss:.4f} "
+                      f"({nval} images)", flush=True)
+            epoch_scalars.update({"val/loss": vloss, "val/acc1": acc1, "val/acc5": acc5})
+        tb.scalars({**epoch_scalars, "epoch/epoch": epoch}, global_step)
+        if args.checkpoint_dir:
+            checkpoint(epoch + 1, 0, is_best)
+        if t_start is not None:
+            paused += time.perf_counter() - t0
+        epoch += 1
+        it = None
     sync()
-    elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
+    elapsed = time.perf_counter() - t_start - paused if t_start is not None else 0.0
     measured = step - warmup if t_start is not None else 0
 
     # Every rank's figures; images/s is the total over the ranks, over the slowest rank's time.
     mine = {"images": measured * args.batch_size, "seconds": elapsed, "wait_seconds": waited}
-    if world_size > 1:
-        ranks = [None] * world_size
-        dist.all_gather_object(ranks, mine)
-    else:
-        ranks = [mine]
+    ranks = gather(mine, world_size)
     images = sum(r["images"] for r in ranks)
     seconds = max(r["seconds"] for r in ranks)
     wait_fraction = (sum(r["wait_seconds"] / r["seconds"] for r in ranks if r["seconds"] > 0)
                      / world_size)
     final_loss = loss.item() if loss is not None else float("nan")
+    digest = weights_sha256(bare)
+    if index_log is not None:
+        index_log.write(json.dumps({"rank": rank, "world_size": world_size, "steps": step,
+                                    "steps_by_epoch": steps_by_epoch,
+                                    "weights_sha256": digest}) + "\n")
+        index_log.close()
+    ips = images / seconds if seconds > 0 else 0.0
+    tb.scalars({"perf/run_images_per_s": ips, "perf/run_data_wait_fraction": wait_fraction},
+               global_step)
+    tb.close()
 
     if rank == 0:
-        ips = images / seconds if seconds > 0 else 0.0
         print(f"{args.arch} {'synthetic' if args.synthetic else args.loader} {device.type} "
               f"x{world_size}: {ips:.1f} images/s over {measured} steps, data wait "
               f"{100 * wait_fraction:.1f}% of step time, loss {final_loss:.4f}", flush=True)
         if args.json:
+            vloss, acc1, acc5, nval = last_val
             print(json.dumps({
                 "arch": args.arch, "loader": "synthetic" if args.synthetic else args.loader,
                 "device": device.type, "world_size": world_size,
@@ -341,10 +758,18 @@ def main(argv=None):
                 "images_per_s": round(ips, 2), "data_wait_fraction": round(wait_fraction, 4),
                 "final_loss": None if math.isnan(final_loss) else round(final_loss, 4),
                 "loader_stats": loader_summary(loader),
+                "epoch": epoch, "global_step": global_step,
+                "val_images": nval, "val_loss": None if vloss is None else round(vloss, 6),
+                "val_acc1": None if acc1 is None else round(acc1, 4),
+                "val_acc5": None if acc5 is None else round(acc5, 4),
+                "best_acc1": best_acc1, "checkpoint": checkpoint_path,
+                "weights_sha256": digest,
             }), flush=True)
     if loader is not None and hasattr(loader, "close"):
-        batches = images = labels = None  # let go of the last batch
+        it = b = images = labels = output = None  # let go of the last batch
         loader.close()
+    if val is not None:
+        val.close()
     if world_size > 1:
         dist.destroy_process_group()
     return 0
