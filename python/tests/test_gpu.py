@@ -126,7 +126,8 @@ def test_cpu_share_one_is_the_cpu_loader(mixed, pipeline, dtype, channels_last):
     for xg, yg, xc, yc in pairs:
         assert torch.equal(yg, yc)
         assert torch.equal(xg, xc)
-    assert st["decoded_cpu"] == 23 and st["decoded_hw"] == 0
+    # the next epoch's first batch is made ahead too: at least the 23 images
+    assert st["decoded_cpu"] >= 23 and st["decoded_hw"] == 0 and st["decoded_cuda"] == 0
     assert st["cpu_share"] == 1.0
 
 
@@ -143,7 +144,9 @@ def test_engine_refused_files_go_to_the_workers(mixed):
     for i in odd:
         assert torch.equal(xg[i], xc[i]), paths[i]
     if st["decoded_hw"] or st["decoded_cuda"]:
-        assert st["decoded_cpu"] == 3
+        # 3 of every 23 images, also in the next epoch's batch made ahead
+        done = st["decoded_hw"] + st["decoded_cuda"] + st["decoded_cpu"]
+        assert done % 23 == 0 and st["decoded_cpu"] * 23 == 3 * done
     assert st["cpu_share"] == 0.0
 
 
