@@ -3,6 +3,7 @@
 #   make demo    install what is missing, build, make the synthetic dataset, benchmark it
 #   make test    build and run every test, also under AddressSanitizer and UBSan
 #   make test-gpu the GPU tests alone (they skip without a GPU)
+#   make fuzz SECONDS=N  run every fuzz target for N seconds (clang, libFuzzer)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -58,3 +59,18 @@ test:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# Fuzzing (fuzz/): builds the libFuzzer targets with clang under ASan and
+# UBSan in $(FUZZ_BUILD), then runs each for $(SECONDS) seconds, one at a
+# time. New inputs collect in $(FUZZ_BUILD)/corpus/, crashes in
+# $(FUZZ_BUILD)/crashes/; docs/RELIABILITY.md has the figures.
+FUZZ_BUILD ?= build-fuzz
+SECONDS    ?= 60
+FUZZ_TARGETS ?= jpeg png markers list tar cache
+.PHONY: fuzz
+fuzz:
+	@scripts/install-deps.sh --fuzz
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release -DSTK_FUZZ=ON \
+	  -DSTK_TESTS=OFF -DSTK_PYTHON=OFF -DSTK_GPU=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
+	@fuzz/run.sh $(FUZZ_BUILD) $(SECONDS) $(FUZZ_TARGETS)

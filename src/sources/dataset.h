@@ -34,6 +34,12 @@ int stk__dataset_from_folder(stk__dataset *ds, const char *root, char *msg, size
 int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, char *msg,
                            size_t msglen);
 
+/* The same, from the list's bytes text[0..n) in memory; `list` names it in
+ * messages and, when base is NULL, gives the folder relative paths start
+ * from. */
+int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, const char *list,
+                                  const char *base, char *msg, size_t msglen);
+
 static inline const char *stk__dataset_path(const stk__dataset *ds, int64_t i) {
   return ds->arena + ds->path_off[i];
 }

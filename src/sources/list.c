@@ -9,18 +9,70 @@
 #include "core/common.h"
 #include "sources/source.h"
 
+/* A list has no class names: its classes are the label numbers 0..max, each
+ * given a name, so the largest label sizes an allocation. Labels are bounded
+ * as the tar reader bounds them without classes.txt. */
+#define LIST_LABEL_MAX (1 << 20)
+/* A line holds one path and a label: both are bounded before the line is
+ * copied out, so a file without newlines cannot make a huge line buffer. */
+#define LIST_PATH_MAX 4096 /* PATH_MAX on Linux */
+#define LIST_LINE_MAX (LIST_PATH_MAX + 64)
+
+/* The list file's bytes, read to the end (a pipe too, as getline did). */
+static int read_list(const char *list, char **out, size_t *outlen, char *msg, size_t msglen) {
+  FILE *f = fopen(list, "r");
+  if (!f) return stk__fail(msg, msglen, STK_EIO, "cannot open list file %s: %s", list, strerror(errno));
+  char *b = NULL;
+  size_t len = 0, cap = 0;
+  int rc = STK_OK;
+  for (;;) {
+    if (len == cap) {
+      size_t nc = cap ? cap * 2 : 1 << 16;
+      char *nb = nc > cap ? realloc(b, nc) : NULL;
+      if (!nb) {
+        rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory reading list file %s", list);
+        break;
+      }
+      b = nb;
+      cap = nc;
+    }
+    size_t r = fread(b + len, 1, cap - len, f);
+    len += r;
+    if (r == 0) {
+      if (ferror(f))
+        rc = stk__fail(msg, msglen, STK_EIO, "cannot read list file %s: %s", list, strerror(errno));
+      break;
+    }
+  }
+  fclose(f);
+  if (rc) {
+    free(b);
+    return rc;
+  }
+  *out = b;
+  *outlen = len;
+  return STK_OK;
+}
+
 int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, char *msg,
                            size_t msglen) {
   memset(ds, 0, sizeof *ds);
-  FILE *f = fopen(list, "r");
-  if (!f) return stk__fail(msg, msglen, STK_EIO, "cannot open list file %s: %s", list, strerror(errno));
+  char *text = NULL;
+  size_t n = 0;
+  int rc = read_list(list, &text, &n, msg, msglen);
+  if (rc) return rc;
+  rc = stk__dataset_from_list_buffer(ds, text, n, list, base, msg, msglen);
+  free(text);
+  return rc;
+}
+
+int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, const char *list,
+                                  const char *base, char *msg, size_t msglen) {
+  memset(ds, 0, sizeof *ds);
   char *dirbuf = NULL;
   if (!base) {
     dirbuf = strdup(list);
-    if (!dirbuf) {
-      fclose(f);
-      return STK_ENOMEM;
-    }
+    if (!dirbuf) return STK_ENOMEM;
     char *slash = strrchr(dirbuf, '/');
     if (slash)
       slash[slash == dirbuf ? 1 : 0] = '\0';
@@ -29,12 +81,34 @@ int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base,
     base = dirbuf;
   }
   char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
+  size_t cap = 0, pos = 0;
   int64_t lineno = 0;
   int rc = STK_OK;
   int32_t maxlabel = -1;
-  while (rc == STK_OK && (len = getline(&line, &cap, f)) >= 0) {
+  /* Each line is copied out NUL-terminated, newline included, as getline
+   * gives it, so that the parsing below works on a C string. */
+  while (rc == STK_OK && pos < n) {
+    const char *nl = memchr(text + pos, '\n', n - pos);
+    size_t len = nl ? (size_t)(nl - (text + pos)) + 1 : n - pos;
+    if (len > LIST_LINE_MAX) {
+      rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: line of %zu bytes, over the limit of %d",
+                     list, (long long)lineno + 1, len, LIST_LINE_MAX);
+      break;
+    }
+    if (len + 1 > cap) {
+      size_t nc = cap ? cap : 256;
+      while (nc < len + 1) nc *= 2;
+      char *nb = realloc(line, nc);
+      if (!nb) {
+        rc = STK_ENOMEM;
+        break;
+      }
+      line = nb;
+      cap = nc;
+    }
+    memcpy(line, text + pos, len);
+    line[len] = '\0';
+    pos += len;
     lineno++;
     while (len > 0 && isspace((unsigned char)line[len - 1])) line[--len] = '\0';
     char *s = line;
@@ -51,9 +125,19 @@ int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base,
                      list, (long long)lineno);
       break;
     }
+    if (lab >= LIST_LABEL_MAX) {
+      rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: label %ld is over the limit of %d", list,
+                     (long long)lineno, lab, LIST_LABEL_MAX - 1);
+      break;
+    }
     char *pe = sp;
     while (pe > s && isspace((unsigned char)pe[-1])) pe--;
     *pe = '\0';
+    if ((size_t)(pe - s) > LIST_PATH_MAX) {
+      rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: path of %zu bytes, over the limit of %d",
+                     list, (long long)lineno, (size_t)(pe - s), LIST_PATH_MAX);
+      break;
+    }
     char *path = s[0] == '/' ? strdup(s) : stk__path_join(base, s);
     if (!path) {
       rc = STK_ENOMEM;
@@ -65,7 +149,6 @@ int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base,
   }
   free(line);
   free(dirbuf);
-  fclose(f);
   if (rc == STK_OK && ds->n == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "list file %s names no samples", list);
   if (rc == STK_OK) {

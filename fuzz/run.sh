@@ -1,0 +1,51 @@
+#!/bin/sh
+# Runs each fuzz target of a STK_FUZZ build for a while, one after the other
+# (one process each: the machine's other cores stay free). `make fuzz`
+# calls it. Usage: fuzz/run.sh BUILD SECONDS TARGET...
+#
+# Per target: the seeds of fuzz/corpus/T/ and tests/crashers/T/ are read;
+# new interesting inputs go to BUILD/corpus/T/ (kept between runs, not
+# committed), crashes to BUILD/crashes/T/, the log to BUILD/logs/T.log.
+# A line per target (executions, exec/s, seconds, crashes) is printed and
+# appended to BUILD/fuzz-stats.tsv. Exits 1 when any target found a crash.
+set -u
+B=$1
+SECS=$2
+shift 2
+status=0
+printf 'target\texecs\texec/s\tseconds\tcrashes\n'
+for t in "$@"; do
+  case $t in
+    jpeg | png | markers) max_len=32768 ;;
+    list) max_len=8192 ;;
+    tar) max_len=65536 ;;
+    cache) max_len=32768 ;;
+    *) max_len=16384 ;;
+  esac
+  mkdir -p "$B/corpus/$t" "$B/crashes/$t" "$B/logs"
+  seeds=fuzz/corpus/$t
+  [ -d tests/crashers/$t ] && seeds="$seeds tests/crashers/$t"
+  log="$B/logs/$t.log"
+  # rss_limit_mb also bounds a single allocation (malloc_limit_mb follows
+  # it): a parser that sizes a buffer from the input is caught. timeout:
+  # one input taking this long is a hang.
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    "$B/fuzz_$t" -max_total_time="$SECS" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" \
+    "$B/corpus/$t" $seeds >"$log" 2>&1
+  rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  secs=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+  crashes=$(find "$B/crashes/$t" -type f | wc -l)
+  [ $rc -ne 0 ] && status=1
+  line=$(printf '%s\t%s\t%s\t%s\t%s' "$t" "${execs:-?}" "${rate:-?}" "${secs:-$SECS}" "$crashes")
+  echo "$line"
+  printf '%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$line" >>"$B/fuzz-stats.tsv"
+  if [ $rc -ne 0 ]; then
+    echo "fuzz: $t stopped (exit $rc); see $log and $B/crashes/$t/" >&2
+    tail -n 30 "$log" >&2
+  fi
+done
+exit $status
