@@ -294,14 +294,17 @@ int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int
   uint8_t *tmp = r->tmp.p;
   int32_t *acc = (int32_t *)(tmp + tbytes);
   uint8_t *levels = (uint8_t *)(acc + acc_len);
-  /* source pixel (x, y) lives at src + (y - sy) * stride + (x - sx) * 3 */
-  const uint8_t *org = src + (size_t)(g->y.lo - sy) * stride + (size_t)(g->x.lo - sx) * 3;
+  /* Source pixel (x, y) lives at src + (y - sy) * stride + (x - sx) * 3.
+   * Pointers are only formed at pixels that are read: the window's origin
+   * (lo) may lie before the decoded region, and a pointer before the
+   * buffer is undefined even when never dereferenced. */
+  const uint8_t *corner = src + (size_t)(r->src_y0 - sy) * stride + (size_t)(r->src_x0 - sx) * 3;
+  int xbase = r->src_x0 - g->x.lo; /* window offset of column src_x0 */
 
   if (!vfirst) {
     /* horizontal: source rows [src_y0, src_y1) -> W pixels each */
     for (int y = 0; y < rows; y++)
-      hpass_row(org + (size_t)(r->src_y0 - g->y.lo + y) * stride, 0, tmp + (size_t)y * trow, W, kx,
-                bx, ksx);
+      hpass_row(corner + (size_t)y * stride, xbase, tmp + (size_t)y * trow, W, kx, bx, ksx);
     /* vertical, row by row into the batch */
     int yoff = g->y.lo - r->src_y0;
     for (int yy = 0; yy < H; yy++) {
@@ -311,13 +314,13 @@ int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int
     }
   } else {
     /* vertical: source columns [src_x0, src_x1) -> H rows */
-    const uint8_t *colorg = org + (size_t)(r->src_x0 - g->x.lo) * 3;
+    int yoff = g->y.lo - r->src_y0;
     for (int yy = 0; yy < H; yy++)
-      vpass_row(colorg + (size_t)by[yy * 2] * stride, stride, mid_row, ky + (size_t)yy * ksy,
+      vpass_row(corner + (size_t)(by[yy * 2] + yoff) * stride, stride, mid_row, ky + (size_t)yy * ksy,
                 by[yy * 2 + 1], acc, tmp + (size_t)yy * mid_row);
     /* horizontal, row by row into the batch; windows start at src_x0 */
     for (int yy = 0; yy < H; yy++) {
-      hpass_row(tmp + (size_t)yy * mid_row, r->src_x0 - g->x.lo, levels, W, kx, bx, ksx);
+      hpass_row(tmp + (size_t)yy * mid_row, xbase, levels, W, kx, bx, ksx);
       store_row(st, levels, yy, g->flip, dst);
     }
   }

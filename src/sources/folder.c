@@ -378,11 +378,10 @@ int stk__folder_scan(stk__dataset *ds, const char *root, int threads, stk__dirsi
     goto done;
   }
   /* sizes first, so that the table is allocated once and exactly */
-  size_t total = 0, arena = 0, ndirs = 1;
+  size_t total = 0, arena = 0;
   for (size_t c = 0; c < classes.n; c++) {
     class_scan *cs = &res[c];
     files += cs->files;
-    ndirs += cs->nd;
     for (size_t d = 0; d < cs->nd; d++) {
       size_t dl = strlen(cs->d[d].p);
       for (size_t f = 0; f < cs->d[d].n; f++)
