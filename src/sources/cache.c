@@ -184,8 +184,11 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
   if ((uintptr_t)c->ent % _Alignof(stk__cache_entry)) BAD("cache %s: misaligned index", path);
   for (uint64_t i = 0; i < hd->n; i++) {
     const stk__cache_entry *e = &c->ent[i];
+    /* Sizes are ints downstream, and w * h * 3 must not wrap round to the
+     * length of a small sample. */
     if (e->off < STK__CACHE_DATA_OFF || e->off > hd->data_end || e->len > hd->data_end - e->off ||
         e->label < 0 || (uint32_t)e->label >= hd->nclasses || e->w == 0 || e->h == 0 ||
+        e->w > INT32_MAX || e->h > INT32_MAX ||
         (hd->encoding == STK_CACHE_RAW && e->len != (uint64_t)e->w * e->h * 3))
       BAD("cache %s: index entry %llu is corrupt", path, (unsigned long long)i);
   }
