@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages stoker builds, tests and benchmarks with.
 # Only packages that are missing are installed, so a second run is a no-op.
-# Usage: scripts/install-deps.sh [--python]   (--python adds torch, torchvision, PIL, pytest)
+# Usage: scripts/install-deps.sh [--python]   (--python adds torch, torchvision, PIL, pytest, matplotlib)
 #        scripts/install-deps.sh --fuzz       (adds clang and libFuzzer, for make fuzz)
 set -eu
 pkgs="build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev libpng-dev libjpeg-turbo-progs"
 if [ "${1:-}" = "--python" ]; then
-  pkgs="$pkgs python3-dev python3-torch python3-torchvision python3-pil python3-numpy python3-pytest python3-setuptools python3-pip"
+  pkgs="$pkgs python3-dev python3-torch python3-torchvision python3-pil python3-numpy python3-pytest python3-setuptools python3-pip python3-venv python3-yaml python3-matplotlib"
 fi
 if [ "${1:-}" = "--fuzz" ]; then
   pkgs="$pkgs clang libclang-rt-dev"
