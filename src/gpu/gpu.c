@@ -433,13 +433,6 @@ typedef struct {
   size_t arena_bytes;
   uint8_t *staging;
   size_t staging_bytes, staging_used;
-  /* Pinned copies of the files handed to the engines: nvJPEG copies a
-   * bitstream in pageable memory to the device with a synchronous copy per
-   * image, which waits for a gap in whatever else the GPU runs; from pinned
-   * memory the copies are asynchronous. Reused once the lane's previous
-   * batch has decoded (L->done). NULL when off (STOKER_GPU_PINNED_FILES=0). */
-  uint8_t *bits;
-  size_t bits_bytes, bits_used;
   kitem *desc_host;
   /* CPU fallbacks */
   stk__decoder *dec;
@@ -725,14 +718,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     return rc;
   L->gb.pad_out = L->dummy_out + (CUdeviceptr)B * DUMMY_SIDE * DUMMY_SIDE * 3;
   if ((rc = host_alloc(g, (void **)&L->staging, L->staging_bytes, "staging", msg, msglen))) return rc;
-  const char *pf = getenv("STOKER_GPU_PINNED_FILES");
-  if (g->hw && !(pf && !strcmp(pf, "0"))) {
-    /* room for a batch of files of up to 256 KiB on average (ImageNet's
-     * average is ~110 KB); files beyond it are handed over from where they are */
-    L->bits_bytes = (size_t)B << 18;
-    if (L->bits_bytes < ((size_t)32 << 20)) L->bits_bytes = (size_t)32 << 20;
-    if ((rc = host_alloc(g, (void **)&L->bits, L->bits_bytes, "file bytes", msg, msglen))) return rc;
-  }
   if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(kitem), "item descriptors",
                        msg, msglen)))
     return rc;
@@ -814,7 +799,6 @@ static void close_lane(stk__gpu *g, glane *L) {
   if (L->hy_dev) g_nj.BufferDeviceDestroy(L->hy_dev);
   if (L->dummy_out) g_cu.MemFree(L->dummy_out);
   if (L->staging) g_cu.MemFreeHost(L->staging);
-  if (L->bits) g_cu.MemFreeHost(L->bits);
   if (L->desc_host) g_cu.MemFreeHost(L->desc_host);
   if (L->done) g_cu.EventDestroy(L->done);
   if (L->decoded) g_cu.EventDestroy(L->decoded);
@@ -1513,14 +1497,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_HW) continue;
     stk__gpu_item *it = &items[chunk[c]];
-    const uint8_t *bits = it->data;
-    if (L->bits && it->len <= L->bits_bytes - L->bits_used) {
-      memcpy(L->bits + L->bits_used, it->data, it->len);
-      bits = L->bits + L->bits_used;
-      L->bits_used = align_up(L->bits_used + it->len, 64);
-      if (L->bits_used > L->bits_bytes) L->bits_used = L->bits_bytes;
-    }
-    L->hw_data[m] = bits;
+    L->hw_data[m] = it->data;
     L->hw_len[m] = it->len;
     memset(&L->hw_dst[m], 0, sizeof L->hw_dst[m]);
     L->hw_dst[m].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
@@ -1753,7 +1730,6 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
   CU(g_cu.EventSynchronize(L->done));
   L->t_sync = stk__now() - ts;
   L->staging_used = 0;
-  L->bits_used = 0;
   L->arena = s->arena;
   L->desc_dev = s->desc_dev;
 
