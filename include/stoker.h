@@ -36,6 +36,11 @@
  *  5. stk_loader_destroy() may be called at any time, also mid-epoch with
  *     batches still held: it stops and joins every worker thread, then frees
  *     all slots. Pointers from unreleased batches are invalid afterwards.
+ *     It returns within about half a second whatever the workers do: a
+ *     worker still inside a file read (a hung mount) or a long decode by
+ *     then is detached instead of joined; it owns the loader's memory from
+ *     then on (it writes nothing the caller can see) and frees it, its file
+ *     descriptor included, when it leaves the read.
  *  6. One loader is used by one consumer thread at a time. The exception is
  *     stk_batch_release(), which may be called from any thread, also while
  *     the consumer waits in stk_loader_next() (a framework frees tensors on
@@ -88,6 +93,7 @@ enum {
   STK_ENODEV = -13,   /* a GPU was asked for and none can be used */
   STK_ECUDA = -14,    /* the CUDA driver or nvJPEG reported an error */
   STK_ESTALE = -15,   /* a cache no longer matches the folder it was packed from */
+  STK_ETIMEDOUT = -16, /* stk_loader_next_timed(): no batch within the time given */
 };
 
 /* Static string naming an error code. Never NULL. */
@@ -198,6 +204,16 @@ typedef struct stk_options {
   int allow_stale_cache;     /* a cache whose source folder changed since it
                                 was packed: 0 = refuse it (STK_ESTALE), 1 =
                                 use it and say so (stk_loader_note()) */
+
+  /* stalls (fields added in 0.3: keep them last) */
+  float read_timeout;        /* seconds a file read may take before its
+                                sample fails with "read timed out" (raise:
+                                its batch fails; skip: it is skipped) while
+                                the other samples go on; the stuck thread is
+                                left behind and replaced. 300; 0 = none.
+                                Checked while the consumer waits in
+                                stk_loader_next(), to within a quarter of the
+                                timeout (at most 0.25 s) */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */
@@ -249,6 +265,11 @@ STK_API void stk_loader_shutdown(stk_loader *l);
  * its batch: the call returns STK_EDECODE (or EIO, ELIMIT, EFORMAT) with a
  * message naming the file, and the next call goes on with the next batch. */
 STK_API int stk_loader_next(stk_loader *l, stk_batch *out);
+/* The same, waiting at most `timeout_s` seconds (< 0 = no limit): returns
+ * STK_ETIMEDOUT when no batch came in that time, with the loader's state
+ * unchanged, so that the call can be repeated. For bindings that must
+ * look at signals while they wait (Python's Ctrl-C). */
+STK_API int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s);
 
 /* Gives a batch's slot back to the loader. Thread-safe (rule 6). Returns
  * STK_EINVAL, without touching the loader's message, for a batch that is
@@ -337,7 +358,11 @@ typedef struct stk_stats {
 
 STK_API int stk_loader_stats(const stk_loader *l, stk_stats *out);
 
-/* Skipped files, in the order they were met: i in [0, stats.skipped). */
+/* Skipped files of the current epoch (the epoch of the last batch handed
+ * out), in the order they were met: i in [0, stk_loader_skipped_count()).
+ * The list starts again with each epoch, so that it does not grow over a
+ * long run; stats.skipped keeps the total. */
+STK_API uint64_t stk_loader_skipped_count(const stk_loader *l);
 STK_API int stk_loader_skipped(const stk_loader *l, uint64_t i,
                                const char **path, const char **reason);
 

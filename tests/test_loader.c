@@ -595,6 +595,64 @@ static void test_stats_while_loading(void) {
   stk_loader_destroy(l);
 }
 
+/* After a batch fails under raise, what follows must say what happened: an
+ * epoch whose only batch failed ends with STK_EEND, not with "every file of
+ * the epoch failed" (one file of four did). */
+static void test_raise_then_end(void) {
+  char *root = make_bad_folder(3, 1);
+  stk_options o;
+  base_opts(&o);
+  o.root = root;
+  o.batch_size = 4;
+  for (int threads = 1; threads <= 3; threads += 2) {
+    o.threads = threads;
+    stk_loader *l = make(&o);
+    if (!l) continue;
+    for (int epoch = 0; epoch < 3; epoch++) {
+      stk_batch b;
+      int rc = stk_loader_next(l, &b);
+      CHECK_MSG(rc == STK_EDECODE || rc == STK_EFORMAT, "epoch %d: %s", epoch, stk_strerror(rc));
+      CHECK(strstr(stk_loader_error(l), "f001.jpg") != NULL);
+      rc = stk_loader_next(l, &b);
+      CHECK_MSG(rc == STK_EEND, "after the failed batch: %s: %s", stk_strerror(rc),
+                stk_loader_error(l));
+    }
+    stk_stats st;
+    stk_loader_stats(l, &st);
+    CHECK_EQ_INT(st.failed, 3);
+    CHECK_EQ_INT(st.skipped, 0);
+    stk_loader_destroy(l);
+  }
+  tu_rmtree(root);
+  free(root);
+}
+
+/* The skipped list holds the current epoch's files; the count is the total. */
+static void test_skip_list_per_epoch(void) {
+  char *root = make_bad_folder(10, 2);
+  stk_options o;
+  base_opts(&o);
+  o.root = root;
+  o.on_error = STK_ON_ERROR_SKIP;
+  o.batch_size = 4;
+  stk_loader *l = make(&o);
+  if (l) {
+    for (int epoch = 0; epoch < 4; epoch++) {
+      CHECK_EQ_INT(run_epoch(l, NULL, NULL, NULL, NULL), 10);
+      CHECK_EQ_INT(stk_loader_skipped_count(l), 2);
+      const char *p, *r;
+      CHECK_EQ_INT(stk_loader_skipped(l, 1, &p, &r), STK_OK);
+      CHECK_EQ_INT(stk_loader_skipped(l, 2, &p, &r), STK_EINVAL);
+    }
+    stk_stats st;
+    stk_loader_stats(l, &st);
+    CHECK_EQ_INT(st.skipped, 8);
+    stk_loader_destroy(l);
+  }
+  tu_rmtree(root);
+  free(root);
+}
+
 int main(void) {
   g_root = tu_tempdir();
   CHECK_EQ_INT(tu_make_folder(g_root, CLASSES, PER_CLASS, 60, 45), STK_OK);
@@ -616,6 +674,8 @@ int main(void) {
   test_stale_copy_release();
   test_seek_past_end();
   test_stats_while_loading();
+  test_raise_then_end();
+  test_skip_list_per_epoch();
   tu_rmtree(g_root);
   free(g_root);
   return CHECK_DONE();

@@ -142,7 +142,7 @@ class ImageLoader:
                  shard_drop_last=False, dct_scaling=None, max_pixels=None,
                  max_file_bytes=None, max_consecutive_failures=100, max_device_bytes=None,
                  gpu_cpu_share=None, index=None, index_dir=None, shuffle_buffer=None,
-                 allow_stale_cache=False):
+                 allow_stale_cache=False, read_timeout=None):
         torch = _torch()
         if (root is None) == (list_file is None):
             raise ValueError("give exactly one of root (an ImageFolder-style folder, a cache "
@@ -205,6 +205,12 @@ class ImageLoader:
                                  f"got {gpu_cpu_share!r}")
             opts["gpu_cpu_share"] = float(gpu_cpu_share)
         opts.update(self._source_options(index, index_dir, shuffle_buffer, allow_stale_cache))
+        if read_timeout is not None:
+            # seconds a file read may take (a hung mount) before its sample fails; 0 = no limit
+            if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))
+                    or not read_timeout >= 0):
+                raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
+            opts["read_timeout"] = float(read_timeout)
 
         self._c = _stoker.Loader(root=root, list_file=list_file, list_base=list_base, **opts)
         note = self._c.note()

@@ -69,6 +69,7 @@ const char *stk_strerror(int code) {
     case STK_ENODEV: return "no usable GPU";
     case STK_ECUDA: return "CUDA error";
     case STK_ESTALE: return "stale cache";
+    case STK_ETIMEDOUT: return "timed out waiting for a batch";
     default: return "unknown error";
   }
 }

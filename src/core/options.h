@@ -110,7 +110,9 @@
   X(shuffle_buffer, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--shuffle-buffer", "shuffle_buffer", \
     "tar shards: samples in the shuffle buffer; 0 = 1000, 1 = shard order only") \
   X(allow_stale_cache, BOOL, STK__V(0), 0, 1, NULL, "--allow-stale-cache", "allow_stale_cache", \
-    "use a cache whose source folder changed since it was packed")
+    "use a cache whose source folder changed since it was packed") \
+  X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", \
+    "seconds a file read may take before its sample fails; 0 = no limit")
 /* clang-format on */
 
 typedef enum {

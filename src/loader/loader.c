@@ -25,17 +25,58 @@
  *
  * Locking: one mutex guards all shared state; workers hold it only to claim
  * and to report. Resets (set_epoch, seek, destroy) bump a generation number
- * and wait until no worker is inside a sample, so late results of an old
+ * and wait until no worker is writing into a slot, so late results of an old
  * epoch are dropped without touching a slot that was handed out again.
+ *
+ * Stalled reads
+ * -------------
+ * A read() that blocks (a hung network mount) cannot be interrupted
+ * portably, so the loader never waits for one. Each worker has a phase,
+ * an atomic that both sides change by compare-and-swap:
+ *
+ *   IDLE -> READING     the worker claimed a position (mutex held)
+ *   READING -> WORKING  the worker: its read returned (the on_read hook of
+ *                       pipeline.h, before anything is written outside the
+ *                       worker's own buffers)
+ *   READING -> DROPPED  a reset: the result will be dropped; the worker
+ *                       stays in the pool
+ *   READING/DROPPED -> ABANDONED  the consumer, when the read has run past
+ *                       read_timeout, or shutdown
+ *
+ * Only one side wins each swap. A worker that wins WORKING writes its slot
+ * as before, and resets wait for it (the write is bounded: the file is in
+ * memory). A worker that loses never touches a slot again: everything it
+ * wrote so far is its own (file buffer, reason text; GPU loaders read into
+ * the worker's buffer and swap it into the slot after winning), so a slot
+ * can be handed out again at once. So a reset waits only for WORKING
+ * workers, never for a read.
+ *
+ * When the consumer abandons a position (in stk_loader_next, whose wait is
+ * cut into slices for this), the position fails with "read timed out after
+ * N s": its batch fails under raise, the sample is skipped under skip. The
+ * stuck thread is detached and a replacement is started, so the pool keeps
+ * its size. A refill made while finalising can stall too: the consumer
+ * then notes its failure and hands finalisation to another worker, which
+ * resumes the slot at the hole it was at (slot.fin_noted / fin_j).
+ *
+ * Ownership: an abandoned worker keeps its own context (decoder, buffers),
+ * which it frees when its read returns. The loader's memory is shared with
+ * it: stk_loader_destroy() frees the loader only when no abandoned worker
+ * is left, else the last one to leave frees it. Shutdown joins the workers
+ * that leave within SHUTDOWN_WAIT and abandons the rest, so it returns in
+ * bounded time whatever they are doing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/fault.h"
 #include "gpu/gpu.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"
@@ -43,6 +84,12 @@
 #include "stoker.h"
 
 #define MSG_LEN 512
+/* How long shutdown waits for workers to leave before it abandons them. */
+#define SHUTDOWN_WAIT 0.5
+/* A read in progress for longer than this is not waited for at shutdown. */
+#define SHUTDOWN_SLOW_READ 0.1
+/* Abandoned threads still stuck beyond which none is replaced any more. */
+#define MAX_STUCK 64
 
 /* FILLING: workers produce its positions; GPU: finalised, waiting for (or
  * in) its GPU submission; READY: the consumer may take it; HELD: lent. */
@@ -58,6 +105,7 @@ typedef struct {
   int64_t batch, start;
   int n, claimed, done;
   int complete;
+  int fin_noted, fin_j;   /* finalisation: failures noted; next hole to refill */
   int err;                /* raise: the batch failed with this code */
   char errmsg[MSG_LEN * 2];
   /* Files that failed while this batch was made (refills included). They
@@ -77,6 +125,9 @@ typedef struct {
                              the GPU only normalises and stores */
 } slot;
 
+/* A worker's phase (see "Stalled reads" above). */
+enum { PH_IDLE, PH_READING, PH_WORKING, PH_DROPPED, PH_ABANDONED };
+
 typedef struct {
   stk_loader *l;
   int id;
@@ -84,7 +135,18 @@ typedef struct {
   /* Published under the mutex after each sample, for stk_loader_stats():
    * the worker's buffers change size while it works without the lock. */
   uint64_t scratch_bytes;
-  uint64_t file_growth; /* GPU: growth of slot file buffers, not yet published */
+  int64_t file_growth; /* GPU: growth of slot file buffers, not yet published */
+  pthread_t thread;
+  int joinable;        /* started, neither joined nor detached (mutex) */
+  int exited;          /* left worker_main (mutex) */
+  atomic_int phase;
+  /* The position in progress, for the timeout (mutex): */
+  slot *s;
+  int j, refill;
+  int64_t idx;
+  uint64_t gen;
+  double since;
+  char reason[MSG_LEN]; /* the worker's own: a stuck read may still write it */
 } worker_ctx;
 
 struct stk_loader {
@@ -113,9 +175,13 @@ struct stk_loader {
   double submit_s; /* time inside stk__gpu_run_batch, summed over threads */
   int B, nslots;
   slot *slots;
-  worker_ctx *workers;
-  pthread_t *threads;
-  int nthreads, started;
+  worker_ctx **workers; /* live workers, and abandoned ones still running */
+  int nworkers, cap_workers;
+  int nthreads;         /* the pool's size */
+  int live;             /* workers neither abandoned nor gone */
+  int ndetached;        /* abandoned workers still inside their read */
+  int destroyed;        /* destroy ran: the last abandoned worker frees */
+  uint64_t timeouts;    /* reads that timed out */
 
   pthread_mutex_t mu;
   pthread_cond_t work_cv;  /* workers: a slot was freed or a batch started */
@@ -139,6 +205,7 @@ struct stk_loader {
   uint64_t file_bytes; /* GPU: capacity of the slots' file buffers */
   char **skip_paths, **skip_reasons; /* skip_len entries: the listed skipped files */
   uint64_t skip_len, skip_cap;
+  uint64_t skip_epoch;                /* the epoch they belong to */
 
   char errmsg[MSG_LEN * 2];
 };
@@ -177,12 +244,26 @@ static int batch_exists(const stk_loader *l, int64_t b) {
   return start < l->tail_end;
 }
 
+/* Workers that may be writing into a slot: those past their read, and the
+ * finalisers inside a GPU submission (active). */
+static int writers(const stk_loader *l) {
+  int n = l->active;
+  for (int i = 0; i < l->nworkers; i++)
+    n += atomic_load(&l->workers[i]->phase) == PH_WORKING;
+  return n;
+}
+
 /* Drops every unfinished batch and positions the loader at (epoch, batch).
- * Waits for workers inside a sample to leave it. */
+ * Waits for the workers writing into a slot; those still reading are told
+ * to drop their result, and not waited for (see "Stalled reads"). */
 static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->gen++;
   l->resetting++;
-  while (l->active > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
+  for (int i = 0; i < l->nworkers; i++) {
+    int ph = PH_READING;
+    atomic_compare_exchange_strong(&l->workers[i]->phase, &ph, PH_DROPPED);
+  }
+  while (writers(l) > 0) pthread_cond_wait(&l->idle_cv, &l->mu);
   l->resetting--;
   for (int i = 0; i < l->nslots; i++)
     if (l->slots[i].state != SLOT_HELD) l->slots[i].state = SLOT_FREE;
@@ -205,36 +286,54 @@ static void slot_clear_failures(slot *s) {
   s->fn = 0;
 }
 
+/* Out of memory here loses the file's entry in the list, never its count
+ * (the count is the delivered batch's own). So the failures of a slot are
+ * a list of at most B + refills entries: fidx[i] with fmsg[i] (NULL when
+ * the reason could not be copied). */
 static void slot_add_failure(slot *s, int64_t index, const char *reason) {
   if (s->fn == s->fcap) {
     int cap = s->fcap ? s->fcap * 2 : 8;
-    int64_t *i = realloc(s->fidx, (size_t)cap * sizeof *i);
+    int64_t *i = STK__REALLOC(s->fidx, (size_t)cap * sizeof *i);
     if (!i) return;
     s->fidx = i;
-    char **m = realloc(s->fmsg, (size_t)cap * sizeof *m);
+    char **m = STK__REALLOC(s->fmsg, (size_t)cap * sizeof *m);
     if (!m) return;
     s->fmsg = m;
     s->fcap = cap;
   }
   s->fidx[s->fn] = index;
-  s->fmsg[s->fn] = strdup(reason);
+  s->fmsg[s->fn] = STK__STRDUP(reason);
   s->fn++;
 }
 
-static void record_skip(stk_loader *l, int64_t index, const char *reason) {
+static void clear_skips(stk_loader *l) {
+  for (uint64_t i = 0; i < l->skip_len; i++) {
+    free(l->skip_paths[i]);
+    free(l->skip_reasons[i]);
+  }
+  l->skip_len = 0;
+}
+
+/* Lists a skipped file. The list holds the current epoch's files only (it
+ * would grow without bound over a long run); l->skipped keeps the total. */
+static void record_skip(stk_loader *l, uint64_t epoch, int64_t index, const char *reason) {
   l->skipped++;
+  if (epoch != l->skip_epoch) {
+    clear_skips(l);
+    l->skip_epoch = epoch;
+  }
   if (l->skip_len == l->skip_cap) {
     uint64_t cap = l->skip_cap ? l->skip_cap * 2 : 64;
-    char **p = realloc(l->skip_paths, cap * sizeof *p);
+    char **p = STK__REALLOC(l->skip_paths, cap * sizeof *p);
     if (!p) return; /* counted, not listed: the count stays right */
     l->skip_paths = p;
-    char **r = realloc(l->skip_reasons, cap * sizeof *r);
+    char **r = STK__REALLOC(l->skip_reasons, cap * sizeof *r);
     if (!r) return;
     l->skip_reasons = r;
     l->skip_cap = cap;
   }
-  l->skip_paths[l->skip_len] = strdup(stk__dataset_path(&l->src.ds, index));
-  l->skip_reasons[l->skip_len] = strdup(reason);
+  l->skip_paths[l->skip_len] = STK__STRDUP(stk__dataset_path(&l->src.ds, index));
+  l->skip_reasons[l->skip_len] = STK__STRDUP(reason ? reason : "out of memory for the reason");
   l->skip_len++;
 }
 
@@ -272,7 +371,7 @@ static void add_stage_times(stk_loader *l, worker_ctx *wc) {
   l->augment_s += w->t_augment;
   l->bytes_read += w->bytes;
   wc->scratch_bytes = worker_scratch_bytes(w);
-  l->file_bytes += wc->file_growth;
+  l->file_bytes += (uint64_t)wc->file_growth; /* wraps back when it shrank */
   wc->file_growth = 0;
 }
 
@@ -284,10 +383,16 @@ static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, u
     return stk__process_sample(&l->plan, &wc->w, &l->src, epoch, idx,
                                s->data + (size_t)j * l->plan.image_bytes, reason, MSG_LEN);
   stk__sample smp;
-  size_t cap0 = s->files[j].cap;
-  int rc = stk__sample_prepare(&l->plan, &wc->w, &l->src, &s->files[j], epoch, idx, &smp, reason,
+  /* Read into the worker's own buffer (a stuck read may write it long after
+   * the position was taken away); once the position is ours, the bytes move
+   * into the slot by swapping the two buffers. */
+  int rc = stk__sample_prepare(&l->plan, &wc->w, &l->src, &wc->w.file, epoch, idx, &smp, reason,
                                MSG_LEN);
-  wc->file_growth += s->files[j].cap - cap0;
+  if (rc == STK__ELOST) return rc;
+  stk__buf t = s->files[j];
+  s->files[j] = wc->w.file;
+  wc->w.file = t;
+  wc->file_growth += (int64_t)s->files[j].cap - (int64_t)t.cap;
   if (rc) return rc;
   stk__gpu_item *it = &s->items[j];
   memset(it, 0, sizeof *it);
@@ -356,6 +461,28 @@ static void adapt_share(stk_loader *l, const slot *s) {
   l->share = p < 0 ? 0 : p > 1 ? 1 : p;
 }
 
+/* A worker starts position j of slot s (a refill or not). Mutex held. */
+static void begin_position(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, int refill) {
+  wc->s = s;
+  wc->j = j;
+  wc->idx = idx;
+  wc->refill = refill;
+  wc->gen = l->gen;
+  wc->since = stk__now();
+  atomic_store(&wc->phase, PH_READING);
+}
+
+/* The worker is back from a position: returns the phase it ended in and
+ * leaves it IDLE, unless it was abandoned meanwhile. Mutex held. */
+static int end_position(stk_loader *l, worker_ctx *wc) {
+  int ph = atomic_load(&wc->phase);
+  if (ph == PH_ABANDONED) return ph;
+  atomic_store(&wc->phase, PH_IDLE);
+  /* a reset or shutdown may wait for this worker */
+  if (l->resetting || l->stop) pthread_cond_broadcast(&l->idle_cv);
+  return ph;
+}
+
 /* Fills hole j of slot s from the end of the epoch. Returns 1 when filled,
  * 0 when no sample is left to take, -1 when a reset intervened. The mutex
  * is released while a sample is processed. */
@@ -366,15 +493,14 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     int64_t pos = --l->tail_end;
     int64_t idx = l->order[pos];
     uint64_t gen = l->gen;
-    char reason[MSG_LEN];
-    l->active++;
+    begin_position(l, wc, s, j, idx, 1);
     pthread_mutex_unlock(&l->mu);
     /* refills are made while the batch is being finalised: the GPU is faster */
-    int rc = produce(l, wc, s, j, idx, l->epoch, 0, reason);
+    int rc = produce(l, wc, s, j, idx, l->epoch, 0, wc->reason);
     pthread_mutex_lock(&l->mu);
-    l->active--;
+    /* abandoned: the consumer noted the failure and handed finalisation on */
+    if (end_position(l, wc) == PH_ABANDONED) return -1;
     add_stage_times(l, wc);
-    if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
     if (gen != l->gen || l->stop) return -1;
     if (rc == STK_OK) {
       s->labels[j] = l->src.ds.labels[idx];
@@ -383,7 +509,7 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
       l->consec_fail = 0;
       return 1;
     }
-    note_failure(l, s, idx, rc, reason);
+    note_failure(l, s, idx, rc, wc->reason);
   }
 }
 
@@ -451,19 +577,33 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   uint64_t gen = l->gen;
   while ((s = slot_of(l, l->epoch, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
     int holes = 0;
-    for (int j = 0; j < s->n; j++) {
-      if (s->codes[j]) {
-        note_failure(l, s, s->indices[j], s->codes[j], s->msgs + (size_t)j * MSG_LEN);
-        holes++;
-      } else {
-        l->consec_fail = 0;
-      }
+    for (int j = 0; j < s->n; j++) holes += s->codes[j] != 0;
+    int refills = holes && l->opt.on_error == STK_ON_ERROR_SKIP;
+    if (refills && nsubmit > 0) {
+      /* Submit the batches finalised so far before reading refills: a
+       * refill whose read stalls must not hold them back (the consumer
+       * takes a stalled refill over, but not this thread's list). */
+      l->need_finalize = 1;
+      break;
     }
-    if (holes && l->opt.on_error == STK_ON_ERROR_SKIP) {
+    if (!s->fin_noted) {
       for (int j = 0; j < s->n; j++) {
+        if (s->codes[j])
+          note_failure(l, s, s->indices[j], s->codes[j], s->msgs + (size_t)j * MSG_LEN);
+        else
+          l->consec_fail = 0;
+      }
+      s->fin_noted = 1;
+      s->fin_j = 0;
+    }
+    if (refills) {
+      /* from the hole it was at, when finalisation was handed over after
+       * a refill's read timed out */
+      for (int j = s->fin_j; j < s->n; j++) {
         if (!s->codes[j]) continue;
+        s->fin_j = j;
         int r = refill_hole(l, wc, s, j);
-        if (r < 0) return; /* reset: it cleared `finalizing` */
+        if (r < 0) return; /* reset (it cleared `finalizing`) or abandoned */
         if (r == 0) break;
       }
       /* Holes left (the epoch ran out): close them up, keeping order. On
@@ -573,12 +713,47 @@ static int start_batch(stk_loader *l) {
     s->n = (int)(left < l->B ? left : l->B);
     s->claimed = s->done = 0;
     s->complete = 0;
+    s->fin_noted = s->fin_j = 0;
     s->err = 0;
     s->errmsg[0] = '\0';
     slot_clear_failures(s);
     return 1;
   }
   return 0;
+}
+
+static void free_loader(stk_loader *l);
+
+/* The on_read hook (pipeline.h): the read is back; the position stays this
+ * worker's unless the consumer, a reset or shutdown took it meanwhile. */
+static int worker_on_read(void *ctx) {
+  worker_ctx *wc = ctx;
+  int ph = PH_READING;
+  return !atomic_compare_exchange_strong(&wc->phase, &ph, PH_WORKING);
+}
+
+/* A worker leaves the pool for good (mutex held on entry, released). An
+ * abandoned one frees its own context, and the loader too when destroy has
+ * run and it is the last one out. */
+static void worker_exit(stk_loader *l, worker_ctx *wc) {
+  wc->exited = 1;
+  if (atomic_load(&wc->phase) != PH_ABANDONED) {
+    l->live--;
+    pthread_cond_broadcast(&l->idle_cv);
+    pthread_mutex_unlock(&l->mu);
+    return; /* joined by shutdown, freed with the loader */
+  }
+  for (int i = 0; i < l->nworkers; i++)
+    if (l->workers[i] == wc) {
+      l->workers[i] = l->workers[--l->nworkers];
+      break;
+    }
+  l->ndetached--;
+  int last = l->destroyed && l->ndetached == 0;
+  pthread_mutex_unlock(&l->mu);
+  stk__worker_free(&wc->w);
+  free(wc);
+  if (last) free_loader(l);
 }
 
 static void *worker_main(void *arg) {
@@ -593,6 +768,7 @@ static void *worker_main(void *arg) {
     if (l->need_finalize && !l->finalizing) {
       l->need_finalize = 0;
       finalize_locked(l, wc);
+      if (atomic_load(&wc->phase) == PH_ABANDONED) break; /* a refill stalled */
       continue;
     }
     slot *s = claimable(l);
@@ -604,28 +780,124 @@ static void *worker_main(void *arg) {
     int64_t idx = (s->epoch == l->epoch ? l->order : l->order_next)[s->start + j];
     uint64_t gen = l->gen, epoch = s->epoch;
     int on_cpu = pick_cpu(l, j);
-    l->active++;
+    begin_position(l, wc, s, j, idx, 0);
     pthread_mutex_unlock(&l->mu);
 
-    char *reason = s->msgs + (size_t)j * MSG_LEN;
-    int rc = produce(l, wc, s, j, idx, epoch, on_cpu, reason);
+    int rc = produce(l, wc, s, j, idx, epoch, on_cpu, wc->reason);
 
     pthread_mutex_lock(&l->mu);
-    l->active--;
+    int ph = end_position(l, wc);
+    if (ph == PH_ABANDONED) break; /* the position is the consumer's now */
     add_stage_times(l, wc);
-    if (gen == l->gen) {
+    if (gen == l->gen && ph != PH_DROPPED) {
       s->labels[j] = l->src.ds.labels[idx];
       s->indices[j] = idx;
       s->codes[j] = rc;
+      if (rc) snprintf(s->msgs + (size_t)j * MSG_LEN, MSG_LEN, "%s", wc->reason);
       if (++s->done == s->n) {
         s->complete = 1;
         finalize_locked(l, wc);
+        if (atomic_load(&wc->phase) == PH_ABANDONED) break;
       }
     }
-    if (l->active == 0) pthread_cond_broadcast(&l->idle_cv);
   }
-  pthread_mutex_unlock(&l->mu);
+  worker_exit(l, wc);
   return NULL;
+}
+
+/* Starts one more worker thread (mutex held, or before any thread runs).
+ * STK_OK or STK_ENOMEM. */
+static int spawn_worker(stk_loader *l) {
+  if (l->nworkers == l->cap_workers) {
+    int cap = l->cap_workers ? l->cap_workers * 2 : 8;
+    worker_ctx **w = STK__REALLOC(l->workers, (size_t)cap * sizeof *w);
+    if (!w) return STK_ENOMEM;
+    l->workers = w;
+    l->cap_workers = cap;
+  }
+  worker_ctx *wc = STK__CALLOC(1, sizeof *wc);
+  if (!wc) return STK_ENOMEM;
+  wc->l = l;
+  wc->id = l->nworkers;
+  atomic_init(&wc->phase, PH_IDLE);
+  if (stk__worker_init(&wc->w, &l->plan)) {
+    stk__worker_free(&wc->w);
+    free(wc);
+    return STK_ENOMEM;
+  }
+  wc->w.on_read = worker_on_read;
+  wc->w.on_read_ctx = wc;
+  if (STK__FAIL() || pthread_create(&wc->thread, NULL, worker_main, wc) != 0) {
+    stk__worker_free(&wc->w);
+    free(wc);
+    return STK_ENOMEM;
+  }
+  wc->joinable = 1;
+  l->workers[l->nworkers++] = wc;
+  l->live++;
+  return STK_OK;
+}
+
+/* wc's phase was just set to ABANDONED: it is detached, owns itself from
+ * now on, and a replacement keeps the pool at its size (mutex held). */
+static void abandon_worker(stk_loader *l, worker_ctx *wc) {
+  if (wc->joinable) pthread_detach(wc->thread);
+  wc->joinable = 0;
+  l->live--;
+  l->ndetached++;
+  if (!l->stop && l->ndetached <= MAX_STUCK) spawn_worker(l); /* best effort */
+}
+
+/* Waits on cv until the monotonic time t (stk__now()), or a signal. */
+static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double t) {
+  struct timespec ts;
+  if (t > 1e12) t = 1e12;
+  ts.tv_sec = (time_t)t;
+  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Positions whose read has taken longer than read_timeout fail, and their
+ * workers are abandoned (see "Stalled reads"). Returns 1 when one did, as
+ * that may have completed a batch. Mutex held. */
+static int expire_reads(stk_loader *l) {
+  double to = l->opt.read_timeout, now = stk__now();
+  if (to <= 0) return 0;
+  int any = 0;
+  for (int i = 0; i < l->nworkers; i++) {
+    worker_ctx *wc = l->workers[i];
+    int ph = atomic_load(&wc->phase);
+    if ((ph != PH_READING && ph != PH_DROPPED) || now - wc->since < to) continue;
+    if (!atomic_compare_exchange_strong(&wc->phase, &ph, PH_ABANDONED)) continue;
+    abandon_worker(l, wc); /* may grow l->workers: wc stays valid */
+    if (ph == PH_DROPPED || wc->gen != l->gen) continue; /* its result was dropped anyway */
+    l->timeouts++;
+    any = 1;
+    char reason[MSG_LEN];
+    snprintf(reason, sizeof reason, "read timed out after %g s", (double)to);
+    slot *s = wc->s;
+    if (wc->refill) {
+      /* The finaliser is stuck in a refill: note its sample as failed, as
+       * refill_hole would have, and let another worker go on from the
+       * same hole. */
+      note_failure(l, s, wc->idx, STK_EIO, reason);
+      l->finalizing = 0;
+      l->need_finalize = 1;
+    } else {
+      int j = wc->j;
+      s->labels[j] = l->src.ds.labels[wc->idx];
+      s->indices[j] = wc->idx;
+      s->codes[j] = STK_EIO;
+      snprintf(s->msgs + (size_t)j * MSG_LEN, MSG_LEN, "%s", reason);
+      if (++s->done == s->n) {
+        s->complete = 1;
+        l->need_finalize = 1;
+      }
+    }
+    pthread_cond_broadcast(&l->work_cv);
+  }
+  return any;
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -704,9 +976,14 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   }
   l->opt = o;
   pthread_mutex_init(&l->mu, NULL);
-  pthread_cond_init(&l->work_cv, NULL);
-  pthread_cond_init(&l->ready_cv, NULL);
-  pthread_cond_init(&l->idle_cv, NULL);
+  /* timed waits (wait_until) count in stk__now()'s monotonic clock */
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&l->work_cv, &ca);
+  pthread_cond_init(&l->ready_cv, &ca);
+  pthread_cond_init(&l->idle_cv, &ca);
+  pthread_condattr_destroy(&ca);
   l->t0 = stk__now();
   if (oom) {
     rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
@@ -771,27 +1048,12 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   pthread_mutex_unlock(&l->mu);
 
   l->nthreads = o.threads;
-  l->workers = calloc((size_t)l->nthreads, sizeof *l->workers);
-  l->threads = calloc((size_t)l->nthreads, sizeof *l->threads);
-  if (!l->workers || !l->threads) {
-    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-    goto fail;
-  }
-  for (int i = 0; i < l->nthreads; i++) {
-    l->workers[i].l = l;
-    l->workers[i].id = i;
-    if (stk__worker_init(&l->workers[i].w, &l->plan)) {
-      rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for decoder state");
-      goto fail;
-    }
-  }
-  for (int i = 0; i < l->nthreads; i++) {
-    if (pthread_create(&l->threads[i], NULL, worker_main, &l->workers[i]) != 0) {
-      rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start worker thread %d", i);
-      goto fail;
-    }
-    l->started++;
-  }
+  pthread_mutex_lock(&l->mu);
+  for (int i = 0; i < l->nthreads && rc == STK_OK; i++)
+    if (spawn_worker(l))
+      rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start worker thread %d (out of memory)", i);
+  pthread_mutex_unlock(&l->mu);
+  if (rc) goto fail;
   *out = l;
   return STK_OK;
 fail:
@@ -806,10 +1068,50 @@ void stk_loader_shutdown(stk_loader *l) {
   l->gen++;
   pthread_cond_broadcast(&l->work_cv);
   pthread_cond_broadcast(&l->ready_cv);
-  int started = l->started;
-  l->started = 0; /* joined once, by whoever gets here first */
+  /* Join who leaves in time; abandon who has been in a read for a while (it
+   * may never come back) at once, and whoever is still busy at the
+   * deadline. A worker abandoned here writes at most into a slot that is
+   * never handed out again, and the loader's memory outlives it (see
+   * "Stalled reads"). */
+  double deadline = stk__now() + SHUTDOWN_WAIT;
+  for (;;) {
+    double now = stk__now();
+    int waiting = 0, late = now >= deadline;
+    for (int i = 0; i < l->nworkers; i++) {
+      worker_ctx *wc = l->workers[i];
+      if (!wc->joinable || wc->exited) continue;
+      int ph = atomic_load(&wc->phase);
+      if ((ph == PH_READING || ph == PH_DROPPED) && now - wc->since > SHUTDOWN_SLOW_READ) {
+        if (atomic_compare_exchange_strong(&wc->phase, &ph, PH_ABANDONED)) {
+          abandon_worker(l, wc);
+          continue;
+        }
+      }
+      if (late) {
+        atomic_store(&wc->phase, PH_ABANDONED);
+        abandon_worker(l, wc);
+        continue;
+      }
+      waiting++;
+    }
+    if (!waiting) break;
+    /* in slices: a read that turns slow is not signalled */
+    wait_until(&l->idle_cv, &l->mu, now + 0.02 < deadline ? now + 0.02 : deadline);
+  }
+  int n = 0;
+  pthread_t *join = malloc((size_t)(l->nworkers ? l->nworkers : 1) * sizeof *join);
+  for (int i = 0; i < l->nworkers; i++) {
+    worker_ctx *wc = l->workers[i];
+    if (!wc->joinable) continue;
+    wc->joinable = 0; /* joined once, by whoever gets here first */
+    if (join)
+      join[n++] = wc->thread;
+    else
+      pthread_detach(wc->thread); /* it has exited: nothing is lost */
+  }
   pthread_mutex_unlock(&l->mu);
-  for (int i = 0; i < started; i++) pthread_join(l->threads[i], NULL);
+  for (int i = 0; i < n; i++) pthread_join(join[i], NULL);
+  free(join);
 }
 
 /* STOKER_GPU_PROFILE=1: where the time of queuing GPU batches went. */
@@ -835,10 +1137,20 @@ void stk_loader_destroy(stk_loader *l) {
   if (!l) return;
   stk_loader_shutdown(l);
   print_gpu_profile(l);
-  if (l->workers)
-    for (int i = 0; i < l->nthreads; i++) stk__worker_free(&l->workers[i].w);
+  pthread_mutex_lock(&l->mu);
+  l->destroyed = 1;
+  int later = l->ndetached > 0; /* the last abandoned worker frees it */
+  pthread_mutex_unlock(&l->mu);
+  if (!later) free_loader(l);
+}
+
+/* Everything the loader holds. No thread is left that could touch it. */
+static void free_loader(stk_loader *l) {
+  for (int i = 0; i < l->nworkers; i++) {
+    stk__worker_free(&l->workers[i]->w);
+    free(l->workers[i]);
+  }
   free(l->workers);
-  free(l->threads);
   if (l->slots)
     for (int i = 0; i < l->nslots; i++) {
       if (!l->gpu) free(l->slots[i].data);
@@ -860,10 +1172,7 @@ void stk_loader_destroy(stk_loader *l) {
   stk__gpu_close(l->gpu); /* after the workers: none is inside run_batch */
   free(l->order);
   free(l->order_next);
-  for (uint64_t i = 0; i < l->skip_len; i++) {
-    free(l->skip_paths[i]);
-    free(l->skip_reasons[i]);
-  }
+  clear_skips(l);
   free(l->skip_paths);
   free(l->skip_reasons);
   stk__sampler_free(&l->sampler);
@@ -920,12 +1229,20 @@ static int advance_epoch_locked(stk_loader *l) {
   return STK_EEND;
 }
 
-int stk_loader_next(stk_loader *l, stk_batch *out) {
+int stk_loader_next(stk_loader *l, stk_batch *out) { return stk_loader_next_timed(l, out, -1); }
+
+int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   if (!l || !out) return STK_EINVAL;
   memset(out, 0, sizeof *out);
+  double t_end = timeout_s >= 0 ? stk__now() + timeout_s : 1e300;
+  /* The wait is cut into slices so that reads past read_timeout are found
+   * while the consumer waits for them. */
+  double to = l->opt.read_timeout;
+  double slice = to > 0 ? (to / 4 < 0.25 ? to / 4 : 0.25) : 1e300;
   pthread_mutex_lock(&l->mu);
   int rc = STK_OK;
   for (;;) {
+    expire_reads(l);
     slot *s = slot_of(l, l->epoch, l->next_deliver);
     if (s && s->state == SLOT_READY) {
       l->next_deliver++;
@@ -933,7 +1250,12 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
       for (int i = 0; i < s->fn; i++) {
         l->failed++;
         l->epoch_failed++;
-        if (l->opt.on_error == STK_ON_ERROR_SKIP) record_skip(l, s->fidx[i], s->fmsg[i]);
+        if (l->opt.on_error == STK_ON_ERROR_SKIP) record_skip(l, s->epoch, s->fidx[i], s->fmsg[i]);
+      }
+      /* a new epoch's first batch starts a new list, skips or not */
+      if (s->epoch != l->skip_epoch) {
+        clear_skips(l);
+        l->skip_epoch = s->epoch;
       }
       slot_clear_failures(s);
       if (s->err) {
@@ -988,7 +1310,9 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
       break;
     }
     if (!s && !batch_exists(l, l->next_deliver) && l->next_deliver >= l->next_batch) {
-      if (l->epoch_images == 0 && l->epoch_failed > 0) {
+      /* Under raise each failed batch was an error of its own already;
+       * counting its good files as failed would misstate what happened. */
+      if (l->opt.on_error == STK_ON_ERROR_SKIP && l->epoch_images == 0 && l->epoch_failed > 0) {
         /* Never hand out a silently empty epoch. */
         rc = loader_err(l, STK_ETOOMANY, "every file of epoch %llu failed to load (%llu files)",
                         (unsigned long long)l->epoch, (unsigned long long)l->epoch_failed);
@@ -1004,8 +1328,20 @@ int stk_loader_next(stk_loader *l, stk_batch *out) {
                       l->nslots);
       break;
     }
+    if (l->live == 0) {
+      /* Every thread is stuck and no more can be started. */
+      rc = loader_err(l, STK_EIO,
+                      "every worker thread is stuck in a file read that does not return (%llu "
+                      "reads timed out): the storage does not respond",
+                      (unsigned long long)l->timeouts);
+      break;
+    }
     double t = stk__now();
-    pthread_cond_wait(&l->ready_cv, &l->mu);
+    if (t >= t_end) {
+      rc = STK_ETIMEDOUT; /* the message is left alone: nothing failed */
+      break;
+    }
+    wait_until(&l->ready_cv, &l->mu, t + slice < t_end ? t + slice : t_end);
     l->wait_s += stk__now() - t;
   }
   pthread_mutex_unlock(&l->mu);
@@ -1120,7 +1456,7 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   o->augment_seconds = l->augment_s;
   uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B * (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN);
   /* as published after each sample: the workers' buffers are theirs */
-  for (int i = 0; i < l->nthreads; i++) host += l->workers[i].scratch_bytes;
+  for (int i = 0; i < l->nworkers; i++) host += l->workers[i]->scratch_bytes;
   if (l->gpu) {
     stk__gpu_stats gs;
     stk__gpu_get_stats(l->gpu, &gs);
@@ -1139,6 +1475,15 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   o->slots = l->nslots;
   pthread_mutex_unlock(&m->mu);
   return STK_OK;
+}
+
+uint64_t stk_loader_skipped_count(const stk_loader *l) {
+  if (!l) return 0;
+  stk_loader *m = (stk_loader *)l;
+  pthread_mutex_lock(&m->mu);
+  uint64_t n = l->skip_len;
+  pthread_mutex_unlock(&m->mu);
+  return n;
 }
 
 int stk_loader_skipped(const stk_loader *l, uint64_t i, const char **path, const char **reason) {

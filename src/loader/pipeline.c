@@ -55,6 +55,7 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
     /* decoded at pack time: nothing to read but the pixels, in place */
     rc = src->ops->pixels(src, index, &s->px, msg, msglen);
     w->t_read = stk__now() - t0;
+    if (w->on_read && w->on_read(w->on_read_ctx)) return STK__ELOST;
     if (rc) return rc;
     s->raw = 1;
     w->bytes = (uint64_t)s->px.w * s->px.h * 3;
@@ -67,6 +68,7 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
     rc = src->ops->read(src, index, file, p->max_file_bytes, &b, msg, msglen);
     w->t_read = stk__now() - t0;
     w->bytes = b.bytes_read;
+    if (w->on_read && w->on_read(w->on_read_ctx)) return STK__ELOST;
     if (rc) return rc;
     s->data = b.data;
     s->len = b.len;

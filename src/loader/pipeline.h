@@ -46,7 +46,17 @@ typedef struct {
   stk__buf file;
   double t_read, t_decode, t_augment; /* seconds spent in the last sample */
   uint64_t bytes;                     /* bytes read for the last sample */
+  /* Called right after the sample's bytes (or pixels) are fetched, before
+   * anything is written outside the worker: nonzero = the position was
+   * taken away meanwhile (its read timed out, or a reset dropped it), and
+   * stk__sample_prepare returns STK__ELOST without going on. NULL = none.
+   * The loader uses it to make a stuck read harmless (loader.c). */
+  int (*on_read)(void *ctx);
+  void *on_read_ctx;
 } stk__worker;
+
+/* Internal: the sample's position was taken away during its read. */
+#define STK__ELOST (-1000)
 
 /* Fills a plan from loader options (already validated). */
 void stk__plan_init(stk__plan *p, const stk_options *o);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fault.h"
 #include "sources/cache_format.h"
 
 int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
@@ -19,23 +20,37 @@ int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, st
   out->data = NULL;
   out->len = 0;
   out->bytes_read = 0; /* nothing read yet: a file that cannot be opened adds nothing */
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO (or a device) for reading would block until
+   * a writer comes; with it the open returns at once and fstat refuses
+   * what is not a regular file before anything is read. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(errno));
   struct stat st;
   int rc = STK_OK;
   if (fstat(fd, &st) != 0) {
     rc = stk__fail(msg, msglen, STK_EIO, "cannot stat: %s", strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
-    rc = stk__fail(msg, msglen, STK_EIO, "not a regular file");
+    rc = stk__fail(msg, msglen, STK_EIO, "not a regular file (%s)",
+                   S_ISDIR(st.st_mode)    ? "a folder"
+                   : S_ISFIFO(st.st_mode) ? "a FIFO"
+                   : S_ISSOCK(st.st_mode) ? "a socket"
+                   : S_ISCHR(st.st_mode)  ? "a character device"
+                   : S_ISBLK(st.st_mode)  ? "a block device"
+                                          : "a special file");
   } else if (max_bytes && (uint64_t)st.st_size > max_bytes) {
     rc = stk__fail(msg, msglen, STK_ELIMIT, "file is %lld bytes, over the limit of %llu",
                    (long long)st.st_size, (unsigned long long)max_bytes);
-  } else if (stk__buf_reserve(buf, (size_t)st.st_size + 1)) {
+  } else if (STK__FAIL() || stk__buf_reserve(buf, (size_t)st.st_size + 1)) {
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %lld bytes", (long long)st.st_size);
+  } else {
+    /* a regular file: back to ordinary blocking reads */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+      rc = stk__fail(msg, msglen, STK_EIO, "cannot set up the read: %s", strerror(errno));
   }
   size_t got = 0;
   while (rc == STK_OK && got < (size_t)st.st_size) {
-    ssize_t r = read(fd, (char *)buf->p + got, (size_t)st.st_size - got);
+    ssize_t r = STK__READ(fd, (char *)buf->p + got, (size_t)st.st_size - got, path);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) rc = stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(errno));
     if (r == 0) break; /* the file shrank while we read it: decode what is there */
@@ -89,7 +104,7 @@ const char *stk__source_detect(const char *path) {
   if (S_ISDIR(st.st_mode)) return is_shard_folder(path) ? "tar" : "folder";
   if (!S_ISREG(st.st_mode)) return NULL;
   uint8_t magic[8] = {0};
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY); /* never block in open */
   if (fd < 0) return NULL;
   ssize_t r = read(fd, magic, sizeof magic);
   close(fd);

@@ -1,0 +1,284 @@
+/*
+ * test_stalls.c: files that are not regular files, reads that stall, and a
+ * loader that must not hang because of them.
+ *
+ * A FIFO (or any non-regular file) is refused at open, in every build. A
+ * read that stalls as on a hung mount needs the fault-injection hooks
+ * (STK_FAULT_INJECTION, on in the sanitizer build): there the reads of
+ * chosen files block until the test releases them, and the test checks that
+ * the sample fails with "read timed out" within its timeout while the other
+ * samples go on, that set_epoch and destroy return at once meanwhile, and
+ * that the stuck thread frees what it holds once its read returns.
+ */
+#include "util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <time.h>
+
+#include "check.h"
+#include "core/common.h"
+#include "core/fault.h"
+
+static char *g_dir;
+
+static inline int count_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+#ifdef STK_FAULT_INJECTION
+static int nthreads_now(void) { return count_dir("/proc/self/task"); }
+
+/* Waits up to `secs` for the thread count to fall to `want`. */
+static int wait_threads(int want, double secs) {
+  double t0 = stk__now();
+  struct timespec ts = {0, 5000000};
+  while (nthreads_now() > want && stk__now() - t0 < secs) nanosleep(&ts, NULL);
+  return nthreads_now();
+}
+#endif
+
+/* A list file of n tiny JPEGs named img<i>.jpg, with `special` (NULL =
+ * none) at position `at`; shuffle off, so the order is the list's. */
+static char *make_list(int n, const char *special, int at) {
+  static char list[4096];
+  snprintf(list, sizeof list, "%s/list-%d-%s-%d.txt", g_dir, n, special ? special : "none", at);
+  FILE *f = fopen(list, "w");
+  for (int i = 0; i < n; i++) {
+    char p[4096];
+    if (special && i == at) {
+      fprintf(f, "%s %d\n", special, i % 3);
+      continue;
+    }
+    snprintf(p, sizeof p, "%s/img%03d.jpg", g_dir, i);
+    if (access(p, F_OK) != 0) tu_write_jpeg(p, 12 + i % 5, 10 + i % 7, (uint64_t)i, 85);
+    fprintf(f, "img%03d.jpg %d\n", i, i % 3);
+  }
+  fclose(f);
+  return list;
+}
+
+static void opts(stk_options *o, const char *list, int batch, int threads) {
+  stk_options_init(o);
+  o->list_file = list;
+  o->size = 8;
+  o->batch_size = batch;
+  o->threads = threads;
+  o->prefetch = 1;
+  o->shuffle = 0;
+  o->pipeline = STK_PIPELINE_EVAL;
+}
+
+/* Every batch of one epoch: images delivered, errors met (the last error's
+ * message into msg). */
+static void run_epoch(stk_loader *l, int64_t *images, int *errors, char *msg, size_t msglen) {
+  *images = 0;
+  *errors = 0;
+  for (int guard = 0; guard < 1000; guard++) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    if (rc == STK_EEND) return;
+    if (rc) {
+      (*errors)++;
+      snprintf(msg, msglen, "%s", stk_loader_error(l));
+      continue;
+    }
+    *images += b.n;
+    stk_batch_release(l, &b);
+  }
+}
+
+static void test_fifo(void) {
+  char fifo[4096];
+  snprintf(fifo, sizeof fifo, "%s/pipe.jpg", g_dir);
+  CHECK(mkfifo(fifo, 0644) == 0);
+  for (int skip = 0; skip <= 1; skip++) {
+    stk_options o;
+    opts(&o, make_list(12, "pipe.jpg", 5), 4, 2);
+    o.on_error = skip ? STK_ON_ERROR_SKIP : STK_ON_ERROR_RAISE;
+    stk_loader *l = NULL;
+    char err[512] = "";
+    CHECK(STK_LOADER_CREATE(&o, &l, err, sizeof err) == STK_OK);
+    if (!l) continue;
+    double t0 = stk__now();
+    int64_t images;
+    int errors;
+    char msg[1024] = "";
+    run_epoch(l, &images, &errors, msg, sizeof msg);
+    double dt = stk__now() - t0;
+    CHECK_MSG(dt < 5, "an epoch with a FIFO in it took %.1f s", dt);
+    if (skip) {
+      CHECK(images == 11 && errors == 0);
+      const char *p = "", *r = "";
+      CHECK(stk_loader_skipped_count(l) == 1);
+      CHECK(stk_loader_skipped(l, 0, &p, &r) == STK_OK);
+      CHECK_MSG(strstr(p, "pipe.jpg") && strstr(r, "not a regular file (a FIFO)"), "%s: %s", p, r);
+    } else {
+      CHECK(images == 8 && errors == 1);
+      CHECK_MSG(strstr(msg, "pipe.jpg") && strstr(msg, "not a regular file (a FIFO)"), "%s", msg);
+    }
+    stk_loader_destroy(l);
+  }
+  /* stoker check refuses it the same way, without blocking */
+  char m[512] = "";
+  CHECK(stk_check_file(fifo, NULL, NULL, NULL, m, sizeof m) != STK_OK);
+  CHECK_MSG(strstr(m, "not a regular file"), "%s", m);
+  unlink(fifo);
+}
+
+#ifdef STK_FAULT_INJECTION
+/* A stalled read under raise: the batch fails naming the file, within the
+ * timeout; the epoch goes on; destroy returns at once; the stuck thread
+ * leaves once released. */
+static void test_stall_raise(int threads) {
+  int base = nthreads_now();
+  char stall[4096];
+  snprintf(stall, sizeof stall, "%s/stall.jpg", g_dir);
+  tu_write_jpeg(stall, 16, 16, 99, 85);
+  stk_options o;
+  opts(&o, make_list(16, "stall.jpg", 6), 4, threads);
+  o.read_timeout = 0.5f;
+  stk__fault_stall("stall.jpg", 60);
+  stk_loader *l = NULL;
+  char err[512] = "";
+  CHECK(STK_LOADER_CREATE(&o, &l, err, sizeof err) == STK_OK);
+  if (!l) return;
+  int64_t images = 0;
+  int errors = 0;
+  char msg[1024] = "";
+  double t0 = stk__now();
+  double t_err = 0;
+  for (int guard = 0; guard < 100; guard++) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    if (rc == STK_EEND) break;
+    if (rc) {
+      errors++;
+      t_err = stk__now() - t0;
+      snprintf(msg, sizeof msg, "%s", stk_loader_error(l));
+      continue;
+    }
+    images += b.n;
+    stk_batch_release(l, &b);
+  }
+  CHECK_MSG(errors == 1 && images == 12, "threads %d: %d errors, %lld images", threads, errors,
+            (long long)images);
+  CHECK_MSG(strstr(msg, "stall.jpg: read timed out after 0.5 s"), "%s", msg);
+  CHECK_MSG(t_err >= 0.45 && t_err < 1.5, "the timeout came after %.2f s", t_err);
+  printf("stall (raise, %d threads): error after %.2f s: %s\n", threads, t_err, msg);
+  CHECK(stk__fault_stalls() >= 1);
+  /* the next epoch meets the stalled file again (a second stuck thread) */
+  run_epoch(l, &images, &errors, msg, sizeof msg);
+  CHECK(errors == 1 && images == 12);
+  t0 = stk__now();
+  CHECK(stk_loader_set_epoch(l, 7) == STK_OK); /* a reset does not wait for a read */
+  stk_loader_destroy(l);
+  double dt = stk__now() - t0;
+  CHECK_MSG(dt < 1.0, "destroy with stuck reads took %.2f s", dt);
+  CHECK(nthreads_now() > base); /* the stuck ones are still there */
+  stk__fault_unstall();
+  int left = wait_threads(base, 5);
+  CHECK_MSG(left == base, "%d threads left after the stalled reads returned, %d before", left, base);
+}
+
+/* Under skip: the stalled sample is skipped, every other sample comes
+ * once; a stall in a refill (the last file refills the first batch's hole)
+ * is taken over. */
+static void test_stall_skip(void) {
+  int base = nthreads_now();
+  char bad[4096];
+  snprintf(bad, sizeof bad, "%s/bad.jpg", g_dir);
+  tu_write_bytes(bad, "not a jpeg", 10);
+  /* 16 samples: bad.jpg first, stall.jpg last, which refills bad's hole */
+  char list[4096];
+  snprintf(list, sizeof list, "%s/skip-list.txt", g_dir);
+  FILE *f = fopen(list, "w");
+  fprintf(f, "bad.jpg 0\n");
+  for (int i = 1; i < 15; i++) fprintf(f, "img%03d.jpg %d\n", i, i % 3);
+  fprintf(f, "stall.jpg 0\n");
+  fclose(f);
+  make_list(16, NULL, 0); /* the images */
+  for (int threads = 1; threads <= 3; threads += 2) {
+    stk_options o;
+    opts(&o, list, 4, threads);
+    o.on_error = STK_ON_ERROR_SKIP;
+    o.read_timeout = 0.4f;
+    stk__fault_stall("stall.jpg", 60);
+    stk_loader *l = NULL;
+    char err[512] = "";
+    CHECK(STK_LOADER_CREATE(&o, &l, err, sizeof err) == STK_OK);
+    if (!l) return;
+    int64_t images;
+    int errors;
+    char msg[1024] = "";
+    double t0 = stk__now();
+    run_epoch(l, &images, &errors, msg, sizeof msg);
+    double dt = stk__now() - t0;
+    CHECK_MSG(images == 14 && errors == 0, "threads %d: %lld images, %d errors (%s)", threads,
+              (long long)images, errors, msg);
+    CHECK_MSG(dt < 2.0, "the epoch took %.2f s", dt);
+    int found = 0;
+    for (uint64_t i = 0; i < stk_loader_skipped_count(l); i++) {
+      const char *p, *r;
+      stk_loader_skipped(l, i, &p, &r);
+      if (strstr(p, "stall.jpg") && strstr(r, "read timed out after 0.4 s")) found++;
+      if (strstr(p, "bad.jpg")) found += 10;
+    }
+    CHECK_MSG(found == 11, "skipped list: %d", found);
+    printf("stall (skip, refill, %d threads): epoch of 14 in %.2f s\n", threads, dt);
+    stk_loader_destroy(l);
+    stk__fault_unstall();
+    CHECK(wait_threads(base, 5) == base);
+  }
+}
+
+/* With no timeout a stalled read is waited for: next_timed says so, and
+ * destroy still returns at once. */
+static void test_no_timeout(void) {
+  int base = nthreads_now();
+  stk_options o;
+  opts(&o, make_list(8, "stall.jpg", 0), 4, 2);
+  o.read_timeout = 0;
+  stk__fault_stall("stall.jpg", 60);
+  stk_loader *l = NULL;
+  char err[512] = "";
+  CHECK(STK_LOADER_CREATE(&o, &l, err, sizeof err) == STK_OK);
+  if (!l) return;
+  stk_batch b;
+  double t0 = stk__now();
+  CHECK(stk_loader_next_timed(l, &b, 0.3) == STK_ETIMEDOUT);
+  double dt = stk__now() - t0;
+  CHECK_MSG(dt >= 0.29 && dt < 0.8, "next_timed(0.3) took %.2f s", dt);
+  t0 = stk__now();
+  stk_loader_destroy(l);
+  dt = stk__now() - t0;
+  CHECK_MSG(dt < 1.0, "destroy took %.2f s", dt);
+  printf("destroy with a read stalled forever: %.3f s\n", dt);
+  stk__fault_unstall();
+  CHECK(wait_threads(base, 5) == base);
+}
+#endif
+
+int main(void) {
+  g_dir = tu_tempdir();
+  if (!g_dir) return 1;
+  test_fifo();
+#ifdef STK_FAULT_INJECTION
+  test_stall_raise(1);
+  test_stall_raise(3);
+  test_stall_skip();
+  test_no_timeout();
+#else
+  printf("stalled reads: skipped (built without STK_FAULT_INJECTION; the sanitizer build runs them)\n");
+#endif
+  tu_rmtree(g_dir);
+  free(g_dir);
+  printf("test_stalls: %d passed, %d failed\n", check_passed_, check_failed_);
+  return check_failed_ ? 1 : 0;
+}
