@@ -26,7 +26,9 @@ int stk__jpeg_scan(const uint8_t *d, size_t n, stk__jpeg_markers *jm) {
     if (len < 2 || i + 2 + len > n) return 0;
     const uint8_t *seg = d + i + 4;
     size_t sl = len - 2;
-    if (m == 0xE0 && sl >= 5 && !memcmp(seg, "JFIF", 5)) jfif = 1;
+    /* jdmarker.c: an APP0 counts as JFIF only when it holds the whole
+     * 14-byte JFIF header; a shorter one is ignored, as for Adobe's 12 */
+    if (m == 0xE0 && sl >= 14 && !memcmp(seg, "JFIF", 5)) jfif = 1;
     if (m == 0xEE && sl >= 12 && !memcmp(seg, "Adobe", 5)) {
       adobe = 1;
       transform = seg[11];
