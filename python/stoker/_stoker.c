@@ -579,8 +579,22 @@ static PyObject *Loader_next(PyObject *o, PyObject *args) {
   self->busy = 1;
   int rc;
   char msg[1100] = "";
+  /* Wait in slices with the GIL released, looking at signals in between,
+   * so that Ctrl-C interrupts a waiting next() (as with DataLoader) within
+   * a slice; the loader's position is unchanged by an interrupted wait. */
+  for (;;) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_next_timed(r->l, &b->b, 0.1);
+    Py_END_ALLOW_THREADS
+    if (rc != STK_ETIMEDOUT) break;
+    if (PyErr_CheckSignals() < 0) {
+      self->busy = 0;
+      free(b);
+      loader_ref_decref_gil(r);
+      return NULL;
+    }
+  }
   Py_BEGIN_ALLOW_THREADS
-  rc = stk_loader_next(r->l, &b->b);
   if (rc != STK_OK) snprintf(msg, sizeof msg, "%s", stk_loader_error(r->l));
   if (rc == STK_OK && b->b.device >= 0) {
     b->stream = (void *)(uintptr_t)stream;
@@ -1136,6 +1150,7 @@ PyMODINIT_FUNC PyInit__stoker(void) {
       {"EVERSION", STK_EVERSION}, {"EBUSY", STK_EBUSY}, {"EEMPTY", STK_EEMPTY},
       {"ETOOMANY", STK_ETOOMANY}, {"ENODEV", STK_ENODEV}, {"ECUDA", STK_ECUDA},
       {"ESTALE", STK_ESTALE},
+      {"ETIMEDOUT", STK_ETIMEDOUT},
   };
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
     if (PyModule_AddIntConstant(m, codes[i].name, codes[i].code) < 0) goto fail;
