@@ -492,11 +492,11 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     if (l->tail_end <= pool_lo || l->epoch_err) return 0;
     int64_t pos = --l->tail_end;
     int64_t idx = l->order[pos];
-    uint64_t gen = l->gen;
+    uint64_t gen = l->gen, epoch = l->epoch; /* read under the mutex: a reset writes them */
     begin_position(l, wc, s, j, idx, 1);
     pthread_mutex_unlock(&l->mu);
     /* refills are made while the batch is being finalised: the GPU is faster */
-    int rc = produce(l, wc, s, j, idx, l->epoch, 0, wc->reason);
+    int rc = produce(l, wc, s, j, idx, epoch, 0, wc->reason);
     pthread_mutex_lock(&l->mu);
     /* abandoned: the consumer noted the failure and handed finalisation on */
     if (end_position(l, wc) == PH_ABANDONED) return -1;
