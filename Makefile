@@ -3,6 +3,8 @@
 #   make demo    install what is missing, build, make the synthetic dataset, benchmark it
 #   make test    build and run every test, also under AddressSanitizer and UBSan
 #   make test-gpu the GPU tests alone (they skip without a GPU)
+#   make test-wheel  the wheel: built, repaired by auditwheel, tested installed in a fresh venv
+#   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
 #   make fuzz SECONDS=N  run every fuzz target for N seconds (clang, libFuzzer)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -51,11 +53,25 @@ test-gpu: all
 	cd $(BUILD) && ctest --output-on-failure -R test_gpu
 	PYTHONPATH=python $(PYTHON) -m pytest -q -rs python/tests/test_gpu.py
 
+# The wheel as users get it: built by pip from the declared build
+# dependencies, repaired by auditwheel (libjpeg-turbo and libspng inside),
+# installed into fresh virtualenvs and tested from outside the tree. Needs PyPI.
+.PHONY: test-wheel install
+test-wheel:
+	PYTHON=$(PYTHON) scripts/test-wheel.sh
+
+# For C users, under $(PREFIX) (DESTDIR is honoured): stoker.h, libstoker.so,
+# the stoker command, stoker.pc and the CMake package (find_package(stoker)).
+PREFIX ?= /usr/local
+install: all
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 test:
 	@scripts/install-deps.sh --python
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory test-py
+	@$(MAKE) --no-print-directory test-wheel
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

