@@ -3,13 +3,19 @@ import numbers
 import os
 import warnings
 import weakref
-from typing import TYPE_CHECKING, List, NamedTuple
+from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 from . import _stoker
 from . import transforms as _T
 
 if TYPE_CHECKING:
+    from typing import Self
+
     import torch
+
+# A file system path, as os.fspath() takes it.
+StrPath = Union[str, "os.PathLike[str]"]
 
 __all__ = ["ImageLoader", "Batch", "OPTIONS"]
 
@@ -85,7 +91,7 @@ def _dist_defaults(rank, world_size):
 
 
 # The C library's options table: name -> {type, default, min, max, choices, doc}.
-OPTIONS = {d["name"]: d for d in _stoker.options()}
+OPTIONS: Dict[str, Dict[str, Any]] = {d["name"]: d for d in _stoker.options()}
 
 
 def _int(name, v, lo=None):
@@ -135,14 +141,27 @@ class ImageLoader:
     ``.clone()``\\ s of what must outlive the loop.
     """
 
-    def __init__(self, root=None, batch_size=256, *, pipeline="train", size=None,
-                 threads=None, device="cpu", seed=0, shuffle=None, drop_last=False,
-                 rank=None, world_size=None, on_error="raise", dtype="float32",
-                 channels_last=False, prefetch=2, list_file=None, list_base=None,
-                 shard_drop_last=False, dct_scaling=None, max_pixels=None,
-                 max_file_bytes=None, max_consecutive_failures=100, max_device_bytes=None,
-                 gpu_cpu_share=None, index=None, index_dir=None, shuffle_buffer=None,
-                 allow_stale_cache=False, read_timeout=None):
+    batch_size: int
+    pipeline: str
+    size: int
+    num_slots: int
+
+    def __init__(self, root: Optional[StrPath] = None, batch_size: int = 256, *,
+                 pipeline: Union[str, Sequence[Any], Any] = "train",
+                 size: Optional[int] = None, threads: Optional[int] = None,
+                 device: Union[str, int, "torch.device"] = "cpu", seed: int = 0,
+                 shuffle: Optional[bool] = None, drop_last: bool = False,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 on_error: str = "raise", dtype: Union[str, "torch.dtype"] = "float32",
+                 channels_last: bool = False, prefetch: int = 2,
+                 list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
+                 shard_drop_last: bool = False, dct_scaling: Optional[bool] = None,
+                 max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
+                 max_consecutive_failures: int = 100, max_device_bytes: Optional[int] = None,
+                 gpu_cpu_share: Optional[float] = None, index: Union[int, bool, None] = None,
+                 index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
+                 allow_stale_cache: bool = False,
+                 read_timeout: Optional[float] = None) -> None:
         torch = _torch()
         if (root is None) == (list_file is None):
             raise ValueError("give exactly one of root (an ImageFolder-style folder, a cache "
@@ -153,7 +172,8 @@ class ImageLoader:
             if not os.path.exists(root):
                 raise FileNotFoundError(f"no such folder or file: {root!r}")
         else:
-            list_file = os.fspath(list_file)
+            # (not None: exactly one of root and list_file is given)
+            list_file = os.fspath(list_file)  # type: ignore[arg-type]
             if not os.path.isfile(list_file):
                 raise FileNotFoundError(f"no such list file: {list_file!r}")
             if list_base is not None:
@@ -235,8 +255,8 @@ class ImageLoader:
             "world_size": opts["world_size"],
         }
         self._epoch = 0        # epoch of the next pass
-        self._resume = None    # (epoch, batch) set by load_state_dict
-        self._pass = None      # weakref to the live _Pass, if any
+        self._resume: Optional[Tuple[int, int]] = None  # (epoch, batch) set by load_state_dict
+        self._pass: Optional["weakref.ReferenceType[_Pass]"] = None  # the live _Pass, if any
         self._from_dlpack = torch.utils.dlpack.from_dlpack
         self._device = opts["device"]
 
@@ -280,54 +300,54 @@ class ImageLoader:
 
     # ---- information ----------------------------------------------------------
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches per epoch for this rank (when no file is skipped)."""
         return len(self._c)
 
     @property
-    def source_kind(self):
+    def source_kind(self) -> str:
         """What the loader reads: "folder", "list", "cache" or "tar"."""
         return self._c.source_kind()
 
     @property
-    def note(self):
+    def note(self) -> str:
         """The warning about the source made at construction ("" if none)."""
         return self._c.note()
 
     @property
-    def classes(self):
+    def classes(self) -> List[str]:
         return list(self._classes)
 
     @property
-    def class_to_idx(self):
+    def class_to_idx(self) -> Dict[str, int]:
         return {c: i for i, c in enumerate(self._classes)}
 
     @property
-    def samples(self):
+    def samples(self) -> List[Tuple[str, int]]:
         """[(path, label)] in index order, as ImageFolder.samples."""
         return self._c.samples()
 
     @property
-    def num_samples(self):
+    def num_samples(self) -> int:
         """Images in the whole dataset."""
         return self._fingerprint["num_samples"]
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         """The epoch the next pass runs."""
         return self._resume[0] if self._resume is not None else self._epoch
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._c.closed
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """Counters and timings; per-stage seconds are summed over threads."""
         d = self._c.stats()
         d["skipped_files"] = self._c.skipped()
         return d
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self)} batches of {self.batch_size}"
         kind = "" if self.closed else f"{self.source_kind}, "
         return (f"ImageLoader({kind}{self.pipeline}, size={self.size}, {self.num_samples} "
@@ -339,7 +359,7 @@ class ImageLoader:
         p = self._pass() if self._pass is not None else None
         return p if p is not None and not p._done else None
 
-    def _start(self, with_info):
+    def _start(self, with_info: bool) -> "_Pass":
         if self._c.closed:
             raise ValueError("the loader is closed")
         if self._resume is not None:
@@ -352,15 +372,15 @@ class ImageLoader:
         self._pass = weakref.ref(p)
         return p
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple["torch.Tensor", "torch.Tensor"]]:
         """One pass over the epoch: yields (images, labels)."""
         return self._start(False)
 
-    def iter_batches(self):
+    def iter_batches(self) -> Iterator[Batch]:
         """Like iter(loader), but yields Batch(images, labels, epoch, batch_index, indices)."""
         return self._start(True)
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the next pass (its shuffle and augmentation)."""
         epoch = _int("epoch", epoch, 0)
         self._epoch = epoch
@@ -368,7 +388,7 @@ class ImageLoader:
         if self._live_pass() is None and not self._c.closed:
             self._c.set_epoch(epoch)  # start preparing it now
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """Where the next batch comes from: resume with load_state_dict()."""
         p = self._live_pass()
         if p is not None:
@@ -379,7 +399,7 @@ class ImageLoader:
             epoch, batch = self._epoch, 0
         return {"epoch": epoch, "batch": batch, "fingerprint": dict(self._fingerprint)}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Makes the next pass resume exactly where state_dict() was taken."""
         try:
             epoch, batch, fp = int(state["epoch"]), int(state["batch"]), state["fingerprint"]
@@ -400,19 +420,19 @@ class ImageLoader:
 
     # ---- lifetime -------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Stops the loader. Batches still alive stay valid; the threads end
         when the last of them is freed (at once when there is none)."""
         self._pass = None
         self._c.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Self":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         c = getattr(self, "_c", None)
         if c is not None:
             c.close()
@@ -430,10 +450,10 @@ class _Pass:
         self._info = with_info
         self._done = False
 
-    def __iter__(self):
+    def __iter__(self) -> "_Pass":
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:  # (images, labels), or a Batch from iter_batches()
         if self._done:
             raise StopIteration
         ld = self._loader
@@ -461,5 +481,5 @@ class _Pass:
             return Batch(images, labels, epoch, batch_index, indices)
         return images, labels
 
-    def __len__(self):
+    def __len__(self) -> int:
         return max(0, len(self._loader) - self._next) if not self._done else 0

@@ -1,9 +1,10 @@
 """stoker.pack: an image folder (or list file) into a pre-decoded cache or tar shards."""
 import os
 import sys
-from typing import List, NamedTuple, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
 
 from . import _stoker
+from .loader import StrPath
 
 __all__ = ["pack", "PackResult"]
 
@@ -18,18 +19,18 @@ class PackResult(NamedTuple):
     shards: int                       # tar: shard files written (0 for a cache)
     left_out: List[Tuple[str, str]]   # (path, reason) of each file left out
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Any:  # a field name, an index or a slice
         if isinstance(key, str):
             if key not in self._fields:
                 raise KeyError(key)
             return getattr(self, key)
         return tuple.__getitem__(self, key)
 
-    def keys(self):
+    def keys(self) -> Tuple[str, ...]:
         return self._fields
 
 
-def _bar(done, total):
+def _bar(done: int, total: int) -> None:
     """The default progress display: one line on stderr, redrawn."""
     width = 30
     fill = min(width, width * done // total) if total > 0 else 0
@@ -39,9 +40,12 @@ def _bar(done, total):
     sys.stderr.flush()
 
 
-def pack(source, output, *, format="cache", encoding="raw", max_side=512, quality=90,
-         shard_bytes=1 << 30, threads=None, list_file=None, list_base=None, max_pixels=None,
-         max_file_bytes=None, progress=False):
+def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
+         encoding: str = "raw", max_side: int = 512, quality: int = 90,
+         shard_bytes: int = 1 << 30, threads: Optional[int] = None,
+         list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
+         max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
+         progress: Union[bool, Callable[[int, int], object], None] = False) -> PackResult:
     """Packs the images of ``source`` into ``output``; returns a PackResult.
 
     ``source`` is an ImageFolder tree (or None with ``list_file``, a file of
@@ -76,7 +80,8 @@ def pack(source, output, *, format="cache", encoding="raw", max_side=512, qualit
         if not os.path.isdir(source):
             raise FileNotFoundError(f"no such folder: {source!r}")
     else:
-        list_file = os.fspath(list_file)
+        # (not None: exactly one of source and list_file is given)
+        list_file = os.fspath(list_file)  # type: ignore[arg-type]
         if not os.path.isfile(list_file):
             raise FileNotFoundError(f"no such list file: {list_file!r}")
     if progress is True:

@@ -24,6 +24,7 @@ supported.
 """
 import enum
 import numbers
+from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "Compose",
@@ -49,21 +50,25 @@ class InterpolationMode(enum.Enum):
     LANCZOS = "lanczos"
 
 
-class _Transform:
-    _fields = ()
+# A size as torchvision takes it: an int, or a sequence of one or two ints.
+Size = Union[int, Sequence[int]]
 
-    def __repr__(self):
+
+class _Transform:
+    _fields: Tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
         args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._fields)
         return f"{type(self).__name__}({args})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and all(
             getattr(self, k) == getattr(other, k) for k in self._fields
         )
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
-    def __call__(self, img):
+    def __call__(self, img: Any) -> NoReturn:
         raise TypeError(
             f"stoker.transforms.{type(self).__name__} describes a step of the C pipeline "
             "for stoker.ImageLoader(pipeline=...); it does not transform images in Python"
@@ -73,15 +78,17 @@ class _Transform:
 class Compose(_Transform):
     _fields = ("transforms",)
 
-    def __init__(self, transforms):
+    def __init__(self, transforms: Sequence[Any]) -> None:
         self.transforms = list(transforms)
 
 
 class RandomResizedCrop(_Transform):
     _fields = ("size", "scale", "ratio", "interpolation", "antialias")
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
-                 interpolation=InterpolationMode.BILINEAR, antialias=True):
+    def __init__(self, size: Size, scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+                 interpolation: Union[InterpolationMode, int] = InterpolationMode.BILINEAR,
+                 antialias: Optional[bool] = True) -> None:
         self.size = size
         self.scale = tuple(scale)
         self.ratio = tuple(ratio)
@@ -92,15 +99,16 @@ class RandomResizedCrop(_Transform):
 class RandomHorizontalFlip(_Transform):
     _fields = ("p",)
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         self.p = p
 
 
 class Resize(_Transform):
     _fields = ("size", "interpolation", "max_size", "antialias")
 
-    def __init__(self, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
-                 antialias=True):
+    def __init__(self, size: Size,
+                 interpolation: Union[InterpolationMode, int] = InterpolationMode.BILINEAR,
+                 max_size: Optional[int] = None, antialias: Optional[bool] = True) -> None:
         self.size = size
         self.interpolation = interpolation
         self.max_size = max_size
@@ -110,14 +118,15 @@ class Resize(_Transform):
 class CenterCrop(_Transform):
     _fields = ("size",)
 
-    def __init__(self, size):
+    def __init__(self, size: Size) -> None:
         self.size = size
 
 
 class Normalize(_Transform):
     _fields = ("mean", "std", "inplace")
 
-    def __init__(self, mean, std, inplace=False):
+    def __init__(self, mean: Union[float, Sequence[float]], std: Union[float, Sequence[float]],
+                 inplace: bool = False) -> None:
         self.mean = mean
         self.std = std
         self.inplace = inplace
@@ -176,7 +185,7 @@ def _triple(v, what):
     return tuple(v)
 
 
-def pipeline_options(spec):
+def pipeline_options(spec: Any) -> Dict[str, Any]:
     """Maps a transform list (or Compose) to keyword options of the C loader.
 
     Returns a dict with ``pipeline``, ``size`` and, as they apply,
@@ -187,7 +196,7 @@ def pipeline_options(spec):
     if not steps:
         raise ValueError("the transform list is empty")
     names = [_name(t) for t in steps]
-    opts = {}
+    opts: Dict[str, Any] = {}
     rest = steps
     first = names[0]
     if first == "RandomResizedCrop":
