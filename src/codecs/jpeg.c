@@ -118,6 +118,14 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
   struct jpeg_decompress_struct *cinfo = &j->cinfo;
   if (setjmp(j->err.jb))
     return lib_failure(j, msg, msglen);
+  /* libjpeg keeps the Huffman and quantisation tables of the last image in
+   * the handle (for abbreviated streams), so a file missing one would be
+   * decoded with the previous file's: its pixels, or whether it fails at
+   * all, would depend on what the thread decoded before. Each image starts
+   * from a new handle (a few small allocations). */
+  jpeg_destroy_decompress(cinfo);
+  jpeg_create_decompress(cinfo);
+  cinfo->progress = &j->progress;
   j->err.pub.num_warnings = 0;
   j->too_many_scans = 0;
   j->data = buf;
