@@ -161,7 +161,7 @@ class ImageLoader:
                  gpu_cpu_share: Optional[float] = None, index: Union[int, bool, None] = None,
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
                  allow_stale_cache: bool = False,
-                 read_timeout: Optional[float] = None) -> None:
+                 read_timeout: Optional[float] = None, pin_memory: bool = False) -> None:
         torch = _torch()
         if (root is None) == (list_file is None):
             raise ValueError("give exactly one of root (an ImageFolder-style folder, a cache "
@@ -255,10 +255,21 @@ class ImageLoader:
             "world_size": opts["world_size"],
         }
         self._epoch = 0        # epoch of the next pass
+        # the epoch of a pass that yielded batches and did not finish: the
+        # next pass moves on from it unless set_epoch() or load_state_dict()
+        # says otherwise (a new iter() never replays batches unasked)
+        self._partial: Optional[int] = None
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, batch) set by load_state_dict
         self._pass: Optional["weakref.ReferenceType[_Pass]"] = None  # the live _Pass, if any
         self._from_dlpack = torch.utils.dlpack.from_dlpack
         self._device = opts["device"]
+        # pin_memory: CPU batch slots page-locked through the CUDA runtime,
+        # each once, the first time it is handed out, so that
+        # .cuda(non_blocking=True) is a true asynchronous copy
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be a bool, got {pin_memory!r}")
+        self._pin = pin_memory and self._device < 0 and torch.cuda.is_available()
+        self._pinned: Dict[int, int] = {}
 
     @staticmethod
     def _source_options(index, index_dir, shuffle_buffer, allow_stale_cache):
@@ -335,7 +346,9 @@ class ImageLoader:
     @property
     def epoch(self) -> int:
         """The epoch the next pass runs."""
-        return self._resume[0] if self._resume is not None else self._epoch
+        if self._resume is not None:
+            return self._resume[0]
+        return self._next_epoch() if self._live_pass() is None else self._epoch
 
     @property
     def closed(self) -> bool:
@@ -359,6 +372,10 @@ class ImageLoader:
         p = self._pass() if self._pass is not None else None
         return p if p is not None and not p._done else None
 
+    def _next_epoch(self) -> int:
+        """The epoch a new pass starts, no pass being live."""
+        return self._epoch + 1 if self._partial == self._epoch else self._epoch
+
     def _start(self, with_info: bool) -> "_Pass":
         if self._c.closed:
             raise ValueError("the loader is closed")
@@ -366,7 +383,9 @@ class ImageLoader:
             epoch, batch = self._resume
             self._resume = None
         else:
+            self._epoch = self._next_epoch()
             epoch, batch = self._epoch, 0
+        self._partial = None
         self._c.seek(epoch, batch)  # a no-op when already there (keeps the prefetch)
         p = _Pass(self, epoch, batch, with_info)
         self._pass = weakref.ref(p)
@@ -384,6 +403,7 @@ class ImageLoader:
         """Sets the epoch of the next pass (its shuffle and augmentation)."""
         epoch = _int("epoch", epoch, 0)
         self._epoch = epoch
+        self._partial = None  # asked for: this epoch, even if a pass of it was cut short
         self._resume = None
         if self._live_pass() is None and not self._c.closed:
             self._c.set_epoch(epoch)  # start preparing it now
@@ -396,7 +416,7 @@ class ImageLoader:
         elif self._resume is not None:
             epoch, batch = self._resume
         else:
-            epoch, batch = self._epoch, 0
+            epoch, batch = self._next_epoch(), 0
         return {"epoch": epoch, "batch": batch, "fingerprint": dict(self._fingerprint)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -414,6 +434,7 @@ class ImageLoader:
             raise ValueError("epoch and batch must be >= 0")
         self._epoch = epoch
         self._resume = (epoch, batch)
+        self._partial = None
         self._pass = None  # an older iterator must not continue
         if not self._c.closed:
             self._c.seek(epoch, batch)
@@ -424,7 +445,29 @@ class ImageLoader:
         """Stops the loader. Batches still alive stay valid; the threads end
         when the last of them is freed (at once when there is none)."""
         self._pass = None
+        self._unpin()
         self._c.close()
+
+    def _pin_slot(self, images: "torch.Tensor") -> None:
+        ptr = images.data_ptr()
+        if ptr in self._pinned:
+            return
+        # the slot holds batch_size images, also when this batch is shorter
+        n = images.element_size() * images.numel() // max(1, images.shape[0]) * self.batch_size
+        rt = _torch().cuda.cudart()
+        if int(rt.cudaHostRegister(ptr, n, 0)) == 0:
+            self._pinned[ptr] = n
+        else:
+            self._pin = False  # the driver refused: plain memory, as without pin_memory
+            warnings.warn("pin_memory: the CUDA runtime could not page-lock the batch memory; "
+                          "batches stay in pageable memory")
+
+    def _unpin(self) -> None:
+        if self._pinned:
+            rt = _torch().cuda.cudart()
+            for ptr in self._pinned:
+                rt.cudaHostUnregister(ptr)
+            self._pinned.clear()
 
     def __enter__(self) -> "Self":
         return self
@@ -433,6 +476,8 @@ class ImageLoader:
         self.close()
 
     def __del__(self) -> None:
+        if getattr(self, "_pinned", None):
+            self._unpin()  # before the library frees the slots
         c = getattr(self, "_c", None)
         if c is not None:
             c.close()
@@ -470,13 +515,18 @@ class _Pass:
             raise
         if r is None:
             self._done = True
+            if ld._partial == self._epoch:
+                ld._partial = None
             if ld._epoch == self._epoch:  # unless set_epoch() chose the next one meanwhile
                 ld._epoch = self._epoch + 1  # a completed pass moves to the next epoch
             raise StopIteration
         cap_images, cap_labels, epoch, batch_index, indices = r
         images = ld._from_dlpack(cap_images)
         labels = ld._from_dlpack(cap_labels)
+        if ld._pin:
+            ld._pin_slot(images)
         self._next = batch_index + 1
+        ld._partial = self._epoch
         if self._info:
             return Batch(images, labels, epoch, batch_index, indices)
         return images, labels

@@ -320,3 +320,11 @@ def test_unicode_and_space_paths(tmp_path):
     assert ld.classes == ref.classes == ["zebra", "ñandú"]  # code point order
     assert ld.samples == ref.samples
     assert sum(x.shape[0] for x, _ in ld) == 2
+
+
+def test_pin_memory_is_checked_and_harmless_without_cuda(small_folder):
+    with pytest.raises(TypeError, match="pin_memory"):
+        loader(small_folder, pin_memory="yes")
+    with loader(small_folder, pin_memory=True) as ld:
+        n = sum(x.shape[0] for x, _ in ld)
+    assert n == 17

@@ -166,3 +166,18 @@ def test_cpu_share_is_checked(photos):
     for bad in (-0.5, 1.5, float("nan"), True, "half"):
         with pytest.raises(ValueError, match="gpu_cpu_share"):
             stoker.ImageLoader(photos, device="cuda", gpu_cpu_share=bad)
+
+
+def test_pin_memory_cpu_batches(photos):
+    """pin_memory=True: CPU batches in page-locked memory, so that a
+    non_blocking copy to the GPU is asynchronous; the values are the same."""
+    kw = dict(batch_size=8, threads=2, seed=2)
+    with stoker.ImageLoader(photos, pin_memory=True, **kw) as p, \
+         stoker.ImageLoader(photos, **kw) as q:
+        n = 0
+        for (xp, yp), (xq, yq) in zip(p, q):
+            assert xp.is_pinned() and not xq.is_pinned()
+            assert torch.equal(xp.cuda(non_blocking=True).cpu(), xq)
+            assert torch.equal(yp, yq)
+            n += xp.shape[0]
+        assert n == 36

@@ -193,7 +193,7 @@ def test_break_and_delete_never_hang(folder, ending):
         for i, batch in enumerate(ld):
             if i == 2:
                 break
-        for i, batch in enumerate(ld):  # a new pass restarts the epoch
+        for i, batch in enumerate(ld):  # a new pass (the next epoch)
             if i == 1:
                 break
         {ending}

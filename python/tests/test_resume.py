@@ -73,15 +73,31 @@ def test_set_epoch_during_a_pass_applies_to_the_next(folder):
     assert {b[2] for b in run_pass(ld)} == {5}
 
 
-def test_breaking_out_restarts_the_epoch(folder):
+def test_a_new_pass_after_a_break_moves_on(folder):
+    """As with DataLoader(shuffle=True), a new iter() after an unfinished pass
+    does not replay its batches: it starts the next epoch, unless set_epoch()
+    asks for that epoch again."""
+    ref = loader(folder)
+    ref0, ref1 = run_pass(ref), run_pass(ref)
     ld = loader(folder)
-    ref = run_pass(loader(folder))
     for i, _ in enumerate(ld):
         if i == 2:
             break
+    assert ld.epoch == 1 and ld.state_dict()["epoch"] == 1
+    assert same(run_pass(ld), ref1)
+    assert ld.epoch == 2
+    # asked for again: replayed from its first batch
+    for i, _ in enumerate(ld):
+        if i == 1:
+            break
+    ld.set_epoch(0)
     assert ld.epoch == 0
-    assert same(run_pass(ld), ref)  # from batch 0 again
+    assert same(run_pass(ld), ref0)
+    # an iterator made and dropped before its first batch consumes nothing
+    it = iter(ld)
+    del it
     assert ld.epoch == 1
+    assert same(run_pass(ld), ref1)
 
 
 def test_eval_is_not_shuffled_by_default(folder):
