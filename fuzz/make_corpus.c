@@ -473,8 +473,8 @@ int main(int argc, char **argv) {
   }
   g_out = argv[1];
   if (mkdir(g_out, 0755) != 0 && errno != EEXIST) die(g_out);
-  uint8_t *jpg, *png;
-  size_t jl, pl;
+  uint8_t *jpg = NULL, *png = NULL;
+  size_t jl = 0, pl = 0;
   jpegs(&jpg, &jl);
   pngs(&png, &pl);
   lists();
