@@ -237,6 +237,13 @@ int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int d, stk__regi
   if (want && crop_is_exact(cinfo)) {
     int hs = cinfo->max_h_samp_factor;
     int m = hs > 1 ? 1 : 0;
+    /* A progressive file whose coefficients are incomplete is decoded with
+     * block smoothing (jdcoefct.c), which reads the blocks up to two away on
+     * each side and takes a cropped decode's edge for the image's: two
+     * blocks of the coarsest component more each side keep those reads
+     * inside the image's real blocks. */
+    if (cinfo->progressive_mode)
+      m += 2 * hs * MIN_SCALED(cinfo);
     int a0 = x0 > m ? x0 - m : 0;
     int a1 = x1 + m < W ? x1 + m : W;
     if (a1 - a0 < 3 * hs) {
