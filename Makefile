@@ -1,7 +1,8 @@
 # stoker: a Makefile front for the CMake build.
 #   make         build build/stoker and build/libstoker.so
 #   make demo    install what is missing, build, make the synthetic dataset, benchmark it
-#   make test    build and run every test, also under AddressSanitizer and UBSan
+#   make test    build and run every test, also under AddressSanitizer and UBSan (gcc and clang)
+#   make test-tsan, make test-valgrind  the rest of the sanitizer matrix (docs/RELIABILITY.md)
 #   make test-gpu the GPU tests alone (they skip without a GPU)
 #   make test-wheel  the wheel: built, repaired by auditwheel, tested installed in a fresh venv
 #   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
@@ -43,6 +44,51 @@ test-asan:
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
+# The sanitizer matrix (docs/RELIABILITY.md), each in its own build folder:
+#   test-asan-clang  the C tests under clang's ASan + UBSan, whose UBSan also
+#                    checks what gcc's does not (pointer overflow)
+#   test-tsan        ThreadSanitizer: the C tests, then the Python tests with
+#                    the extension built under TSan (the interpreter preloads
+#                    the runtime; tests/tsan.supp says what is suppressed, why)
+#   test-valgrind    the hostile-file matrix (tests/test_hostile.c) under
+#                    valgrind's memcheck, with the stoker command it runs
+ASAN_CLANG_BUILD ?= build-san-clang
+TSAN_BUILD     ?= build-tsan
+VALGRIND_BUILD ?= build-valgrind
+SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp"
+.PHONY: test-asan-clang test-tsan test-valgrind
+
+test-asan-clang:
+	@cmake -S . -B $(ASAN_CLANG_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSTK_SANITIZE=ON \
+	  $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_CLANG_BUILD) -j $(JOBS)
+	cd $(ASAN_CLANG_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
+
+# The install test builds the project again from scratch: nothing of it runs
+# under TSan. test_container runs pip and compilers, which the preloaded
+# runtime does not suit; it exercises no thread of stoker's.
+test-tsan:
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTK_TSAN=ON \
+	  -DSTK_PYTHON_MODULE_DIR=$(CURDIR)/$(TSAN_BUILD)/python/stoker $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS)
+	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) -E '^install$$'
+	cp python/stoker/*.py $(TSAN_BUILD)/python/stoker/
+	$(TSAN_ENV) LD_PRELOAD=$$(gcc -print-file-name=libtsan.so) PYTHONPATH=$(TSAN_BUILD)/python \
+	  STK_HOSTILE_BIN=$(CURDIR)/$(TSAN_BUILD)/tests/test_hostile \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests --ignore=python/tests/test_container.py
+
+# libjpeg-turbo's SIMD upsampling computes on the uninitialised padding of
+# its own buffers (4:4:0 files), which memcheck cannot tell from a use:
+# JSIMD_FORCENONE=1 runs its C code, which gives the same bytes.
+VALGRIND ?= valgrind --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
+  --errors-for-leak-kinds=definite --trace-children=yes --quiet
+test-valgrind:
+	@cmake -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(VALGRIND_BUILD) -j $(JOBS) --target test_hostile stoker_cli
+	cd $(VALGRIND_BUILD)/tests && JSIMD_FORCENONE=1 STK_TEST_VALGRIND=1 STK_CLI=$(CURDIR)/$(VALGRIND_BUILD)/stoker \
+	  $(VALGRIND) ./test_hostile
+
 # The Python package's tests, with the interpreter torch is installed for.
 PYTHON ?= /usr/bin/python3
 test-py: all
@@ -70,6 +116,8 @@ test:
 	@scripts/install-deps.sh --python
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-asan
+	@scripts/install-deps.sh --sanitizers
+	@$(MAKE) --no-print-directory test-asan-clang
 	@$(MAKE) --no-print-directory test-py
 	@$(MAKE) --no-print-directory test-wheel
 

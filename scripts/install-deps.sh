@@ -3,6 +3,7 @@
 # Only packages that are missing are installed, so a second run is a no-op.
 # Usage: scripts/install-deps.sh [--python]   (--python adds torch, torchvision, PIL, pytest, matplotlib)
 #        scripts/install-deps.sh --fuzz       (adds clang and libFuzzer, for make fuzz)
+#        scripts/install-deps.sh --sanitizers (adds clang and valgrind, for the sanitizer matrix)
 set -eu
 pkgs="build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev libpng-dev libjpeg-turbo-progs"
 if [ "${1:-}" = "--python" ]; then
@@ -10,6 +11,10 @@ if [ "${1:-}" = "--python" ]; then
 fi
 if [ "${1:-}" = "--fuzz" ]; then
   pkgs="$pkgs clang libclang-rt-dev"
+fi
+# make test-asan-clang, test-tsan and test-valgrind (clang's runtimes; gcc's come with build-essential)
+if [ "${1:-}" = "--sanitizers" ]; then
+  pkgs="$pkgs clang libclang-rt-dev valgrind"
 fi
 missing=""
 for p in $pkgs; do
