@@ -565,9 +565,10 @@ static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t 
     if (a->hi <= a->lo || a->lo < 0)
       return stk__fail(msg, msglen, STK_EINVAL, "empty source range [%d, %d) on %c", a->lo, a->hi,
                        "xy"[k]);
-    if (!(a->scale > 0) || a->scale > MAX_SCALE)
-      return stk__fail(msg, msglen, STK_EINVAL, "cannot resample by 1/%.1f on %c (limit 1/31)",
-                       a->scale, "xy"[k]);
+    /* (a shrink beyond the kernel's 1/31 goes to the CPU: see run_locked) */
+    if (!(a->scale > 0))
+      return stk__fail(msg, msglen, STK_EINVAL, "cannot resample by 1/%.1f on %c", a->scale,
+                       "xy"[k]);
   }
   return STK_OK;
 }
@@ -1766,7 +1767,11 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
       iplan *p = &L->plan[i];
       p->pitch = (size_t)p->sw * 3;
       need = align_up(p->pitch * (size_t)p->sh, 256);
-      if (need > L->arena_bytes) {
+      /* too large for the arena, or shrunk more than the kernel's filter
+       * window allows (a 4000-pixel image to a small output): decoded and
+       * resampled on the CPU, as the CPU loader would */
+      if (need > L->arena_bytes || items[i].geom.x.scale > MAX_SCALE ||
+          items[i].geom.y.scale > MAX_SCALE) {
         p->path = STK__GPU_PATH_BIG;
         need = big_need(g);
       }
