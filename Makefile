@@ -45,8 +45,8 @@ test-asan:
 	  ctest --output-on-failure -j $(JOBS)
 
 # The sanitizer matrix (docs/RELIABILITY.md), each in its own build folder:
-#   test-asan-clang  the C tests under clang's ASan + UBSan, whose UBSan also
-#                    checks what gcc's does not (pointer overflow)
+#   test-asan-clang  the C tests under clang's ASan + UBSan, whose UBSan flags
+#                    pointer overflow that gcc's misses
 #   test-tsan        ThreadSanitizer: the C tests, then the Python tests with
 #                    the extension built under TSan (the interpreter preloads
 #                    the runtime; tests/tsan.supp says what is suppressed, why)
