@@ -125,7 +125,7 @@ test:
 	@$(MAKE) --no-print-directory test-wheel
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(ASAN_CLANG_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-fuzz build-wheel
 
 # Fuzzing (fuzz/): builds the libFuzzer targets with clang under ASan and
 # UBSan in $(FUZZ_BUILD), then runs each for $(SECONDS) seconds, one at a
