@@ -6,6 +6,7 @@
 #include <fcntl.h>
 
 #include "check.h"
+#include "epoch.h"
 #include "core/common.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"
@@ -58,30 +59,11 @@ static stk_loader *make(stk_options *o, int expect) {
   return l;
 }
 
-/* One epoch's pixels, labels and indices, appended to the buffers. */
+/* Epoch e's pixels, labels and indices, appended to the buffers. */
 static int64_t epoch(stk_loader *l, uint64_t e, stk__buf *pix, size_t *npix, int64_t *idx,
                      int64_t *lab) {
   stk_loader_set_epoch(l, e);
-  int64_t count = 0;
-  for (;;) {
-    stk_batch b;
-    int rc = stk_loader_next(l, &b);
-    if (rc == STK_EEND) break;
-    CHECK_MSG(rc == STK_OK, "next: %s", stk_loader_error(l));
-    if (rc) break;
-    if (pix) {
-      stk__buf_reserve(pix, *npix + b.nbytes);
-      memcpy((char *)pix->p + *npix, b.data, b.nbytes);
-      *npix += b.nbytes;
-    }
-    for (int64_t i = 0; i < b.n; i++) {
-      if (idx) idx[count] = b.indices[i];
-      if (lab) lab[count] = b.labels[i];
-      count++;
-    }
-    stk_batch_release(l, &b);
-  }
-  return count;
+  return tu_run_epoch(l, pix, npix, idx, lab);
 }
 
 static uint8_t *slurp(const char *path, size_t *n) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "check.h"
+#include "epoch.h"
 #include "core/common.h"
 #include "gpu/gpu.h"
 #include "util.h"
@@ -34,29 +35,8 @@ static void base_opts(stk_options *o) {
   o->seed = 11;
 }
 
-/* Runs one epoch; appends all image bytes, labels and indices to the buffers. */
 static int64_t run_epoch(stk_loader *l, stk__buf *pix, size_t *npix, int64_t *idx, int64_t *lab) {
-  int64_t count = 0;
-  for (;;) {
-    stk_batch b;
-    int rc = stk_loader_next(l, &b);
-    if (rc == STK_EEND) break;
-    CHECK_MSG(rc == STK_OK, "next: %s", stk_loader_error(l));
-    if (rc) break;
-    if (pix) {
-      stk__buf_reserve(pix, *npix + b.nbytes);
-      memcpy((char *)pix->p + *npix, b.data, b.nbytes);
-      *npix += b.nbytes;
-    }
-    for (int64_t i = 0; i < b.n; i++) {
-      if (idx) idx[count] = b.indices[i];
-      if (lab) lab[count] = b.labels[i];
-      CHECK_EQ_INT(b.labels[i], stk_loader_sample_label(l, b.indices[i]));
-      count++;
-    }
-    CHECK_EQ_INT(stk_batch_release(l, &b), STK_OK);
-  }
-  return count;
+  return tu_run_epoch(l, pix, npix, idx, lab);
 }
 
 static void test_determinism_across_threads(stk_pipeline pipe, stk_dtype dt, stk_layout lay) {

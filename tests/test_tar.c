@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include "check.h"
+#include "epoch.h"
 #include "core/common.h"
 #include "sources/source.h"
 #include "sources/tar.h"
@@ -33,27 +34,8 @@ static void base_opts(stk_options *o, const char *root) {
   o->seed = 5;
 }
 
-/* One epoch: every image byte, index and label appended. */
 static int64_t run_epoch(stk_loader *l, stk__buf *pix, size_t *npix, int64_t *idx) {
-  int64_t count = 0;
-  for (;;) {
-    stk_batch b;
-    int rc = stk_loader_next(l, &b);
-    if (rc == STK_EEND) break;
-    CHECK_MSG(rc == STK_OK, "next: %s", stk_loader_error(l));
-    if (rc) break;
-    if (pix) {
-      stk__buf_reserve(pix, *npix + b.nbytes);
-      memcpy((char *)pix->p + *npix, b.data, b.nbytes);
-      *npix += b.nbytes;
-    }
-    for (int64_t i = 0; i < b.n; i++) {
-      if (idx) idx[count] = b.indices[i];
-      count++;
-    }
-    stk_batch_release(l, &b);
-  }
-  return count;
+  return tu_run_epoch(l, pix, npix, idx, NULL);
 }
 
 static void pack_opts(stk_pack_options *p, const char *root, const char *out, uint64_t shard_bytes) {
