@@ -352,6 +352,26 @@ static void test_skip_and_raise(void) {
   free(root);
 }
 
+/* One epoch under on_error=raise: the delivered indices into idx; returns
+ * 1000 per failed batch (each an error, after which the epoch goes on) plus
+ * the images delivered. */
+static int64_t raise_epoch(stk_loader *l, int64_t *idx) {
+  int64_t c = 0;
+  for (;;) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    if (rc == STK_EEND) break;
+    if (rc) {
+      c += 1000;
+      continue;
+    }
+    for (int64_t i = 0; i < b.n; i++) idx[c % 1000 + i] = b.indices[i];
+    c += b.n;
+    stk_batch_release(l, &b);
+  }
+  return c;
+}
+
 /* Epochs in a row, with the next epoch's batches started ahead, give what
  * a fresh loader positioned at each epoch gives: bytes, order, failures. */
 static void test_epoch_lookahead(stk_on_error policy) {
@@ -377,22 +397,8 @@ static void test_epoch_lookahead(stk_on_error policy) {
     int64_t pb;
     stk_loader_position(l, &pe, &pb);
     CHECK(pe == (uint64_t)e && pb == 0);
-    crun[e] = policy == STK_ON_ERROR_SKIP ? run_epoch(l, &run[e], &nrun[e], irun[e], NULL) : 0;
-    if (policy == STK_ON_ERROR_RAISE) {
-      /* count the failed batches instead: each is an error, then goes on */
-      for (;;) {
-        stk_batch b;
-        int rc = stk_loader_next(l, &b);
-        if (rc == STK_EEND) break;
-        if (rc) {
-          crun[e] += 1000;
-          continue;
-        }
-        for (int64_t i = 0; i < b.n; i++) irun[e][crun[e] % 1000 + i] = b.indices[i];
-        crun[e] += b.n;
-        stk_batch_release(l, &b);
-      }
-    }
+    crun[e] = policy == STK_ON_ERROR_SKIP ? run_epoch(l, &run[e], &nrun[e], irun[e], NULL)
+                                          : raise_epoch(l, irun[e]);
   }
   stk_stats st;
   stk_loader_stats(l, &st);
@@ -407,19 +413,7 @@ static void test_epoch_lookahead(stk_on_error policy) {
       CHECK_EQ_INT(cfresh[e], 20);
       CHECK(nrun[e] == nfresh[e] && nrun[e] > 0 && !memcmp(run[e].p, fresh[e].p, nrun[e]));
     } else {
-      cfresh[e] = 0;
-      for (;;) {
-        stk_batch b;
-        int rc = stk_loader_next(l, &b);
-        if (rc == STK_EEND) break;
-        if (rc) {
-          cfresh[e] += 1000;
-          continue;
-        }
-        for (int64_t i = 0; i < b.n; i++) ifresh[e][cfresh[e] % 1000 + i] = b.indices[i];
-        cfresh[e] += b.n;
-        stk_batch_release(l, &b);
-      }
+      cfresh[e] = raise_epoch(l, ifresh[e]);
       CHECK(cfresh[e] >= 2000); /* the bad files fail their batches */
     }
     CHECK_EQ_INT(crun[e], cfresh[e]);
