@@ -98,3 +98,12 @@ uint64_t stk__hash64(const void *data, size_t n, uint64_t seed) {
   memcpy(tail, b, n);
   return stk__mix64(h ^ stk__mix64(h2 ^ tail[0]) ^ stk__mix64(tail[1] + n));
 }
+
+int stk__check_version(int header_version, char *msg, size_t len) {
+  if (header_version / 10000 != STK_VERSION_MAJOR ||
+      (STK_VERSION_MAJOR == 0 && header_version / 100 != STK_VERSION / 100))
+    return stk__fail(msg, len, STK_EVERSION,
+                     "built against stoker.h %d, but the library is %d: rebuild against this header",
+                     header_version, STK_VERSION);
+  return STK_OK;
+}

@@ -21,6 +21,10 @@
  * error paths read `return stk__fail(msg, len, STK_EIO, "...", ...)`. */
 int stk__fail(char *msg, size_t len, int code, const char *fmt, ...) STK__PRINTF(4, 5);
 
+/* The header-version rule of stoker.h ("Versioning"): STK_OK, or
+ * STK_EVERSION with the reason in msg. */
+int stk__check_version(int header_version, char *msg, size_t len);
+
 /* Seconds from a monotonic clock. */
 double stk__now(void);
 

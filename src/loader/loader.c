@@ -942,11 +942,8 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
                       size_t errlen) {
   if (out) *out = NULL;
   if (!opt || !out) return stk__fail(err, errlen, STK_EINVAL, "options and out must not be NULL");
-  if (header_version / 10000 != STK_VERSION_MAJOR ||
-      (STK_VERSION_MAJOR == 0 && header_version / 100 != STK_VERSION / 100))
-    return stk__fail(err, errlen, STK_EVERSION,
-                     "built against stoker.h %d, but the library is %d: rebuild against this header",
-                     header_version, STK_VERSION);
+  int vrc = stk__check_version(header_version, err, errlen);
+  if (vrc) return vrc;
   if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
     return stk__fail(err, errlen, STK_EVERSION,
                      "options struct of %zu bytes, this library knows %zu: call stk_options_init()",

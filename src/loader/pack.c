@@ -362,11 +362,8 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
   if (!res) res = &dummy;
   memset(res, 0, sizeof *res);
   if (!opt) return stk__fail(err, errlen, STK_EINVAL, "options must not be NULL");
-  if (header_version / 10000 != STK_VERSION_MAJOR ||
-      (STK_VERSION_MAJOR == 0 && header_version / 100 != STK_VERSION / 100))
-    return stk__fail(err, errlen, STK_EVERSION,
-                     "built against stoker.h %d, but the library is %d: rebuild against this header",
-                     header_version, STK_VERSION);
+  int vrc = stk__check_version(header_version, err, errlen);
+  if (vrc) return vrc;
   if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_pack_options))
     return stk__fail(err, errlen, STK_EVERSION,
                      "pack options struct of %zu bytes, this library knows %zu: call "
