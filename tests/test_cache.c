@@ -272,6 +272,13 @@ static void test_bad_files_left_out(void) {
   char tmp[1300];
   snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
   CHECK(access(tmp, F_OK) != 0);
+  /* a header of another version is refused */
+  stk_pack_options pv;
+  stk_pack_options_init(&pv);
+  pv.root = empty;
+  pv.output = out;
+  CHECK_EQ_INT(stk_pack(&pv, 99 * 10000, &r, err, sizeof err), STK_EVERSION);
+  CHECK(strstr(err, "rebuild") != NULL);
   /* bad options */
   CHECK_EQ_INT(pack(empty, out, STK_CACHE_RAW, -1, 1, &r, &log, err, sizeof err), STK_EINVAL);
   CHECK_EQ_INT(pack(out, out, STK_CACHE_RAW, 0, 1, &r, &log, err, sizeof err), STK_EIO);
