@@ -79,6 +79,22 @@ int main(void) {
   CHECK(ds.n == 3 && !strcmp(stk__dataset_path(&ds, 0), q));
   CHECK(ds.n == 3 && !strcmp(stk__dataset_path(&ds, 1), "/abs/path with space.jpg"));
   CHECK(ds.n == 3 && ds.labels[0] == 3 && ds.labels[1] == 0 && ds.labels[2] == 1);
+  CHECK(ds.classes == NULL); /* numbered, named when the source opens */
+  stk__dataset_free(&ds);
+  /* a list's classes are named by their numbers, across digit counts */
+  static const char big[] = "a.jpg 100000\nb.jpg 7\n";
+  CHECK_EQ_INT(stk__dataset_from_list_buffer(&ds, big, sizeof big - 1, p, NULL, msg, sizeof msg), STK_OK);
+  CHECK_EQ_INT(ds.nclasses, 100001);
+  CHECK_EQ_INT(stk__dataset_number_classes(&ds, ds.nclasses), STK_OK);
+  if (ds.nclasses == 100001 && ds.classes) {
+    int names_ok = 1;
+    for (int k = 0; k < ds.nclasses; k++) {
+      char num[16];
+      snprintf(num, sizeof num, "%d", k);
+      names_ok &= strcmp(ds.classes[k], num) == 0;
+    }
+    CHECK(names_ok);
+  }
   stk__dataset_free(&ds);
   f = fopen(p, "w");
   fprintf(f, "a.jpg 1\nb.jpg minus\n");

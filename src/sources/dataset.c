@@ -59,9 +59,49 @@ void stk__dataset_free(stk__dataset *ds) {
   free(ds->arena);
   free(ds->path_off);
   free(ds->labels);
-  for (int i = 0; i < ds->nclasses; i++) free(ds->classes[i]);
+  if (ds->class_block)
+    free(ds->class_block);
+  else if (ds->classes)
+    for (int i = 0; i < ds->nclasses; i++) free(ds->classes[i]);
   free(ds->classes);
   memset(ds, 0, sizeof *ds);
+}
+
+int stk__dataset_number_classes(stk__dataset *ds, int n) {
+  /* the names' bytes: the numbers of lo..hi-1 have d digits and a NUL */
+  size_t len = 0;
+  for (int64_t lo = 0, hi = 10, d = 1; lo < n; lo = hi, hi *= 10, d++)
+    len += (size_t)((n < hi ? n : hi) - lo) * (size_t)(d + 1);
+  char **names = calloc((size_t)(n > 0 ? n : 1), sizeof(char *));
+  char *block = malloc(len + 1);
+  if (!names || !block) {
+    free(names);
+    free(block);
+    return STK_ENOMEM;
+  }
+  /* Counts in a decimal string rather than formatting each number: a list
+   * with a label near the limit names a million classes. */
+  char num[16] = "0";
+  size_t d = 1;
+  char *o = block;
+  for (int i = 0; i < n; i++) {
+    names[i] = o;
+    memcpy(o, num, d + 1);
+    o += d + 1;
+    size_t k = d;
+    while (k > 0 && num[k - 1] == '9') num[--k] = '0';
+    if (k > 0) {
+      num[k - 1]++;
+    } else { /* 9...9 + 1 */
+      memmove(num + 1, num, d + 1);
+      num[0] = '1';
+      d++;
+    }
+  }
+  ds->classes = names;
+  ds->class_block = block;
+  ds->nclasses = n;
+  return STK_OK;
 }
 
 

@@ -18,7 +18,13 @@ typedef struct {
   int64_t cap;
   int nclasses;
   char **classes;       /* nclasses names */
+  char *class_block;    /* when set, every name lies in it (freed once) */
 } stk__dataset;
+
+/* Names classes 0..n-1 by their numbers ("0", "1", ...), for a source that
+ * has labels but no names. The names share one block, so a large label
+ * costs two allocations rather than one per class. */
+int stk__dataset_number_classes(stk__dataset *ds, int n);
 
 /* ImageFolder: classes are the sorted sub-folder names of root; each class
  * holds the files below its folder (recursively, following links) whose
@@ -33,6 +39,8 @@ int stk__dataset_from_folder(stk__dataset *ds, const char *root, char *msg, size
  * from `base` (NULL = the list file's folder). */
 int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, char *msg,
                            size_t msglen);
+/* (A list's classes are its label numbers: it sets nclasses to the largest
+ * label + 1 and leaves classes NULL; stk__dataset_number_classes names them.) */
 
 /* The same, from the list's bytes text[0..n) in memory; `list` names it in
  * messages and, when base is NULL, gives the folder relative paths start

@@ -10,7 +10,8 @@
 #include "sources/source.h"
 
 /* A list has no class names: its classes are the label numbers 0..max, each
- * given a name, so the largest label sizes an allocation. Labels are bounded
+ * given a name (in one block) when the source opens, so the largest label
+ * sizes an allocation. Labels are bounded
  * as the tar reader bounds them without classes.txt. */
 #define LIST_LABEL_MAX (1 << 20)
 /* A line holds one path and a label: both are bounded before the line is
@@ -152,15 +153,9 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
   if (rc == STK_OK && ds->n == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "list file %s names no samples", list);
   if (rc == STK_OK) {
-    /* A list has no class names: classes are the label numbers. */
+    /* A list has no class names: classes are the label numbers, named when
+     * the source opens (so the parser's work stays in the list's size). */
     ds->nclasses = maxlabel + 1;
-    ds->classes = calloc((size_t)ds->nclasses, sizeof(char *));
-    if (!ds->classes) rc = STK_ENOMEM;
-    for (int i = 0; rc == STK_OK && i < ds->nclasses; i++) {
-      char num[16];
-      snprintf(num, sizeof num, "%d", i);
-      if (!(ds->classes[i] = strdup(num))) rc = STK_ENOMEM;
-    }
   }
   if (rc) stk__dataset_free(ds);
   return rc;
@@ -168,5 +163,10 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
 
 int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msglen) {
   s->ops = &stk__list_ops;
-  return stk__dataset_from_list(&s->ds, opt->list_file, opt->list_base, msg, msglen);
+  int rc = stk__dataset_from_list(&s->ds, opt->list_file, opt->list_base, msg, msglen);
+  if (rc == STK_OK && (rc = stk__dataset_number_classes(&s->ds, s->ds.nclasses))) {
+    stk__dataset_free(&s->ds);
+    return stk__fail(msg, msglen, rc, "out of memory naming %d classes", s->ds.nclasses);
+  }
+  return rc;
 }

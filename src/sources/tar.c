@@ -790,13 +790,13 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   }
   if (rc == STK_OK) {
     /* classes.txt's names, or the label numbers (as for a list file) */
-    int nc = cl.present ? cl.n : maxlabel + 1;
-    s->ds.classes = calloc((size_t)nc, sizeof(char *));
-    if (!s->ds.classes) rc = STK_ENOMEM;
-    for (int i = 0; rc == STK_OK && i < nc; i++) {
-      char num[16];
-      snprintf(num, sizeof num, "%d", i);
-      if (!(s->ds.classes[i] = strdup(cl.present ? cl.v[i] : num))) rc = STK_ENOMEM;
+    if (!cl.present) {
+      rc = stk__dataset_number_classes(&s->ds, maxlabel + 1);
+    } else if (!(s->ds.classes = calloc((size_t)cl.n, sizeof(char *)))) {
+      rc = STK_ENOMEM;
+    }
+    for (int i = 0; cl.present && rc == STK_OK && i < cl.n; i++) {
+      if (!(s->ds.classes[i] = strdup(cl.v[i]))) rc = STK_ENOMEM;
       s->ds.nclasses = i + 1;
     }
     if (rc) stk__fail(msg, msglen, rc, "out of memory");
