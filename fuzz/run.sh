@@ -8,10 +8,16 @@
 # committed), crashes to BUILD/crashes/T/, the log to BUILD/logs/T.log.
 # A line per target (executions, exec/s, seconds, crashes) is printed and
 # appended to BUILD/fuzz-stats.tsv. Exits 1 when any target found a crash.
+#
+# FUZZ_JOBS=N (default 1) runs N fuzzing processes per target at once, on one
+# shared corpus (libFuzzer's -jobs/-workers); the executions are the sum of
+# theirs and the rate their total per second.
 set -u
+JOBS=${FUZZ_JOBS:-1}
 B=$1
 SECS=$2
 shift 2
+mkdir -p "$B" && B=$(cd "$B" && pwd) # jobs run in a folder of their own
 status=0
 printf 'target\texecs\texec/s\tseconds\tcrashes\n'
 for t in "$@"; do
@@ -30,18 +36,36 @@ for t in "$@"; do
   # rss_limit_mb also bounds a single allocation (malloc_limit_mb follows
   # it): a parser that sizes a buffer from the input is caught. timeout:
   # one input taking this long is a hang.
-  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
-  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$B/fuzz_$t" -max_total_time="$SECS" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
-    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" \
-    "$B/corpus/$t" $seeds >"$log" 2>&1
-  rc=$?
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  set -- -max_total_time="$SECS" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/"
+  if [ "$JOBS" -le 1 ]; then
+    "$B/fuzz_$t" "$@" "$B/corpus/$t" $seeds >"$log" 2>&1
+    rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  else
+    # Each job writes fuzz-K.log in the folder it starts in.
+    jd="$B/logs/$t.jobs"
+    rm -rf "$jd" && mkdir -p "$jd"
+    absseeds=""
+    for d in $seeds; do absseeds="$absseeds $(cd "$d" && pwd)"; done
+    (cd "$jd" && "$B/fuzz_$t" "$@" -jobs="$JOBS" -workers="$JOBS" "$B/corpus/$t" $absseeds) \
+      >"$log" 2>&1
+    rc=$?
+    cat "$jd"/fuzz-*.log >>"$log"
+    execs=$(cat "$jd"/fuzz-*.log | sed -n 's/^stat::number_of_executed_units: *//p' |
+      awk '{s += $1} END {print s + 0}')
+    # a job that found a crash exits non-zero; the parent's status may not say so
+    grep -q '^==[0-9]*==ERROR\|^SUMMARY: \|deadly signal\|Test unit written' "$jd"/fuzz-*.log && rc=1
+  fi
   secs=$(($(date +%s) - start))
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  rate=$(awk -v e="${execs:-0}" -v s="$secs" 'BEGIN {if (s > 0) printf "%d", e / s; else print "?"}')
   crashes=$(find "$B/crashes/$t" -type f | wc -l)
   [ $rc -ne 0 ] && status=1
-  line=$(printf '%s\t%s\t%s\t%s\t%s' "$t" "${execs:-?}" "${rate:-?}" "$secs" "$crashes")
+  name=$t
+  [ "$JOBS" -gt 1 ] && name="$t x$JOBS"
+  line=$(printf '%s\t%s\t%s\t%s\t%s' "$name" "${execs:-?}" "${rate:-?}" "$secs" "$crashes")
   echo "$line"
   printf '%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$line" >>"$B/fuzz-stats.tsv"
   if [ $rc -ne 0 ]; then
