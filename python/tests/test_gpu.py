@@ -151,14 +151,17 @@ def test_engine_refused_files_go_to_the_workers(mixed):
 
 
 def test_adaptive_share_delivers_every_image(photos):
-    with stoker.ImageLoader(photos, batch_size=4, device="cuda", threads=4, seed=1) as ld:
+    with stoker.ImageLoader(photos, batch_size=4, device="cuda", threads=4, seed=1, prefetch=2) as ld:
         for epoch in range(3):
             ld.set_epoch(epoch)
             seen = sorted(int(i) for b in ld.iter_batches() for i in b.indices)
             assert seen == list(range(36))
         st = ld.stats()
         assert 0.0 <= st["cpu_share"] <= 1.0
-        assert st["decoded_hw"] + st["decoded_cuda"] + st["decoded_cpu"] == 3 * 36
+        # every image of the 3 epochs, plus at most the prefetch depth of the
+        # 4th epoch's first batches, which start ahead of it
+        decoded = st["decoded_hw"] + st["decoded_cuda"] + st["decoded_cpu"]
+        assert 3 * 36 <= decoded <= 3 * 36 + 2 * 4
         assert st["submit_seconds"] > 0
 
 

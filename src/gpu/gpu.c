@@ -1511,6 +1511,12 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
   if (m > 0) {
     double t = stk__now();
+    /* The engines write through nvJPEG's own streams, which need not wait
+     * for what is queued on L->stream: the arena must already be free when
+     * the call is made. Under compute-sanitizer (slow kernels) the previous
+     * chunk's kernel was still reading it. Between batches the slot's last
+     * kernel is long done, so this rarely waits. */
+    if (s->consumed_pending) CU(g_cu.EventSynchronize(s->consumed));
     hw_pad(g, L, m);
     int roi_used = 0;
     for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;
