@@ -48,9 +48,12 @@ MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
+NAME = "dali-cache"  # the loader's name in the JSON lines (bench/dali_jpeg.py sets its own)
+
+
 def skip(reason):
-    print(f"dali_cache: skipped: {reason}", file=sys.stderr, flush=True)
-    print(json.dumps({"loader": "dali-cache", "skipped": reason}), flush=True)
+    print(f"{NAME}: skipped: {reason}", file=sys.stderr, flush=True)
+    print(json.dumps({"loader": NAME, "skipped": reason}), flush=True)
     sys.exit(0)
 
 
@@ -232,21 +235,18 @@ def run_verify(args):
 
 
 class DaliTrainLoader:
-    """What examples/train.py needs of a loader, over a DALI iterator."""
+    """What examples/train.py needs of a loader, over a built DALI pipeline whose
+    outputs are (images, labels) and whose reader is named "Reader".
+    channels_last: the pipeline writes NHWC, seen as NCHW with channels_last
+    strides (no copy), as stoker's channels_last batches are."""
 
-    def __init__(self, dali, Iterator, Policy, data, rows, *, batch, threads, device_id, seed,
-                 size, dtype, channels_last, shuffle):
+    def __init__(self, pipe, Iterator, Policy, classes, channels_last):
         self.channels_last = channels_last
-        # channels_last: DALI writes NHWC, seen as NCHW with channels_last strides (no copy),
-        # as stoker's channels_last batches are.
-        self.pipe = build_pipeline(dali, data, rows, batch=batch, threads=threads,
-                                   device_id=device_id, seed=seed, size=size, dtype=dtype,
-                                   layout="HWC" if channels_last else "CHW", shuffle=shuffle,
-                                   with_shapes=False)
+        self.pipe = pipe
         # DROP: full batches only, as train.py's drop_last=True for the other loaders.
         self.it = Iterator([self.pipe], ["data", "label"], reader_name="Reader",
                            last_batch_policy=Policy.DROP, auto_reset=True)
-        self.classes = sorted({r[0].split("/")[0] for r in rows})
+        self.classes = classes
 
     def __len__(self):
         return len(self.it)
@@ -260,6 +260,15 @@ class DaliTrainLoader:
 
     def close(self):
         self.it = self.pipe = None
+
+
+def train_device_id(device):
+    """DALI's device_id for train.py's torch.device (None: the CPU)."""
+    import torch
+
+    if device.type == "cpu":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def load_train_py():
@@ -282,13 +291,13 @@ def run_train(args, rest):
         # bf16 under --amp: DALI writes float16 (the same bytes per image; autocast turns it
         # into bf16 in the first convolution, as it would stoker's bf16).
         dt = "float32" if dtype == torch.float32 else "float16"
-        loader = DaliTrainLoader(dali, Iterator, Policy, targs.data, rows,
-                                 batch=targs.batch_size, threads=workers,
-                                 device_id=None if device.type == "cpu" else
-                                 device.index if device.index is not None
-                                 else torch.cuda.current_device(),
-                                 seed=targs.seed, size=targs.image_size, dtype=dt,
-                                 channels_last=targs.channels_last, shuffle=args.shuffle)
+        pipe = build_pipeline(dali, targs.data, rows, batch=targs.batch_size, threads=workers,
+                              device_id=train_device_id(device), seed=targs.seed,
+                              size=targs.image_size, dtype=dt,
+                              layout="HWC" if targs.channels_last else "CHW",
+                              shuffle=args.shuffle, with_shapes=False)
+        loader = DaliTrainLoader(pipe, Iterator, Policy, sorted({r[0].split("/")[0] for r in rows}),
+                                 targs.channels_last)
         return loader, None, len(loader.classes)
 
     train.LOADERS["dali-cache"] = build_dali
