@@ -65,8 +65,8 @@ if(STK_HAVE_GPU)
   # which is what makes the output bit-identical to the CPU resampler.
   add_custom_command(
     OUTPUT ${stk_fatbin}
-    COMMAND ${STK_NVCC} -fatbin -O3 --fmad=false ${STK_CUDA_GENCODE} -o ${stk_fatbin} ${stk_cu}
-    DEPENDS ${stk_cu}
+    COMMAND ${STK_NVCC} -fatbin -O3 --fmad=false -I${CMAKE_SOURCE_DIR}/src ${STK_CUDA_GENCODE} -o ${stk_fatbin} ${stk_cu}
+    DEPENDS ${stk_cu} ${CMAKE_SOURCE_DIR}/src/gpu/kernel_abi.h ${CMAKE_SOURCE_DIR}/src/ops/window.h
     COMMENT "nvcc: src/gpu/kernels.cu -> fatbin"
     VERBATIM)
   add_custom_command(

@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpu/gpu.h"
+#include "gpu/kernel_abi.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -321,30 +322,11 @@ static const char *nj_name(nvjpegStatus_t s) {
 /* Errors after which the context is unusable. */
 static int cu_sticky(CUresult r) { return (r >= 700 && r <= 719 && r != 701) || r == 999; }
 
-/* ---- kernel ABI (mirrors kernels.cu) -------------------------------------- */
-typedef struct {
-  unsigned long long src;
-  long long label;
-  double in0x, scalex, in0y, scaley;
-  int pitch;
-  int sx, sy, sw, sh;
-  int lox, hix, loy, hiy;
-  int flip, dst;
-  int vfirst;
-} kitem;
-
-typedef struct {
-  unsigned long long items, out, labels, lut;
-  int out_w, out_h, dtype, layout;
-  int kx, ky;
-  int tiles_x, n;
-} kparams;
-
-_Static_assert(sizeof(kitem) == 96, "kitem must match stk_kitem in kernels.cu");
-_Static_assert(sizeof(kparams) == 64, "kparams must match stk_kparams in kernels.cu");
-
-#define TILE_W 32
-#define TILE_H 8
+/* ---- kernel ABI: gpu/kernel_abi.h ------------------------------------------ */
+typedef stk__kitem kitem;
+typedef stk__kparams kparams;
+#define TILE_W STK_TILE_W
+#define TILE_H STK_TILE_H
 #define MAX_SCALE 31.0 /* as the CPU resampler: ksize <= 63 */
 #define DUMMY_SIDE 16
 

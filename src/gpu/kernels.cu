@@ -5,8 +5,9 @@
  * blockIdx.x a 32 x 8 tile of its output image, one thread per output pixel.
  *
  * The arithmetic is the CPU resampler's (src/ops/resample.c), which is
- * Pillow's: per output pixel the bilinear filter's support is widened by the
- * downscale factor, the window is clipped to the source range [lo, hi), the
+ * Pillow's, from the one definition both include (src/ops/window.h): per
+ * output pixel the bilinear filter's support is widened by the downscale
+ * factor, the window is clipped to the source range [lo, hi), the
  * weights are normalised in double and rounded to 22-bit fixed point, the
  * horizontal pass is rounded to 8 bits, then the vertical pass (or the
  * other way round when the CPU path would: vfirst, decided on the host by
@@ -23,34 +24,11 @@
  */
 #include <stdint.h>
 
-/* Must match struct kitem / struct kparams in gpu.c (checked there and here). */
-struct stk_kitem {
-  unsigned long long src; /* device address of source pixel (sx, sy) */
-  long long label;
-  double in0x, scalex, in0y, scaley;
-  int pitch;              /* bytes between source rows */
-  int sx, sy, sw, sh;     /* the source buffer's rectangle, geometry coordinates */
-  int lox, hix, loy, hiy; /* the geometry's source range per axis */
-  int flip, dst;
-  int vfirst;             /* vertical pass first (see resample.c) */
-};
+#include "gpu/kernel_abi.h"
+#include "ops/window.h"
 
-struct stk_kparams {
-  unsigned long long items;  /* stk_kitem[n] */
-  unsigned long long out;    /* the slot's images */
-  unsigned long long labels; /* the slot's int64 labels, or 0 */
-  unsigned long long lut;    /* float[3][256] then uint16[3][256] */
-  int out_w, out_h, dtype, layout;
-  int kx, ky;                /* weights per output pixel, x and y (max over items) */
-  int tiles_x, n;
-};
-
-static_assert(sizeof(stk_kitem) == 96, "stk_kitem layout");
-static_assert(sizeof(stk_kparams) == 64, "stk_kparams layout");
-
-#define PRECISION_BITS 22
-#define TW 32
-#define TH 8
+#define TW STK_TILE_W
+#define TH STK_TILE_H
 
 /* dtype and layout values of stoker.h */
 #define DT_F32 0
@@ -59,45 +37,22 @@ static_assert(sizeof(stk_kparams) == 64, "stk_kparams layout");
 #define DT_U8 3
 #define LAYOUT_NCHW 0
 
-__device__ __forceinline__ double bilinear(double x) {
-  if (x < 0.0) x = -x;
-  return x < 1.0 ? 1.0 - x : 0.0;
-}
-
-/* plan_axis() of resample.c for output index i: writes the window's weights
- * to k[0..count) and the window's first source pixel (absolute, in geometry
- * coordinates) to *first. */
+/* Output index i's window on one axis: its weights to k[0..count) and its
+ * first source pixel (absolute, in geometry coordinates) to *first. */
 __device__ void axis_coeffs(double in0_abs, double scale, int lo, int hi, int i, int kmax, int *k,
                             int *first, int *count) {
-  double filterscale = scale < 1.0 ? 1.0 : scale;
-  double support = 1.0 * filterscale;
-  int in_size = hi - lo;
-  double in0 = in0_abs - lo;
-  double center = in0 + (i + 0.5) * scale;
-  double ww = 0.0, ss = 1.0 / filterscale;
-  int xmin = (int)(center - support + 0.5);
-  if (xmin < 0) xmin = 0;
-  int xmax = (int)(center + support + 0.5);
-  if (xmax > in_size) xmax = in_size;
-  xmax -= xmin;
-  if (xmax < 0) xmax = 0;
-  if (xmax > kmax) xmax = kmax; /* cannot happen: kmax is Pillow's ksize */
-  for (int x = 0; x < xmax; x++) ww += bilinear((x + xmin - center + 0.5) * ss);
-  for (int x = 0; x < xmax; x++) {
-    double w = bilinear((x + xmin - center + 0.5) * ss);
-    double v = ww != 0.0 ? w / ww : w;
-    k[x] = v < 0 ? (int)(-0.5 + v * (1 << PRECISION_BITS)) : (int)(0.5 + v * (1 << PRECISION_BITS));
-  }
+  int xmin, n;
+  stk__window(in0_abs - lo, scale, hi - lo, i, &xmin, &n);
+  if (n > kmax) n = kmax; /* cannot happen: kmax is Pillow's ksize */
+  stk__window_weights(in0_abs - lo, scale, i, xmin, n, n, k);
   *first = lo + xmin;
-  *count = xmax;
+  *count = n;
 }
 
-__device__ __forceinline__ int clip8(int v) {
-  v >>= PRECISION_BITS;
-  return v < 0 ? 0 : v > 255 ? 255 : v;
-}
+#define clip8 stk__clip8
+#define PRECISION_BITS STK_PRECISION_BITS
 
-extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk_kparams p) {
+extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk__kparams p) {
   extern __shared__ int smem[];
   int *kx = smem;               /* TW * p.kx */
   int *ky = kx + TW * p.kx;     /* TH * p.ky */
@@ -106,7 +61,7 @@ extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk_kp
   float *lutf = (float *)(by + 2 * TH);                   /* 768 */
   unsigned short *lut16 = (unsigned short *)(lutf + 768); /* 768 */
 
-  const stk_kitem *it = (const stk_kitem *)p.items + blockIdx.y;
+  const stk__kitem *it = (const stk__kitem *)p.items + blockIdx.y;
   const int W = p.out_w, H = p.out_h;
   const int ox0 = (blockIdx.x % p.tiles_x) * TW, oy0 = (blockIdx.x / p.tiles_x) * TH;
   const int t = threadIdx.y * TW + threadIdx.x;

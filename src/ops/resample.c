@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "ops/window.h"
 
-#define PRECISION_BITS 22
+#define PRECISION_BITS STK_PRECISION_BITS
 
 /* Not under the sanitizers: the clones' load-time resolvers run before the
  * sanitizer runtimes are up and crash there. */
@@ -83,52 +84,23 @@ void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, i
     }
 }
 
-static double bilinear(double x) {
-  if (x < 0.0) x = -x;
-  return x < 1.0 ? 1.0 - x : 0.0;
-}
-
 void stk__axis_window(const stk__axis *a, int i, int *first, int *count, int *ksize) {
-  double scale = a->scale, filterscale = scale < 1.0 ? 1.0 : scale;
-  double support = 1.0 * filterscale;
-  int in_size = a->hi - a->lo;
-  double center = (a->in0 - a->lo) + (i + 0.5) * scale;
-  int xmin = (int)(center - support + 0.5);
-  if (xmin < 0) xmin = 0;
-  int xmax = (int)(center + support + 0.5);
-  if (xmax > in_size) xmax = in_size;
-  xmax -= xmin;
-  if (xmax < 0) xmax = 0;
-  *first = xmin;
-  *count = xmax;
-  if (ksize) *ksize = (int)ceil(support) * 2 + 1;
+  stk__window(a->in0 - a->lo, a->scale, a->hi - a->lo, i, first, count);
+  if (ksize) *ksize = stk__window_ksize(a->scale);
 }
 
 /* Pillow's precompute_coeffs + normalize_coeffs_8bpc for one axis, in the
  * coordinates of the source window [lo, hi): window starts are stored
  * relative to lo. */
 static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_out) {
-  double scale = a->scale, filterscale = scale < 1.0 ? 1.0 : scale;
-  double in0 = a->in0 - a->lo, ss = 1.0 / filterscale;
-  int ksize, xmin, xmax;
-  stk__axis_window(a, 0, &xmin, &xmax, &ksize);
+  int ksize = stk__window_ksize(a->scale), xmin, xmax;
   if (stk__buf_reserve(kb, (size_t)a->out * ksize * sizeof(int32_t)) ||
       stk__buf_reserve(bb, (size_t)a->out * 2 * sizeof(int32_t)))
     return STK_ENOMEM;
   int32_t *kk = kb->p, *bounds = bb->p;
   for (int xx = 0; xx < a->out; xx++) {
-    double center = in0 + (xx + 0.5) * scale, ww = 0.0;
     stk__axis_window(a, xx, &xmin, &xmax, NULL);
-    /* Weights are evaluated twice (sum, then normalised) rather than kept in
-     * a scratch array, so any downscale factor works without a size cap. */
-    for (int x = 0; x < xmax; x++) ww += bilinear((x + xmin - center + 0.5) * ss);
-    int32_t *k = kk + (size_t)xx * ksize;
-    for (int x = 0; x < ksize; x++) {
-      double v = x < xmax ? bilinear((x + xmin - center + 0.5) * ss) : 0.0;
-      if (ww != 0.0) v /= ww;
-      k[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
-                   : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
-    }
+    stk__window_weights(a->in0 - a->lo, a->scale, xx, xmin, xmax, ksize, kk + (size_t)xx * ksize);
     bounds[xx * 2] = xmin;
     bounds[xx * 2 + 1] = xmax;
   }
@@ -160,10 +132,7 @@ int stk__resampler_plan(stk__resampler *r, const stk__geom *g, stk__rect *need) 
   return STK_OK;
 }
 
-static inline uint8_t clip8(int32_t v) {
-  v >>= PRECISION_BITS;
-  return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
-}
+static inline uint8_t clip8(int32_t v) { return (uint8_t)stk__clip8(v); }
 
 /* Writes one output row of 8-bit levels into the batch image. The switch
  * is outside the loops so that each case is a plain loop. */
