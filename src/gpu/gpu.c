@@ -24,303 +24,8 @@
 #include "codecs/markers.h"
 #include "core/common.h"
 
-/* ---- the CUDA driver API, as much as is used -------------------------- */
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_NO_DEVICE 100
-#define CUDA_ERROR_NOT_READY 600
-#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
-#define CU_DEVICE_ATTRIBUTE_CC_MAJOR 75
-#define CU_DEVICE_ATTRIBUTE_CC_MINOR 76
-#define CU_STREAM_NON_BLOCKING 1
-#define CU_EVENT_DISABLE_TIMING 2
-
-typedef struct {
-  CUresult (*Init)(unsigned);
-  CUresult (*DriverGetVersion)(int *);
-  CUresult (*DeviceGetCount)(int *);
-  CUresult (*DeviceGet)(CUdevice *, int);
-  CUresult (*DeviceGetName)(char *, int, CUdevice);
-  CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
-  CUresult (*DeviceTotalMem)(size_t *, CUdevice);
-  CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*DevicePrimaryCtxRelease)(CUdevice);
-  CUresult (*CtxPushCurrent)(CUcontext);
-  CUresult (*CtxPopCurrent)(CUcontext *);
-  CUresult (*CtxGetCurrent)(CUcontext *);
-  CUresult (*MemGetInfo)(size_t *, size_t *);
-  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-  CUresult (*MemFree)(CUdeviceptr);
-  CUresult (*MemHostAlloc)(void **, size_t, unsigned);
-  CUresult (*MemFreeHost)(void *);
-  CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
-  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
-  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
-  CUresult (*StreamCreate)(CUstream *, unsigned);
-  CUresult (*StreamCreateWithPriority)(CUstream *, unsigned, int);
-  CUresult (*CtxGetStreamPriorityRange)(int *, int *);
-  CUresult (*StreamDestroy)(CUstream);
-  CUresult (*StreamSynchronize)(CUstream);
-  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
-  CUresult (*EventCreate)(CUevent *, unsigned);
-  CUresult (*EventDestroy)(CUevent);
-  CUresult (*EventRecord)(CUevent, CUstream);
-  CUresult (*EventSynchronize)(CUevent);
-  CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
-  CUresult (*ModuleLoadData)(CUmodule *, const void *);
-  CUresult (*ModuleUnload)(CUmodule);
-  CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
-  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, CUstream, void **, void **);
-  CUresult (*GetErrorName)(CUresult, const char **);
-  CUresult (*GetErrorString)(CUresult, const char **);
-} cuda_api;
-
-/* ---- nvJPEG, as much as is used ----------------------------------------- */
-typedef int nvjpegStatus_t;
-typedef struct nvjpegHandle *nvjpegHandle_t;
-typedef struct nvjpegJpegState *nvjpegJpegState_t;
-typedef struct nvjpegJpegStream *nvjpegJpegStream_t;
-typedef struct nvjpegDecodeParams *nvjpegDecodeParams_t;
-typedef struct nvjpegJpegDecoder *nvjpegJpegDecoder_t;
-typedef struct nvjpegBufferPinned *nvjpegBufferPinned_t;
-typedef struct nvjpegBufferDevice *nvjpegBufferDevice_t;
-typedef struct {
-  unsigned char *channel[4];
-  size_t pitch[4];
-} nvjpegImage_t;
-
-#define NVJPEG_STATUS_SUCCESS 0
-#define NVJPEG_BACKEND_DEFAULT 0
-#define NVJPEG_BACKEND_HYBRID 1
-#define NVJPEG_BACKEND_GPU_HYBRID 2
-#define NVJPEG_BACKEND_HARDWARE 3
-#define NVJPEG_OUTPUT_RGBI 5
-#define NVJPEG_CSS_444 0
-#define NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION 32
-#define NVJPEG_PROP_MAJOR 0
-#define NVJPEG_PROP_MINOR 1
-#define NVJPEG_PROP_PATCH 2
-
-typedef struct {
-  nvjpegStatus_t (*GetProperty)(int, int *);
-  nvjpegStatus_t (*CreateEx)(int, void *, void *, unsigned, nvjpegHandle_t *);
-  nvjpegStatus_t (*Destroy)(nvjpegHandle_t);
-  nvjpegStatus_t (*JpegStateCreate)(nvjpegHandle_t, nvjpegJpegState_t *);
-  nvjpegStatus_t (*JpegStateDestroy)(nvjpegJpegState_t);
-  nvjpegStatus_t (*DecodeBatchedInitialize)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int);
-  nvjpegStatus_t (*DecodeBatched)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
-                                  const size_t *, nvjpegImage_t *, CUstream);
-  nvjpegStatus_t (*DecodeBatchedEx)(nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *,
-                                    const size_t *, nvjpegImage_t *, nvjpegDecodeParams_t *,
-                                    CUstream);
-  nvjpegStatus_t (*DecodeBatchedSupportedEx)(nvjpegHandle_t, nvjpegJpegStream_t,
-                                             nvjpegDecodeParams_t, int *);
-  nvjpegStatus_t (*JpegStreamCreate)(nvjpegHandle_t, nvjpegJpegStream_t *);
-  nvjpegStatus_t (*JpegStreamDestroy)(nvjpegJpegStream_t);
-  nvjpegStatus_t (*JpegStreamParse)(nvjpegHandle_t, const unsigned char *, size_t, int, int,
-                                    nvjpegJpegStream_t);
-  nvjpegStatus_t (*JpegStreamParseHeader)(nvjpegHandle_t, const unsigned char *, size_t,
-                                          nvjpegJpegStream_t);
-  nvjpegStatus_t (*JpegStreamGetFrameDimensions)(nvjpegJpegStream_t, unsigned *, unsigned *);
-  nvjpegStatus_t (*JpegStreamGetComponentsNum)(nvjpegJpegStream_t, unsigned *);
-  nvjpegStatus_t (*DecodeParamsCreate)(nvjpegHandle_t, nvjpegDecodeParams_t *);
-  nvjpegStatus_t (*DecodeParamsDestroy)(nvjpegDecodeParams_t);
-  nvjpegStatus_t (*DecodeParamsSetOutputFormat)(nvjpegDecodeParams_t, int);
-  nvjpegStatus_t (*DecodeParamsSetROI)(nvjpegDecodeParams_t, int, int, int, int);
-  nvjpegStatus_t (*DecoderCreate)(nvjpegHandle_t, int, nvjpegJpegDecoder_t *);
-  nvjpegStatus_t (*DecoderDestroy)(nvjpegJpegDecoder_t);
-  nvjpegStatus_t (*DecoderStateCreate)(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t *);
-  nvjpegStatus_t (*DecoderJpegSupported)(nvjpegJpegDecoder_t, nvjpegJpegStream_t,
-                                         nvjpegDecodeParams_t, int *);
-  nvjpegStatus_t (*BufferPinnedCreate)(nvjpegHandle_t, void *, nvjpegBufferPinned_t *);
-  nvjpegStatus_t (*BufferPinnedDestroy)(nvjpegBufferPinned_t);
-  nvjpegStatus_t (*BufferDeviceCreate)(nvjpegHandle_t, void *, nvjpegBufferDevice_t *);
-  nvjpegStatus_t (*BufferDeviceDestroy)(nvjpegBufferDevice_t);
-  nvjpegStatus_t (*StateAttachPinnedBuffer)(nvjpegJpegState_t, nvjpegBufferPinned_t);
-  nvjpegStatus_t (*StateAttachDeviceBuffer)(nvjpegJpegState_t, nvjpegBufferDevice_t);
-  nvjpegStatus_t (*DecodeJpeg)(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t,
-                               nvjpegJpegStream_t, nvjpegImage_t *, nvjpegDecodeParams_t, CUstream);
-  /* optional */
-  nvjpegStatus_t (*DecodeBatchedPreAllocate)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int, int,
-                                             int);
-  nvjpegStatus_t (*GetHardwareDecoderInfo)(nvjpegHandle_t, unsigned *, unsigned *);
-} nvjpeg_api;
-
-typedef struct {
-  const char *name;
-  size_t off;
-  int optional;
-} sym_entry;
-
-#define CU_SYM(field, name) {name, offsetof(cuda_api, field), 0}
-static const sym_entry cuda_syms[] = {
-    CU_SYM(Init, "cuInit"),
-    CU_SYM(DriverGetVersion, "cuDriverGetVersion"),
-    CU_SYM(DeviceGetCount, "cuDeviceGetCount"),
-    CU_SYM(DeviceGet, "cuDeviceGet"),
-    CU_SYM(DeviceGetName, "cuDeviceGetName"),
-    CU_SYM(DeviceGetAttribute, "cuDeviceGetAttribute"),
-    CU_SYM(DeviceTotalMem, "cuDeviceTotalMem_v2"),
-    CU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
-    CU_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
-    CU_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2"),
-    CU_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2"),
-    CU_SYM(CtxGetCurrent, "cuCtxGetCurrent"),
-    CU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
-    CU_SYM(MemAlloc, "cuMemAlloc_v2"),
-    CU_SYM(MemFree, "cuMemFree_v2"),
-    CU_SYM(MemHostAlloc, "cuMemHostAlloc"),
-    CU_SYM(MemFreeHost, "cuMemFreeHost"),
-    CU_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2"),
-    CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2"),
-    CU_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
-    CU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
-    CU_SYM(MemsetD8Async, "cuMemsetD8Async"),
-    CU_SYM(StreamCreate, "cuStreamCreate"),
-    CU_SYM(StreamCreateWithPriority, "cuStreamCreateWithPriority"),
-    CU_SYM(CtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"),
-    CU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
-    CU_SYM(StreamSynchronize, "cuStreamSynchronize"),
-    CU_SYM(StreamWaitEvent, "cuStreamWaitEvent"),
-    CU_SYM(EventCreate, "cuEventCreate"),
-    CU_SYM(EventDestroy, "cuEventDestroy_v2"),
-    CU_SYM(EventRecord, "cuEventRecord"),
-    CU_SYM(EventSynchronize, "cuEventSynchronize"),
-    CU_SYM(EventElapsedTime, "cuEventElapsedTime"),
-    CU_SYM(ModuleLoadData, "cuModuleLoadData"),
-    CU_SYM(ModuleUnload, "cuModuleUnload"),
-    CU_SYM(ModuleGetFunction, "cuModuleGetFunction"),
-    CU_SYM(LaunchKernel, "cuLaunchKernel"),
-    CU_SYM(GetErrorName, "cuGetErrorName"),
-    CU_SYM(GetErrorString, "cuGetErrorString"),
-};
-
-#define NJ_SYM(field, name, opt) {name, offsetof(nvjpeg_api, field), opt}
-static const sym_entry nvjpeg_syms[] = {
-    NJ_SYM(GetProperty, "nvjpegGetProperty", 0),
-    NJ_SYM(CreateEx, "nvjpegCreateEx", 0),
-    NJ_SYM(Destroy, "nvjpegDestroy", 0),
-    NJ_SYM(JpegStateCreate, "nvjpegJpegStateCreate", 0),
-    NJ_SYM(JpegStateDestroy, "nvjpegJpegStateDestroy", 0),
-    NJ_SYM(DecodeBatchedInitialize, "nvjpegDecodeBatchedInitialize", 0),
-    NJ_SYM(DecodeBatchedEx, "nvjpegDecodeBatchedEx", 0),
-    NJ_SYM(DecodeBatched, "nvjpegDecodeBatched", 0),
-    NJ_SYM(DecodeBatchedSupportedEx, "nvjpegDecodeBatchedSupportedEx", 0),
-    NJ_SYM(JpegStreamCreate, "nvjpegJpegStreamCreate", 0),
-    NJ_SYM(JpegStreamDestroy, "nvjpegJpegStreamDestroy", 0),
-    NJ_SYM(JpegStreamParse, "nvjpegJpegStreamParse", 0),
-    NJ_SYM(JpegStreamParseHeader, "nvjpegJpegStreamParseHeader", 0),
-    NJ_SYM(JpegStreamGetFrameDimensions, "nvjpegJpegStreamGetFrameDimensions", 0),
-    NJ_SYM(JpegStreamGetComponentsNum, "nvjpegJpegStreamGetComponentsNum", 0),
-    NJ_SYM(DecodeParamsCreate, "nvjpegDecodeParamsCreate", 0),
-    NJ_SYM(DecodeParamsDestroy, "nvjpegDecodeParamsDestroy", 0),
-    NJ_SYM(DecodeParamsSetOutputFormat, "nvjpegDecodeParamsSetOutputFormat", 0),
-    NJ_SYM(DecodeParamsSetROI, "nvjpegDecodeParamsSetROI", 0),
-    NJ_SYM(DecoderCreate, "nvjpegDecoderCreate", 0),
-    NJ_SYM(DecoderDestroy, "nvjpegDecoderDestroy", 0),
-    NJ_SYM(DecoderStateCreate, "nvjpegDecoderStateCreate", 0),
-    NJ_SYM(DecoderJpegSupported, "nvjpegDecoderJpegSupported", 0),
-    NJ_SYM(BufferPinnedCreate, "nvjpegBufferPinnedCreate", 0),
-    NJ_SYM(BufferPinnedDestroy, "nvjpegBufferPinnedDestroy", 0),
-    NJ_SYM(BufferDeviceCreate, "nvjpegBufferDeviceCreate", 0),
-    NJ_SYM(BufferDeviceDestroy, "nvjpegBufferDeviceDestroy", 0),
-    NJ_SYM(StateAttachPinnedBuffer, "nvjpegStateAttachPinnedBuffer", 0),
-    NJ_SYM(StateAttachDeviceBuffer, "nvjpegStateAttachDeviceBuffer", 0),
-    NJ_SYM(DecodeJpeg, "nvjpegDecodeJpeg", 0),
-    NJ_SYM(DecodeBatchedPreAllocate, "nvjpegDecodeBatchedPreAllocate", 1),
-    NJ_SYM(GetHardwareDecoderInfo, "nvjpegGetHardwareDecoderInfo", 1),
-};
-
-/* The libraries are opened once per process and never closed: other users
- * in the process (PyTorch) share them, and nvJPEG may keep threads. */
-static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
-static cuda_api g_cu;
-static nvjpeg_api g_nj;
-static int g_cu_ok, g_nj_ok;
-static char g_cu_why[256], g_nj_why[256], g_nj_name[32];
-
-static int load_syms(void *lib, const sym_entry *tab, size_t n, void *api, char *why, size_t wl) {
-  for (size_t i = 0; i < n; i++) {
-    void *p = dlsym(lib, tab[i].name);
-    if (!p && !tab[i].optional) {
-      snprintf(why, wl, "%s is missing", tab[i].name);
-      return 0;
-    }
-    memcpy((char *)api + tab[i].off, &p, sizeof p);
-  }
-  return 1;
-}
-
-static void load_libs(void) {
-  void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!cu) {
-    const char *e = dlerror();
-    snprintf(g_cu_why, sizeof g_cu_why, "no NVIDIA driver: libcuda.so.1 cannot be opened (%s)",
-             e ? e : "not found");
-    cu = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!cu) {
-  } else if (load_syms(cu, cuda_syms, sizeof cuda_syms / sizeof *cuda_syms, &g_cu, g_cu_why,
-                       sizeof g_cu_why)) {
-    g_cu_ok = 1;
-  }
-  static const char *names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
-                                "libnvjpeg.so"};
-  void *nj = NULL;
-  for (size_t i = 0; i < sizeof names / sizeof *names && !nj; i++) {
-    nj = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (nj) snprintf(g_nj_name, sizeof g_nj_name, "%s", names[i]);
-  }
-  if (!nj) {
-    snprintf(g_nj_why, sizeof g_nj_why, "libnvjpeg.so.* cannot be opened");
-  } else if (load_syms(nj, nvjpeg_syms, sizeof nvjpeg_syms / sizeof *nvjpeg_syms, &g_nj, g_nj_why,
-                       sizeof g_nj_why)) {
-    g_nj_ok = 1;
-  }
-}
-
-static void load_once(void) { pthread_once(&g_load_once, load_libs); }
-
-static const char *cu_name(CUresult r) {
-  const char *s = NULL;
-  if (g_cu_ok && g_cu.GetErrorName(r, &s) != CUDA_SUCCESS) s = NULL;
-  return s ? s : "CUDA_ERROR_UNKNOWN_CODE";
-}
-
-static const char *cu_str(CUresult r) {
-  const char *s = NULL;
-  if (g_cu_ok && g_cu.GetErrorString(r, &s) != CUDA_SUCCESS) s = NULL;
-  return s ? s : "unknown error";
-}
-
-static const char *nj_name(nvjpegStatus_t s) {
-  static const char *names[] = {"NVJPEG_STATUS_SUCCESS",
-                                "NVJPEG_STATUS_NOT_INITIALIZED",
-                                "NVJPEG_STATUS_INVALID_PARAMETER",
-                                "NVJPEG_STATUS_BAD_JPEG",
-                                "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
-                                "NVJPEG_STATUS_ALLOCATOR_FAILURE",
-                                "NVJPEG_STATUS_EXECUTION_FAILED",
-                                "NVJPEG_STATUS_ARCH_MISMATCH",
-                                "NVJPEG_STATUS_INTERNAL_ERROR",
-                                "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED",
-                                "NVJPEG_STATUS_INCOMPLETE_BITSTREAM"};
-  return s >= 0 && s < (int)(sizeof names / sizeof *names) ? names[s] : "NVJPEG_STATUS_UNKNOWN";
-}
-
-/* Errors after which the context is unusable. */
-static int cu_sticky(CUresult r) { return (r >= 700 && r <= 719 && r != 701) || r == 999; }
+#include "gpu/binding.h"
+#include "gpu/pool.h"
 
 /* ---- kernel ABI: gpu/kernel_abi.h ------------------------------------------ */
 typedef stk__kitem kitem;
@@ -436,7 +141,7 @@ struct stk__gpu {
   stk__store store;
   size_t image_bytes;
   CUdeviceptr lut;
-  uint64_t pool_at_open; /* pool_fresh() at the end of open */
+  uint64_t pool_at_open; /* stk__pool_fresh() at the end of open */
   int prio;      /* the greatest stream priority: our work is small and
                     should not queue behind a training step's kernels */
   nvjpegHandle_t hw, gen, gh;
@@ -479,15 +184,15 @@ void stk__gpu_config_init(stk__gpu_config *c) {
 
 /* ---- error helpers -------------------------------------------------------- */
 static int cu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen) {
-  if (g && cu_sticky(r)) {
+  if (g && stk__cu_sticky(r)) {
     pthread_mutex_lock(&g->mu);
     if (!g->poisoned) {
       g->poisoned = 1;
-      snprintf(g->poison_msg, sizeof g->poison_msg, "%s: %s (%s)", what, cu_name(r), cu_str(r));
+      snprintf(g->poison_msg, sizeof g->poison_msg, "%s: %s (%s)", what, stk__cu_name(r), stk__cu_str(r));
     }
     pthread_mutex_unlock(&g->mu);
   }
-  return stk__fail(msg, msglen, STK_ECUDA, "%s: %s (%s)", what, cu_name(r), cu_str(r));
+  return stk__fail(msg, msglen, STK_ECUDA, "%s: %s (%s)", what, stk__cu_name(r), stk__cu_str(r));
 }
 
 /* Remembers why a decode path is off (stats.notes). */
@@ -515,7 +220,7 @@ static void note(stk__gpu *g, const char *fmt, ...) {
   do {                                                                                       \
     nvjpegStatus_t s_ = (call);                                                              \
     if (s_ != NVJPEG_STATUS_SUCCESS)                                                         \
-      return stk__fail(msg, msglen, STK_ECUDA, "%s: %s", #call, nj_name(s_));               \
+      return stk__fail(msg, msglen, STK_ECUDA, "%s: %s", #call, stk__nj_status(s_));               \
   } while (0)
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -579,29 +284,29 @@ static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
 
 static int dev_alloc(stk__gpu *g, CUdeviceptr *p, size_t n, const char *what, char *msg,
                      size_t msglen) {
-  CUresult r = g_cu.MemAlloc(p, n ? n : 1);
+  CUresult r = stk__cu.MemAlloc(p, n ? n : 1);
   if (r != CUDA_SUCCESS) {
     *p = 0;
     return stk__fail(msg, msglen, r == 2 ? STK_ENOMEM : STK_ECUDA,
-                     "cannot allocate %zu bytes of device memory for %s: %s", n, what, cu_name(r));
+                     "cannot allocate %zu bytes of device memory for %s: %s", n, what, stk__cu_name(r));
   }
   g->st.device_bytes += n;
   return STK_OK;
 }
 
 static int host_alloc(stk__gpu *g, void **p, size_t n, const char *what, char *msg, size_t msglen) {
-  CUresult r = g_cu.MemHostAlloc(p, n ? n : 1, 0);
+  CUresult r = stk__cu.MemHostAlloc(p, n ? n : 1, 0);
   if (r != CUDA_SUCCESS) {
     *p = NULL;
     return stk__fail(msg, msglen, STK_ENOMEM, "cannot allocate %zu bytes of pinned memory for %s: %s",
-                     n, what, cu_name(r));
+                     n, what, stk__cu_name(r));
   }
   g->st.pinned_bytes += n;
   return STK_OK;
 }
 
 static CUresult make_stream(stk__gpu *g, CUstream *st) {
-  return g_cu.StreamCreateWithPriority(st, CU_STREAM_NON_BLOCKING, g->prio);
+  return stk__cu.StreamCreateWithPriority(st, CU_STREAM_NON_BLOCKING, g->prio);
 }
 
 /* A tiny baseline JPEG the batched decoder is padded with: nvJPEG wants the
@@ -615,7 +320,7 @@ static int make_dummy(stk__gpu *g) {
 }
 
 static int hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen) {
-  NJ(g_nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
+  NJ(stk__nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
   L->hw_n = n;
   return STK_OK;
 }
@@ -628,7 +333,7 @@ static void hw_pad(stk__gpu *g, glane *L, int m) {
     memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
     L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
     L->hw_dst[i].pitch[0] = DUMMY_SIDE * 3;
-    g_nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
+    stk__nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
   }
 }
 
@@ -636,13 +341,13 @@ static void hw_pad(stk__gpu *g, glane *L, int m) {
  * buffers, and tells whether the engines work at all. */
 static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   hw_pad(g, L, 0);
-  nvjpegStatus_t s = g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+  nvjpegStatus_t s = stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
                                           L->hw_params, L->stream);
   if (s != NVJPEG_STATUS_SUCCESS) {
     hw_init_lane(g, L, L->hw_n, NULL, 0);
-    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx: %s", nj_name(s));
+    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx: %s", stk__nj_status(s));
   }
-  CU(g_cu.StreamSynchronize(L->stream));
+  CU(stk__cu.StreamSynchronize(L->stream));
   return STK_OK;
 }
 
@@ -653,14 +358,14 @@ static int gb_open(stk__gpu *g, nvjpegHandle_t h, batched *b, int B, char *msg, 
   b->item = calloc((size_t)B, sizeof *b->item);
   if (!b->data || !b->len || !b->dst || !b->item)
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  NJ(g_nj.JpegStateCreate(h, &b->state));
-  NJ(g_nj.DecodeBatchedInitialize(h, b->state, B, 1, NVJPEG_OUTPUT_RGBI));
+  NJ(stk__nj.JpegStateCreate(h, &b->state));
+  NJ(stk__nj.DecodeBatchedInitialize(h, b->state, B, 1, NVJPEG_OUTPUT_RGBI));
   b->n = B;
   return STK_OK;
 }
 
 static void gb_close(batched *b) {
-  if (b->state) g_nj.JpegStateDestroy(b->state);
+  if (b->state) stk__nj.JpegStateDestroy(b->state);
   b->state = NULL;
   free(b->data);
   free(b->len);
@@ -687,13 +392,13 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   int B = c->max_batch, rc;
   CU(make_stream(g, &L->stream));
   CU(make_stream(g, &L->aux));
-  CU(g_cu.EventCreate(&L->done, CU_EVENT_DISABLE_TIMING));
-  CU(g_cu.EventCreate(&L->decoded, CU_EVENT_DISABLE_TIMING));
-  CU(g_cu.EventCreate(&L->ev_main, CU_EVENT_DISABLE_TIMING));
-  CU(g_cu.EventCreate(&L->ev_aux, CU_EVENT_DISABLE_TIMING));
-  CU(g_cu.EventRecord(L->done, L->stream));
+  CU(stk__cu.EventCreate(&L->done, CU_EVENT_DISABLE_TIMING));
+  CU(stk__cu.EventCreate(&L->decoded, CU_EVENT_DISABLE_TIMING));
+  CU(stk__cu.EventCreate(&L->ev_main, CU_EVENT_DISABLE_TIMING));
+  CU(stk__cu.EventCreate(&L->ev_aux, CU_EVENT_DISABLE_TIMING));
+  CU(stk__cu.EventRecord(L->done, L->stream));
   if (c->profile)
-    for (int i = 0; i < 3; i++) CU(g_cu.EventCreate(&L->prof[i], 0));
+    for (int i = 0; i < 3; i++) CU(stk__cu.EventCreate(&L->prof[i], 0));
   L->staging_bytes = c->staging_bytes ? c->staging_bytes : (size_t)B << 18;
   if (!c->staging_bytes && L->staging_bytes < ((size_t)64 << 20)) L->staging_bytes = (size_t)64 << 20;
   if ((rc = dev_alloc(g, &L->dummy_out, (size_t)2 * B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
@@ -718,35 +423,35 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   stk__decoder_set_limits(L->dec, c->max_pixels);
   L->js_handle = g->hw ? g->hw : g->gen;
   if (L->js_handle) {
-    NJ(g_nj.JpegStreamCreate(L->js_handle, &L->js));
-    NJ(g_nj.DecodeParamsCreate(L->js_handle, &L->chk_params));
-    NJ(g_nj.DecodeParamsSetOutputFormat(L->chk_params, NVJPEG_OUTPUT_RGBI));
+    NJ(stk__nj.JpegStreamCreate(L->js_handle, &L->js));
+    NJ(stk__nj.DecodeParamsCreate(L->js_handle, &L->chk_params));
+    NJ(stk__nj.DecodeParamsSetOutputFormat(L->chk_params, NVJPEG_OUTPUT_RGBI));
   }
   if (g->hw) {
-    NJ(g_nj.JpegStateCreate(g->hw, &L->hw_state));
+    NJ(stk__nj.JpegStateCreate(g->hw, &L->hw_state));
     for (int i = 0; i < B; i++) {
-      NJ(g_nj.DecodeParamsCreate(g->hw, &L->hw_params[i]));
-      NJ(g_nj.DecodeParamsSetOutputFormat(L->hw_params[i], NVJPEG_OUTPUT_RGBI));
+      NJ(stk__nj.DecodeParamsCreate(g->hw, &L->hw_params[i]));
+      NJ(stk__nj.DecodeParamsSetOutputFormat(L->hw_params[i], NVJPEG_OUTPUT_RGBI));
     }
     if ((rc = hw_init_lane(g, L, B, msg, msglen))) return rc;
-    if (g_nj.DecodeBatchedPreAllocate)
-      g_nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
+    if (stk__nj.DecodeBatchedPreAllocate)
+      stk__nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
                                     NVJPEG_OUTPUT_RGBI);
   }
   if (g->gh) {
     CU(make_stream(g, &L->gstream));
-    CU(g_cu.EventCreate(&L->ev_gpu, CU_EVENT_DISABLE_TIMING));
+    CU(stk__cu.EventCreate(&L->ev_gpu, CU_EVENT_DISABLE_TIMING));
     if ((rc = gb_open(g, g->gh, &L->gb, B, msg, msglen))) return rc;
   }
   if (g->hy_dec) {
-    NJ(g_nj.DecoderStateCreate(g->gen, g->hy_dec, &L->hy_state));
-    NJ(g_nj.BufferPinnedCreate(g->gen, NULL, &L->hy_pinned));
-    NJ(g_nj.BufferDeviceCreate(g->gen, NULL, &L->hy_dev));
-    NJ(g_nj.StateAttachPinnedBuffer(L->hy_state, L->hy_pinned));
-    NJ(g_nj.StateAttachDeviceBuffer(L->hy_state, L->hy_dev));
-    NJ(g_nj.JpegStreamCreate(g->gen, &L->hy_js));
-    NJ(g_nj.DecodeParamsCreate(g->gen, &L->hy_params));
-    NJ(g_nj.DecodeParamsSetOutputFormat(L->hy_params, NVJPEG_OUTPUT_RGBI));
+    NJ(stk__nj.DecoderStateCreate(g->gen, g->hy_dec, &L->hy_state));
+    NJ(stk__nj.BufferPinnedCreate(g->gen, NULL, &L->hy_pinned));
+    NJ(stk__nj.BufferDeviceCreate(g->gen, NULL, &L->hy_dev));
+    NJ(stk__nj.StateAttachPinnedBuffer(L->hy_state, L->hy_pinned));
+    NJ(stk__nj.StateAttachDeviceBuffer(L->hy_state, L->hy_dev));
+    NJ(stk__nj.JpegStreamCreate(g->gen, &L->hy_js));
+    NJ(stk__nj.DecodeParamsCreate(g->gen, &L->hy_params));
+    NJ(stk__nj.DecodeParamsSetOutputFormat(L->hy_params, NVJPEG_OUTPUT_RGBI));
   }
   return STK_OK;
 }
@@ -755,12 +460,12 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
 static void drop_lane_hw(stk__gpu *g, glane *L) {
   if (L->hw_params)
     for (int i = 0; i < g->cfg.max_batch; i++) {
-      if (L->hw_params[i]) g_nj.DecodeParamsDestroy(L->hw_params[i]);
+      if (L->hw_params[i]) stk__nj.DecodeParamsDestroy(L->hw_params[i]);
       L->hw_params[i] = NULL;
     }
-  if (L->chk_params) g_nj.DecodeParamsDestroy(L->chk_params);
-  if (L->js) g_nj.JpegStreamDestroy(L->js);
-  if (L->hw_state) g_nj.JpegStateDestroy(L->hw_state);
+  if (L->chk_params) stk__nj.DecodeParamsDestroy(L->chk_params);
+  if (L->js) stk__nj.JpegStreamDestroy(L->js);
+  if (L->hw_state) stk__nj.JpegStateDestroy(L->hw_state);
   L->chk_params = NULL;
   L->js = NULL;
   L->hw_state = NULL;
@@ -768,29 +473,29 @@ static void drop_lane_hw(stk__gpu *g, glane *L) {
 }
 
 static void close_lane(stk__gpu *g, glane *L) {
-  if (L->stream) g_cu.StreamSynchronize(L->stream);
-  if (L->aux) g_cu.StreamSynchronize(L->aux);
-  if (L->gstream) g_cu.StreamSynchronize(L->gstream);
+  if (L->stream) stk__cu.StreamSynchronize(L->stream);
+  if (L->aux) stk__cu.StreamSynchronize(L->aux);
+  if (L->gstream) stk__cu.StreamSynchronize(L->gstream);
   drop_lane_hw(g, L);
   gb_close(&L->gb);
-  if (L->ev_gpu) g_cu.EventDestroy(L->ev_gpu);
-  if (L->gstream) g_cu.StreamDestroy(L->gstream);
-  if (L->hy_params) g_nj.DecodeParamsDestroy(L->hy_params);
-  if (L->hy_js) g_nj.JpegStreamDestroy(L->hy_js);
-  if (L->hy_state) g_nj.JpegStateDestroy(L->hy_state);
-  if (L->hy_pinned) g_nj.BufferPinnedDestroy(L->hy_pinned);
-  if (L->hy_dev) g_nj.BufferDeviceDestroy(L->hy_dev);
-  if (L->dummy_out) g_cu.MemFree(L->dummy_out);
-  if (L->staging) g_cu.MemFreeHost(L->staging);
-  if (L->desc_host) g_cu.MemFreeHost(L->desc_host);
-  if (L->done) g_cu.EventDestroy(L->done);
-  if (L->decoded) g_cu.EventDestroy(L->decoded);
-  if (L->ev_main) g_cu.EventDestroy(L->ev_main);
-  if (L->ev_aux) g_cu.EventDestroy(L->ev_aux);
+  if (L->ev_gpu) stk__cu.EventDestroy(L->ev_gpu);
+  if (L->gstream) stk__cu.StreamDestroy(L->gstream);
+  if (L->hy_params) stk__nj.DecodeParamsDestroy(L->hy_params);
+  if (L->hy_js) stk__nj.JpegStreamDestroy(L->hy_js);
+  if (L->hy_state) stk__nj.JpegStateDestroy(L->hy_state);
+  if (L->hy_pinned) stk__nj.BufferPinnedDestroy(L->hy_pinned);
+  if (L->hy_dev) stk__nj.BufferDeviceDestroy(L->hy_dev);
+  if (L->dummy_out) stk__cu.MemFree(L->dummy_out);
+  if (L->staging) stk__cu.MemFreeHost(L->staging);
+  if (L->desc_host) stk__cu.MemFreeHost(L->desc_host);
+  if (L->done) stk__cu.EventDestroy(L->done);
+  if (L->decoded) stk__cu.EventDestroy(L->decoded);
+  if (L->ev_main) stk__cu.EventDestroy(L->ev_main);
+  if (L->ev_aux) stk__cu.EventDestroy(L->ev_aux);
   for (int i = 0; i < 3; i++)
-    if (L->prof[i]) g_cu.EventDestroy(L->prof[i]);
-  if (L->stream) g_cu.StreamDestroy(L->stream);
-  if (L->aux) g_cu.StreamDestroy(L->aux);
+    if (L->prof[i]) stk__cu.EventDestroy(L->prof[i]);
+  if (L->stream) stk__cu.StreamDestroy(L->stream);
+  if (L->aux) stk__cu.StreamDestroy(L->aux);
   free(L->hw_params);
   free(L->hw_data);
   free(L->hw_len);
@@ -803,164 +508,50 @@ static void close_lane(stk__gpu *g, glane *L) {
   stk__buf_free(&L->big);
 }
 
-/* ---- nvJPEG's own memory -----------------------------------------------------
- * nvJPEG allocates its internal device and pinned buffers itself, and grows
- * them when a batch needs more than any before. cuMemFree and cuMemFreeHost
- * synchronise the whole device: while a model trains, each such call waits
- * for the queued training work and leaves the GPU idle behind it. So
- * nvJPEG's memory comes from these allocators: a freed block is kept and
- * handed out again for a request that fits it, and the blocks are freed
- * only when the gpu closes. g_pool_fresh counts real allocations, so that
- * the statistics show whether nvJPEG still allocates after open. */
-typedef struct pool_blk {
-  struct pool_blk *next;
-  CUcontext ctx;
-  void *p;
-  size_t n;
-  int pinned, used;
-} pool_blk;
-static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pool_blk *g_pool;
-static uint64_t g_pool_fresh;
-
-static int pool_get(void **out, size_t n, int pinned) {
-  CUcontext ctx = NULL;
-  g_cu.CtxGetCurrent(&ctx);
-  if (n == 0) n = 1;
-  pthread_mutex_lock(&g_pool_mu);
-  pool_blk *best = NULL;
-  for (pool_blk *b = g_pool; b; b = b->next)
-    if (!b->used && b->ctx == ctx && b->pinned == pinned && b->n >= n && (!best || b->n < best->n))
-      best = b;
-  if (best) {
-    best->used = 1;
-    *out = best->p;
-    pthread_mutex_unlock(&g_pool_mu);
-    return 0;
-  }
-  pthread_mutex_unlock(&g_pool_mu);
-  pool_blk *b = calloc(1, sizeof *b);
-  if (!b) return 1;
-  CUresult r;
-  if (pinned) {
-    r = g_cu.MemHostAlloc(&b->p, n, 0);
-  } else {
-    CUdeviceptr d = 0;
-    r = g_cu.MemAlloc(&d, n);
-    b->p = (void *)(uintptr_t)d;
-  }
-  if (r != CUDA_SUCCESS) {
-    free(b);
-    return 1;
-  }
-  b->ctx = ctx;
-  b->n = n;
-  b->pinned = pinned;
-  b->used = 1;
-  pthread_mutex_lock(&g_pool_mu);
-  b->next = g_pool;
-  g_pool = b;
-  g_pool_fresh++;
-  pthread_mutex_unlock(&g_pool_mu);
-  *out = b->p;
-  return 0;
-}
-
-static int pool_put(void *p) {
-  pthread_mutex_lock(&g_pool_mu);
-  pool_blk *b = g_pool;
-  while (b && b->p != p) b = b->next;
-  if (b) b->used = 0;
-  pthread_mutex_unlock(&g_pool_mu);
-  return b ? 0 : 1;
-}
-
-/* Frees the unused blocks of context ctx (current). */
-static void pool_release(CUcontext ctx) {
-  pthread_mutex_lock(&g_pool_mu);
-  for (pool_blk **pp = &g_pool; *pp;) {
-    pool_blk *b = *pp;
-    if (b->used || b->ctx != ctx) {
-      pp = &b->next;
-      continue;
-    }
-    if (b->pinned)
-      g_cu.MemFreeHost(b->p);
-    else
-      g_cu.MemFree((CUdeviceptr)(uintptr_t)b->p);
-    *pp = b->next;
-    free(b);
-  }
-  pthread_mutex_unlock(&g_pool_mu);
-}
-
-static uint64_t pool_fresh(void) {
-  pthread_mutex_lock(&g_pool_mu);
-  uint64_t n = g_pool_fresh;
-  pthread_mutex_unlock(&g_pool_mu);
-  return n;
-}
-
-static int nj_dev_malloc(void **p, size_t n) { return pool_get(p, n, 0); }
-static int nj_dev_free(void *p) { return pool_put(p); }
-static int nj_pin_malloc(void **p, size_t n, unsigned flags) {
-  (void)flags;
-  return pool_get(p, n, 1);
-}
-static int nj_pin_free(void *p) { return pool_put(p); }
-typedef struct {
-  int (*dev_malloc)(void **, size_t);
-  int (*dev_free)(void *);
-} nj_dev_allocator;
-typedef struct {
-  int (*pinned_malloc)(void **, size_t, unsigned);
-  int (*pinned_free)(void *);
-} nj_pinned_allocator;
-static nj_dev_allocator g_nj_dev = {nj_dev_malloc, nj_dev_free};
-static nj_pinned_allocator g_nj_pin = {nj_pin_malloc, nj_pin_free};
-#define NJ_ALLOC (void *)&g_nj_dev, (void *)&g_nj_pin
+/* nvJPEG's own memory comes from gpu/pool.c */
+#define NJ_ALLOC stk__pool_dev_allocator(), stk__pool_pinned_allocator()
 
 /* Creates the nvJPEG handles. Failures here are not fatal: the affected
  * decode path is switched off and the CPU takes over. */
 static void open_nvjpeg(stk__gpu *g) {
-  if (!g_nj_ok) {
-    note(g, "nvJPEG off: %s", g_nj_why);
+  if (!stk__nj_ok) {
+    note(g, "nvJPEG off: %s", stk__nj_why);
     return;
   }
   unsigned flags = g->cfg.chroma_interp ? NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION : 0;
-  if (g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NJ_ALLOC, flags, &g->gen) != NVJPEG_STATUS_SUCCESS) {
+  if (stk__nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NJ_ALLOC, flags, &g->gen) != NVJPEG_STATUS_SUCCESS) {
     g->gen = NULL;
     flags = 0;
-    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NJ_ALLOC, 0, &g->gen);
+    nvjpegStatus_t st = stk__nj.CreateEx(NVJPEG_BACKEND_DEFAULT, NJ_ALLOC, 0, &g->gen);
     if (st != NVJPEG_STATUS_SUCCESS) {
-      note(g, "nvJPEG off: nvjpegCreateEx: %s", nj_name(st));
+      note(g, "nvJPEG off: nvjpegCreateEx: %s", stk__nj_status(st));
       g->gen = NULL;
       return;
     }
   }
   g->st.chroma_interp = flags != 0;
   if (g->cfg.use_hw) {
-    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
+    nvjpegStatus_t st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
     if (st != NVJPEG_STATUS_SUCCESS && flags) {
       /* without the upsampling flag, which this version may not know */
-      st = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, 0, &g->hw);
+      st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, 0, &g->hw);
       if (st == NVJPEG_STATUS_SUCCESS) g->st.chroma_interp = 0; /* as the engines do it */
     }
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->hw = NULL;
-      note(g, "hardware decoder not available: %s", nj_name(st));
+      note(g, "hardware decoder not available: %s", stk__nj_status(st));
     }
   }
-  if (g->cfg.use_cuda && g_nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
+  if (g->cfg.use_cuda && stk__nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
                              NVJPEG_STATUS_SUCCESS)
     g->hy_dec = NULL;
   if (g->cfg.use_gpu_hybrid) {
-    nvjpegStatus_t st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, flags, &g->gh);
+    nvjpegStatus_t st = stk__nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, flags, &g->gh);
     if (st != NVJPEG_STATUS_SUCCESS && flags)
-      st = g_nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, 0, &g->gh);
+      st = stk__nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, 0, &g->gh);
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->gh = NULL;
-      note(g, "GPU-hybrid decoder not available: %s", nj_name(st));
+      note(g, "GPU-hybrid decoder not available: %s", stk__nj_status(st));
     }
   }
 }
@@ -977,14 +568,14 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
                      "device %d asked for, but this build of stoker has no GPU kernels (nvcc was "
                      "not found when it was built)",
                      device);
-  load_once();
-  if (!g_cu_ok) return stk__fail(msg, msglen, STK_ENODEV, "%s", g_cu_why);
-  CUresult r = g_cu.Init(0);
+  stk__gpu_load();
+  if (!stk__cu_ok) return stk__fail(msg, msglen, STK_ENODEV, "%s", stk__cu_why);
+  CUresult r = stk__cu.Init(0);
   if (r != CUDA_SUCCESS)
-    return stk__fail(msg, msglen, STK_ENODEV, "the CUDA driver cannot start: %s (%s)", cu_name(r),
-                     cu_str(r));
+    return stk__fail(msg, msglen, STK_ENODEV, "the CUDA driver cannot start: %s (%s)", stk__cu_name(r),
+                     stk__cu_str(r));
   int count = 0;
-  if (g_cu.DeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  if (stk__cu.DeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
   if (device >= count)
     return stk__fail(msg, msglen, STK_ENODEV, "device %d asked for, but %d CUDA device%s present",
                      device, count, count == 1 ? " is" : "s are");
@@ -999,46 +590,46 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   int pushed = 0;
   size_t free0 = 0, free1 = 0, total = 0;
 
-  r = g_cu.DeviceGet(&g->dev, device);
+  r = stk__cu.DeviceGet(&g->dev, device);
   if (r != CUDA_SUCCESS) {
     rc = cu_fail(NULL, r, "cuDeviceGet", msg, msglen);
     goto fail;
   }
   int ccmaj = 0, ccmin = 0;
-  g_cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
-  g_cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
+  stk__cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
+  stk__cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
   if (ccmaj < 8) {
     rc = stk__fail(msg, msglen, STK_ENODEV,
                    "device %d has compute capability %d.%d; stoker's kernels need 8.0 or newer",
                    device, ccmaj, ccmin);
     goto fail;
   }
-  r = g_cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
+  r = stk__cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
   if (r != CUDA_SUCCESS) {
     rc = cu_fail(NULL, r, "cuDevicePrimaryCtxRetain", msg, msglen);
     goto fail;
   }
   g->ctx_retained = 1;
-  r = g_cu.CtxPushCurrent(g->ctx);
+  r = stk__cu.CtxPushCurrent(g->ctx);
   if (r != CUDA_SUCCESS) {
     rc = cu_fail(NULL, r, "cuCtxPushCurrent", msg, msglen);
     goto fail;
   }
   pushed = 1;
-  g_cu.MemGetInfo(&free0, &total);
-  r = g_cu.ModuleLoadData(&g->mod, kernel_image());
+  stk__cu.MemGetInfo(&free0, &total);
+  r = stk__cu.ModuleLoadData(&g->mod, kernel_image());
   if (r != CUDA_SUCCESS) {
     rc = cu_fail(NULL, r, "cuModuleLoadData (the embedded kernels)", msg, msglen);
     goto fail;
   }
-  r = g_cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
+  r = stk__cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
   if (r != CUDA_SUCCESS) {
     rc = cu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
     goto fail;
   }
   {
     int least = 0;
-    if (g_cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
+    if (stk__cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
   }
 
   stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
@@ -1054,7 +645,7 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     uint8_t tab[sizeof g->store.lut_f32 + sizeof g->store.lut_u16];
     memcpy(tab, g->store.lut_f32, sizeof g->store.lut_f32);
     memcpy(tab + sizeof g->store.lut_f32, g->store.lut_u16, sizeof g->store.lut_u16);
-    r = g_cu.MemcpyHtoD(g->lut, tab, sizeof tab);
+    r = stk__cu.MemcpyHtoD(g->lut, tab, sizeof tab);
     if (r != CUDA_SUCCESS) {
       rc = cu_fail(NULL, r, "cuMemcpyHtoD", msg, msglen);
       goto fail;
@@ -1077,9 +668,9 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
         (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(kitem),
                         "item descriptors", msg, msglen)))
       goto fail;
-    if ((r = g_cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = g_cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = g_cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = make_stream(g, &s->stream)) != CUDA_SUCCESS) {
       rc = cu_fail(NULL, r, "cuEventCreate/cuStreamCreate", msg, msglen);
       goto fail;
@@ -1103,13 +694,13 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
       if (hw_warmup(g, &g->lanes[i], why, sizeof why)) {
         note(g, "hardware decoder off: %s", why);
         for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
-        g_nj.Destroy(g->hw);
+        stk__nj.Destroy(g->hw);
         g->hw = NULL;
         for (int k = 0; k < g->cfg.lanes; k++) {
           glane *L = &g->lanes[k];
           L->js_handle = g->gen;
-          if (g->gen && (g_nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
-                         g_nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS)) {
+          if (g->gen && (stk__nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
+                         stk__nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS)) {
             rc = stk__fail(msg, msglen, STK_ECUDA, "nvJPEG: cannot create a stream parser");
             goto fail;
           }
@@ -1120,17 +711,17 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   for (int i = 0; i < g->cfg.lanes && g->gh; i++) {
     glane *L = &g->lanes[i];
     gb_pad(g, &L->gb, 0);
-    nvjpegStatus_t st = g_nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst,
+    nvjpegStatus_t st = stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst,
                                            L->gstream);
-    r = st == NVJPEG_STATUS_SUCCESS ? g_cu.StreamSynchronize(L->gstream) : CUDA_SUCCESS;
+    r = st == NVJPEG_STATUS_SUCCESS ? stk__cu.StreamSynchronize(L->gstream) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
       rc = cu_fail(g, r, "GPU-hybrid warm-up", msg, msglen);
       goto fail;
     }
     if (st != NVJPEG_STATUS_SUCCESS) {
-      note(g, "GPU-hybrid decoder off: nvjpegDecodeBatched: %s", nj_name(st));
+      note(g, "GPU-hybrid decoder off: nvjpegDecodeBatched: %s", stk__nj_status(st));
       for (int k = 0; k < g->cfg.lanes; k++) gb_close(&g->lanes[k].gb);
-      g_nj.Destroy(g->gh);
+      stk__nj.Destroy(g->gh);
       g->gh = NULL;
     }
   }
@@ -1138,45 +729,45 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   g->st.hw_roi = g->hw_roi;
   g->st.cuda_available = g->hy_dec != NULL;
   g->st.gpu_hybrid_available = g->gh != NULL;
-  g_cu.MemGetInfo(&free1, &total);
+  stk__cu.MemGetInfo(&free1, &total);
   g->st.device_bytes_used = free0 > free1 ? free0 - free1 : 0;
-  g->pool_at_open = pool_fresh();
-  g_cu.CtxPopCurrent(NULL);
+  g->pool_at_open = stk__pool_fresh();
+  stk__cu.CtxPopCurrent(NULL);
   *out = g;
   return STK_OK;
 fail:
-  if (pushed) g_cu.CtxPopCurrent(NULL);
+  if (pushed) stk__cu.CtxPopCurrent(NULL);
   stk__gpu_close(g);
   return rc;
 }
 
 void stk__gpu_close(stk__gpu *g) {
   if (!g) return;
-  if (g->ctx) g_cu.CtxPushCurrent(g->ctx);
+  if (g->ctx) stk__cu.CtxPushCurrent(g->ctx);
   if (g->lanes)
     for (int i = 0; i < g->cfg.lanes; i++) close_lane(g, &g->lanes[i]);
   if (g->slots)
     for (int i = 0; i < g->cfg.slots; i++) {
       gslot *s = &g->slots[i];
-      if (s->stream) g_cu.StreamSynchronize(s->stream);
-      if (s->data) g_cu.MemFree(s->data);
-      if (s->labels) g_cu.MemFree(s->labels);
-      if (s->arena) g_cu.MemFree(s->arena);
-      if (s->desc_dev) g_cu.MemFree(s->desc_dev);
-      if (s->ready) g_cu.EventDestroy(s->ready);
-      if (s->freed) g_cu.EventDestroy(s->freed);
-      if (s->consumed) g_cu.EventDestroy(s->consumed);
-      if (s->stream) g_cu.StreamDestroy(s->stream);
+      if (s->stream) stk__cu.StreamSynchronize(s->stream);
+      if (s->data) stk__cu.MemFree(s->data);
+      if (s->labels) stk__cu.MemFree(s->labels);
+      if (s->arena) stk__cu.MemFree(s->arena);
+      if (s->desc_dev) stk__cu.MemFree(s->desc_dev);
+      if (s->ready) stk__cu.EventDestroy(s->ready);
+      if (s->freed) stk__cu.EventDestroy(s->freed);
+      if (s->consumed) stk__cu.EventDestroy(s->consumed);
+      if (s->stream) stk__cu.StreamDestroy(s->stream);
     }
-  if (g->hy_dec) g_nj.DecoderDestroy(g->hy_dec);
-  if (g->gh) g_nj.Destroy(g->gh);
-  if (g->hw) g_nj.Destroy(g->hw);
-  if (g->gen) g_nj.Destroy(g->gen);
-  if (g->ctx) pool_release(g->ctx);
-  if (g->lut) g_cu.MemFree(g->lut);
-  if (g->mod) g_cu.ModuleUnload(g->mod);
-  if (g->ctx) g_cu.CtxPopCurrent(NULL);
-  if (g->ctx_retained) g_cu.DevicePrimaryCtxRelease(g->dev);
+  if (g->hy_dec) stk__nj.DecoderDestroy(g->hy_dec);
+  if (g->gh) stk__nj.Destroy(g->gh);
+  if (g->hw) stk__nj.Destroy(g->hw);
+  if (g->gen) stk__nj.Destroy(g->gen);
+  if (g->ctx) stk__pool_release(g->ctx);
+  if (g->lut) stk__cu.MemFree(g->lut);
+  if (g->mod) stk__cu.ModuleUnload(g->mod);
+  if (g->ctx) stk__cu.CtxPopCurrent(NULL);
+  if (g->ctx_retained) stk__cu.DevicePrimaryCtxRelease(g->dev);
   free(g->slots);
   free(g->lanes);
   free(g->dummy_jpeg);
@@ -1194,7 +785,7 @@ static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch,
   while (r0 < rows) {
     size_t room = L->staging_bytes - L->staging_used;
     if (room < row_bytes) {
-      CU(g_cu.StreamSynchronize(L->stream)); /* earlier copies have left the staging */
+      CU(stk__cu.StreamSynchronize(L->stream)); /* earlier copies have left the staging */
       L->staging_used = 0;
       room = L->staging_bytes;
     }
@@ -1202,13 +793,13 @@ static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch,
       /* a single row longer than the staging: copy it in pieces */
       for (size_t done = 0; done < row_bytes;) {
         size_t part = row_bytes - done < L->staging_bytes ? row_bytes - done : L->staging_bytes;
-        CU(g_cu.StreamSynchronize(L->stream));
+        CU(stk__cu.StreamSynchronize(L->stream));
         memcpy(L->staging, src + (size_t)r0 * src_stride + done, part);
-        CU(g_cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch + done, L->staging, part,
+        CU(stk__cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch + done, L->staging, part,
                                 L->stream));
         done += part;
       }
-      CU(g_cu.StreamSynchronize(L->stream));
+      CU(stk__cu.StreamSynchronize(L->stream));
       L->staging_used = 0;
       r0++;
       continue;
@@ -1220,10 +811,10 @@ static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch,
       memcpy(st + (size_t)i * row_bytes, src + (size_t)(r0 + i) * src_stride, row_bytes);
     size_t bytes = (size_t)k * row_bytes;
     if (dst_pitch == row_bytes) {
-      CU(g_cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch, st, bytes, L->stream));
+      CU(stk__cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch, st, bytes, L->stream));
     } else {
       for (int i = 0; i < k; i++)
-        CU(g_cu.MemcpyHtoDAsync(dst + (CUdeviceptr)(r0 + i) * dst_pitch, st + (size_t)i * row_bytes,
+        CU(stk__cu.MemcpyHtoDAsync(dst + (CUdeviceptr)(r0 + i) * dst_pitch, st + (size_t)i * row_bytes,
                                 row_bytes, L->stream));
     }
     L->staging_used = align_up(L->staging_used + bytes, 64);
@@ -1264,11 +855,11 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   stk__jpeg_markers jm;
   if (!stk__jpeg_scan(it->data, it->len, &jm) || jm.rgb || !jm.eoi || (jm.comps != 1 && jm.comps != 3))
     return;
-  if (g_nj.JpegStreamParseHeader(L->js_handle, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS)
+  if (stk__nj.JpegStreamParseHeader(L->js_handle, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS)
     return;
   unsigned w = 0, h = 0, comps = 0;
-  if (g_nj.JpegStreamGetFrameDimensions(L->js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
-      g_nj.JpegStreamGetComponentsNum(L->js, &comps) != NVJPEG_STATUS_SUCCESS)
+  if (stk__nj.JpegStreamGetFrameDimensions(L->js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
+      stk__nj.JpegStreamGetComponentsNum(L->js, &comps) != NVJPEG_STATUS_SUCCESS)
     return;
   /* CMYK/YCCK and two-channel files: nvJPEG's conversions are not PIL's. */
   if (comps != 1 && comps != 3) return;
@@ -1290,8 +881,8 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
         p->sw = ax1 - ax0;
         p->sh = ay1 - ay0;
       }
-      g_nj.DecodeParamsSetROI(L->chk_params, p->sx, p->sy, p->sw, p->sh);
-      if (g_nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
+      stk__nj.DecodeParamsSetROI(L->chk_params, p->sx, p->sy, p->sw, p->sh);
+      if (stk__nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
         sup = 1;
       if (sup == 0) {
         p->path = STK__GPU_PATH_HW;
@@ -1299,8 +890,8 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
         return;
       }
     }
-    g_nj.DecodeParamsSetROI(L->chk_params, 0, 0, -1, -1);
-    if (g_nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
+    stk__nj.DecodeParamsSetROI(L->chk_params, 0, 0, -1, -1);
+    if (stk__nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
       sup = 1;
     if (sup == 0) {
       p->path = STK__GPU_PATH_HW;
@@ -1330,26 +921,26 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
 /* The CUDA (hybrid) path for one item, on the lane's aux stream. Returns
  * STK_OK or a non-zero code (the item then goes to the CPU). */
 static int hybrid_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
-  if (g_nj.JpegStreamParse(g->gen, it->data, it->len, 0, 0, L->hy_js) != NVJPEG_STATUS_SUCCESS)
+  if (stk__nj.JpegStreamParse(g->gen, it->data, it->len, 0, 0, L->hy_js) != NVJPEG_STATUS_SUCCESS)
     return STK_EDECODE;
   int full = p->sx == 0 && p->sy == 0 && p->sw == p->img_w && p->sh == p->img_h;
   if (full)
-    g_nj.DecodeParamsSetROI(L->hy_params, 0, 0, -1, -1);
+    stk__nj.DecodeParamsSetROI(L->hy_params, 0, 0, -1, -1);
   else
-    g_nj.DecodeParamsSetROI(L->hy_params, p->sx, p->sy, p->sw, p->sh);
+    stk__nj.DecodeParamsSetROI(L->hy_params, p->sx, p->sy, p->sw, p->sh);
   int sup = 1;
-  if (g_nj.DecoderJpegSupported(g->hy_dec, L->hy_js, L->hy_params, &sup) != NVJPEG_STATUS_SUCCESS ||
+  if (stk__nj.DecoderJpegSupported(g->hy_dec, L->hy_js, L->hy_params, &sup) != NVJPEG_STATUS_SUCCESS ||
       sup != 0)
     return STK_EDECODE;
   nvjpegImage_t dst;
   memset(&dst, 0, sizeof dst);
   dst.channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
   dst.pitch[0] = p->pitch;
-  if (g_nj.DecodeJpeg(g->gen, g->hy_dec, L->hy_state, L->hy_js, &dst, L->hy_params, L->aux) !=
+  if (stk__nj.DecodeJpeg(g->gen, g->hy_dec, L->hy_state, L->hy_js, &dst, L->hy_params, L->aux) !=
       NVJPEG_STATUS_SUCCESS)
     return STK_EDECODE;
   /* The state's pinned buffer is reused by the next image. */
-  if (g_cu.StreamSynchronize(L->aux) != CUDA_SUCCESS) return STK_ECUDA;
+  if (stk__cu.StreamSynchronize(L->aux) != CUDA_SUCCESS) return STK_ECUDA;
   return STK_OK;
 }
 
@@ -1435,11 +1026,11 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   int rc;
   /* The arena is free once the slot's previous kernel (an earlier batch, or
    * an earlier chunk of this one) has read it. */
-  if (s->consumed_pending) CU(g_cu.StreamWaitEvent(L->stream, s->consumed, 0));
+  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
   /* The hybrid decoder's stream may write this chunk's arena places once the
    * work queued so far is done. */
-  CU(g_cu.EventRecord(L->ev_main, L->stream));
-  if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[0], L->stream));
+  CU(stk__cu.EventRecord(L->ev_main, L->stream));
+  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
   /* 0. the GPU-hybrid decoder, on its own stream, first: it runs on the SMs
    * while the call to the engines below holds this thread */
   int mg = 0;
@@ -1456,18 +1047,18 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
   if (mg > 0) {
     double t = stk__now();
-    CU(g_cu.StreamWaitEvent(L->gstream, L->ev_main, 0));
+    CU(stk__cu.StreamWaitEvent(L->gstream, L->ev_main, 0));
     gb_pad(g, &L->gb, mg);
     nvjpegStatus_t st =
-        g_nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst, L->gstream);
+        stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst, L->gstream);
     if (st == NVJPEG_STATUS_SUCCESS) {
-      CU(g_cu.EventRecord(L->ev_gpu, L->gstream));
+      CU(stk__cu.EventRecord(L->ev_gpu, L->gstream));
       for (int i = 0; i < mg; i++) L->plan[L->gb.item[i]].have_src = 1;
     } else {
       pthread_mutex_lock(&g->mu);
       g->st.hw_batch_failures++;
       pthread_mutex_unlock(&g->mu);
-      NJ(g_nj.DecodeBatchedInitialize(g->gh, L->gb.state, L->gb.n, 1, NVJPEG_OUTPUT_RGBI));
+      NJ(stk__nj.DecodeBatchedInitialize(g->gh, L->gb.state, L->gb.n, 1, NVJPEG_OUTPUT_RGBI));
       for (int i = 0; i < mg; i++)
         L->plan[L->gb.item[i]].path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
       mg = 0;
@@ -1486,9 +1077,9 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     L->hw_dst[m].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
     L->hw_dst[m].pitch[0] = p->pitch;
     if (p->roi)
-      g_nj.DecodeParamsSetROI(L->hw_params[m], p->sx, p->sy, p->sw, p->sh);
+      stk__nj.DecodeParamsSetROI(L->hw_params[m], p->sx, p->sy, p->sw, p->sh);
     else
-      g_nj.DecodeParamsSetROI(L->hw_params[m], 0, 0, -1, -1);
+      stk__nj.DecodeParamsSetROI(L->hw_params[m], 0, 0, -1, -1);
     L->hw_item[m++] = chunk[c];
   }
   if (m > 0) {
@@ -1498,14 +1089,14 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
      * the call is made. Under compute-sanitizer (slow kernels) the previous
      * chunk's kernel was still reading it. Between batches the slot's last
      * kernel is long done, so this rarely waits. */
-    if (s->consumed_pending) CU(g_cu.EventSynchronize(s->consumed));
+    if (s->consumed_pending) CU(stk__cu.EventSynchronize(s->consumed));
     hw_pad(g, L, m);
     int roi_used = 0;
     for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;
     nvjpegStatus_t st =
-        roi_used ? g_nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+        roi_used ? stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
                                         L->hw_params, L->stream)
-                 : g_nj.DecodeBatched(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst, L->stream);
+                 : stk__nj.DecodeBatched(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst, L->stream);
     L->t_hw += stk__now() - t;
     pthread_mutex_lock(&g->mu);
     if (st != NVJPEG_STATUS_SUCCESS) {
@@ -1513,7 +1104,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       /* Repeated whole-batch failures with regions: stop asking for them. */
       if (roi_used && ++g->roi_fail_streak >= 3 && g->hw_roi) {
         g->hw_roi = g->st.hw_roi = 0;
-        note(g, "engine ROI off: 3 batches in a row failed with %s", nj_name(st));
+        note(g, "engine ROI off: 3 batches in a row failed with %s", stk__nj_status(st));
       }
     } else if (roi_used) {
       g->roi_fail_streak = 0;
@@ -1565,7 +1156,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   int any_cuda = 0;
   for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
   if (any_cuda) {
-    CU(g_cu.StreamWaitEvent(L->aux, L->ev_main, 0));
+    CU(stk__cu.StreamWaitEvent(L->aux, L->ev_main, 0));
     for (int c = 0; c < k; c++) {
       int i = chunk[c];
       iplan *p = &L->plan[i];
@@ -1579,11 +1170,11 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       if (cpu_decode(g, L, &items[i], p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
       if (brc) return brc;
     }
-    CU(g_cu.EventRecord(L->ev_aux, L->aux));
-    CU(g_cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
+    CU(stk__cu.EventRecord(L->ev_aux, L->aux));
+    CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
   }
 
-  if (mg > 0) CU(g_cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
+  if (mg > 0) CU(stk__cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
   /* 4. the kernel */
   int n = 0, kxm = 1, kym = 1;
   kitem *d = L->desc_host + base;
@@ -1619,36 +1210,36 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
   int run_kernel = n > 0 && !g->cfg.decode_only;
   if (run_kernel)
-    CU(g_cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d,
+    CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d,
                             (size_t)n * sizeof(kitem), L->stream));
-  if (g->cfg.profile) CU(g_cu.EventRecord(L->prof[1], L->stream));
+  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[1], L->stream));
   /* 5. on the slot's stream: after the decoders, and after the consumer has
    * let go of the slot, the kernel and the copies of finished images */
-  CU(g_cu.EventRecord(L->decoded, L->stream));
-  CU(g_cu.StreamWaitEvent(s->stream, L->decoded, 0));
+  CU(stk__cu.EventRecord(L->decoded, L->stream));
+  CU(stk__cu.StreamWaitEvent(s->stream, L->decoded, 0));
   pthread_mutex_lock(&g->mu);
   int wait_freed = s->freed_pending;
   s->freed_pending = 0;
   pthread_mutex_unlock(&g->mu);
-  if (wait_freed) CU(g_cu.StreamWaitEvent(s->stream, s->freed, 0));
+  if (wait_freed) CU(stk__cu.StreamWaitEvent(s->stream, s->freed, 0));
   if (run_kernel && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen))) return rc;
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_BIG || !p->have_src) continue;
     int dst = items[chunk[c]].dst;
-    CU(g_cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)dst * g->image_bytes, L->arena + p->off,
+    CU(stk__cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)dst * g->image_bytes, L->arena + p->off,
                             g->image_bytes, s->stream));
-    CU(g_cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)dst * 8,
+    CU(stk__cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)dst * 8,
                             L->arena + p->off + align_up(g->image_bytes, 8), 8, s->stream));
   }
-  CU(g_cu.EventRecord(s->consumed, s->stream));
+  CU(stk__cu.EventRecord(s->consumed, s->stream));
   s->consumed_pending = 1;
   if (g->cfg.profile) {
     float a = 0, b = 0;
-    CU(g_cu.EventRecord(L->prof[2], s->stream));
-    CU(g_cu.EventSynchronize(L->prof[2]));
-    CU(g_cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
-    CU(g_cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
+    CU(stk__cu.EventRecord(L->prof[2], s->stream));
+    CU(stk__cu.EventSynchronize(L->prof[2]));
+    CU(stk__cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
+    CU(stk__cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
     pthread_mutex_lock(&g->mu);
     g->st.gpu_decode_seconds += a * 1e-3;
     g->st.gpu_kernel_seconds += b * 1e-3;
@@ -1679,7 +1270,7 @@ static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int
   unsigned smem = (unsigned)((TILE_W * kxm + TILE_H * kym + 2 * TILE_W + 2 * TILE_H) * sizeof(int) +
                              768 * sizeof(float) + 768 * sizeof(uint16_t));
   void *args[] = {&kp};
-  CU(g_cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, TILE_W, TILE_H, 1, smem,
+  CU(stk__cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, TILE_W, TILE_H, 1, smem,
                        s->stream, args, NULL));
   pthread_mutex_lock(&g->mu);
   g->st.chunks++;
@@ -1716,7 +1307,7 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
    * host descriptors and nvJPEG's state are free again. */
   double ts = stk__now();
   L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = L->t_sync = 0;
-  CU(g_cu.EventSynchronize(L->done));
+  CU(stk__cu.EventSynchronize(L->done));
   L->t_sync = stk__now() - ts;
   L->staging_used = 0;
   L->arena = s->arena;
@@ -1775,9 +1366,9 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
     used += need;
     L->chunk[k++] = i;
   }
-  CU(g_cu.EventRecord(s->ready, s->stream));
+  CU(stk__cu.EventRecord(s->ready, s->stream));
   s->written = 1;
-  CU(g_cu.EventRecord(L->done, L->stream));
+  CU(stk__cu.EventRecord(L->done, L->stream));
   return STK_OK;
 }
 
@@ -1809,12 +1400,12 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
   glane *L = take_lane(g);
   tl = stk__now() - tl;
   int rc;
-  CUresult r = g_cu.CtxPushCurrent(g->ctx);
+  CUresult r = stk__cu.CtxPushCurrent(g->ctx);
   if (r != CUDA_SUCCESS) {
     rc = cu_fail(g, r, "cuCtxPushCurrent", msg, msglen);
   } else {
     rc = run_locked(g, L, &g->slots[slot], n, items, msg, msglen);
-    g_cu.CtxPopCurrent(NULL);
+    stk__cu.CtxPopCurrent(NULL);
   }
   double tp = L->t_plan, th = L->t_hw, tg = L->t_gpu, tc = L->t_cpu, tsy = L->t_sync;
   give_lane(g, L);
@@ -1859,7 +1450,7 @@ int stk__gpu_device(const stk__gpu *g) { return g ? g->device : -1; }
 
 #define ENTER()                                                              \
   do {                                                                       \
-    CUresult r0_ = g_cu.CtxPushCurrent(g->ctx);                              \
+    CUresult r0_ = stk__cu.CtxPushCurrent(g->ctx);                              \
     if (r0_ != CUDA_SUCCESS) return cu_fail(g, r0_, "cuCtxPushCurrent", msg, msglen); \
   } while (0)
 
@@ -1867,8 +1458,8 @@ int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *ms
   if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
   ENTER();
   gslot *s = &g->slots[slot];
-  CUresult r = g_cu.EventRecord(s->freed, (CUstream)consumer_stream);
-  g_cu.CtxPopCurrent(NULL);
+  CUresult r = stk__cu.EventRecord(s->freed, (CUstream)consumer_stream);
+  stk__cu.CtxPopCurrent(NULL);
   if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuEventRecord", msg, msglen);
   pthread_mutex_lock(&g->mu);
   s->freed_pending = 1;
@@ -1880,8 +1471,8 @@ int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t
   if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
   if (!g->slots[slot].written) return STK_OK;
   ENTER();
-  CUresult r = g_cu.StreamWaitEvent((CUstream)stream, g->slots[slot].ready, 0);
-  g_cu.CtxPopCurrent(NULL);
+  CUresult r = stk__cu.StreamWaitEvent((CUstream)stream, g->slots[slot].ready, 0);
+  stk__cu.CtxPopCurrent(NULL);
   if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuStreamWaitEvent", msg, msglen);
   return STK_OK;
 }
@@ -1890,8 +1481,8 @@ int stk__gpu_slot_wait(stk__gpu *g, int slot, char *msg, size_t msglen) {
   if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
   if (!g->slots[slot].written) return STK_OK;
   ENTER();
-  CUresult r = g_cu.EventSynchronize(g->slots[slot].ready);
-  g_cu.CtxPopCurrent(NULL);
+  CUresult r = stk__cu.EventSynchronize(g->slots[slot].ready);
+  stk__cu.CtxPopCurrent(NULL);
   if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuEventSynchronize", msg, msglen);
   return STK_OK;
 }
@@ -1900,12 +1491,12 @@ int stk__gpu_slot_wait(stk__gpu *g, int slot, char *msg, size_t msglen) {
 static int compact_locked(stk__gpu *g, gslot *s, int n, const int *from, char *msg, size_t msglen) {
   for (int k = 0; k < n; k++) {
     if (from[k] == k) continue;
-    CU(g_cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)k * g->image_bytes,
+    CU(stk__cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)k * g->image_bytes,
                             s->data + (CUdeviceptr)from[k] * g->image_bytes, g->image_bytes, s->stream));
-    CU(g_cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)k * 8, s->labels + (CUdeviceptr)from[k] * 8, 8,
+    CU(stk__cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)k * 8, s->labels + (CUdeviceptr)from[k] * 8, 8,
                             s->stream));
   }
-  CU(g_cu.EventRecord(s->ready, s->stream));
+  CU(stk__cu.EventRecord(s->ready, s->stream));
   s->written = 1;
   return STK_OK;
 }
@@ -1920,7 +1511,7 @@ int stk__gpu_slot_compact(stk__gpu *g, int slot, int n, const int *from, char *m
   pthread_mutex_lock(&g->mu); /* the slot's flags */
   int rc = compact_locked(g, &g->slots[slot], n, from, msg, msglen);
   pthread_mutex_unlock(&g->mu);
-  g_cu.CtxPopCurrent(NULL);
+  stk__cu.CtxPopCurrent(NULL);
   return rc;
 }
 
@@ -1932,10 +1523,10 @@ int stk__gpu_download(stk__gpu *g, int slot, void *host, size_t bytes, int64_t *
   int rc = stk__gpu_slot_wait(g, slot, msg, msglen);
   if (rc) return rc;
   ENTER();
-  CUresult r = bytes ? g_cu.MemcpyDtoH(host, g->slots[slot].data, bytes) : CUDA_SUCCESS;
+  CUresult r = bytes ? stk__cu.MemcpyDtoH(host, g->slots[slot].data, bytes) : CUDA_SUCCESS;
   if (r == CUDA_SUCCESS && labels && n)
-    r = g_cu.MemcpyDtoH(labels, g->slots[slot].labels, (size_t)n * sizeof(int64_t));
-  g_cu.CtxPopCurrent(NULL);
+    r = stk__cu.MemcpyDtoH(labels, g->slots[slot].labels, (size_t)n * sizeof(int64_t));
+  stk__cu.CtxPopCurrent(NULL);
   if (r != CUDA_SUCCESS) return cu_fail(g, r, "cuMemcpyDtoH", msg, msglen);
   return STK_OK;
 }
@@ -1945,7 +1536,7 @@ void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out) {
   pthread_mutex_lock(&g->mu);
   *out = g->st;
   pthread_mutex_unlock(&g->mu);
-  out->late_allocs = pool_fresh() - g->pool_at_open;
+  out->late_allocs = stk__pool_fresh() - g->pool_at_open;
 }
 
 /* ---- probe ------------------------------------------------------------------- */
@@ -1962,19 +1553,19 @@ int stk__gpu_probe(char *buf, size_t len) {
   } while (0)
   OUT("gpu kernels: %s\n", HAVE_KERNELS ? "built (sm_80, sm_90, compute_90 PTX)"
                                          : "not built (nvcc was not found at build time)");
-  load_once();
-  if (!g_cu_ok) {
-    OUT("gpu: %s\n", g_cu_why);
+  stk__gpu_load();
+  if (!stk__cu_ok) {
+    OUT("gpu: %s\n", stk__cu_why);
     return STK_ENODEV;
   }
-  CUresult r = g_cu.Init(0);
+  CUresult r = stk__cu.Init(0);
   if (r != CUDA_SUCCESS) {
-    OUT("gpu: the CUDA driver cannot start: %s (%s)\n", cu_name(r), cu_str(r));
+    OUT("gpu: the CUDA driver cannot start: %s (%s)\n", stk__cu_name(r), stk__cu_str(r));
     return STK_ENODEV;
   }
   int drv = 0, count = 0;
-  g_cu.DriverGetVersion(&drv);
-  g_cu.DeviceGetCount(&count);
+  stk__cu.DriverGetVersion(&drv);
+  stk__cu.DeviceGetCount(&count);
   OUT("cuda driver: %d.%d, %d device%s\n", drv / 1000, drv % 1000 / 10, count, count == 1 ? "" : "s");
   int usable = 0;
   for (int i = 0; i < count; i++) {
@@ -1982,44 +1573,44 @@ int stk__gpu_probe(char *buf, size_t len) {
     char name[128] = "?";
     int maj = 0, min = 0, sms = 0;
     size_t mem = 0;
-    if (g_cu.DeviceGet(&d, i) != CUDA_SUCCESS) continue;
-    g_cu.DeviceGetName(name, sizeof name, d);
-    g_cu.DeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, d);
-    g_cu.DeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_CC_MINOR, d);
-    g_cu.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
-    g_cu.DeviceTotalMem(&mem, d);
+    if (stk__cu.DeviceGet(&d, i) != CUDA_SUCCESS) continue;
+    stk__cu.DeviceGetName(name, sizeof name, d);
+    stk__cu.DeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, d);
+    stk__cu.DeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_CC_MINOR, d);
+    stk__cu.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+    stk__cu.DeviceTotalMem(&mem, d);
     OUT("device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB%s\n", i, name, maj, min, sms,
         (double)mem / (1 << 30), maj >= 8 ? "" : " (too old for stoker's kernels)");
     usable += maj >= 8;
   }
-  if (!g_nj_ok) {
-    OUT("nvjpeg: not available (%s): JPEGs would be decoded on the CPU\n", g_nj_why);
+  if (!stk__nj_ok) {
+    OUT("nvjpeg: not available (%s): JPEGs would be decoded on the CPU\n", stk__nj_why);
   } else {
     int a = 0, b = 0, c = 0;
-    g_nj.GetProperty(NVJPEG_PROP_MAJOR, &a);
-    g_nj.GetProperty(NVJPEG_PROP_MINOR, &b);
-    g_nj.GetProperty(NVJPEG_PROP_PATCH, &c);
-    OUT("nvjpeg: %d.%d.%d (%s)\n", a, b, c, g_nj_name);
+    stk__nj.GetProperty(NVJPEG_PROP_MAJOR, &a);
+    stk__nj.GetProperty(NVJPEG_PROP_MINOR, &b);
+    stk__nj.GetProperty(NVJPEG_PROP_PATCH, &c);
+    OUT("nvjpeg: %d.%d.%d (%s)\n", a, b, c, stk__nj_lib);
     CUdevice d;
     CUcontext ctx = NULL;
-    if (count > 0 && g_cu.DeviceGet(&d, 0) == CUDA_SUCCESS &&
-        g_cu.DevicePrimaryCtxRetain(&ctx, d) == CUDA_SUCCESS) {
-      g_cu.CtxPushCurrent(ctx);
+    if (count > 0 && stk__cu.DeviceGet(&d, 0) == CUDA_SUCCESS &&
+        stk__cu.DevicePrimaryCtxRetain(&ctx, d) == CUDA_SUCCESS) {
+      stk__cu.CtxPushCurrent(ctx);
       nvjpegHandle_t h = NULL;
-      nvjpegStatus_t s = g_nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &h);
+      nvjpegStatus_t s = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &h);
       if (s == NVJPEG_STATUS_SUCCESS) {
         unsigned eng = 0, cores = 0;
-        if (g_nj.GetHardwareDecoderInfo) g_nj.GetHardwareDecoderInfo(h, &eng, &cores);
+        if (stk__nj.GetHardwareDecoderInfo) stk__nj.GetHardwareDecoderInfo(h, &eng, &cores);
         if (eng)
           OUT("nvjpeg hardware decoder (device 0): available, %u engines x %u cores\n", eng, cores);
         else
           OUT("nvjpeg hardware decoder (device 0): available\n");
-        g_nj.Destroy(h);
+        stk__nj.Destroy(h);
       } else {
-        OUT("nvjpeg hardware decoder (device 0): not available (%s)\n", nj_name(s));
+        OUT("nvjpeg hardware decoder (device 0): not available (%s)\n", stk__nj_status(s));
       }
-      g_cu.CtxPopCurrent(NULL);
-      g_cu.DevicePrimaryCtxRelease(d);
+      stk__cu.CtxPopCurrent(NULL);
+      stk__cu.DevicePrimaryCtxRelease(d);
     }
   }
 #undef OUT
