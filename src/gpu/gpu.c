@@ -25,6 +25,7 @@
 #include "core/common.h"
 
 #include "gpu/binding.h"
+#include "gpu/plan.h"
 #include "gpu/pool.h"
 
 /* ---- kernel ABI: gpu/kernel_abi.h ------------------------------------------ */
@@ -32,7 +33,6 @@ typedef stk__kitem kitem;
 typedef stk__kparams kparams;
 #define TILE_W STK_TILE_W
 #define TILE_H STK_TILE_H
-#define MAX_SCALE 31.0 /* as the CPU resampler: ksize <= 63 */
 #define DUMMY_SIDE 16
 
 #if defined(STK_HAVE_GPU) && STK_HAVE_GPU
@@ -230,17 +230,6 @@ static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 static size_t big_need(const stk__gpu *g) { return align_up(align_up(g->image_bytes, 8) + 8, 256); }
 
 /* ---- geometry --------------------------------------------------------------- */
-/* The source range [*a0, *a1) the resampler reads on one axis: the first
- * window's start and the last window's end (plan_axis in resample.c). */
-static void axis_need(const stk__axis *a, int *a0, int *a1, int *ksize) {
-  int first, n0, lastmin, nlast;
-  stk__axis_window(a, 0, &first, &n0, ksize);
-  stk__axis_window(a, a->out - 1, &lastmin, &nlast, NULL);
-  *a0 = a->lo + first;
-  *a1 = a->lo + lastmin + nlast;
-  if (*a1 <= *a0) *a1 = *a0 + 1;
-}
-
 static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t msglen) {
   const stk__axis *ax[2] = {&ge->x, &ge->y};
   int outs[2] = {g->cfg.out_w, g->cfg.out_h};
@@ -831,15 +820,16 @@ static void item_fail(stk__gpu_item *it, int rc, const char *why) {
 
 /* Decides the path and the source rectangle of one item. */
 static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
-  int x0, x1, y0, y1;
-  axis_need(&it->geom.x, &x0, &x1, &p->kx);
-  axis_need(&it->geom.y, &y0, &y1, &p->ky);
-  p->sx = x0;
-  p->sy = y0;
-  p->sw = x1 - x0;
-  p->sh = y1 - y0;
-  /* stk__resampler_run's choice of pass order, so that results match it */
-  p->vfirst = !it->geom.exact && y1 - y0 > it->geom.y.out;
+  stk__gpu_rect r;
+  stk__gpu_plan_rect(&it->geom, &r);
+  p->sx = r.sx;
+  p->sy = r.sy;
+  p->sw = r.sw;
+  p->sh = r.sh;
+  p->kx = r.kx;
+  p->ky = r.ky;
+  p->vfirst = r.vfirst;
+  int x1 = r.sx + r.sw, y1 = r.sy + r.sh;
   p->img_w = p->img_h = 0;
   p->roi = 0;
   p->have_src = 0;
@@ -871,15 +861,11 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
     for (int a = 0; a < 2 && g->hw_roi; a++) {
       /* the exact rectangle, then one aligned outwards to 16 pixels */
       if (a) {
-        int ax0 = p->sx & ~15, ay0 = p->sy & ~15;
-        int ax1 = (p->sx + p->sw + 15) & ~15, ay1 = (p->sy + p->sh + 15) & ~15;
-        if (ax1 > (int)w) ax1 = (int)w;
-        if (ay1 > (int)h) ay1 = (int)h;
-        if (ax0 == p->sx && ay0 == p->sy && ax1 == p->sx + p->sw && ay1 == p->sy + p->sh) break;
-        p->sx = ax0;
-        p->sy = ay0;
-        p->sw = ax1 - ax0;
-        p->sh = ay1 - ay0;
+        if (!stk__gpu_align16(&r, (int)w, (int)h)) break;
+        p->sx = r.sx;
+        p->sy = r.sy;
+        p->sw = r.sw;
+        p->sh = r.sh;
       }
       stk__nj.DecodeParamsSetROI(L->chk_params, p->sx, p->sy, p->sw, p->sh);
       if (stk__nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
@@ -1338,32 +1324,30 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
 
   /* Pack sources into the arena in order; a full arena closes a chunk. */
   int k = 0, base = 0;
-  size_t used = 0;
+  stk__gpu_packer pk;
+  stk__gpu_packer_init(&pk, L->arena_bytes);
   for (int i = 0; i <= n; i++) {
     size_t need = 0;
     if (i < n) {
       if (items[i].rc != STK_OK) continue;
       iplan *p = &L->plan[i];
       p->pitch = (size_t)p->sw * 3;
-      need = align_up(p->pitch * (size_t)p->sh, 256);
       /* too large for the arena, or shrunk more than the kernel's filter
        * window allows (a 4000-pixel image to a small output): decoded and
        * resampled on the CPU, as the CPU loader would */
-      if (need > L->arena_bytes || items[i].geom.x.scale > MAX_SCALE ||
-          items[i].geom.y.scale > MAX_SCALE) {
-        p->path = STK__GPU_PATH_BIG;
-        need = big_need(g);
-      }
+      stk__gpu_rect r = {p->sx, p->sy, p->sw, p->sh, p->kx, p->ky, p->vfirst};
+      int big = 0;
+      need = stk__gpu_item_bytes(&r, &items[i].geom, L->arena_bytes, big_need(g), &big);
+      if (big) p->path = STK__GPU_PATH_BIG;
     }
-    if (i == n || used + need > L->arena_bytes) {
+    if (i == n || stk__gpu_packer_full(&pk, need)) {
       if (k > 0 && (rc = run_chunk(g, L, s, items, L->chunk, k, base, msg, msglen))) return rc;
       base += k;
       k = 0;
-      used = 0;
+      stk__gpu_packer_close(&pk);
       if (i == n) break;
     }
-    L->plan[i].off = used;
-    used += need;
+    L->plan[i].off = stk__gpu_packer_add(&pk, need);
     L->chunk[k++] = i;
   }
   CU(stk__cu.EventRecord(s->ready, s->stream));
