@@ -79,6 +79,7 @@
 #include "core/fault.h"
 #include "gpu/gpu.h"
 #include "loader/pipeline.h"
+#include "loader/share.h"
 #include "sources/source.h"
 #include "sources/sampler.h"
 #include "stoker.h"
@@ -164,14 +165,11 @@ struct stk_loader {
   int64_t next_finalized;    /* of which finalised ahead, in order */
   int need_finalize;         /* a worker should run finalize_locked */
   stk__gpu *gpu;  /* NULL for CPU output */
-  int gpu_lanes;  /* batches the GPU back end takes at once */
-  /* The share of each GPU batch the workers finish on the CPU. Adaptive
-   * (opt.gpu_cpu_share < 0): moved by SHARE_STEP at every batch handed to
-   * the GPU, up when that batch must queue behind gpu_lanes others (the GPU
-   * is the bottleneck and the workers outpace it), down when a lane is free
-   * (the GPU keeps up: the workers are the bottleneck, or the consumer is,
-   * and then the CPU is better left alone). */
+  /* The share of each GPU batch the workers finish on the CPU: fixed, or
+   * (opt.gpu_cpu_share < 0) moved by share_ctl towards the share that
+   * delivers batches fastest (loader/share.h). */
   double share;
+  stk__share_ctl share_ctl;
   double submit_s; /* time inside stk__gpu_run_batch, summed over threads */
   int B, nslots;
   slot *slots;
@@ -258,6 +256,7 @@ static int writers(const stk_loader *l) {
  * to drop their result, and not waited for (see "Stalled reads"). */
 static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->gen++;
+  stk__share_restart(&l->share_ctl); /* a refill is no measure of the rate */
   l->resetting++;
   for (int i = 0; i < l->nworkers; i++) {
     int ph = PH_READING;
@@ -438,7 +437,6 @@ static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, u
   return STK_OK;
 }
 
-#define SHARE_STEP (1.0 / 32)
 
 /* Whether position j of a batch goes to the workers' CPU decoders: spread
  * evenly, round(share * n) of the first n positions. Mutex held. */
@@ -450,15 +448,11 @@ static int pick_cpu(const stk_loader *l, int j) {
 
 /* After batch s is finalised for the GPU: moves the adaptive share (see
  * stk_loader.share). Mutex held. */
-static void adapt_share(stk_loader *l, const slot *s) {
+static void adapt_share(stk_loader *l) {
   /* Decoded pixels (a raw cache) cost the GPU a copy of the crop's rows and
    * the CPU a whole resample: the adaptive share stays at 0 for them. */
   if (l->opt.gpu_cpu_share >= 0 || l->src.ops->pixels) return;
-  int queued = 0;
-  for (int i = 0; i < l->nslots; i++)
-    if (&l->slots[i] != s && l->slots[i].state == SLOT_GPU) queued++;
-  double p = l->share + (queued >= l->gpu_lanes ? SHARE_STEP : -SHARE_STEP);
-  l->share = p < 0 ? 0 : p > 1 ? 1 : p;
+  l->share = stk__share_batch(&l->share_ctl, stk__now());
 }
 
 /* A worker starts position j of slot s (a refill or not). Mutex held. */
@@ -628,7 +622,7 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
     }
     l->next_finalize++;
     if (l->gpu && !s->err && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
-      adapt_share(l, s);
+      adapt_share(l);
       s->state = SLOT_GPU;
       submit[nsubmit++] = s;
       continue;
@@ -921,7 +915,6 @@ static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errle
   memcpy(cfg.mean, o->mean, sizeof cfg.mean);
   memcpy(cfg.std, o->std, sizeof cfg.std);
   cfg.slots = l->nslots;
-  l->gpu_lanes = cfg.lanes;
   cfg.max_pixels = o->max_pixels;
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &l->gpu, why, sizeof why);
@@ -1016,6 +1009,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     rc = open_gpu(l, &o, err, errlen);
     if (rc) goto fail;
     l->share = o.gpu_cpu_share < 0 ? 0 : o.gpu_cpu_share;
+    stk__share_init(&l->share_ctl, l->share);
   }
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];

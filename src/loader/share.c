@@ -1,0 +1,45 @@
+/* share.c: the adaptive CPU share's rate climb (share.h). */
+#include "loader/share.h"
+
+void stk__share_init(stk__share_ctl *c, double share) {
+  c->share = share < 0 ? 0 : share > 1 ? 1 : share;
+  c->dir = 1;
+  c->idle = 0;
+  stk__share_restart(c);
+}
+
+void stk__share_restart(stk__share_ctl *c) {
+  c->n = 0;
+  c->t0 = 0;
+  c->prev_rate = 0;
+}
+
+double stk__share_batch(stk__share_ctl *c, double now) {
+  if (c->n++ == 0) {
+    c->t0 = now; /* the window opens at its first batch */
+    return c->share;
+  }
+  if (c->n <= STK__SHARE_WINDOW) return c->share;
+  double dt = now - c->t0;
+  double rate = dt > 0 ? STK__SHARE_WINDOW / dt : 0;
+  if (c->prev_rate > 0 && rate > 0) {
+    if (rate < c->prev_rate * (1 - STK__SHARE_EPS))
+      c->dir = -c->dir; /* worse: back to where it was better */
+    else if (rate <= c->prev_rate * (1 + STK__SHARE_EPS))
+      c->dir = -1; /* no better: leave the CPU alone */
+    /* better: on in the same direction */
+  }
+  if (c->share <= 0 && c->dir < 0) {
+    /* at 0, a probe every STK__SHARE_PROBE windows */
+    if (++c->idle >= STK__SHARE_PROBE) {
+      c->idle = 0;
+      c->dir = 1;
+    }
+  }
+  double p = c->share + (c->share <= 0 && c->dir < 0 ? 0 : c->dir * STK__SHARE_STEP);
+  c->share = p < 0 ? 0 : p > 1 ? 1 : p;
+  c->prev_rate = rate;
+  c->t0 = now;
+  c->n = 1; /* this batch opens the next window */
+  return c->share;
+}

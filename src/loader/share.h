@@ -1,0 +1,41 @@
+/*
+ * share.h: the adaptive CPU share of the GPU path (gpu_cpu_share < 0): the
+ * fraction of each batch the workers decode on the CPU while the rest goes
+ * to the GPU's decoders.
+ *
+ * The share that feeds a model fastest depends on what the GPU is doing: on
+ * an idle GPU the engines outrun the CPU and the best share is near 0; under
+ * training, nvJPEG's per-image steps wait behind the model's kernels and the
+ * CPU's cores are worth more. No queue length tells these apart (workers
+ * busy inside nvJPEG look like idle workers), so the controller measures the
+ * one thing that matters, the rate at which batches are delivered, and
+ * climbs towards a higher rate: every window of batches it moves the share
+ * by one step, keeps the direction while the rate improves, turns back when
+ * it falls, and steps down when nothing changes (the consumer is then the
+ * bottleneck, and the CPU is better left alone). At 0 it probes one step up
+ * now and then, so that a later slowdown of the GPU is seen.
+ */
+#ifndef STK_SHARE_H
+#define STK_SHARE_H
+
+#define STK__SHARE_STEP (1.0 / 32)
+#define STK__SHARE_WINDOW 8   /* batches per measurement */
+#define STK__SHARE_EPS 0.02   /* a rate change smaller than this is no change */
+#define STK__SHARE_PROBE 4    /* windows at 0 between probes */
+
+typedef struct {
+  double share;     /* the current share, in [0, 1] */
+  double t0;        /* start of the current window */
+  int n;            /* batches in it */
+  double prev_rate; /* batches/s of the previous window (0: none yet) */
+  int dir;          /* +1 or -1: the direction of the last step */
+  int idle;         /* windows spent at 0 since the last probe */
+} stk__share_ctl;
+
+void stk__share_init(stk__share_ctl *c, double share);
+/* A batch was delivered at time now (seconds); returns the share to use. */
+double stk__share_batch(stk__share_ctl *c, double now);
+/* Forget the measurements (a reset: the next window starts afresh). */
+void stk__share_restart(stk__share_ctl *c);
+
+#endif

@@ -1,0 +1,90 @@
+/* test_share.c: the adaptive CPU share's controller (src/loader/share.c)
+ * against a model of the GPU path: the engines decode their part of each
+ * batch at E images/s, the CPU cores theirs at C, both at once, and the
+ * consumer takes at most K: batches come at min(E / (1 - p), C / p, K), with
+ * 2% noise. The share must settle near the best one (it moves one step
+ * either side of it, so the rate stays within a few percent of the best), follow the best one
+ * when the GPU slows down (a model starts training), and stay near 0 when
+ * the consumer is the bottleneck. */
+#include <math.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "core/common.h"
+#include "loader/share.h"
+
+typedef struct {
+  double E, C, K;
+} model;
+
+static double rate(const model *m, double p) {
+  double r = m->K;
+  if (p < 1 && m->E / (1 - p) < r) r = m->E / (1 - p);
+  if (p > 0 && m->C / p < r) r = m->C / p;
+  return r;
+}
+
+/* Runs n batches of 256 images; returns the mean share and the mean rate
+ * (as a fraction of the best rate) over the last half. */
+static void run(stk__share_ctl *c, const model *m, int n, stk__rng *rng, double *t, double *mean_p,
+                double *eff) {
+  double best = 0;
+  for (int i = 0; i <= 1000; i++) {
+    double r = rate(m, i / 1000.0);
+    if (r > best) best = r;
+  }
+  double sp = 0, imgs = 0, secs = 0;
+  for (int i = 0; i < n; i++) {
+    double r = rate(m, c->share) * (1 + 0.02 * (2 * stk__rng_uniform(rng) - 1));
+    double dt = 256 / r;
+    *t += dt;
+    if (i >= n / 2) {
+      sp += c->share;
+      imgs += 256;
+      secs += dt;
+    }
+    stk__share_batch(c, *t);
+  }
+  *mean_p = sp / (n - n / 2);
+  *eff = imgs / secs / best;
+}
+
+int main(void) {
+  stk__rng rng;
+  stk__rng_init(&rng, 3, 0, 0);
+  stk__share_ctl c;
+  double t = 0, p, eff;
+
+  /* an idle GPU: engines 16,000 img/s, CPU 3,000: best share 3/19 */
+  model idle = {16000, 3000, 1e9};
+  stk__share_init(&c, 0);
+  run(&c, &idle, 2000, &rng, &t, &p, &eff);
+  printf("idle GPU: mean share %.3f (best %.3f), %.1f%% of the best rate\n", p, 3.0 / 19, 100 * eff);
+  CHECK_MSG(fabs(p - 3.0 / 19) < 0.06, "mean share %.3f", p);
+  CHECK_MSG(eff > 0.93, "%.3f of the best rate", eff);
+
+  /* training starts: the engines fall to 9,000 img/s, the model takes
+   * 13,000: best share 1/4 */
+  model busy = {9000, 3000, 13000};
+  run(&c, &busy, 2000, &rng, &t, &p, &eff);
+  printf("under training: mean share %.3f (best 0.250), %.1f%% of the best rate\n", p, 100 * eff);
+  CHECK_MSG(fabs(p - 0.25) < 0.06, "mean share %.3f", p);
+  CHECK_MSG(eff > 0.93, "%.3f of the best rate", eff);
+
+  /* the consumer is the bottleneck (8,000 img/s, the engines alone make
+   * 16,000): the CPU is left alone, but for rare probes */
+  model slow = {16000, 3000, 8000};
+  stk__share_init(&c, 0.5);
+  run(&c, &slow, 2000, &rng, &t, &p, &eff);
+  printf("consumer-bound: mean share %.3f\n", p);
+  CHECK_MSG(p < 0.03, "mean share %.3f", p);
+  CHECK(eff > 0.99);
+
+  /* restart forgets the last rate: the next window only measures */
+  stk__share_init(&c, 0.25);
+  stk__share_restart(&c);
+  double s0 = c.share;
+  for (int i = 0; i <= STK__SHARE_WINDOW; i++) stk__share_batch(&c, i * 0.01);
+  CHECK(c.share == s0 + STK__SHARE_STEP); /* one step in the start direction, no comparison */
+  return CHECK_DONE();
+}
