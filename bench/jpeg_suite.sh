@@ -63,6 +63,8 @@ if [ "${TRAIN:-1}" = 1 ]; then
   record "r18 synthetic" $TR --arch resnet18 --synthetic --num-classes "$COPIES" --steps 80 --warmup-steps 20
   record "r18 stoker t4" $TR --arch resnet18 --data "$D" --loader stoker --workers 4 $TA
   record "r18 stoker t14" $TR --arch resnet18 --data "$D" --loader stoker --workers 14 $TA
+  record "r18 stoker t14 share0.3" $TR --arch resnet18 --data "$D" --loader stoker --workers 14 \
+    --gpu-cpu-share 0.3 $TA
   record "r18 dali t12" $PY bench/dali_jpeg.py --train resnet18 --data "$D" --threads 12 \
     --amp --channels-last --json $TA
   record "r18 torchvision w16" $TR --arch resnet18 --data "$D" --loader torchvision --workers 16 $TA
