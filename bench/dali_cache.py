@@ -256,7 +256,8 @@ class DaliTrainLoader:
             images, labels = out[0]["data"], out[0]["label"]
             if self.channels_last:
                 images = images.permute(0, 3, 1, 2)
-            yield images, labels[:, 0].contiguous()
+            # int64 class indices, as cross_entropy wants (fn.readers.file gives int32)
+            yield images, labels[:, 0].long()
 
     def close(self):
         self.it = self.pipe = None
