@@ -6,7 +6,7 @@
 #   make test-gpu the GPU tests alone (they skip without a GPU)
 #   make test-wheel  the wheel: built, repaired by auditwheel, tested installed in a fresh venv
 #   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
-#   make fuzz SECONDS=N  run every fuzz target for N seconds (clang, libFuzzer)
+#   make fuzz SECONDS=N [FUZZ_TARGETS=...] [FUZZ_JOBS=J]  run the fuzz targets for N seconds each (clang, libFuzzer; J processes per target)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
