@@ -150,6 +150,27 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
+def time_epochs(it, epochs, warmup_batches, dev):
+    """(images, seconds, last batch) over every batch after the warm-up ones."""
+    batches = images = 0
+    t_start = None
+    x = None
+    if warmup_batches <= 0:
+        sync(dev)
+        t_start = time.perf_counter()
+    for _ in range(epochs):
+        for out in it:
+            x = out[0]["data"]
+            batches += 1
+            if batches == warmup_batches:
+                sync(dev)
+                t_start = time.perf_counter()
+            elif batches > warmup_batches:
+                images += x.shape[0]
+    sync(dev)
+    return images, time.perf_counter() - t_start if t_start is not None else 0.0, x
+
+
 def run_loader(args):
     """The loader alone: images/s after the warm-up batches."""
     import torch
@@ -166,23 +187,7 @@ def run_loader(args):
     it = Iterator([pipe], ["data", "label"], reader_name="Reader",
                   last_batch_policy=Policy.PARTIAL, auto_reset=True)
     build_s = time.perf_counter() - t0
-    batches = images = 0
-    t_start = None
-    x = None
-    if args.warmup_batches <= 0:
-        sync(dev)
-        t_start = time.perf_counter()
-    for _ in range(args.epochs):
-        for out in it:
-            x = out[0]["data"]
-            batches += 1
-            if batches == args.warmup_batches:
-                sync(dev)
-                t_start = time.perf_counter()
-            elif batches > args.warmup_batches:
-                images += x.shape[0]
-    sync(dev)
-    secs = time.perf_counter() - t_start if t_start is not None else 0.0
+    images, secs, x = time_epochs(it, args.epochs, args.warmup_batches, dev)
     shape = list(x.shape) if x is not None else None
     del it, pipe
     print(json.dumps({
@@ -302,22 +307,17 @@ def run_train(args, rest):
         return loader, None, len(loader.classes)
 
     train.LOADERS["dali-cache"] = build_dali
-    # This script's options that train.py also has go on to it; `rest` comes last and wins.
-    argv = ["--arch", args.train, "--data", args.data, "--loader", "dali-cache",
-            "--workers", str(args.threads), "--seed", str(args.seed),
-            "--batch-size", str(args.batch), "--image-size", str(args.size)]
-    if args.epochs is not None:
-        argv += ["--epochs", str(args.epochs)]
+    argv = train_argv(args, "dali-cache")
     if args.device is not None:
         argv += ["--device", "cpu" if args.device == "cpu" else "cuda"]
     argv += rest
     return train.main(argv)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    p.add_argument("--data", required=True, help="prepare_cache_data.py's output folder")
-    p.add_argument("--threads", type=int, default=4, help="DALI's num_threads")
+def add_common_args(p, data_help, threads):
+    """The options bench/dali_cache.py and bench/dali_jpeg.py share."""
+    p.add_argument("--data", required=True, help=data_help)
+    p.add_argument("--threads", type=int, default=threads, help="DALI's num_threads")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, default=None,
                    help="loader mode: epochs to run (4); --train: passed to train.py")
@@ -326,17 +326,32 @@ def main():
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     p.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train", metavar="ARCH",
+                   help="train ARCH through examples/train.py fed by DALI; other options go "
+                        "to train.py")
+
+
+def train_argv(args, loader):
+    """train.py's options from this script's: `rest` goes after them and wins."""
+    argv = ["--arch", args.train, "--data", args.data, "--loader", loader,
+            "--workers", str(args.threads), "--seed", str(args.seed),
+            "--batch-size", str(args.batch), "--image-size", str(args.size)]
+    if args.epochs is not None:
+        argv += ["--epochs", str(args.epochs)]
+    return argv
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    add_common_args(p, "prepare_cache_data.py's output folder", 4)
     p.add_argument("--shuffle", choices=["epoch", "buffer"], default="epoch",
                    help="epoch: shuffle_after_epoch (a permutation of the set per epoch); "
                         "buffer: random_shuffle (DALI's prefetch-buffer sampling)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["gpu", "cpu"], default=None,
                    help="gpu (default) or cpu: every DALI operator on the CPU, to check the "
                         "pipeline on a machine without a GPU (--train: train.py's --device)")
     p.add_argument("--verify", action="store_true", help="check the label pairing and exit")
-    p.add_argument("--train", metavar="ARCH",
-                   help="train ARCH through examples/train.py fed by DALI; other options go "
-                        "to train.py")
     args, rest = p.parse_known_args()
     if args.train:
         return run_train(args, rest)

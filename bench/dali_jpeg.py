@@ -86,20 +86,7 @@ def run_loader(args):
     it = Iterator([pipe], ["data", "label"], reader_name="Reader",
                   last_batch_policy=Policy.PARTIAL, auto_reset=True)
     build_s = time.perf_counter() - t0
-    batches = images = 0
-    t_start = None
-    x = None
-    for _ in range(args.epochs):
-        for out in it:
-            x = out[0]["data"]
-            batches += 1
-            if batches == args.warmup_batches:
-                common.sync(dev)
-                t_start = time.perf_counter()
-            elif batches > args.warmup_batches:
-                images += x.shape[0]
-    common.sync(dev)
-    secs = time.perf_counter() - t_start if t_start is not None else 0.0
+    images, secs, x = common.time_epochs(it, args.epochs, args.warmup_batches, dev)
     shape = list(x.shape) if x is not None else None
     samples = it.size if hasattr(it, "size") else None
     del it, pipe
@@ -138,35 +125,17 @@ def run_train(args, rest):
         return loader, None, len(classes)
 
     train.LOADERS["dali-jpeg"] = build_dali
-    argv = ["--arch", args.train, "--data", args.data, "--loader", "dali-jpeg",
-            "--workers", str(args.threads), "--seed", str(args.seed),
-            "--batch-size", str(args.batch), "--image-size", str(args.size)]
-    if args.epochs is not None:
-        argv += ["--epochs", str(args.epochs)]
-    argv += rest
+    argv = common.train_argv(args, "dali-jpeg") + rest
     return train.main(argv)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    p.add_argument("--data", required=True, help="an ImageFolder of JPEGs")
-    p.add_argument("--threads", type=int, default=12, help="DALI's num_threads")
+    common.add_common_args(p, "an ImageFolder of JPEGs", 12)
     p.add_argument("--hw-load", type=float, default=0.65,
                    help="hw_decoder_load: the share of each batch for the hardware engines")
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=None,
-                   help="loader mode: epochs to run (4); --train: passed to train.py")
-    p.add_argument("--warmup-batches", type=int, default=5,
-                   help="loader mode: batches left out of the measurement")
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    p.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["gpu", "cpu"], default=None,
                    help="cpu: skips (the mixed decoder needs a GPU)")
-    p.add_argument("--train", metavar="ARCH",
-                   help="train ARCH through examples/train.py fed by DALI; other options go "
-                        "to train.py")
     args, rest = p.parse_known_args()
     if args.train:
         return run_train(args, rest)
