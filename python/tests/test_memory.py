@@ -76,12 +76,24 @@ def test_rss_flat_over_20_epochs(tiny200, broken):
     assert growth <= 0.01
 
 
-def test_early_breaks_leave_nothing(tiny200):
+def _cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param(
+    "cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA device"))])
+def test_early_breaks_leave_nothing(tiny200, device):
     root = tiny200[1]
     rnd = random.Random(0)
-    # warm-up: the allocator maps its per-thread arenas once
+    dev = {} if device == "cpu" else {"device": "cuda"}
+    # warm-up: the allocator maps its per-thread arenas once (and CUDA and
+    # nvJPEG start their threads, which live as long as the process)
     for _ in range(5):
-        for _ in stoker.ImageLoader(root, batch_size=8, threads=4, size=8, on_error="skip"):
+        for _ in stoker.ImageLoader(root, batch_size=8, threads=4, size=8, on_error="skip", **dev):
             break
     gc.collect()
     fd0, th0, maps0 = counts()
@@ -89,7 +101,7 @@ def test_early_breaks_leave_nothing(tiny200):
     for i in range(runs):
         threads, prefetch = [1, 2, 4][i % 3], [1, 2, 4][(i // 3) % 3]
         ld = stoker.ImageLoader(root, batch_size=8, threads=threads, prefetch=prefetch, size=8,
-                                on_error=rnd.choice(["skip", "raise"]))
+                                on_error=rnd.choice(["skip", "raise"]), **dev)
         stop, held = rnd.randrange(30), []
         mode = i % 3  # 0: break; 1: delete while holding batches; 2: raise in the loop
         try:
@@ -115,7 +127,7 @@ def test_early_breaks_leave_nothing(tiny200):
         fd, th, _ = counts()
         assert (fd, th) == (fd0, th0), f"run {i}: fds {fd} (was {fd0}), threads {th} (was {th0})"
     maps1 = counts()[2]
-    print(f"{runs} early breaks: slowest close {worst * 1e3:.1f} ms; fds {fd0}, threads {th0}, "
+    print(f"{runs} early breaks ({device}): slowest close {worst * 1e3:.1f} ms; fds {fd0}, threads {th0}, "
           f"maps {maps0} -> {maps1}; {time.monotonic() - t0:.1f} s")
     assert worst < 1.0
     assert maps1 <= maps0 + 16  # the allocator maps a few regions lazily; one per run would be 90
