@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "check.h"
@@ -130,6 +131,59 @@ static void test_fifo(void) {
   CHECK(stk_check_file(fifo, NULL, NULL, NULL, m, sizeof m) != STK_OK);
   CHECK_MSG(strstr(m, "not a regular file"), "%s", m);
   unlink(fifo);
+}
+
+/* A list file that is a FIFO nothing writes: loader creation fails at once
+ * (it reads as empty) instead of blocking in open. A pipe that is written
+ * works, as `--list <(command)` does. The alarm turns a hang into a failure. */
+static void test_fifo_list(void) {
+  char fifo[4096];
+  snprintf(fifo, sizeof fifo, "%s/list-fifo.txt", g_dir);
+  CHECK(mkfifo(fifo, 0644) == 0);
+  stk_options o;
+  opts(&o, fifo, 4, 1);
+  stk_loader *l = NULL;
+  char err[512] = "";
+  alarm(20);
+  double t0 = stk__now();
+  CHECK(STK_LOADER_CREATE(&o, &l, err, sizeof err) != STK_OK);
+  alarm(0);
+  CHECK(stk__now() - t0 < 5);
+  CHECK_MSG(strstr(err, "list-fifo.txt") != NULL, "%s", err);
+  stk_loader_destroy(l);
+  unlink(fifo);
+
+  /* a pipe with a writer: the list of 12 files comes through it */
+  const char *list = make_list(12, NULL, 0);
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    FILE *in = fopen(list, "r");
+    char line[512];
+    while (in && fgets(line, sizeof line, in)) {
+      char path[1024];
+      /* absolute paths: the pipe has no folder of its own */
+      char *sp = strrchr(line, ' ');
+      if (!sp) continue;
+      *sp = '\0';
+      int n = snprintf(path, sizeof path, "%s/%s %s", g_dir, line, sp + 1);
+      if (write(fds[1], path, (size_t)n) != n) _exit(1);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  char dev[64];
+  snprintf(dev, sizeof dev, "/dev/fd/%d", fds[0]);
+  opts(&o, dev, 4, 1);
+  alarm(20);
+  CHECK_MSG(STK_LOADER_CREATE(&o, &l, err, sizeof err) == STK_OK, "%s", err);
+  alarm(0);
+  CHECK(l && stk_loader_num_samples(l) == 12);
+  stk_loader_destroy(l);
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
 }
 
 #ifdef STK_FAULT_INJECTION
@@ -269,6 +323,7 @@ int main(void) {
   g_dir = tu_tempdir();
   if (!g_dir) return 1;
   test_fifo();
+  test_fifo_list();
 #ifdef STK_FAULT_INJECTION
   test_stall_raise(1);
   test_stall_raise(3);

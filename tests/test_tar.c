@@ -879,6 +879,29 @@ static void test_skip_corrupt_member(void) {
   free(b.p);
 }
 
+/* A classes.txt that is a FIFO (nothing will ever write it) is refused at
+ * open, naming it, instead of blocking the loader's creation forever. The
+ * alarm turns a regression into a failure rather than a hung test. */
+static void test_fifo_classes(void) {
+  char p[4200], keep[4300];
+  snprintf(p, sizeof p, "%s/classes.txt", g_shards);
+  snprintf(keep, sizeof keep, "%s.kept", p);
+  CHECK(rename(p, keep) == 0);
+  CHECK(mkfifo(p, 0644) == 0);
+  alarm(20);
+  stk__source t;
+  char err[1024] = "";
+  double t0 = stk__now();
+  CHECK_EQ_INT(open_src(&t, g_shards, 0, err, sizeof err), STK_EIO);
+  alarm(0);
+  CHECK(stk__now() - t0 < 5);
+  CHECK_MSG(strstr(err, "classes.txt") && strstr(err, "not a regular file (a FIFO)"), "%s", err);
+  unlink(p);
+  CHECK(rename(keep, p) == 0);
+  CHECK_EQ_INT(open_src(&t, g_shards, 0, err, sizeof err), STK_OK); /* and back */
+  stk__source_close(&t);
+}
+
 int main(void) {
   g_tmp = tu_tempdir();
   char p[4200];
@@ -903,6 +926,7 @@ int main(void) {
   CHECK(g_jpg && g_jpg_n > 800);
 
   test_round_trip();
+  test_fifo_classes();
   test_pack_bad_files();
   test_order_coverage();
   test_shuffle_buffer();

@@ -139,13 +139,10 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
   s->impl = c;
   s->ops = &raw_ops; /* close() until the encoding is known */
 #define BAD(...) return stk__fail(msg, msglen, STK_EDECODE, __VA_ARGS__)
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    close(fd);
-    return stk__fail(msg, msglen, STK_EIO, "cannot stat %s: %s", path, strerror(errno));
-  }
+  char why[256];
+  int fd = stk__open_input(path, 0, &st, why, sizeof why);
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cache %s: %s", path, why);
   if (st.st_size < (off_t)STK__CACHE_DATA_OFF) {
     close(fd);
     BAD("cache %s is truncated: %lld bytes, shorter than its header", path, (long long)st.st_size);

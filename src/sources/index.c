@@ -209,7 +209,8 @@ static void *check_worker(void *arg) {
 }
 
 static int read_file(const char *path, uint8_t **out, uint64_t *size, char *why, size_t whylen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: never block in open (a FIFO put there); fstat refuses it */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return stk__fail(why, whylen, STK__INDEX_ABSENT, "no index %s", path);
     return stk__fail(why, whylen, STK__INDEX_CORRUPT, "cannot open index %s: %s", path,

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "sources/source.h"
@@ -19,10 +21,17 @@
 #define LIST_PATH_MAX 4096 /* PATH_MAX on Linux */
 #define LIST_LINE_MAX (LIST_PATH_MAX + 64)
 
-/* The list file's bytes, read to the end (a pipe too, as getline did). */
+/* The list file's bytes, read to the end (a pipe too, as getline did; a
+ * FIFO without a writer reads as empty rather than blocking the open). */
 static int read_list(const char *list, char **out, size_t *outlen, char *msg, size_t msglen) {
-  FILE *f = fopen(list, "r");
-  if (!f) return stk__fail(msg, msglen, STK_EIO, "cannot open list file %s: %s", list, strerror(errno));
+  struct stat st;
+  char why[256];
+  int fd = stk__open_input(list, 1, &st, why, sizeof why);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, fd < 0 ? why : strerror(errno));
+  }
   char *b = NULL;
   size_t len = 0, cap = 0;
   int rc = STK_OK;

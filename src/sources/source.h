@@ -112,6 +112,13 @@ int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_re
 
 /* Reads a whole file into buf (encoded sources of files): enforces
  * max_bytes (0 = none); a file that shrinks while read gives what is there. */
+/* Opens path for reading without ever blocking in open(): returns the
+ * descriptor (blocking reads, close-on-exec) and its stat, or -1 with
+ * "cannot open: ..." or "not a regular file (a FIFO)" in msg. With
+ * allow_pipe, a FIFO or pipe is accepted too (a list file given as
+ * <(command)). */
+struct stat;
+int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg, size_t msglen);
 int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
                          char *msg, size_t msglen);
 

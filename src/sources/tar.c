@@ -230,11 +230,15 @@ static int read_classes(const char *dir, classlist *c, char *msg, size_t msglen)
   memset(c, 0, sizeof *c);
   char *path = stk__path_join(dir, "classes.txt");
   if (!path) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  FILE *f = fopen(path, "r");
+  struct stat st;
+  char why[256];
+  int fd = stk__open_input(path, 0, &st, why, sizeof why);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   if (!f) {
-    int e = errno;
-    int rc = e == ENOENT ? STK_OK
-                         : stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", path, strerror(e));
+    int rc = fd < 0 && access(path, F_OK) != 0 && errno == ENOENT
+                 ? STK_OK /* no classes.txt: the label numbers */
+                 : stk__fail(msg, msglen, STK_EIO, "%s: %s", path, fd < 0 ? why : strerror(errno));
+    if (fd >= 0) close(fd);
     free(path);
     return rc;
   }
@@ -342,14 +346,10 @@ static int parse_pax(const char *d, size_t n, pending *p) {
 static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlist *cl,
                       tally *ta, int32_t *maxlabel, char *msg, size_t msglen) {
   const char *path = t->shards[shard];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open shard %s: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return stk__fail(msg, msglen, STK_EIO, "cannot stat shard %s: %s", path, strerror(e));
-  }
+  char why[256];
+  int fd = stk__open_input(path, 0, &st, why, sizeof why);
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", path, why);
   uint64_t fsize = (uint64_t)st.st_size, off = 0;
   keyset ks = {0};
   pending pd = {0};
@@ -682,8 +682,10 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
   if (m->size > SIZE_MAX - 1 || stk__buf_reserve(buf, (size_t)m->size + 1))
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %llu bytes",
                      (unsigned long long)m->size);
-  int fd = open(t->shards[m->shard], O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open the shard: %s", strerror(errno));
+  struct stat st;
+  char why[256];
+  int fd = stk__open_input(t->shards[m->shard], 0, &st, why, sizeof why);
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "the shard: %s", why);
   ssize_t r = pread_full(fd, buf->p, (size_t)m->size, m->off);
   int e = errno;
   close(fd);
