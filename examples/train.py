@@ -535,6 +535,11 @@ def main(argv=None):
     if world_size > 1:
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if device.type == "cuda" else None)
+        # Kept past main()'s return: freeing a DDP model can deadlock (its
+        # process group joins a thread that waits for the GIL the freeing
+        # thread holds, seen with gloo at the end of a run), so the script
+        # ends the process without freeing it (see the bottom of this file).
+        _DDP_MODELS.append(model)
     bare = model.module if world_size > 1 else model
 
     def sync():
@@ -775,5 +780,12 @@ def main(argv=None):
     return 0
 
 
+_DDP_MODELS = []
+
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    if _DDP_MODELS:  # everything is written and closed; skip the teardown
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc or 0)
+    sys.exit(rc)
