@@ -71,7 +71,7 @@ int main(void) {
   f = fopen(p, "w");
   fprintf(f, "# comment\nzebra/a.jpg 3\n\n/abs/path with space.jpg 0\n  mango/m.tif\t1  \n");
   fclose(f);
-  CHECK_EQ_INT(stk__dataset_from_list(&ds, p, NULL, msg, sizeof msg), STK_OK);
+  CHECK_EQ_INT(stk__dataset_from_list(&ds, p, NULL, 0, msg, sizeof msg), STK_OK);
   CHECK_EQ_INT(ds.n, 3);
   CHECK_EQ_INT(ds.nclasses, 4);
   char q[4096];
@@ -99,7 +99,7 @@ int main(void) {
   f = fopen(p, "w");
   fprintf(f, "a.jpg 1\nb.jpg minus\n");
   fclose(f);
-  CHECK_EQ_INT(stk__dataset_from_list(&ds, p, NULL, msg, sizeof msg), STK_EINVAL);
+  CHECK_EQ_INT(stk__dataset_from_list(&ds, p, NULL, 0, msg, sizeof msg), STK_EINVAL);
   CHECK_MSG(strstr(msg, ":2:") != NULL, "message names the line: %s", msg);
 
   CHECK(stk__has_image_extension("x.JPG") && stk__has_image_extension("y.tiff"));

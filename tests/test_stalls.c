@@ -133,44 +133,79 @@ static void test_fifo(void) {
   unlink(fifo);
 }
 
-/* A list file that is a FIFO nothing writes: loader creation fails at once
- * (it reads as empty) instead of blocking in open. A pipe that is written
- * works, as `--list <(command)` does. The alarm turns a hang into a failure. */
+/* Writes the lines of `list` to fd, with absolute paths (a pipe has no
+ * folder of its own for relative ones), after `delay` seconds. */
+static void write_list_to(int fd, const char *list, double delay) {
+  struct timespec ts = {(time_t)delay, (long)((delay - (time_t)delay) * 1e9)};
+  nanosleep(&ts, NULL);
+  FILE *in = fopen(list, "r");
+  char line[512];
+  while (in && fgets(line, sizeof line, in)) {
+    char path[1024];
+    char *sp = strrchr(line, ' ');
+    if (!sp) continue;
+    *sp = '\0';
+    int n = snprintf(path, sizeof path, "%s/%s %s", g_dir, line, sp + 1);
+    if (write(fd, path, (size_t)n) != n) _exit(1);
+  }
+  if (in) fclose(in);
+}
+
+/* A list file that is a FIFO: its writer may come later (the open never
+ * waits, then up to read_timeout for the first bytes); a FIFO nothing
+ * writes fails after read_timeout, naming it, instead of hanging the
+ * loader's creation. A pipe works as `--list <(command)` does. The alarm
+ * turns a hang into a failure. */
 static void test_fifo_list(void) {
+  const char *list = make_list(12, NULL, 0);
   char fifo[4096];
   snprintf(fifo, sizeof fifo, "%s/list-fifo.txt", g_dir);
   CHECK(mkfifo(fifo, 0644) == 0);
   stk_options o;
-  opts(&o, fifo, 4, 1);
   stk_loader *l = NULL;
   char err[512] = "";
+
+  /* nothing ever writes it */
+  opts(&o, fifo, 4, 1);
+  o.read_timeout = 0.3f;
   alarm(20);
   double t0 = stk__now();
-  CHECK(STK_LOADER_CREATE(&o, &l, err, sizeof err) != STK_OK);
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_ETIMEDOUT);
   alarm(0);
-  CHECK(stk__now() - t0 < 5);
-  CHECK_MSG(strstr(err, "list-fifo.txt") != NULL, "%s", err);
+  double dt = stk__now() - t0;
+  CHECK_MSG(dt >= 0.25 && dt < 5, "%.2f s", dt);
+  CHECK_MSG(strstr(err, "list-fifo.txt") && strstr(err, "nothing was written"), "%s", err);
   stk_loader_destroy(l);
-  unlink(fifo);
+  l = NULL;
 
-  /* a pipe with a writer: the list of 12 files comes through it */
-  const char *list = make_list(12, NULL, 0);
-  int fds[2];
-  CHECK(pipe(fds) == 0);
+  /* its writer comes 0.2 s after the loader opened it */
   pid_t pid = fork();
   if (pid == 0) {
+    struct timespec ts = {0, 200000000};
+    nanosleep(&ts, NULL);
+    int w = open(fifo, O_WRONLY);
+    if (w < 0) _exit(1);
+    write_list_to(w, list, 0);
+    _exit(0);
+  }
+  opts(&o, fifo, 4, 1);
+  o.read_timeout = 10;
+  alarm(20);
+  CHECK_MSG(STK_LOADER_CREATE(&o, &l, err, sizeof err) == STK_OK, "%s", err);
+  alarm(0);
+  CHECK(l && stk_loader_num_samples(l) == 12);
+  stk_loader_destroy(l);
+  l = NULL;
+  waitpid(pid, NULL, 0);
+  unlink(fifo);
+
+  /* a pipe with a writer */
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid = fork();
+  if (pid == 0) {
     close(fds[0]);
-    FILE *in = fopen(list, "r");
-    char line[512];
-    while (in && fgets(line, sizeof line, in)) {
-      char path[1024];
-      /* absolute paths: the pipe has no folder of its own */
-      char *sp = strrchr(line, ' ');
-      if (!sp) continue;
-      *sp = '\0';
-      int n = snprintf(path, sizeof path, "%s/%s %s", g_dir, line, sp + 1);
-      if (write(fds[1], path, (size_t)n) != n) _exit(1);
-    }
+    write_list_to(fds[1], list, 0.05);
     _exit(0);
   }
   close(fds[1]);

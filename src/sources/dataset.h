@@ -37,8 +37,10 @@ int stk__dataset_from_folder(stk__dataset *ds, const char *root, char *msg, size
  * integer, separated by the last run of blanks so paths may hold spaces).
  * Blank lines and lines starting with '#' are ignored. Relative paths start
  * from `base` (NULL = the list file's folder). */
-int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, char *msg,
-                           size_t msglen);
+int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, double wait_s,
+                           char *msg, size_t msglen);
+/* (wait_s: how long a list that is a named FIFO may wait for its writer's
+ * first bytes; 0 = no limit. Regular files and pipes never wait.) */
 /* (A list's classes are its label numbers: it sets nclasses to the largest
  * label + 1 and leaves classes NULL; stk__dataset_number_classes names them.) */
 

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +22,34 @@
 #define LIST_PATH_MAX 4096 /* PATH_MAX on Linux */
 #define LIST_LINE_MAX (LIST_PATH_MAX + 64)
 
-/* The list file's bytes, read to the end (a pipe too, as getline did; a
- * FIFO without a writer reads as empty rather than blocking the open). */
-static int read_list(const char *list, char **out, size_t *outlen, char *msg, size_t msglen) {
+/* The list file's bytes, read to the end (a pipe too, as getline did). A
+ * named FIFO is opened without waiting for its writer; then up to wait_s
+ * seconds (0: no limit) for the first bytes or the writer's end, so that a
+ * FIFO nothing will ever write fails with a message instead of hanging. */
+static int read_list(const char *list, double wait_s, char **out, size_t *outlen, char *msg,
+                     size_t msglen) {
   struct stat st;
   char why[256];
   int fd = stk__open_input(list, 1, &st, why, sizeof why);
-  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, why);
+  if (S_ISFIFO(st.st_mode)) {
+    /* (Linux: a FIFO no writer has opened yet is not readable, not hung up) */
+    struct pollfd pf = {fd, POLLIN, 0};
+    int ms = wait_s > 0 ? (wait_s * 1e3 < 2e9 ? (int)(wait_s * 1e3) : 2000000000) : -1;
+    int r;
+    while ((r = poll(&pf, 1, ms)) < 0 && errno == EINTR) {
+    }
+    if (r == 0) {
+      close(fd);
+      return stk__fail(msg, msglen, STK_ETIMEDOUT,
+                       "list file %s: nothing was written to the FIFO within %g s", list, wait_s);
+    }
+  }
+  FILE *f = fdopen(fd, "r");
   if (!f) {
-    if (fd >= 0) close(fd);
-    return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, fd < 0 ? why : strerror(errno));
+    int e = errno;
+    close(fd);
+    return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, strerror(e));
   }
   char *b = NULL;
   size_t len = 0, cap = 0;
@@ -64,12 +83,12 @@ static int read_list(const char *list, char **out, size_t *outlen, char *msg, si
   return STK_OK;
 }
 
-int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, char *msg,
-                           size_t msglen) {
+int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base, double wait_s,
+                           char *msg, size_t msglen) {
   memset(ds, 0, sizeof *ds);
   char *text = NULL;
   size_t n = 0;
-  int rc = read_list(list, &text, &n, msg, msglen);
+  int rc = read_list(list, wait_s, &text, &n, msg, msglen);
   if (rc) return rc;
   rc = stk__dataset_from_list_buffer(ds, text, n, list, base, msg, msglen);
   free(text);
@@ -172,10 +191,13 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
 
 int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msglen) {
   s->ops = &stk__list_ops;
-  int rc = stk__dataset_from_list(&s->ds, opt->list_file, opt->list_base, msg, msglen);
-  if (rc == STK_OK && (rc = stk__dataset_number_classes(&s->ds, s->ds.nclasses))) {
+  /* a FIFO's writer gets as long as a stalled read does */
+  int rc = stk__dataset_from_list(&s->ds, opt->list_file, opt->list_base, opt->read_timeout, msg,
+                                  msglen);
+  int nc = s->ds.nclasses;
+  if (rc == STK_OK && (rc = stk__dataset_number_classes(&s->ds, nc))) {
     stk__dataset_free(&s->ds);
-    return stk__fail(msg, msglen, rc, "out of memory naming %d classes", s->ds.nclasses);
+    return stk__fail(msg, msglen, rc, "out of memory naming %d classes", nc);
   }
   return rc;
 }

@@ -31,7 +31,9 @@ int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg
    * what is not wanted before anything is read. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(errno));
+    int e = errno;
+    stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(e));
+    errno = e; /* the caller may tell ENOENT from the rest */
     return -1;
   }
   int rc = STK_OK;
@@ -47,6 +49,7 @@ int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg
   }
   if (rc) {
     close(fd);
+    errno = 0;
     return -1;
   }
   return fd;

@@ -114,7 +114,8 @@ int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_re
  * max_bytes (0 = none); a file that shrinks while read gives what is there. */
 /* Opens path for reading without ever blocking in open(): returns the
  * descriptor (blocking reads, close-on-exec) and its stat, or -1 with
- * "cannot open: ..." or "not a regular file (a FIFO)" in msg. With
+ * "cannot open: ..." or "not a regular file (a FIFO)" in msg (errno is
+ * open's when open itself failed, 0 otherwise). With
  * allow_pipe, a FIFO or pipe is accepted too (a list file given as
  * <(command)). */
 struct stat;
