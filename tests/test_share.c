@@ -2,7 +2,8 @@
  * against a model of the GPU path: the engines decode their part of each
  * batch at E images/s, the CPU cores theirs at C, both at once, and the
  * consumer takes at most K: batches come at min(E / (1 - p), C / p, K), with
- * 2% noise. The share must settle near the best one (it moves one step
+ * 2% noise, and a batch delivered now was split LAG batches ago (the
+ * loader's slots). The share must settle near the best one (it moves one step
  * either side of it, so the rate stays within a few percent of the best), follow the best one
  * when the GPU slows down (a model starts training), and stay near 0 when
  * the consumer is the bottleneck. */
@@ -26,8 +27,14 @@ static double rate(const model *m, double p) {
 
 /* Runs n batches of 256 images; returns the mean share and the mean rate
  * (as a fraction of the best rate) over the last half. */
+/* The loader's default slots (prefetch 2 + 2): a batch delivered now was
+ * split when it started, LAG batches ago. */
+#define LAG 4
+
 static void run(stk__share_ctl *c, const model *m, int n, stk__rng *rng, double *t, double *mean_p,
                 double *eff) {
+  double split[LAG]; /* the shares of the batches under way, oldest first */
+  for (int k = 0; k < LAG; k++) split[k] = c->share;
   double best = 0;
   for (int i = 0; i <= 1000; i++) {
     double r = rate(m, i / 1000.0);
@@ -35,7 +42,10 @@ static void run(stk__share_ctl *c, const model *m, int n, stk__rng *rng, double 
   }
   double sp = 0, imgs = 0, secs = 0;
   for (int i = 0; i < n; i++) {
-    double r = rate(m, c->share) * (1 + 0.02 * (2 * stk__rng_uniform(rng) - 1));
+    double used = split[0];
+    for (int k = 0; k + 1 < LAG; k++) split[k] = split[k + 1];
+    split[LAG - 1] = c->share;
+    double r = rate(m, used) * (1 + 0.02 * (2 * stk__rng_uniform(rng) - 1));
     double dt = 256 / r;
     *t += dt;
     if (i >= n / 2) {
@@ -57,7 +67,7 @@ int main(void) {
 
   /* an idle GPU: engines 16,000 img/s, CPU 3,000: best share 3/19 */
   model idle = {16000, 3000, 1e9};
-  stk__share_init(&c, 0);
+  stk__share_init(&c, 0, LAG);
   run(&c, &idle, 2000, &rng, &t, &p, &eff);
   printf("idle GPU: mean share %.3f (best %.3f), %.1f%% of the best rate\n", p, 3.0 / 19, 100 * eff);
   CHECK_MSG(fabs(p - 3.0 / 19) < 0.06, "mean share %.3f", p);
@@ -74,17 +84,23 @@ int main(void) {
   /* the consumer is the bottleneck (8,000 img/s, the engines alone make
    * 16,000): the CPU is left alone, but for rare probes */
   model slow = {16000, 3000, 8000};
-  stk__share_init(&c, 0.5);
+  stk__share_init(&c, 0.5, LAG);
   run(&c, &slow, 2000, &rng, &t, &p, &eff);
   printf("consumer-bound: mean share %.3f\n", p);
   CHECK_MSG(p < 0.03, "mean share %.3f", p);
   CHECK(eff > 0.99);
 
-  /* restart forgets the last rate: the next window only measures */
-  stk__share_init(&c, 0.25);
+  /* restart forgets the last rate: the next window only measures; after a
+   * step, the LAG batches under way pass before the next window opens */
+  stk__share_init(&c, 0.25, LAG);
   stk__share_restart(&c);
   double s0 = c.share;
-  for (int i = 0; i <= STK__SHARE_WINDOW; i++) stk__share_batch(&c, i * 0.01);
+  int i = 0;
+  for (; i <= STK__SHARE_WINDOW; i++) stk__share_batch(&c, i * 0.01);
   CHECK(c.share == s0 + STK__SHARE_STEP); /* one step in the start direction, no comparison */
+  for (int k = 0; k < LAG + STK__SHARE_WINDOW; k++, i++) stk__share_batch(&c, i * 0.01);
+  CHECK(c.share == s0 + STK__SHARE_STEP); /* the lag, then a window not yet closed */
+  stk__share_batch(&c, i * 0.01);
+  CHECK(c.share != s0 + STK__SHARE_STEP); /* that window's end moves it */
   return CHECK_DONE();
 }

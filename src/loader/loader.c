@@ -1009,7 +1009,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     rc = open_gpu(l, &o, err, errlen);
     if (rc) goto fail;
     l->share = o.gpu_cpu_share < 0 ? 0 : o.gpu_cpu_share;
-    stk__share_init(&l->share_ctl, l->share);
+    stk__share_init(&l->share_ctl, l->share, l->nslots);
   }
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];

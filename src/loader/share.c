@@ -1,8 +1,9 @@
 /* share.c: the adaptive CPU share's rate climb (share.h). */
 #include "loader/share.h"
 
-void stk__share_init(stk__share_ctl *c, double share) {
+void stk__share_init(stk__share_ctl *c, double share, int lag) {
   c->share = share < 0 ? 0 : share > 1 ? 1 : share;
+  c->lag = lag > 0 ? lag : 0;
   c->dir = 1;
   c->idle = 0;
   stk__share_restart(c);
@@ -15,6 +16,11 @@ void stk__share_restart(stk__share_ctl *c) {
 }
 
 double stk__share_batch(stk__share_ctl *c, double now) {
+  /* c->n < 0: batches split under the previous share, still passing */
+  if (c->n < 0) {
+    c->n++;
+    return c->share;
+  }
   if (c->n++ == 0) {
     c->t0 = now; /* the window opens at its first batch */
     return c->share;
@@ -36,10 +42,15 @@ double stk__share_batch(stk__share_ctl *c, double now) {
       c->dir = 1;
     }
   }
+  double p0 = c->share;
   double p = c->share + (c->share <= 0 && c->dir < 0 ? 0 : c->dir * STK__SHARE_STEP);
   c->share = p < 0 ? 0 : p > 1 ? 1 : p;
   c->prev_rate = rate;
-  c->t0 = now;
-  c->n = 1; /* this batch opens the next window */
+  if (c->share != p0 && c->lag > 0) {
+    c->n = -c->lag; /* the batches under way, then the next window */
+  } else {
+    c->t0 = now;
+    c->n = 1; /* this batch opens the next window */
+  }
   return c->share;
 }

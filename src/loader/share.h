@@ -12,7 +12,8 @@
  * climbs towards a higher rate: every window of batches it moves the share
  * by one step, keeps the direction while the rate improves, turns back when
  * it falls, and steps down when nothing changes (the consumer is then the
- * bottleneck, and the CPU is better left alone). At 0 it probes one step up
+ * bottleneck, and the CPU is better left alone). The batches already under
+ * way when the share moves are not counted in the next window. At 0 it probes one step up
  * now and then, so that a later slowdown of the GPU is seen.
  */
 #ifndef STK_SHARE_H
@@ -25,6 +26,7 @@
 
 typedef struct {
   double share;     /* the current share, in [0, 1] */
+  int lag;          /* batches delivered after a step that began before it */
   double t0;        /* start of the current window */
   int n;            /* batches in it */
   double prev_rate; /* batches/s of the previous window (0: none yet) */
@@ -32,7 +34,10 @@ typedef struct {
   int idle;         /* windows spent at 0 since the last probe */
 } stk__share_ctl;
 
-void stk__share_init(stk__share_ctl *c, double share);
+/* lag: how many batches can be under way when the share changes (the
+ * loader's slots): they were split under the old share, so after each step
+ * that many batches pass before the next window opens. */
+void stk__share_init(stk__share_ctl *c, double share, int lag);
 /* A batch was delivered at time now (seconds); returns the share to use. */
 double stk__share_batch(stk__share_ctl *c, double now);
 /* Forget the measurements (a reset: the next window starts afresh). */
