@@ -51,14 +51,6 @@ static void opts(stk_options *o, const char *root) {
   o->seed = 5;
 }
 
-static stk_loader *make(stk_options *o, int expect) {
-  stk_loader *l = NULL;
-  char err[1024] = "";
-  int rc = STK_LOADER_CREATE(o, &l, err, sizeof err);
-  CHECK_MSG(rc == expect, "create %s: %s (%s)", o->root, err, stk_strerror(rc));
-  return l;
-}
-
 /* Epoch e's pixels, labels and indices, appended to the buffers. */
 static int64_t epoch(stk_loader *l, uint64_t e, stk__buf *pix, size_t *npix, int64_t *idx,
                      int64_t *lab) {
@@ -95,7 +87,7 @@ static void test_same_pixels_as_folder(const char *cache) {
         o.dtype = dts[d];
         o.layout = d == 1 ? STK_LAYOUT_NHWC : STK_LAYOUT_NCHW;
         o.dct_scaling = 0;
-        stk_loader *l = make(&o, STK_OK);
+        stk_loader *l = CHECK_CREATE(&o, STK_OK);
         if (!l) return;
         CHECK(!strcmp(stk_loader_source_kind(l), k ? "cache" : "folder"));
         CHECK_EQ_INT(epoch(l, 1, &px[k], &n[k], idx[k], lab[k]), N);
@@ -150,7 +142,7 @@ static void test_bound_and_jpeg(void) {
   CHECK_EQ_INT(pack(g_root, outj, STK_CACHE_JPEG, 40, 2, &rj, &log, err, sizeof err), STK_OK);
   CHECK(rj.packed == N && rj.bytes < r.bytes);
   opts(&o, outj);
-  stk_loader *l = make(&o, STK_OK);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     int64_t idx[N];
     CHECK_EQ_INT(epoch(l, 0, NULL, NULL, idx, NULL), N);
@@ -170,7 +162,7 @@ static void test_coverage_per_rank(const char *cache) {
       opts(&o, cache);
       o.world_size = worlds[w];
       o.rank = r;
-      stk_loader *l = make(&o, STK_OK);
+      stk_loader *l = CHECK_CREATE(&o, STK_OK);
       if (!l) return;
       int64_t idx[N];
       int64_t n = epoch(l, 3, NULL, NULL, idx, NULL);
@@ -204,7 +196,7 @@ static void test_threads_same_bytes(const char *cache) {
     stk_options o;
     opts(&o, cache);
     o.threads = k ? 3 : 1;
-    stk_loader *l = make(&o, STK_OK);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) return;
     epoch(l, 2, &px[k], &n[k], NULL, NULL);
     stk_loader_destroy(l);
@@ -228,7 +220,7 @@ static void test_bad_files_left_out(void) {
   CHECK(r.packed == 6 && r.failed == 1 && log.bad == 1 && strstr(log.last, "broken.jpg"));
   stk_options o;
   opts(&o, out);
-  stk_loader *l = make(&o, STK_OK);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     CHECK_EQ_INT(stk_loader_num_samples(l), 6);
     stk_loader_destroy(l);
@@ -237,13 +229,13 @@ static void test_bad_files_left_out(void) {
   /* The folder changed: refused, or used with a note under allow_stale_cache. */
   snprintf(p, sizeof p, "%s/class000/new.jpg", src);
   CHECK_EQ_INT(tu_write_jpeg(p, 30, 30, 99, 90), STK_OK);
-  l = make(&o, STK_ESTALE);
+  l = CHECK_CREATE(&o, STK_ESTALE);
   stk_loader_destroy(l);
   char e2[1024];
   CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, e2, sizeof e2), STK_ESTALE);
   CHECK(strstr(e2, "stale") && strstr(e2, src));
   o.allow_stale_cache = 1;
-  l = make(&o, STK_OK);
+  l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     CHECK(strstr(stk_loader_note(l), "stale") != NULL);
     stk_loader_destroy(l);
@@ -251,7 +243,7 @@ static void test_bad_files_left_out(void) {
   /* The folder is gone (the cache moved to another machine): self-contained. */
   o.allow_stale_cache = 0;
   tu_rmtree(src);
-  l = make(&o, STK_OK);
+  l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     CHECK(!strcmp(stk_loader_note(l), ""));
     stk_loader_destroy(l);
@@ -333,7 +325,7 @@ static void test_damaged(const char *cache) {
   tu_write_bytes(path, "STKCACHE", 8);
   stk_options o;
   opts(&o, path);
-  stk_loader *l = make(&o, STK_EDECODE);
+  stk_loader *l = CHECK_CREATE(&o, STK_EDECODE);
   stk_loader_destroy(l);
   unlink(path);
   free(good);

@@ -53,35 +53,12 @@ static uint8_t *copy_of(const uint8_t *p, size_t n) {
   return q;
 }
 
-/* Offset of the first marker FF <code>, or 0. */
-static size_t find_marker(const uint8_t *p, size_t n, uint8_t code) {
-  for (size_t i = 2; i + 1 < n; i++)
-    if (p[i] == 0xFF && p[i + 1] == code) return i;
-  return 0;
-}
-
-static uint32_t crc32(const uint8_t *p, size_t n) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) {
-    c ^= p[i];
-    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
-static void put_be32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24);
-  p[1] = (uint8_t)(v >> 16);
-  p[2] = (uint8_t)(v >> 8);
-  p[3] = (uint8_t)v;
-}
-
 /* A copy of `png` whose IHDR says w x h, with a valid checksum. */
 static uint8_t *png_with_size(const uint8_t *png, size_t n, uint32_t w, uint32_t h) {
   uint8_t *p = copy_of(png, n);
-  put_be32(p + 16, w); /* signature 8, length 4, "IHDR" 4 */
-  put_be32(p + 20, h);
-  put_be32(p + 29, crc32(p + 12, 17)); /* over type and 13 data bytes */
+  tu_put_be32(p + 16, w); /* signature 8, length 4, "IHDR" 4 */
+  tu_put_be32(p + 20, h);
+  tu_put_be32(p + 29, tu_crc32(p + 12, 17)); /* over type and 13 data bytes */
   return p;
 }
 
@@ -138,7 +115,7 @@ static void test_truncated_jpeg(int progressive) {
   uint8_t *jpg = make_jpeg(160, 120, progressive, &n);
   if (!jpg) return;
   CHECK_EQ_INT(decode(jpg, n), STK_OK);
-  size_t sos = find_marker(jpg, n, 0xDA);
+  size_t sos = tu_find_marker(jpg, n, 0xDA);
   CHECK(sos > 0);
   size_t cuts[] = {3, 20, 100, sos, sos + 20, n / 4, n / 2, n * 3 / 4, n - 20, n - 3, n - 2, n - 1};
   for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
@@ -172,7 +149,7 @@ static void test_corrupt_jpeg(void) {
     size_t n;
     uint8_t *jpg = make_jpeg(96, 80, progressive, &n);
     if (!jpg) return;
-    size_t sos = find_marker(jpg, n, 0xDA);
+    size_t sos = tu_find_marker(jpg, n, 0xDA);
     uint32_t s = 7;
     int ok = 0, failed = 0, other = 0;
     for (int t = 0; t < 300; t++) {
@@ -204,7 +181,7 @@ static void test_huge_jpeg(void) {
   size_t n;
   uint8_t *jpg = make_jpeg(64, 48, 0, &n);
   if (!jpg) return;
-  size_t sof = find_marker(jpg, n, 0xC0);
+  size_t sof = tu_find_marker(jpg, n, 0xC0);
   CHECK(sof > 0);
   uint8_t *p = copy_of(jpg, n);
   /* FF C0, length (2), precision (1), height (2), width (2) */
@@ -280,7 +257,7 @@ static void test_png(void) {
     p = copy_of(png, n);
     p[at] ^= 0xA5;
     uint32_t len = (uint32_t)(idat2 - 4 - 33 - 8);
-    put_be32(p + idat2 - 4, crc32(p + 37, len + 4));
+    tu_put_be32(p + idat2 - 4, tu_crc32(p + 37, len + 4));
     int rc = decode(p, n);
     ok += rc == STK_OK;
     failed += rc == STK_EDECODE;

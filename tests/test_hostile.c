@@ -126,25 +126,12 @@ static uint8_t *png_of(const uint8_t *px, int w, int h, stk__png_color c, int de
   return out;
 }
 
-static uint32_t crc32_of(const uint8_t *p, size_t n) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) {
-    c ^= p[i];
-    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
-static void put_be32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
 /* Appends a PNG chunk (length, type, data, CRC) at *at. */
 static void png_chunk(uint8_t *buf, size_t *at, const char *type, const uint8_t *d, size_t n) {
-  put_be32(buf + *at, (uint32_t)n);
+  tu_put_be32(buf + *at, (uint32_t)n);
   memcpy(buf + *at + 4, type, 4);
   if (n) memcpy(buf + *at + 8, d, n);
-  put_be32(buf + *at + 8 + n, crc32_of(buf + *at + 4, n + 4));
+  tu_put_be32(buf + *at + 8 + n, tu_crc32(buf + *at + 4, n + 4));
   *at += 12 + n;
 }
 
@@ -178,14 +165,14 @@ static uint8_t *png_interlaced(const uint8_t *px, int w, int h, size_t *n) {
   } while (off < raw_n);
   uint32_t a = 1, b = 0;
   for (size_t i = 0; i < raw_n; i++) a = (a + raw[i]) % 65521, b = (b + a) % 65521;
-  put_be32(z + zn, b << 16 | a);
+  tu_put_be32(z + zn, b << 16 | a);
   zn += 4;
   uint8_t *png = malloc(zn + 128);
   memcpy(png, "\x89PNG\r\n\x1a\n", 8);
   size_t at = 8;
   uint8_t ihdr[13];
-  put_be32(ihdr, (uint32_t)w);
-  put_be32(ihdr + 4, (uint32_t)h);
+  tu_put_be32(ihdr, (uint32_t)w);
+  tu_put_be32(ihdr + 4, (uint32_t)h);
   ihdr[8] = 8, ihdr[9] = 2, ihdr[10] = 0, ihdr[11] = 0, ihdr[12] = 1; /* RGB8, Adam7 */
   png_chunk(png, &at, "IHDR", ihdr, 13);
   png_chunk(png, &at, "IDAT", z, zn);
@@ -196,15 +183,9 @@ static uint8_t *png_interlaced(const uint8_t *px, int w, int h, size_t *n) {
   return png;
 }
 
-static size_t find_marker(const uint8_t *p, size_t n, uint8_t code) {
-  for (size_t i = 2; i + 1 < n; i++)
-    if (p[i] == 0xFF && p[i + 1] == code) return i;
-  return 0;
-}
-
 /* Offset of the first byte of entropy-coded data: after the SOS segment. */
 static size_t entropy_start(const uint8_t *p, size_t n) {
-  size_t sos = find_marker(p, n, 0xDA);
+  size_t sos = tu_find_marker(p, n, 0xDA);
   if (!sos || sos + 4 > n) return 0;
   return sos + 2 + ((size_t)p[sos + 2] << 8 | p[sos + 3]);
 }
@@ -336,7 +317,7 @@ static void write_matrix(void) {
   add_broken("a/text.jpeg", text, sizeof text - 1, STK_EFORMAT, "not an image");
   add_broken("b/text.PNG", text, sizeof text - 1, STK_EFORMAT, "not an image");
   {
-    size_t sof = find_marker(jpg, nj, 0xC0);
+    size_t sof = tu_find_marker(jpg, nj, 0xC0);
     CHECK(sof > 0);
     uint8_t *q = dup_bytes(jpg, nj);
     q[sof + 5] = 0xFF, q[sof + 6] = 0xDC, q[sof + 7] = 0xFF, q[sof + 8] = 0xDC; /* 65500 x 65500 */
@@ -345,14 +326,14 @@ static void write_matrix(void) {
     add_broken("b/zerowidth.jpg", q, nj, STK_EDECODE, NULL);
     free(q);
     q = dup_bytes(png, np);
-    put_be32(q + 16, 65500), put_be32(q + 20, 65500);
-    put_be32(q + 29, crc32_of(q + 12, 17));
+    tu_put_be32(q + 16, 65500), tu_put_be32(q + 20, 65500);
+    tu_put_be32(q + 29, tu_crc32(q + 12, 17));
     add_broken("b/bomb65500png.png", q, np, STK_ELIMIT, "65500x65500");
-    put_be32(q + 16, 0x7FFFFFFFu), put_be32(q + 20, 1); /* 2^31 - 1 pixels, the most PNG allows */
-    put_be32(q + 29, crc32_of(q + 12, 17));
+    tu_put_be32(q + 16, 0x7FFFFFFFu), tu_put_be32(q + 20, 1); /* 2^31 - 1 pixels, the most PNG allows */
+    tu_put_be32(q + 29, tu_crc32(q + 12, 17));
     add_broken("b/bomb2g.png", q, np, STK_ELIMIT, "limit");
-    put_be32(q + 16, 120), put_be32(q + 20, 0);
-    put_be32(q + 29, crc32_of(q + 12, 17));
+    tu_put_be32(q + 16, 120), tu_put_be32(q + 20, 0);
+    tu_put_be32(q + 29, tu_crc32(q + 12, 17));
     add_broken("a/zeroheight.png", q, np, STK_EDECODE, NULL);
     free(q);
     /* a bad CRC on the first IDAT: the header is sound, the data is not */
@@ -530,14 +511,6 @@ static void test_bombs_stay_small(void) {
 
 /* ---- the loader ---------------------------------------------------------- */
 
-static stk_loader *make(stk_options *o) {
-  stk_loader *l = NULL;
-  char err[1024] = "";
-  int rc = STK_LOADER_CREATE(o, &l, err, sizeof err);
-  CHECK_MSG(rc == STK_OK, "create: %s (%s)", err, stk_strerror(rc));
-  return l;
-}
-
 static void base_opts(stk_options *o, const char *root) {
   stk_options_init(o);
   o->root = root;
@@ -556,7 +529,7 @@ static void check_raise(const char *root, const char *what) {
   o.resize_size = o.size; /* square files are read whole */
   o.batch_size = 1;
   o.shuffle = 0;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   int64_t n = stk_loader_num_samples(l), good = 0, failed = 0;
   for (int64_t i = 0;; i++) {
@@ -620,7 +593,7 @@ static void check_skip(const char *root, const char *what) {
   base_opts(&o, root);
   o.on_error = STK_ON_ERROR_SKIP;
   o.batch_size = 4;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   int64_t n = stk_loader_num_samples(l);
   int *seen = calloc((size_t)n, sizeof *seen);

@@ -204,16 +204,6 @@ static int file_exists(const char *p) {
   return stat(p, &st) == 0;
 }
 
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
 
 static void index_file(char *out, size_t n, const char *dir) {
   char *real = realpath(g_root, NULL);
@@ -400,7 +390,7 @@ int main(void) {
   stk__folder_stats st = OPEN(1, g_idx);
   CHECK(!st.from_index && st.written && st.index_state == STK__INDEX_ABSENT);
   CHECK_MSG(file_exists(idxfile), "no index at %s", idxfile);
-  CHECK_EQ_INT(count_entries(g_idx), 1); /* no temporary file left */
+  CHECK_EQ_INT(tu_count_dir(g_idx), 1); /* no temporary file left */
   CHECK_EQ_INT(st.dirs, 12); /* the root, 4 classes, 7 folders below them */
   st = OPEN(1, g_idx);
   CHECK_MSG(st.from_index && st.index_state == STK__INDEX_USED, "why: %s", st.why);
@@ -574,7 +564,7 @@ int main(void) {
   st = OPEN(0, g_idx); /* not even an existing one */
   CHECK(!st.from_index && st.index_state == -1);
   st = OPEN(-1, dir0); /* auto, a small tree: nothing written */
-  CHECK(!st.from_index && !st.written && count_entries(dir0) <= 0);
+  CHECK(!st.from_index && !st.written && tu_count_dir(dir0) <= 0);
   /* the default places: $XDG_CACHE_HOME/stoker, then $HOME/.cache/stoker */
   char xdgfile[4096];
   snprintf(env, sizeof env, "%s/xdg", g_tmp);
@@ -638,7 +628,7 @@ int main(void) {
   for (int i = 0; i < 6; i++) pthread_create(&th[i], NULL, open_thread, &to[i]);
   for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
   for (int i = 0; i < 6; i++) CHECK(to[i].rc == STK_OK && to[i].n == to[0].n);
-  CHECK_EQ_INT(count_entries(g_idx), 1); /* the index, no temporary left */
+  CHECK_EQ_INT(tu_count_dir(g_idx), 1); /* the index, no temporary left */
   st = OPEN(1, g_idx);
   CHECK_MSG(st.from_index, "after concurrent writers: %s", st.why);
 

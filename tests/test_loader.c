@@ -18,14 +18,6 @@
 
 static char *g_root;
 
-static stk_loader *make(stk_options *o) {
-  stk_loader *l = NULL;
-  char err[1024] = "";
-  int rc = STK_LOADER_CREATE(o, &l, err, sizeof err);
-  CHECK_MSG(rc == STK_OK, "create: %s (%s)", err, stk_strerror(rc));
-  return l;
-}
-
 static void base_opts(stk_options *o) {
   stk_options_init(o);
   o->root = g_root;
@@ -50,7 +42,7 @@ static void test_determinism_across_threads(stk_pipeline pipe, stk_dtype dt, stk
     o.dtype = dt;
     o.layout = lay;
     o.threads = threads[k];
-    stk_loader *l = make(&o);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) return;
     for (int e = 0; e < 2; e++) {
       stk_loader_set_epoch(l, (uint64_t)e);
@@ -74,7 +66,7 @@ static void test_epoch_coverage(int world, int shard_drop_last) {
     o.rank = r;
     o.world_size = world;
     o.shard_drop_last = shard_drop_last;
-    stk_loader *l = make(&o);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) return;
     int64_t idx[N + 8];
     stk_loader_set_epoch(l, 3);
@@ -100,7 +92,7 @@ static void test_order_eval_and_seek(void) {
   stk_options o;
   base_opts(&o);
   o.pipeline = STK_PIPELINE_EVAL;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   int64_t idx[N];
   CHECK_EQ_INT(run_epoch(l, NULL, NULL, idx, NULL), N);
@@ -112,7 +104,7 @@ static void test_order_eval_and_seek(void) {
 
   /* seek(e, b) yields exactly the batches an uninterrupted epoch yields */
   base_opts(&o);
-  l = make(&o);
+  l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   stk__buf full = {0}, part = {0};
   size_t nf = 0, np = 0;
@@ -146,7 +138,7 @@ static void test_slots_and_teardown(void) {
   base_opts(&o);
   o.batch_size = 2;
   o.prefetch = 1;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   int slots = stk_loader_num_slots(l);
   CHECK_EQ_INT(slots, 3);
@@ -164,7 +156,7 @@ static void test_slots_and_teardown(void) {
     stk_options o2;
     base_opts(&o2);
     o2.batch_size = 3;
-    stk_loader *m = make(&o2);
+    stk_loader *m = CHECK_CREATE(&o2, STK_OK);
     if (m) {
       stk_batch hb;
       CHECK_EQ_INT(stk_loader_next(m, &hb), STK_OK);
@@ -262,7 +254,7 @@ static void test_skip_and_raise(void) {
   o.root = root;
   o.on_error = STK_ON_ERROR_SKIP;
   o.batch_size = 4;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     int64_t idx[32];
     CHECK_EQ_INT(run_epoch(l, NULL, NULL, idx, NULL), 20);
@@ -290,7 +282,7 @@ static void test_skip_and_raise(void) {
     o.on_error = STK_ON_ERROR_SKIP;
     o.batch_size = 4;
     o.threads = k ? 3 : 1;
-    l = make(&o);
+    l = CHECK_CREATE(&o, STK_OK);
     if (!l) break;
     run_epoch(l, &out[k], &n[k], NULL, NULL);
     stk_loader_destroy(l);
@@ -304,7 +296,7 @@ static void test_skip_and_raise(void) {
   o.root = root;
   o.shuffle = 0;
   o.batch_size = 4;
-  l = make(&o);
+  l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     stk_batch b;
     int rc = stk_loader_next(l, &b);
@@ -333,7 +325,7 @@ static void test_skip_and_raise(void) {
   base_opts(&o);
   o.root = root;
   o.on_error = STK_ON_ERROR_SKIP;
-  l = make(&o);
+  l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     stk_batch b;
     CHECK_EQ_INT(stk_loader_next(l, &b), STK_ETOOMANY);
@@ -341,7 +333,7 @@ static void test_skip_and_raise(void) {
     stk_loader_destroy(l);
   }
   o.max_consecutive_failures = 5;
-  l = make(&o);
+  l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     stk_batch b;
     CHECK_EQ_INT(stk_loader_next(l, &b), STK_ETOOMANY);
@@ -389,7 +381,7 @@ static void test_epoch_lookahead(stk_on_error policy) {
   o.batch_size = 3;
   o.prefetch = 6; /* more slots than one epoch's batches take: several start ahead */
   o.threads = 3;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   for (int e = 0; e < EPOCHS; e++) {
     if (e % 2) CHECK_EQ_INT(stk_loader_set_epoch(l, (uint64_t)e), STK_OK); /* a no-op here */
@@ -405,7 +397,7 @@ static void test_epoch_lookahead(stk_on_error policy) {
   if (policy == STK_ON_ERROR_SKIP) CHECK_EQ_INT(st.skipped, 6 * EPOCHS);
   stk_loader_destroy(l);
   for (int e = 0; e < EPOCHS; e++) {
-    l = make(&o);
+    l = CHECK_CREATE(&o, STK_OK);
     if (!l) break;
     stk_loader_set_epoch(l, (uint64_t)e);
     if (policy == STK_ON_ERROR_SKIP) {
@@ -434,7 +426,7 @@ static void test_next_epoch_starts_early(void) {
   stk_options o;
   base_opts(&o);
   o.batch_size = 5;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   uint64_t total = 0;
   for (int64_t i = 0; i < stk_loader_num_samples(l); i++) {
@@ -473,7 +465,7 @@ static void test_stale_copy_release(void) {
   o.pipeline = STK_PIPELINE_EVAL;
   o.batch_size = 2;
   o.prefetch = 1;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   stk_batch a, copy, b[3];
   CHECK_EQ_INT(stk_loader_next(l, &a), STK_OK);
@@ -494,7 +486,7 @@ static void test_stale_copy_release(void) {
 static void test_seek_past_end(void) {
   stk_options o;
   base_opts(&o);
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   CHECK_EQ_INT(stk_loader_seek(l, 1, INT64_MAX / 2), STK_OK);
   stk_batch b;
@@ -531,7 +523,7 @@ static void test_stats_while_loading(void) {
   o.threads = 1;
   o.pipeline = STK_PIPELINE_EVAL;
   o.on_error = STK_ON_ERROR_SKIP;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     stk_batch b;
     CHECK_EQ_INT(stk_loader_next(l, &b), STK_OK);
@@ -554,7 +546,7 @@ static void test_stats_while_loading(void) {
   base_opts(&o);
   o.threads = 4;
   o.prefetch = 4;
-  l = make(&o);
+  l = CHECK_CREATE(&o, STK_OK);
   if (!l) return;
   for (int e = 0; e < 2; e++) {
     stk_batch b;
@@ -580,7 +572,7 @@ static void test_raise_then_end(void) {
   o.batch_size = 4;
   for (int threads = 1; threads <= 3; threads += 2) {
     o.threads = threads;
-    stk_loader *l = make(&o);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) continue;
     for (int epoch = 0; epoch < 3; epoch++) {
       stk_batch b;
@@ -609,7 +601,7 @@ static void test_skip_list_per_epoch(void) {
   o.root = root;
   o.on_error = STK_ON_ERROR_SKIP;
   o.batch_size = 4;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     for (int epoch = 0; epoch < 4; epoch++) {
       CHECK_EQ_INT(run_epoch(l, NULL, NULL, NULL, NULL), 10);

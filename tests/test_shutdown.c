@@ -15,14 +15,9 @@
 #include "check.h"
 #include "core/common.h"
 
+/* (in /proc/self/fd, the count includes opendir's own descriptor) */
 static int count_entries(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - (!strcmp(path, "/proc/self/fd")); /* opendir's own */
+  return tu_count_dir(path) - (!strcmp(path, "/proc/self/fd"));
 }
 
 static int count_maps(void) {

@@ -12,7 +12,6 @@
  */
 #include "util.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,18 +22,8 @@
 
 static char *g_dir;
 
-static inline int count_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 #ifdef STK_FAULT_INJECTION
-static int nthreads_now(void) { return count_dir("/proc/self/task"); }
+static int nthreads_now(void) { return tu_count_dir("/proc/self/task"); }
 
 /* Waits up to `secs` for the thread count to fall to `want`. */
 static int wait_threads(int want, double secs) {

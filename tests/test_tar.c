@@ -17,14 +17,6 @@
 
 static char *g_tmp, *g_folder, *g_shards;
 
-static stk_loader *make(stk_options *o) {
-  stk_loader *l = NULL;
-  char err[1024] = "";
-  int rc = STK_LOADER_CREATE(o, &l, err, sizeof err);
-  CHECK_MSG(rc == STK_OK, "create %s: %s (%s)", o->root, err, stk_strerror(rc));
-  return l;
-}
-
 static void base_opts(stk_options *o, const char *root) {
   stk_options_init(o);
   o->root = root;
@@ -174,7 +166,7 @@ static void test_round_trip(void) {
     stk_options o;
     base_opts(&o, roots[k]);
     o.pipeline = STK_PIPELINE_EVAL;
-    stk_loader *l = make(&o);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) continue;
     CHECK(!strcmp(stk_loader_source_kind(l), k ? "tar" : "folder"));
     CHECK_EQ_INT(stk_loader_num_samples(l), N);
@@ -193,7 +185,7 @@ static void test_round_trip(void) {
   /* one shard file alone is a source too */
   stk_options o;
   base_opts(&o, p);
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     CHECK(!strcmp(stk_loader_source_kind(l), "tar"));
     CHECK(stk_loader_num_samples(l) > 0 && stk_loader_num_samples(l) < N);
@@ -326,7 +318,7 @@ static void test_order_coverage(void) {
     base_opts(&o, g_shards);
     o.world_size = W;
     o.rank = r;
-    stk_loader *l = make(&o);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) continue;
     if (len < 0) len = stk_loader_len(l);
     CHECK_EQ_INT(stk_loader_len(l), len);
@@ -408,7 +400,7 @@ static void test_determinism(void) {
     o.threads = threads[k];
     o.seed = seeds[k];
     o.shuffle_buffer = 8;
-    stk_loader *l = make(&o);
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
     if (!l) return;
     for (int e = 0; e < 2; e++) {
       stk_loader_set_epoch(l, (uint64_t)e);
@@ -438,7 +430,7 @@ static void test_many_shards(void) {
   setrlimit(RLIMIT_NOFILE, &low);
   stk_options o;
   base_opts(&o, out);
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     for (int e = 0; e < 2; e++) CHECK_EQ_INT(run_epoch(l, NULL, NULL, NULL), N);
     stk_loader_destroy(l);
@@ -858,7 +850,7 @@ static void test_skip_corrupt_member(void) {
   base_opts(&o, dir);
   o.on_error = STK_ON_ERROR_SKIP;
   o.batch_size = 2;
-  stk_loader *l = make(&o);
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
     int64_t idx[16];
     CHECK_EQ_INT(run_epoch(l, NULL, NULL, idx), 8);

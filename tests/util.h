@@ -10,6 +10,7 @@
 #define _XOPEN_SOURCE 700
 #endif
 
+#include <dirent.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +37,42 @@ static inline int tu_rm_cb(const char *p, const struct stat *sb, int flag, struc
 static inline void tu_rmtree(const char *dir) { nftw(dir, tu_rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
 static inline void tu_mkdir(const char *dir) { mkdir(dir, 0755); }
+
+/* The entries of a folder other than . and .. (hidden ones too), or -1. */
+static inline int tu_count_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+/* PNG's CRC-32 (ISO 3309), for tests that rewrite chunks. */
+static inline uint32_t tu_crc32(const uint8_t *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+static inline void tu_put_be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+
+/* Offset of the first JPEG marker FF <code> after SOI, or 0. */
+static inline size_t tu_find_marker(const uint8_t *p, size_t n, uint8_t code) {
+  for (size_t i = 2; i + 1 < n; i++)
+    if (p[i] == 0xFF && p[i + 1] == code) return i;
+  return 0;
+}
 
 /* Writes a photo-like w x h JPEG (seeded) to path. Returns STK_OK. */
 static inline int tu_write_jpeg(const char *path, int w, int h, uint64_t seed, int quality) {
