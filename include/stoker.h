@@ -213,7 +213,9 @@ typedef struct stk_options {
                                 left behind and replaced. 300; 0 = none.
                                 Checked while the consumer waits in
                                 stk_loader_next(), to within a quarter of the
-                                timeout (at most 0.25 s) */
+                                timeout (at most 0.25 s). A list_file that is
+                                a FIFO waits this long for its writer's first
+                                bytes at create. */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

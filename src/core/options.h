@@ -45,7 +45,7 @@
   X(root, STR, STK__V(0), 0, 0, NULL, NULL, "root", \
     "image folder (DIR/<class>/<image>), cache file or folder of tar shards") \
   X(list_file, STR, STK__V(0), 0, 0, NULL, "--list", "list_file", \
-    "instead of a folder: a file of 'path label' lines") \
+    "instead of a folder: a file of 'path label' lines (a pipe or FIFO too)") \
   X(list_base, STR, STK__V(0), 0, 0, NULL, "--list-base", "list_base", \
     "folder relative list paths start from (the list's folder)") \
   X(pipeline, ENUM, STK__V(STK_PIPELINE_TRAIN), 0, 1, "train|eval", "--pipeline", "pipeline", \
@@ -112,7 +112,7 @@
   X(allow_stale_cache, BOOL, STK__V(0), 0, 1, NULL, "--allow-stale-cache", "allow_stale_cache", \
     "use a cache whose source folder changed since it was packed") \
   X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", \
-    "seconds a file read may take before its sample fails; 0 = no limit")
+    "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit")
 /* clang-format on */
 
 typedef enum {
