@@ -27,11 +27,6 @@
 #include "gpu/plan.h"
 #include "gpu/pool.h"
 
-/* ---- kernel ABI: gpu/kernel_abi.h ------------------------------------------ */
-typedef stk__kitem kitem;
-typedef stk__kparams kparams;
-#define TILE_W STK_TILE_W
-#define TILE_H STK_TILE_H
 #define DUMMY_SIDE 16
 
 #if defined(STK_HAVE_GPU) && STK_HAVE_GPU
@@ -119,7 +114,7 @@ typedef struct {
   size_t arena_bytes;
   uint8_t *staging;
   size_t staging_bytes, staging_used;
-  kitem *desc_host;
+  stk__kitem *desc_host;
   /* CPU fallbacks */
   stk__decoder *dec;
   stk__resampler rs;
@@ -394,8 +389,8 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     return rc;
   L->gb.pad_out = L->dummy_out + (CUdeviceptr)B * DUMMY_SIDE * DUMMY_SIDE * 3;
   if ((rc = host_alloc(g, (void **)&L->staging, L->staging_bytes, "staging", msg, msglen))) return rc;
-  if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(kitem), "item descriptors",
-                       msg, msglen)))
+  if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(stk__kitem),
+                       "item descriptors", msg, msglen)))
     return rc;
   L->hw_params = calloc((size_t)B, sizeof *L->hw_params);
   L->hw_data = calloc((size_t)B, sizeof *L->hw_data);
@@ -653,7 +648,7 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
         (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
                         msglen)) ||
         (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
-        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(kitem),
+        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(stk__kitem),
                         "item descriptors", msg, msglen)))
       goto fail;
     if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
@@ -1162,7 +1157,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   if (mg > 0) CU(stk__cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
   /* 4. the kernel */
   int n = 0, kxm = 1, kym = 1;
-  kitem *d = L->desc_host + base;
+  stk__kitem *d = L->desc_host + base;
   for (int c = 0; c < k; c++) {
     int i = chunk[c];
     iplan *p = &L->plan[i];
@@ -1170,7 +1165,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     if (!p->have_src) continue;
     it->path = p->path;
     if (p->path == STK__GPU_PATH_BIG) continue; /* copied below */
-    kitem *q = &d[n++];
+    stk__kitem *q = &d[n++];
     memset(q, 0, sizeof *q);
     q->src = L->arena + p->off;
     q->label = it->label;
@@ -1195,8 +1190,8 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
   int run_kernel = n > 0 && !g->cfg.decode_only;
   if (run_kernel)
-    CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(kitem), d,
-                            (size_t)n * sizeof(kitem), L->stream));
+    CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem), d,
+                            (size_t)n * sizeof(stk__kitem), L->stream));
   if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[1], L->stream));
   /* 5. on the slot's stream: after the decoders, and after the consumer has
    * let go of the slot, the kernel and the copies of finished images */
@@ -1237,9 +1232,9 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
  * the slot's stream. */
 static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
                   size_t msglen) {
-  kparams kp;
+  stk__kparams kp;
   memset(&kp, 0, sizeof kp);
-  kp.items = L->desc_dev + (CUdeviceptr)base * sizeof(kitem);
+  kp.items = L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem);
   kp.out = s->data;
   kp.labels = s->labels;
   kp.lut = g->lut;
@@ -1249,14 +1244,15 @@ static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int
   kp.layout = (int)g->cfg.layout;
   kp.kx = kxm;
   kp.ky = kym;
-  kp.tiles_x = (g->cfg.out_w + TILE_W - 1) / TILE_W;
+  kp.tiles_x = (g->cfg.out_w + STK_TILE_W - 1) / STK_TILE_W;
   kp.n = n;
-  int tiles_y = (g->cfg.out_h + TILE_H - 1) / TILE_H;
-  unsigned smem = (unsigned)((TILE_W * kxm + TILE_H * kym + 2 * TILE_W + 2 * TILE_H) * sizeof(int) +
-                             768 * sizeof(float) + 768 * sizeof(uint16_t));
+  int tiles_y = (g->cfg.out_h + STK_TILE_H - 1) / STK_TILE_H;
+  unsigned smem =
+      (unsigned)((STK_TILE_W * kxm + STK_TILE_H * kym + 2 * STK_TILE_W + 2 * STK_TILE_H) * sizeof(int) +
+                 768 * sizeof(float) + 768 * sizeof(uint16_t));
   void *args[] = {&kp};
-  CU(stk__cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, TILE_W, TILE_H, 1, smem,
-                       s->stream, args, NULL));
+  CU(stk__cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, STK_TILE_W,
+                          STK_TILE_H, 1, smem, s->stream, args, NULL));
   pthread_mutex_lock(&g->mu);
   g->st.chunks++;
   pthread_mutex_unlock(&g->mu);

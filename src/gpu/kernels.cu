@@ -27,9 +27,6 @@
 #include "gpu/kernel_abi.h"
 #include "ops/window.h"
 
-#define TW STK_TILE_W
-#define TH STK_TILE_H
-
 /* dtype and layout values of stoker.h */
 #define DT_F32 0
 #define DT_F16 1
@@ -49,30 +46,29 @@ __device__ void axis_coeffs(double in0_abs, double scale, int lo, int hi, int i,
   *count = n;
 }
 
-#define clip8 stk__clip8
-#define PRECISION_BITS STK_PRECISION_BITS
-
-extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk__kparams p) {
+extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
+    stk_resample_kernel(stk__kparams p) {
   extern __shared__ int smem[];
-  int *kx = smem;               /* TW * p.kx */
-  int *ky = kx + TW * p.kx;     /* TH * p.ky */
-  int *bx = ky + TH * p.ky;     /* TW * 2: first, count */
-  int *by = bx + 2 * TW;        /* TH * 2 */
-  float *lutf = (float *)(by + 2 * TH);                   /* 768 */
+  int *kx = smem;               /* STK_TILE_W * p.kx */
+  int *ky = kx + STK_TILE_W * p.kx;     /* STK_TILE_H * p.ky */
+  int *bx = ky + STK_TILE_H * p.ky;     /* STK_TILE_W * 2: first, count */
+  int *by = bx + 2 * STK_TILE_W;        /* STK_TILE_H * 2 */
+  float *lutf = (float *)(by + 2 * STK_TILE_H);                   /* 768 */
   unsigned short *lut16 = (unsigned short *)(lutf + 768); /* 768 */
 
   const stk__kitem *it = (const stk__kitem *)p.items + blockIdx.y;
   const int W = p.out_w, H = p.out_h;
-  const int ox0 = (blockIdx.x % p.tiles_x) * TW, oy0 = (blockIdx.x / p.tiles_x) * TH;
-  const int t = threadIdx.y * TW + threadIdx.x;
+  const int ox0 = (blockIdx.x % p.tiles_x) * STK_TILE_W;
+  const int oy0 = (blockIdx.x / p.tiles_x) * STK_TILE_H;
+  const int t = threadIdx.y * STK_TILE_W + threadIdx.x;
 
-  if (t < TW) {
+  if (t < STK_TILE_W) {
     int i = ox0 + t;
     if (i < W)
       axis_coeffs(it->in0x, it->scalex, it->lox, it->hix, i, p.kx, kx + t * p.kx, &bx[2 * t],
                   &bx[2 * t + 1]);
-  } else if (t < TW + TH) {
-    int r = t - TW, j = oy0 + r;
+  } else if (t < STK_TILE_W + STK_TILE_H) {
+    int r = t - STK_TILE_W, j = oy0 + r;
     if (j < H)
       axis_coeffs(it->in0y, it->scaley, it->loy, it->hiy, j, p.ky, ky + r * p.ky, &by[2 * r],
                   &by[2 * r + 1]);
@@ -80,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk__k
   if (p.dtype != DT_U8) {
     const float *gl = (const float *)p.lut;
     const unsigned short *g16 = (const unsigned short *)(gl + 768);
-    for (int q = t; q < 768; q += TW * TH) {
+    for (int q = t; q < 768; q += STK_TILE_W * STK_TILE_H) {
       lutf[q] = gl[q];
       lut16[q] = g16[q];
     }
@@ -104,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk__k
   if (x0 + nx > it->sw) nx = it->sw - x0;
   if (y0 + ny > it->sh) ny = it->sh - y0;
 
-  const int half = 1 << (PRECISION_BITS - 1);
+  const int half = 1 << (STK_PRECISION_BITS - 1);
   int a0 = half, a1 = half, a2 = half;
   if (!it->vfirst) {
     /* each source row of the window through the horizontal filter, rounded
@@ -119,9 +115,9 @@ extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk__k
         h2 += row[3 * c + 2] * w;
       }
       int wy = kyr[ky0 + r];
-      a0 += clip8(h0) * wy;
-      a1 += clip8(h1) * wy;
-      a2 += clip8(h2) * wy;
+      a0 += stk__clip8(h0) * wy;
+      a1 += stk__clip8(h1) * wy;
+      a2 += stk__clip8(h2) * wy;
     }
   } else {
     /* each source column through the vertical filter first */
@@ -136,12 +132,12 @@ extern "C" __global__ void __launch_bounds__(TW * TH) stk_resample_kernel(stk__k
         v2 += q[2] * w;
       }
       int wx = kxr[kx0 + c];
-      a0 += clip8(v0) * wx;
-      a1 += clip8(v1) * wx;
-      a2 += clip8(v2) * wx;
+      a0 += stk__clip8(v0) * wx;
+      a1 += stk__clip8(v1) * wx;
+      a2 += stk__clip8(v2) * wx;
     }
   }
-  const int v0 = clip8(a0), v1 = clip8(a1), v2 = clip8(a2);
+  const int v0 = stk__clip8(a0), v1 = stk__clip8(a1), v2 = stk__clip8(a2);
 
   const int ox = it->flip ? W - 1 - i : i;
   const size_t plane = (size_t)W * H, img = (size_t)it->dst * 3 * plane;
