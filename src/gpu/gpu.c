@@ -850,6 +850,14 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   if ((int)w < x1 || (int)h < y1 || w == 0 || h == 0) return; /* geometry outside the image */
   p->img_w = (int)w;
   p->img_h = (int)h;
+  int baseline = jm.sof == 0xC0 || jm.sof == 0xC1;
+  if (it->share && g->gh && baseline) {
+    p->path = STK__GPU_PATH_GPU;
+    p->sx = p->sy = 0;
+    p->sw = (int)w;
+    p->sh = (int)h;
+    return;
+  }
   int sup = 1;
   if (g->hw) {
     for (int a = 0; a < 2 && g->hw_roi; a++) {
@@ -887,7 +895,7 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
       return;
     }
   }
-  if (g->gh && !g->hw && (jm.sof == 0xC0 || jm.sof == 0xC1)) {
+  if (g->gh && !g->hw && baseline) {
     /* no engines: baseline files go to the batched GPU-hybrid decoder */
     p->path = STK__GPU_PATH_GPU;
     p->sx = p->sy = 0;
@@ -1298,7 +1306,7 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
   for (int i = 0; i < n; i++)
     if (items[i].rc == STK_OK) plan_item(g, L, &items[i], &L->plan[i]);
   /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
-  if (g->hw && g->gh) {
+  if (g->hw && g->gh && g->cfg.hw_share < 1.0f) {
     int elig = 0, to_hw = 0;
     for (int i = 0; i < n; i++) {
       iplan *p = &L->plan[i];

@@ -166,6 +166,9 @@ typedef struct {
   stk__geom geom;
   int64_t label;      /* written to the slot's device labels at [dst] */
   int dst;            /* image index in the slot, 0..max_batch-1 */
+  int share;          /* JPEG: decode it on the GPU-hybrid decoder, when that
+                         is open and the file is baseline (the loader's CPU
+                         share under STOKER_SHARE_DECODER=gpu-hybrid) */
   /* results */
   int rc;             /* STK_OK, or why this item failed (its image and label
                          in the slot are then left as they were) */

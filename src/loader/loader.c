@@ -170,6 +170,9 @@ struct stk_loader {
    * delivers batches fastest (loader/share.h). */
   double share;
   stk__share_ctl share_ctl;
+  /* STOKER_SHARE_DECODER=gpu-hybrid: the share goes to nvJPEG's GPU-hybrid
+   * decoder on the SMs instead of the workers' CPU decoders (docs/gpu.md) */
+  int share_gpu;
   double submit_s; /* time inside stk__gpu_run_batch, summed over threads */
   int B, nslots;
   slot *slots;
@@ -400,6 +403,7 @@ static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, u
   /* What the hardware engines cannot decode would be decoded on the
    * submitting thread, one file after another: decode it here instead. */
   const stk__image_info *in = &smp.info;
+  int share = on_cpu; /* picked for the share, not sent by its format */
   if (smp.raw && !on_cpu) {
     /* Pre-decoded: the GPU back end copies up only the rows and columns
      * the crop reads, and resamples them in the same fused kernel. */
@@ -413,13 +417,16 @@ static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, u
     return STK_OK;
   }
   if (!smp.raw &&
-      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3)))
+      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3))) {
     on_cpu = 1;
-  if (!on_cpu) {
+    share = 0;
+  }
+  if (!on_cpu || (share && l->share_gpu && !smp.raw)) {
     it->kind = STK__GPU_JPEG;
     it->data = smp.data;
     it->len = smp.len;
     it->geom = smp.geom;
+    it->share = share;
     return STK_OK;
   }
   /* Finished here exactly as the CPU loader would (flip included), as raw
@@ -916,6 +923,15 @@ static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errle
   memcpy(cfg.std, o->std, sizeof cfg.std);
   cfg.slots = l->nslots;
   cfg.max_pixels = o->max_pixels;
+  const char *sd = getenv("STOKER_SHARE_DECODER");
+  if (sd && *sd && strcmp(sd, "cpu") && strcmp(sd, "gpu-hybrid"))
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "STOKER_SHARE_DECODER=%s: expected \"cpu\" or \"gpu-hybrid\"", sd);
+  l->share_gpu = sd && !strcmp(sd, "gpu-hybrid");
+  if (l->share_gpu) {
+    cfg.use_gpu_hybrid = 1;
+    cfg.hw_share = 1.0f; /* only the share goes to it */
+  }
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &l->gpu, why, sizeof why);
   if (rc)
