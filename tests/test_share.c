@@ -90,6 +90,17 @@ int main(void) {
   CHECK_MSG(p < 0.03, "mean share %.3f", p);
   CHECK(eff > 0.99);
 
+  /* two CPU threads (250 img/s): one step of share makes them the
+   * bottleneck (half the rate at 1/32; the best share, 1/65, is below one
+   * step), so probes cost; the failed ones back off and the rate stays near
+   * that of share 0 */
+  model weak = {16000, 250, 1e9};
+  stk__share_init(&c, 0, LAG);
+  run(&c, &weak, 4000, &rng, &t, &p, &eff);
+  printf("weak CPU: mean share %.4f, %.1f%% of the best rate\n", p, 100 * eff);
+  CHECK_MSG(p < 0.005, "mean share %.4f", p);
+  CHECK_MSG(eff > 0.95, "%.3f of the best rate", eff);
+
   /* restart forgets the last rate: the next window only measures; after a
    * step, the LAG batches under way pass before the next window opens */
   stk__share_init(&c, 0.25, LAG);

@@ -6,6 +6,8 @@ void stk__share_init(stk__share_ctl *c, double share, int lag) {
   c->lag = lag > 0 ? lag : 0;
   c->dir = 1;
   c->idle = 0;
+  c->probe_every = STK__SHARE_PROBE;
+  c->probing = 0;
   stk__share_restart(c);
 }
 
@@ -35,11 +37,19 @@ double stk__share_batch(stk__share_ctl *c, double now) {
       c->dir = -1; /* no better: leave the CPU alone */
     /* better: on in the same direction */
   }
+  if (c->probing) {
+    c->probing = 0;
+    if (c->dir > 0)
+      c->probe_every = STK__SHARE_PROBE; /* the CPU helps now: probe often again */
+    else if ((c->probe_every *= 2) > STK__SHARE_PROBE_MAX)
+      c->probe_every = STK__SHARE_PROBE_MAX;
+  }
   if (c->share <= 0 && c->dir < 0) {
-    /* at 0, a probe every STK__SHARE_PROBE windows */
-    if (++c->idle >= STK__SHARE_PROBE) {
+    /* at 0, a probe every probe_every windows */
+    if (++c->idle >= c->probe_every) {
       c->idle = 0;
       c->dir = 1;
+      c->probing = 1;
     }
   }
   double p0 = c->share;

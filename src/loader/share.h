@@ -14,7 +14,11 @@
  * it falls, and steps down when nothing changes (the consumer is then the
  * bottleneck, and the CPU is better left alone). The batches already under
  * way when the share moves are not counted in the next window. At 0 it probes one step up
- * now and then, so that a later slowdown of the GPU is seen.
+ * now and then, so that a later slowdown of the GPU is seen. A probe costs
+ * the most where the CPU is weakest (two threads: even one step of share
+ * makes them the bottleneck for the window it is measured), so each probe
+ * that fails doubles the wait before the next one, up to
+ * STK__SHARE_PROBE_MAX windows, and one that succeeds resets it.
  */
 #ifndef STK_SHARE_H
 #define STK_SHARE_H
@@ -22,7 +26,8 @@
 #define STK__SHARE_STEP (1.0 / 32)
 #define STK__SHARE_WINDOW 8   /* batches per measurement */
 #define STK__SHARE_EPS 0.02   /* a rate change smaller than this is no change */
-#define STK__SHARE_PROBE 4    /* windows at 0 between probes */
+#define STK__SHARE_PROBE 4    /* windows at 0 between probes, at first */
+#define STK__SHARE_PROBE_MAX 64 /* ... doubled after each probe that failed */
 
 typedef struct {
   double share;     /* the current share, in [0, 1] */
@@ -32,6 +37,8 @@ typedef struct {
   double prev_rate; /* batches/s of the previous window (0: none yet) */
   int dir;          /* +1 or -1: the direction of the last step */
   int idle;         /* windows spent at 0 since the last probe */
+  int probe_every;  /* windows at 0 before the next probe */
+  int probing;      /* the last step was a probe up from 0 */
 } stk__share_ctl;
 
 /* lag: how many batches can be under way when the share changes (the
