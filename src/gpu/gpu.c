@@ -124,6 +124,13 @@ typedef struct {
   int *chunk;
 } glane;
 
+/* A header parser for stk__gpu_plan_ahead(), used by one thread at a time. */
+typedef struct {
+  pthread_mutex_t mu;
+  nvjpegJpegStream_t js;
+  nvjpegDecodeParams_t chk;
+} parser;
+
 struct stk__gpu {
   stk__gpu_config cfg;
   int device;
@@ -146,6 +153,9 @@ struct stk__gpu {
   size_t dummy_len;
   gslot *slots;
   glane *lanes;
+  parser *parsers;
+  int nparsers;
+  nvjpegHandle_t parse_handle; /* what the parsers were made with */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int poisoned;
@@ -257,6 +267,8 @@ static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_EINVAL, "slots must be in 1..1024, got %d", c->slots);
   if (!(c->hw_share >= 0.0f && c->hw_share <= 1.0f))
     return stk__fail(msg, msglen, STK_EINVAL, "hw_share must be in [0, 1]");
+  if (c->planners < 0 || c->planners > 4096)
+    return stk__fail(msg, msglen, STK_EINVAL, "planners must be in 0..4096, got %d", c->planners);
   if (c->lanes < 0 || c->lanes > 64)
     return stk__fail(msg, msglen, STK_EINVAL, "lanes must be in 0..64, got %d", c->lanes);
   for (int i = 0; i < 3; i++)
@@ -691,6 +703,28 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
       }
     g->hw_roi = g->hw && g->cfg.roi;
   }
+  g->parse_handle = g->hw ? g->hw : g->gen;
+  if (g->cfg.planners > 0 && g->parse_handle) {
+    g->parsers = calloc((size_t)g->cfg.planners, sizeof *g->parsers);
+    if (!g->parsers) {
+      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+      goto fail;
+    }
+    for (; g->nparsers < g->cfg.planners; g->nparsers++) {
+      parser *P = &g->parsers[g->nparsers];
+      pthread_mutex_init(&P->mu, NULL);
+      if (stk__nj.JpegStreamCreate(g->parse_handle, &P->js) != NVJPEG_STATUS_SUCCESS ||
+          stk__nj.DecodeParamsCreate(g->parse_handle, &P->chk) != NVJPEG_STATUS_SUCCESS ||
+          stk__nj.DecodeParamsSetOutputFormat(P->chk, NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
+        /* the lanes plan what these would have */
+        if (P->js) stk__nj.JpegStreamDestroy(P->js);
+        if (P->chk) stk__nj.DecodeParamsDestroy(P->chk);
+        pthread_mutex_destroy(&P->mu);
+        note(g, "planning ahead with %d of %d header parsers", g->nparsers, g->cfg.planners);
+        break;
+      }
+    }
+  }
   for (int i = 0; i < g->cfg.lanes && g->gh; i++) {
     glane *L = &g->lanes[i];
     gb_pad(g, &L->gb, 0);
@@ -742,6 +776,12 @@ void stk__gpu_close(stk__gpu *g) {
       if (s->consumed) stk__cu.EventDestroy(s->consumed);
       if (s->stream) stk__cu.StreamDestroy(s->stream);
     }
+  for (int i = 0; i < g->nparsers; i++) {
+    stk__nj.JpegStreamDestroy(g->parsers[i].js);
+    stk__nj.DecodeParamsDestroy(g->parsers[i].chk);
+    pthread_mutex_destroy(&g->parsers[i].mu);
+  }
+  free(g->parsers);
   if (g->hy_dec) stk__nj.DecoderDestroy(g->hy_dec);
   if (g->gh) stk__nj.Destroy(g->gh);
   if (g->hw) stk__nj.Destroy(g->hw);
@@ -812,8 +852,10 @@ static void item_fail(stk__gpu_item *it, int rc, const char *why) {
   if (it->msg && it->msglen) snprintf(it->msg, it->msglen, "%s", why);
 }
 
-/* Decides the path and the source rectangle of one item. */
-static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+/* Decides the path and the source rectangle of one item, reading its
+ * header with parser js (made with handle jh) and support-check params chk. */
+static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
+                      nvjpegDecodeParams_t chk, stk__gpu_item *it, iplan *p) {
   stk__gpu_rect r;
   stk__gpu_plan_rect(&it->geom, &r);
   p->sx = r.sx;
@@ -832,18 +874,18 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
     return;
   }
   p->path = STK__GPU_PATH_CPU;
-  if (!L->js) return;
+  if (!js) return;
   /* What nvJPEG would decode differently from PIL stays on the CPU: RGB-
    * coded files (nvJPEG assumes YCbCr), CMYK/YCCK, and files without an end
    * marker (PIL fails them; nvJPEG decodes whatever is there). */
   stk__jpeg_markers jm;
   if (!stk__jpeg_scan(it->data, it->len, &jm) || jm.rgb || !jm.eoi || (jm.comps != 1 && jm.comps != 3))
     return;
-  if (stk__nj.JpegStreamParseHeader(L->js_handle, it->data, it->len, L->js) != NVJPEG_STATUS_SUCCESS)
+  if (stk__nj.JpegStreamParseHeader(jh, it->data, it->len, js) != NVJPEG_STATUS_SUCCESS)
     return;
   unsigned w = 0, h = 0, comps = 0;
-  if (stk__nj.JpegStreamGetFrameDimensions(L->js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
-      stk__nj.JpegStreamGetComponentsNum(L->js, &comps) != NVJPEG_STATUS_SUCCESS)
+  if (stk__nj.JpegStreamGetFrameDimensions(js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
+      stk__nj.JpegStreamGetComponentsNum(js, &comps) != NVJPEG_STATUS_SUCCESS)
     return;
   /* CMYK/YCCK and two-channel files: nvJPEG's conversions are not PIL's. */
   if (comps != 1 && comps != 3) return;
@@ -869,8 +911,8 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
         p->sw = r.sw;
         p->sh = r.sh;
       }
-      stk__nj.DecodeParamsSetROI(L->chk_params, p->sx, p->sy, p->sw, p->sh);
-      if (stk__nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
+      stk__nj.DecodeParamsSetROI(chk, p->sx, p->sy, p->sw, p->sh);
+      if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS)
         sup = 1;
       if (sup == 0) {
         p->path = STK__GPU_PATH_HW;
@@ -878,8 +920,8 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
         return;
       }
     }
-    stk__nj.DecodeParamsSetROI(L->chk_params, 0, 0, -1, -1);
-    if (stk__nj.DecodeBatchedSupportedEx(g->hw, L->js, L->chk_params, &sup) != NVJPEG_STATUS_SUCCESS)
+    stk__nj.DecodeParamsSetROI(chk, 0, 0, -1, -1);
+    if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS)
       sup = 1;
     if (sup == 0) {
       p->path = STK__GPU_PATH_HW;
@@ -904,6 +946,62 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
     return;
   }
   if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
+}
+
+static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  plan_with(g, L->js_handle, L->js, L->chk_params, it, p);
+}
+
+void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it) {
+  if (!g || g->nparsers <= 0 || it->kind != STK__GPU_JPEG || !it->data) return;
+  parser *P = &g->parsers[(unsigned)who % (unsigned)g->nparsers];
+  /* a parser busy with another thread (a detached worker's replacement
+   * shares its number): the lane plans this item instead */
+  if (pthread_mutex_trylock(&P->mu)) return;
+  iplan p;
+  memset(&p, 0, sizeof p);
+  /* nvJPEG may grow the parser's buffers with our pinned allocator, which
+   * needs the context on this thread */
+  if (stk__cu.CtxPushCurrent(g->ctx) == CUDA_SUCCESS) {
+    plan_with(g, g->parse_handle, P->js, P->chk, it, &p);
+    stk__cu.CtxPopCurrent(NULL);
+    stk__gpu_pre *q = &it->pre;
+    q->path = p.path;
+    q->sx = p.sx;
+    q->sy = p.sy;
+    q->sw = p.sw;
+    q->sh = p.sh;
+    q->img_w = p.img_w;
+    q->img_h = p.img_h;
+    q->roi = p.roi;
+    q->kx = p.kx;
+    q->ky = p.ky;
+    q->vfirst = p.vfirst;
+    q->planned = 1;
+  }
+  pthread_mutex_unlock(&P->mu);
+}
+
+/* The plan made ahead for an item, or the lane's own. */
+static void take_plan(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  const stk__gpu_pre *q = &it->pre;
+  /* an engine region asked for before the engines' regions were switched off */
+  if (!q->planned || (q->roi && !g->hw_roi)) {
+    plan_item(g, L, it, p);
+    return;
+  }
+  memset(p, 0, sizeof *p);
+  p->path = q->path;
+  p->sx = q->sx;
+  p->sy = q->sy;
+  p->sw = q->sw;
+  p->sh = q->sh;
+  p->img_w = q->img_w;
+  p->img_h = q->img_h;
+  p->roi = q->roi;
+  p->kx = q->kx;
+  p->ky = q->ky;
+  p->vfirst = q->vfirst;
 }
 
 /* The CUDA (hybrid) path for one item, on the lane's aux stream. Returns
@@ -1304,7 +1402,7 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
 
   double t0 = stk__now();
   for (int i = 0; i < n; i++)
-    if (items[i].rc == STK_OK) plan_item(g, L, &items[i], &L->plan[i]);
+    if (items[i].rc == STK_OK) take_plan(g, L, &items[i], &L->plan[i]);
   /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
   if (g->hw && g->gh && g->cfg.hw_share < 1.0f) {
     int elig = 0, to_hw = 0;

@@ -120,6 +120,8 @@ typedef struct {
                              3.5x slower (4,200 instead of 14,500 img/s). */
   uint64_t max_pixels;    /* limit for the CPU fallback decoder (see
                              stk_options.max_pixels). 178956970 */
+  int planners;           /* header parsers for stk__gpu_plan_ahead(), one per
+                             thread that calls it. 0 */
   int decode_only;        /* benchmarks: decode, but launch no kernel. 0 */
   int profile;            /* benchmarks: time the device's decode and kernel
                              work per chunk (waits for each chunk). 0 */
@@ -146,6 +148,13 @@ enum {
   STK__GPU_NPATHS
 };
 
+/* What the planning of one JPEG item decided (private to gpu.c; in the
+ * item so that it can be done ahead, see stk__gpu_plan_ahead()). */
+typedef struct {
+  int planned; /* 1: run_batch() takes the rest as it is */
+  int path, sx, sy, sw, sh, img_w, img_h, roi, kx, ky, vfirst;
+} stk__gpu_pre;
+
 typedef struct {
   stk__gpu_kind kind;
   /* STK__GPU_JPEG: the file's bytes, valid until run_batch() returns. */
@@ -166,6 +175,7 @@ typedef struct {
   stk__geom geom;
   int64_t label;      /* written to the slot's device labels at [dst] */
   int dst;            /* image index in the slot, 0..max_batch-1 */
+  stk__gpu_pre pre;   /* zero, or filled by stk__gpu_plan_ahead() */
   int share;          /* JPEG: decode it on the GPU-hybrid decoder, when that
                          is open and the file is baseline (the loader's CPU
                          share under STOKER_SHARE_DECODER=gpu-hybrid) */
@@ -220,6 +230,16 @@ void stk__gpu_close(stk__gpu *g);
  * when the batch was queued (check items[i].rc), or STK_EINVAL / STK_ECUDA /
  * STK_ENOMEM for the batch as a whole. A slot may receive several calls (to
  * fill holes); its ready event then covers all of them. */
+/* Plans a JPEG item (reads its header with nvJPEG, chooses its decoder and
+ * the region to decode) on the calling thread, before run_batch(): the
+ * planning then leaves the lane, whose thread is what bounds the engines'
+ * rate (one lane's batch holds its thread ~25 ms in the engines' call and
+ * ~3.5 ms in planning). `who` picks one of cfg.planners parsers; when it is
+ * in use by another thread (or there is none), nothing is done and
+ * run_batch() plans the item itself. The item's data, len, geom and share
+ * must be set; the result goes to it->pre. Thread-safe. */
+void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it);
+
 int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char *msg,
                        size_t msglen);
 
