@@ -1,6 +1,8 @@
 /*
  * loader.c: the executor. A fixed ring of batch slots, a pool of worker
- * threads, and the consumer API of stoker.h.
+ * threads, and the consumer API of stoker.h. What a position becomes and
+ * where a batch lives (host memory, or the GPU's) is a sink's business
+ * (sink.h): the executor only calls it.
  *
  * How it fits together
  * --------------------
@@ -8,8 +10,9 @@
  * order). Batch b covers positions [b*B, b*B + B). When a slot is free, a
  * worker starts the next batch in it; workers then claim single positions of
  * the oldest unfinished batch, one at a time under the loader mutex, and
- * process them without the lock (read, decode, augment straight into the
- * slot). So all threads help finish the batch the consumer will want next.
+ * process them without the lock (the sink's produce: read, decode, augment
+ * straight into the slot, or read and plan for the GPU). So all threads
+ * help finish the batch the consumer will want next.
  *
  * The worker that completes a batch "finalises" batches in order: it looks
  * at the failures, and under on_error=skip refills each hole with a sample
@@ -17,7 +20,8 @@
  * taking refills only from batches that cannot have started yet (at least
  * `nslots` batches ahead: every batch in between holds a slot), makes the
  * result independent of thread timing: the same seed gives the same batches
- * with 1 or N threads, failures included.
+ * with 1 or N threads, failures included. A sink that submits batches (the
+ * GPU's) gets each one once it is finalised, and only then is it ready.
  *
  * Every slot is allocated when the loader is built; a slot returns to the
  * ring only through stk_batch_release(), so the library never writes memory
@@ -46,10 +50,11 @@
  * Only one side wins each swap. A worker that wins WORKING writes its slot
  * as before, and resets wait for it (the write is bounded: the file is in
  * memory). A worker that loses never touches a slot again: everything it
- * wrote so far is its own (file buffer, reason text; GPU loaders read into
- * the worker's buffer and swap it into the slot after winning), so a slot
- * can be handed out again at once. So a reset waits only for WORKING
- * workers, never for a read.
+ * wrote so far is its own (file buffer, reason text; a sink that keeps the
+ * file's bytes, the GPU's, reads into the worker's buffer and swaps it into
+ * the slot after winning: sink.h, produce), so a slot can be handed out
+ * again at once. So a reset waits only for WORKING workers, never for a
+ * read.
  *
  * When the consumer abandons a position (in stk_loader_next, whose wait is
  * cut into slices for this), the position fails with "read timed out after
@@ -77,14 +82,13 @@
 
 #include "core/common.h"
 #include "core/fault.h"
-#include "gpu/gpu.h"
 #include "loader/pipeline.h"
-#include "loader/share.h"
+#include "loader/sink.h"
 #include "sources/source.h"
 #include "sources/sampler.h"
 #include "stoker.h"
 
-#define MSG_LEN 512
+#define MSG_LEN STK__SINK_MSG_LEN
 /* How long shutdown waits for workers to leave before it abandons them. */
 #define SHUTDOWN_WAIT 0.5
 /* A read in progress for longer than this is not waited for at shutdown. */
@@ -92,13 +96,14 @@
 /* Abandoned threads still stuck beyond which none is replaced any more. */
 #define MAX_STUCK 64
 
-/* FILLING: workers produce its positions; GPU: finalised, waiting for (or
- * in) its GPU submission; READY: the consumer may take it; HELD: lent. */
-typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_GPU, SLOT_READY, SLOT_HELD } slot_state;
+/* FILLING: workers produce its positions; SUBMIT: finalised, waiting for
+ * (or in) its submission to the sink; READY: the consumer may take it;
+ * HELD: lent. */
+typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_SUBMIT, SLOT_READY, SLOT_HELD } slot_state;
 
 typedef struct {
   slot_state state;
-  uint8_t *data;
+  uint8_t *data;          /* the sink's memory for its images (host or device) */
   int64_t *labels, *indices;
   int32_t *codes;         /* per position: 0 or the failure code */
   char *msgs;             /* per position: MSG_LEN bytes of failure reason */
@@ -116,14 +121,6 @@ typedef struct {
   int64_t *fidx;
   char **fmsg;
   int fn, fcap;
-  /* GPU loaders: each position keeps its file's bytes and what to do with
-   * them until the batch is handed to the GPU; data is device memory. */
-  stk__buf *files;
-  stk__gpu_item *items;
-  int *from;              /* scratch for closing up holes on the device */
-  uint8_t *rgb8;          /* per position, size x size x 3: the images the
-                             workers finished on the CPU (raw RGB8), which
-                             the GPU only normalises and stores */
 } slot;
 
 /* A worker's phase (see "Stalled reads" above). */
@@ -136,7 +133,8 @@ typedef struct {
   /* Published under the mutex after each sample, for stk_loader_stats():
    * the worker's buffers change size while it works without the lock. */
   uint64_t scratch_bytes;
-  int64_t file_growth; /* GPU: growth of slot file buffers, not yet published */
+  int64_t sink_growth; /* growth of the sink's memory for positions (produce's
+                          `held`), not yet published */
   pthread_t thread;
   int joinable;        /* started, neither joined nor detached (mutex) */
   int exited;          /* left worker_main (mutex) */
@@ -164,16 +162,8 @@ struct stk_loader {
   int64_t next_started;      /* batches of epoch + 1 started ahead */
   int64_t next_finalized;    /* of which finalised ahead, in order */
   int need_finalize;         /* a worker should run finalize_locked */
-  stk__gpu *gpu;  /* NULL for CPU output */
-  /* The share of each GPU batch the workers finish on the CPU: fixed, or
-   * (opt.gpu_cpu_share < 0) moved by share_ctl towards the share that
-   * delivers batches fastest (loader/share.h). */
-  double share;
-  stk__share_ctl share_ctl;
-  /* STOKER_SHARE_DECODER=gpu-hybrid: the share goes to nvJPEG's GPU-hybrid
-   * decoder on the SMs instead of the workers' CPU decoders (docs/gpu.md) */
-  int share_gpu;
-  double submit_s; /* time inside stk__gpu_run_batch, summed over threads */
+  stk__sink sink;  /* where positions go (sink.h); slot i is its slot i */
+  double submit_s; /* time inside the sink's submit, summed over threads */
   int B, nslots;
   slot *slots;
   worker_ctx **workers; /* live workers, and abandoned ones still running */
@@ -203,7 +193,7 @@ struct stk_loader {
   /* statistics */
   double t0, wait_s, read_s, decode_s, augment_s;
   uint64_t images, batches, skipped, failed, bytes_read;
-  uint64_t file_bytes; /* GPU: capacity of the slots' file buffers */
+  uint64_t sink_bytes; /* the sink's memory for positions (produce's `held`) */
   char **skip_paths, **skip_reasons; /* skip_len entries: the listed skipped files */
   uint64_t skip_len, skip_cap;
   uint64_t skip_epoch;                /* the epoch they belong to */
@@ -246,7 +236,7 @@ static int batch_exists(const stk_loader *l, int64_t b) {
 }
 
 /* Workers that may be writing into a slot: those past their read, and the
- * finalisers inside a GPU submission (active). */
+ * finalisers inside a submission to the sink (active). */
 static int writers(const stk_loader *l) {
   int n = l->active;
   for (int i = 0; i < l->nworkers; i++)
@@ -259,7 +249,7 @@ static int writers(const stk_loader *l) {
  * to drop their result, and not waited for (see "Stalled reads"). */
 static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->gen++;
-  stk__share_restart(&l->share_ctl); /* a refill is no measure of the rate */
+  if (l->sink.ops->reset) l->sink.ops->reset(&l->sink);
   l->resetting++;
   for (int i = 0; i < l->nworkers; i++) {
     int ph = PH_READING;
@@ -373,94 +363,25 @@ static void add_stage_times(stk_loader *l, worker_ctx *wc) {
   l->augment_s += w->t_augment;
   l->bytes_read += w->bytes;
   wc->scratch_bytes = worker_scratch_bytes(w);
-  l->file_bytes += (uint64_t)wc->file_growth; /* wraps back when it shrank */
-  wc->file_growth = 0;
+  l->sink_bytes += (uint64_t)wc->sink_growth; /* wraps back when it shrank */
+  wc->sink_growth = 0;
 }
 
-/* Produces position j of slot s from sample idx: decoded into the slot on
- * the CPU, or read and planned for the GPU. Runs without the mutex. */
+/* Produces position j of slot s from sample idx, through the sink. Runs
+ * without the mutex. */
 static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, uint64_t epoch,
-                   int on_cpu, char *reason) {
-  if (!l->gpu)
-    return stk__process_sample(&l->plan, &wc->w, &l->src, epoch, idx,
-                               s->data + (size_t)j * l->plan.image_bytes, reason, MSG_LEN);
-  stk__sample smp;
-  /* Read into the worker's own buffer (a stuck read may write it long after
-   * the position was taken away); once the position is ours, the bytes move
-   * into the slot by swapping the two buffers. */
-  int rc = stk__sample_prepare(&l->plan, &wc->w, &l->src, &wc->w.file, epoch, idx, &smp, reason,
-                               MSG_LEN);
-  if (rc == STK__ELOST) return rc;
-  stk__buf t = s->files[j];
-  s->files[j] = wc->w.file;
-  wc->w.file = t;
-  wc->file_growth += (int64_t)s->files[j].cap - (int64_t)t.cap;
-  if (rc) return rc;
-  stk__gpu_item *it = &s->items[j];
-  memset(it, 0, sizeof *it);
-  it->label = l->src.ds.labels[idx];
-  it->dst = j;
-  /* What the hardware engines cannot decode would be decoded on the
-   * submitting thread, one file after another: decode it here instead. */
-  const stk__image_info *in = &smp.info;
-  int share = on_cpu; /* picked for the share, not sent by its format */
-  if (smp.raw && !on_cpu) {
-    /* Pre-decoded: the GPU back end copies up only the rows and columns
-     * the crop reads, and resamples them in the same fused kernel. */
-    it->kind = STK__GPU_RGB8;
-    it->pixels = smp.px.px;
-    it->stride = smp.px.stride;
-    it->x = it->y = 0;
-    it->w = smp.px.w;
-    it->h = smp.px.h;
-    it->geom = smp.geom;
-    return STK_OK;
-  }
-  if (!smp.raw &&
-      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3))) {
-    on_cpu = 1;
-    share = 0;
-  }
-  if (!on_cpu || (share && l->share_gpu && !smp.raw)) {
-    it->kind = STK__GPU_JPEG;
-    it->data = smp.data;
-    it->len = smp.len;
-    it->geom = smp.geom;
-    it->share = share;
-    return STK_OK;
-  }
-  /* Finished here exactly as the CPU loader would (flip included), as raw
-   * RGB8; the GPU applies an identity resample (exact) and normalises. */
-  int S = l->plan.size;
-  uint8_t *px = s->rgb8 + (size_t)j * S * S * 3;
-  rc = stk__sample_finish_cpu(&l->plan, &wc->w, &smp, &l->plan.store_rgb8, px, reason, MSG_LEN);
-  if (rc) return rc;
-  it->kind = STK__GPU_RGB8;
-  it->pixels = px;
-  it->stride = (size_t)S * 3;
-  it->x = it->y = 0;
-  it->w = it->h = S;
-  stk__geom_crop(&(stk__rect){0, 0, S, S}, S, S, &it->geom);
-  return STK_OK;
+                   int share, char *reason) {
+  return l->sink.ops->produce(&l->sink, &wc->w, (int)(s - l->slots), j, epoch, idx, share, reason,
+                              MSG_LEN, &wc->sink_growth);
 }
 
-
-/* Whether position j of a batch goes to the workers' CPU decoders: spread
- * evenly, round(share * n) of the first n positions. Mutex held. */
-static int pick_cpu(const stk_loader *l, int j) {
-  if (!l->gpu) return 0;
-  double p = l->share;
-  return (int)((j + 1) * p + 0.5) > (int)(j * p + 0.5);
+/* Whether position j of a batch is in the sink's CPU share. Mutex held. */
+static int in_share(stk_loader *l, int j) {
+  return l->sink.ops->share ? l->sink.ops->share(&l->sink, j) : 0;
 }
 
-/* After batch s is finalised for the GPU: moves the adaptive share (see
- * stk_loader.share). Mutex held. */
-static void adapt_share(stk_loader *l) {
-  /* Decoded pixels (a raw cache) cost the GPU a copy of the crop's rows and
-   * the CPU a whole resample: the adaptive share stays at 0 for them. */
-  if (l->opt.gpu_cpu_share >= 0 || l->src.ops->pixels) return;
-  l->share = stk__share_batch(&l->share_ctl, stk__now());
-}
+/* Whether finalised batches go to the sink's submit before they are ready. */
+static int submits(const stk_loader *l) { return l->sink.ops->submit != NULL; }
 
 /* A worker starts position j of slot s (a refill or not). Mutex held. */
 static void begin_position(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, int refill) {
@@ -496,7 +417,8 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     uint64_t gen = l->gen, epoch = l->epoch; /* read under the mutex: a reset writes them */
     begin_position(l, wc, s, j, idx, 1);
     pthread_mutex_unlock(&l->mu);
-    /* refills are made while the batch is being finalised: the GPU is faster */
+    /* refills are made while the batch is being finalised: never in the
+     * share, so they take the sink's fastest path */
     int rc = produce(l, wc, s, j, idx, epoch, 0, wc->reason);
     pthread_mutex_lock(&l->mu);
     /* abandoned: the consumer noted the failure and handed finalisation on */
@@ -514,22 +436,19 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
   }
 }
 
-/* Hands a finalised batch to the GPU (decode + fused kernel, queued on the
- * GPU's streams). Files that fail to decode there fail their batch under
- * raise; under skip they are counted and the batch is closed up on the
- * device. Returns -1 when a reset intervened. Mutex held on entry and exit,
- * released while the GPU work is queued. */
-static int run_on_gpu(stk_loader *l, slot *s) {
+/* Hands a finalised batch to the sink (the GPU's: decode + fused kernel,
+ * queued on the GPU's streams). Positions that fail there fail their batch
+ * under raise; under skip they are counted and the batch is closed up by
+ * the sink. Returns -1 when a reset intervened. Mutex held on entry and
+ * exit, released while the sink submits. */
+static int submit_batch(stk_loader *l, slot *s) {
   uint64_t gen = l->gen;
-  char msg[MSG_LEN];
-  for (int j = 0; j < s->n; j++) {
-    s->items[j].msg = s->msgs + (size_t)j * MSG_LEN;
-    s->items[j].msglen = MSG_LEN;
-  }
+  int i = (int)(s - l->slots);
+  char msg[sizeof s->errmsg];
   l->active++;
   pthread_mutex_unlock(&l->mu);
   double t0 = stk__now();
-  int rc = stk__gpu_run_batch(l->gpu, (int)(s - l->slots), s->n, s->items, msg, sizeof msg);
+  int rc = l->sink.ops->submit(&l->sink, i, s->n, s->codes, s->msgs, MSG_LEN, msg, sizeof msg);
   double dt = stk__now() - t0;
   pthread_mutex_lock(&l->mu);
   l->submit_s += dt;
@@ -538,41 +457,40 @@ static int run_on_gpu(stk_loader *l, slot *s) {
   if (gen != l->gen || l->stop) return -1;
   if (rc) {
     s->err = rc;
-    snprintf(s->errmsg, sizeof s->errmsg, "GPU batch failed: %s", msg);
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
     return 0;
   }
-  int *from = s->from, k = 0, failed = 0;
+  int k = 0, failed = 0;
   for (int j = 0; j < s->n; j++) {
-    if (s->items[j].rc) {
+    if (s->codes[j]) {
       failed++;
-      note_failure(l, s, s->indices[j], s->items[j].rc, s->msgs + (size_t)j * MSG_LEN);
+      note_failure(l, s, s->indices[j], s->codes[j], s->msgs + (size_t)j * MSG_LEN);
       continue;
     }
     l->consec_fail = 0;
-    from[k] = j;
     s->labels[k] = s->labels[j];
     s->indices[k] = s->indices[j];
     k++;
   }
   if (failed && l->opt.on_error == STK_ON_ERROR_SKIP && k > 0) {
-    rc = stk__gpu_slot_compact(l->gpu, (int)(s - l->slots), k, from, msg, sizeof msg);
+    rc = l->sink.ops->compact(&l->sink, i, s->n, s->codes, msg, sizeof msg);
     if (rc) {
       s->err = rc;
-      snprintf(s->errmsg, sizeof s->errmsg, "GPU batch failed: %s", msg);
+      snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
     }
   }
   if (failed && l->opt.on_error == STK_ON_ERROR_SKIP) s->n = k;
   return 0;
 }
 
-/* Finalises complete batches in batch order (see the file comment). GPU
- * batches are then submitted by the same thread after `finalizing` is
- * cleared, so that another thread can finalise and submit the next batch
- * meanwhile: the GPU back end runs two submissions at once. */
+/* Finalises complete batches in batch order (see the file comment). With a
+ * sink that submits, the batches are then submitted by the same thread
+ * after `finalizing` is cleared, so that another thread can finalise and
+ * submit the next batch meanwhile: the GPU back end runs two submissions at
+ * once. */
 static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   if (l->finalizing) return;
   l->finalizing = 1;
-  size_t ib = l->plan.image_bytes;
   slot *s, *submit[64 + 2]; /* nslots = prefetch + 2 <= 66: room for every slot */
   int nsubmit = 0;
   uint64_t gen = l->gen;
@@ -607,18 +525,13 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
         if (r < 0) return; /* reset (it cleared `finalizing`) or abandoned */
         if (r == 0) break;
       }
-      /* Holes left (the epoch ran out): close them up, keeping order. On
-       * the GPU nothing is decoded yet: only the plans move. */
+      /* Holes left (the epoch ran out): close them up, keeping order (in
+       * the sink, and here the labels, indices and codes). */
       int k = 0;
       for (int j = 0; j < s->n; j++) {
         if (s->codes[j]) continue;
         if (k != j) {
-          if (l->gpu) {
-            s->items[k] = s->items[j];
-            s->items[k].dst = k;
-          } else {
-            memmove(s->data + (size_t)k * ib, s->data + (size_t)j * ib, ib);
-          }
+          l->sink.ops->move(&l->sink, (int)(s - l->slots), j, k);
           s->labels[k] = s->labels[j];
           s->indices[k] = s->indices[j];
           s->codes[k] = 0;
@@ -628,9 +541,9 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
       s->n = k;
     }
     l->next_finalize++;
-    if (l->gpu && !s->err && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
-      adapt_share(l);
-      s->state = SLOT_GPU;
+    if (submits(l) && !s->err && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
+      if (l->sink.ops->finalised) l->sink.ops->finalised(&l->sink);
+      s->state = SLOT_SUBMIT;
       submit[nsubmit++] = s;
       continue;
     }
@@ -648,8 +561,8 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
     for (int j = 0; j < s->n; j++) holes += s->codes[j] != 0;
     if (holes) break;
     l->next_finalized++;
-    if (l->gpu && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
-      s->state = SLOT_GPU;
+    if (submits(l) && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
+      s->state = SLOT_SUBMIT;
       submit[nsubmit++] = s;
       continue;
     }
@@ -659,7 +572,7 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   for (int i = 0; i < nsubmit; i++) {
     /* a reset since finalising freed these slots: leave them alone */
     if (gen != l->gen || l->stop) return;
-    if (run_on_gpu(l, submit[i]) < 0) return;
+    if (submit_batch(l, submit[i]) < 0) return;
     submit[i]->state = SLOT_READY;
     pthread_cond_broadcast(&l->ready_cv);
   }
@@ -780,11 +693,11 @@ static void *worker_main(void *arg) {
     int j = s->claimed++;
     int64_t idx = (s->epoch == l->epoch ? l->order : l->order_next)[s->start + j];
     uint64_t gen = l->gen, epoch = s->epoch;
-    int on_cpu = pick_cpu(l, j);
+    int share = in_share(l, j);
     begin_position(l, wc, s, j, idx, 0);
     pthread_mutex_unlock(&l->mu);
 
-    int rc = produce(l, wc, s, j, idx, epoch, on_cpu, wc->reason);
+    int rc = produce(l, wc, s, j, idx, epoch, share, wc->reason);
 
     pthread_mutex_lock(&l->mu);
     int ph = end_position(l, wc);
@@ -910,43 +823,6 @@ static char *dup_or_null(const char *s, int *oom) {
   return d;
 }
 
-/* Opens the GPU back end: every device and pinned buffer is allocated here,
- * and the cap on device memory is checked against what was allocated. */
-static int open_gpu(stk_loader *l, const stk_options *o, char *err, size_t errlen) {
-  stk__gpu_config cfg;
-  stk__gpu_config_init(&cfg);
-  cfg.max_batch = o->batch_size;
-  cfg.out_w = cfg.out_h = o->size;
-  cfg.dtype = o->dtype;
-  cfg.layout = o->layout;
-  memcpy(cfg.mean, o->mean, sizeof cfg.mean);
-  memcpy(cfg.std, o->std, sizeof cfg.std);
-  cfg.slots = l->nslots;
-  cfg.max_pixels = o->max_pixels;
-  const char *sd = getenv("STOKER_SHARE_DECODER");
-  if (sd && *sd && strcmp(sd, "cpu") && strcmp(sd, "gpu-hybrid"))
-    return stk__fail(err, errlen, STK_EINVAL,
-                     "STOKER_SHARE_DECODER=%s: expected \"cpu\" or \"gpu-hybrid\"", sd);
-  l->share_gpu = sd && !strcmp(sd, "gpu-hybrid");
-  if (l->share_gpu) {
-    cfg.use_gpu_hybrid = 1;
-    cfg.hw_share = 1.0f; /* only the share goes to it */
-  }
-  char why[1024] = "";
-  int rc = stk__gpu_open(o->device, &cfg, &l->gpu, why, sizeof why);
-  if (rc)
-    return stk__fail(err, errlen, rc, "CUDA device %d cannot be used: %s", o->device, why);
-  stk__gpu_stats gs;
-  stk__gpu_get_stats(l->gpu, &gs);
-  if (o->max_device_bytes && gs.device_bytes > o->max_device_bytes)
-    return stk__fail(err, errlen, STK_ENOMEM,
-                     "the GPU buffers for batch %d of %dx%d need %llu bytes of device memory, over "
-                     "max_device_bytes = %llu: lower batch_size or prefetch",
-                     o->batch_size, o->size, o->size, (unsigned long long)gs.device_bytes,
-                     (unsigned long long)o->max_device_bytes);
-  return STK_OK;
-}
-
 int stk_loader_create(const stk_options *opt, int header_version, stk_loader **out, char *err,
                       size_t errlen) {
   if (out) *out = NULL;
@@ -1021,30 +897,18 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
     goto fail;
   }
-  if (o.device >= 0) {
-    rc = open_gpu(l, &o, err, errlen);
-    if (rc) goto fail;
-    l->share = o.gpu_cpu_share < 0 ? 0 : o.gpu_cpu_share;
-    stk__share_init(&l->share_ctl, l->share, l->nslots);
-  }
+  /* the sink reads the loader's options, plan and source for its lifetime */
+  stk__sink_config sc = {&l->opt, &l->plan, &l->src, l->nslots};
+  rc = stk__sink_open(&l->sink, &sc, err, errlen);
+  if (rc) goto fail;
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
-    if (l->gpu) {
-      s->data = stk__gpu_slot_data(l->gpu, i);
-      s->files = calloc((size_t)l->B, sizeof *s->files);
-      s->items = calloc((size_t)l->B, sizeof *s->items);
-      s->from = calloc((size_t)l->B, sizeof *s->from);
-      /* untouched pages cost nothing: only positions decoded here are */
-      s->rgb8 = malloc((size_t)l->B * o.size * o.size * 3);
-    } else {
-      s->data = malloc((size_t)l->B * l->plan.image_bytes);
-    }
+    int brc = l->sink.ops->slot_open(&l->sink, i, &s->data);
     s->labels = malloc((size_t)l->B * sizeof(int64_t));
     s->indices = malloc((size_t)l->B * sizeof(int64_t));
     s->codes = malloc((size_t)l->B * sizeof(int32_t));
     s->msgs = malloc((size_t)l->B * MSG_LEN);
-    if (!s->data || !s->labels || !s->indices || !s->codes || !s->msgs ||
-        (l->gpu && (!s->files || !s->items || !s->from || !s->rgb8))) {
+    if (brc || !s->data || !s->labels || !s->indices || !s->codes || !s->msgs) {
       rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
                      l->nslots, (size_t)l->B * l->plan.image_bytes);
       goto fail;
@@ -1121,29 +985,10 @@ void stk_loader_shutdown(stk_loader *l) {
   free(join);
 }
 
-/* STOKER_GPU_PROFILE=1: where the time of queuing GPU batches went. */
-static void print_gpu_profile(stk_loader *l) {
-  const char *e = getenv("STOKER_GPU_PROFILE");
-  if (!l->gpu || !e || !*e || !strcmp(e, "0")) return;
-  stk__gpu_stats g;
-  stk__gpu_get_stats(l->gpu, &g);
-  double b = g.batches ? 1e3 / (double)g.batches : 0;
-  fprintf(stderr,
-          "stoker gpu profile: %llu batches, cpu share %.3f; per batch, ms of host time: in "
-          "run_batch %.2f = waiting for a lane %.2f + for the lane's previous decode %.2f + "
-          "planning %.2f + engines' batched call %.2f + CPU fallbacks %.2f + rest; items: "
-          "engines %llu, cuda %llu, cpu %llu, host %llu, big %llu\n",
-          (unsigned long long)g.batches, l->share, g.host_seconds * b, g.host_lane_wait_seconds * b,
-          g.host_sync_seconds * b, g.host_plan_seconds * b, g.host_hw_seconds * b,
-          g.host_cpu_seconds * b, (unsigned long long)g.path[STK__GPU_PATH_HW],
-          (unsigned long long)g.path[STK__GPU_PATH_CUDA], (unsigned long long)g.path[STK__GPU_PATH_CPU],
-          (unsigned long long)g.path[STK__GPU_PATH_HOST], (unsigned long long)g.path[STK__GPU_PATH_BIG]);
-}
-
 void stk_loader_destroy(stk_loader *l) {
   if (!l) return;
   stk_loader_shutdown(l);
-  print_gpu_profile(l);
+  if (l->sink.ops && l->sink.ops->finish) l->sink.ops->finish(&l->sink);
   pthread_mutex_lock(&l->mu);
   l->destroyed = 1;
   int later = l->ndetached > 0; /* the last abandoned worker frees it */
@@ -1160,13 +1005,6 @@ static void free_loader(stk_loader *l) {
   free(l->workers);
   if (l->slots)
     for (int i = 0; i < l->nslots; i++) {
-      if (!l->gpu) free(l->slots[i].data);
-      if (l->slots[i].files)
-        for (int j = 0; j < l->B; j++) stk__buf_free(&l->slots[i].files[j]);
-      free(l->slots[i].files);
-      free(l->slots[i].items);
-      free(l->slots[i].from);
-      free(l->slots[i].rgb8);
       free(l->slots[i].labels);
       free(l->slots[i].indices);
       free(l->slots[i].codes);
@@ -1176,7 +1014,7 @@ static void free_loader(stk_loader *l) {
       free(l->slots[i].fmsg);
     }
   free(l->slots);
-  stk__gpu_close(l->gpu); /* after the workers: none is inside run_batch */
+  stk__sink_close(&l->sink); /* after the workers: none is inside the sink */
   free(l->order);
   free(l->order_next);
   clear_skips(l);
@@ -1281,11 +1119,7 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
       out->data = s->data;
       out->dtype = l->opt.dtype;
       out->layout = l->opt.layout;
-      out->device = l->gpu ? l->opt.device : -1;
-      if (l->gpu) {
-        out->labels_device = stk__gpu_slot_labels(l->gpu, (int)(s - l->slots));
-        out->ready_event = stk__gpu_slot_event(l->gpu, (int)(s - l->slots));
-      }
+      l->sink.ops->lend(&l->sink, (int)(s - l->slots), out); /* device, device labels, event */
       out->n = n;
       if (l->opt.layout == STK_LAYOUT_NCHW) {
         int64_t sh[4] = {n, 3, sz, sz}, st[4] = {3 * sz * sz, sz * sz, sz, 1};
@@ -1359,16 +1193,16 @@ int stk_batch_release(stk_loader *l, stk_batch *b) { return stk_batch_release_on
 
 int stk_batch_wait(stk_loader *l, const stk_batch *b) {
   if (!l || !b || b->slot < 0 || b->slot >= l->nslots) return STK_EINVAL;
-  if (!l->gpu) return STK_OK;
+  if (!l->sink.ops->wait) return STK_OK;
   char msg[MSG_LEN];
-  return stk__gpu_slot_wait(l->gpu, b->slot, msg, sizeof msg);
+  return l->sink.ops->wait(&l->sink, b->slot, msg, sizeof msg);
 }
 
 int stk_batch_wait_on(stk_loader *l, const stk_batch *b, void *stream) {
   if (!l || !b || b->slot < 0 || b->slot >= l->nslots) return STK_EINVAL;
-  if (!l->gpu) return STK_OK;
+  if (!l->sink.ops->wait_on) return STK_OK;
   char msg[MSG_LEN];
-  int rc = stk__gpu_slot_wait_on(l->gpu, b->slot, stream, msg, sizeof msg);
+  int rc = l->sink.ops->wait_on(&l->sink, b->slot, stream, msg, sizeof msg);
   if (rc) loader_err(l, rc, "%s", msg);
   return rc;
 }
@@ -1387,11 +1221,12 @@ int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream) {
       s->batch != b->batch_index) {
     rc = STK_EINVAL;
   } else {
-    if (l->gpu) {
-      /* The next write into the slot waits, on the device, for the work
-       * queued on `stream` so far. */
+    if (l->sink.ops->release) {
+      /* The sink may still need to know when the consumer is done (the GPU
+       * sink: the next write into the slot waits, on the device, for the
+       * work queued on `stream` so far). */
       char msg[MSG_LEN];
-      rc = stk__gpu_slot_release(l->gpu, b->slot, stream, msg, sizeof msg);
+      rc = l->sink.ops->release(&l->sink, b->slot, stream, msg, sizeof msg);
     }
     s->state = SLOT_FREE;
   }
@@ -1464,20 +1299,9 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B * (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN);
   /* as published after each sample: the workers' buffers are theirs */
   for (int i = 0; i < l->nworkers; i++) host += l->workers[i]->scratch_bytes;
-  if (l->gpu) {
-    stk__gpu_stats gs;
-    stk__gpu_get_stats(l->gpu, &gs);
-    o->device_bytes = gs.device_bytes;
-    o->decoded_hw = gs.path[STK__GPU_PATH_HW];
-    o->decoded_cuda = gs.path[STK__GPU_PATH_CUDA];
-    o->decoded_cpu = gs.path[STK__GPU_PATH_CPU] + gs.path[STK__GPU_PATH_HOST] + gs.path[STK__GPU_PATH_BIG];
-    host += gs.pinned_bytes + l->file_bytes;
-    host += (uint64_t)l->nslots * l->B * l->opt.size * l->opt.size * 3;
-    o->cpu_share = l->share;
-    o->submit_seconds = l->submit_s;
-    o->late_allocs = gs.late_allocs;
-  }
-  o->host_bytes = host;
+  o->host_bytes = host + l->sink_bytes;
+  o->submit_seconds = l->submit_s; /* 0 for a sink without submit */
+  if (l->sink.ops->stats) l->sink.ops->stats(&m->sink, o);
   o->threads = l->nthreads;
   o->slots = l->nslots;
   pthread_mutex_unlock(&m->mu);

@@ -1,0 +1,331 @@
+/* sink_gpu.c: the sink of the GPU back end (sink.h, gpu/gpu.h).
+ *
+ * Workers read each file, read its header and make the sample's random
+ * choices (the same crops and flips as the CPU sink); each position keeps
+ * its file's bytes and what to do with them (an stk__gpu_item) until the
+ * batch is submitted, and the finaliser hands the whole batch to
+ * stk__gpu_run_batch, which decodes it and writes it into the slot's device
+ * memory. A share of the positions (the CPU share, share.h) is finished by
+ * the workers on the CPU as raw RGB8, which the GPU only normalises. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "gpu/gpu.h"
+#include "loader/share.h"
+#include "loader/sink.h"
+
+typedef struct {
+  stk__buf *files;     /* per position: the file's bytes */
+  stk__gpu_item *items;
+  int *from;           /* scratch for closing up holes on the device */
+  uint8_t *rgb8;       /* per position, size x size x 3: the images the
+                          workers finished on the CPU (raw RGB8), which the
+                          GPU only normalises and stores */
+} gpu_slot;
+
+typedef struct {
+  const stk_options *opt;
+  const stk__plan *plan;
+  const stk__source *src;
+  int nslots, B;
+  stk__gpu *gpu;
+  gpu_slot *slots;
+  /* The share of each batch the workers finish on the CPU: fixed, or
+   * (opt.gpu_cpu_share < 0) moved by share_ctl towards the share that
+   * delivers batches fastest (loader/share.h). Under the loader's mutex. */
+  double share;
+  stk__share_ctl share_ctl;
+  /* STOKER_SHARE_DECODER=gpu-hybrid: the share goes to nvJPEG's GPU-hybrid
+   * decoder on the SMs instead of the workers' CPU decoders (docs/gpu.md) */
+  int share_gpu;
+} gpu_sink;
+
+static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
+  gpu_sink *g = k->impl;
+  gpu_slot *s = &g->slots[i];
+  *data = stk__gpu_slot_data(g->gpu, i);
+  s->files = calloc((size_t)g->B, sizeof *s->files);
+  s->items = calloc((size_t)g->B, sizeof *s->items);
+  s->from = calloc((size_t)g->B, sizeof *s->from);
+  /* untouched pages cost nothing: only positions decoded here are */
+  s->rgb8 = malloc((size_t)g->B * g->opt->size * g->opt->size * 3);
+  return *data && s->files && s->items && s->from && s->rgb8 ? STK_OK : STK_ENOMEM;
+}
+
+/* Reads position j's file and plans it for the GPU, or finishes it on the
+ * CPU (its share, and what the GPU's decoders cannot take). */
+static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t epoch, int64_t idx,
+                       int on_cpu, char *reason, size_t reasonlen, int64_t *held) {
+  gpu_sink *g = k->impl;
+  gpu_slot *s = &g->slots[slot];
+  stk__sample smp;
+  /* Read into the worker's own buffer (a stuck read may write it long after
+   * the position was taken away); once the position is ours, the bytes move
+   * into the slot by swapping the two buffers. */
+  int rc = stk__sample_prepare(g->plan, w, g->src, &w->file, epoch, idx, &smp, reason, reasonlen);
+  if (rc == STK__ELOST) return rc;
+  stk__buf t = s->files[j];
+  s->files[j] = w->file;
+  w->file = t;
+  *held += (int64_t)s->files[j].cap - (int64_t)t.cap;
+  if (rc) return rc;
+  stk__gpu_item *it = &s->items[j];
+  memset(it, 0, sizeof *it);
+  it->label = g->src->ds.labels[idx];
+  it->dst = j;
+  /* What the hardware engines cannot decode would be decoded on the
+   * submitting thread, one file after another: decode it here instead. */
+  const stk__image_info *in = &smp.info;
+  int share = on_cpu; /* picked for the share, not sent by its format */
+  if (smp.raw && !on_cpu) {
+    /* Pre-decoded: the GPU back end copies up only the rows and columns
+     * the crop reads, and resamples them in the same fused kernel. */
+    it->kind = STK__GPU_RGB8;
+    it->pixels = smp.px.px;
+    it->stride = smp.px.stride;
+    it->x = it->y = 0;
+    it->w = smp.px.w;
+    it->h = smp.px.h;
+    it->geom = smp.geom;
+    return STK_OK;
+  }
+  if (!smp.raw &&
+      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3))) {
+    on_cpu = 1;
+    share = 0;
+  }
+  if (!on_cpu || (share && g->share_gpu && !smp.raw)) {
+    it->kind = STK__GPU_JPEG;
+    it->data = smp.data;
+    it->len = smp.len;
+    it->geom = smp.geom;
+    it->share = share;
+    return STK_OK;
+  }
+  /* Finished here exactly as the CPU sink would (flip included), as raw
+   * RGB8; the GPU applies an identity resample (exact) and normalises. */
+  int S = g->plan->size;
+  uint8_t *px = s->rgb8 + (size_t)j * S * S * 3;
+  rc = stk__sample_finish_cpu(g->plan, w, &smp, &g->plan->store_rgb8, px, reason, reasonlen);
+  if (rc) return rc;
+  it->kind = STK__GPU_RGB8;
+  it->pixels = px;
+  it->stride = (size_t)S * 3;
+  it->x = it->y = 0;
+  it->w = it->h = S;
+  stk__geom_crop(&(stk__rect){0, 0, S, S}, S, S, &it->geom);
+  return STK_OK;
+}
+
+/* Nothing is decoded before the submission: only the plans move. */
+static void gpu_move(stk__sink *k, int slot, int from, int to) {
+  gpu_sink *g = k->impl;
+  gpu_slot *s = &g->slots[slot];
+  s->items[to] = s->items[from];
+  s->items[to].dst = to;
+}
+
+/* Spread evenly: round(share * n) of the first n positions. */
+static int gpu_share(stk__sink *k, int j) {
+  gpu_sink *g = k->impl;
+  double p = g->share;
+  return (int)((j + 1) * p + 0.5) > (int)(j * p + 0.5);
+}
+
+/* Decode + fused kernel, queued on the GPU's streams. Files that fail to
+ * decode there fail their position (items[j].rc), not the batch. */
+static int gpu_submit(stk__sink *k, int slot, int n, int32_t *codes, char *msgs, size_t msglen,
+                      char *msg, size_t msgsize) {
+  gpu_sink *g = k->impl;
+  stk__gpu_item *items = g->slots[slot].items;
+  for (int j = 0; j < n; j++) {
+    items[j].msg = msgs + (size_t)j * msglen;
+    items[j].msglen = msglen;
+  }
+  char why[STK__SINK_MSG_LEN];
+  int rc = stk__gpu_run_batch(g->gpu, slot, n, items, why, sizeof why);
+  if (rc) {
+    snprintf(msg, msgsize, "GPU batch failed: %s", why);
+    return rc;
+  }
+  for (int j = 0; j < n; j++) codes[j] = items[j].rc;
+  return STK_OK;
+}
+
+/* Moves the adaptive share (see gpu_sink.share). */
+static void gpu_finalised(stk__sink *k) {
+  gpu_sink *g = k->impl;
+  /* Decoded pixels (a raw cache) cost the GPU a copy of the crop's rows and
+   * the CPU a whole resample: the adaptive share stays at 0 for them. */
+  if (g->opt->gpu_cpu_share >= 0 || g->src->ops->pixels) return;
+  g->share = stk__share_batch(&g->share_ctl, stk__now());
+}
+
+/* The batch is closed up on the device. */
+static int gpu_compact(stk__sink *k, int slot, int n, const int32_t *codes, char *msg,
+                       size_t msgsize) {
+  gpu_sink *g = k->impl;
+  int *from = g->slots[slot].from, m = 0;
+  for (int j = 0; j < n; j++)
+    if (!codes[j]) from[m++] = j;
+  char why[STK__SINK_MSG_LEN];
+  int rc = stk__gpu_slot_compact(g->gpu, slot, m, from, why, sizeof why);
+  if (rc) snprintf(msg, msgsize, "GPU batch failed: %s", why);
+  return rc;
+}
+
+static void gpu_lend(stk__sink *k, int slot, stk_batch *out) {
+  gpu_sink *g = k->impl;
+  out->device = g->opt->device;
+  out->labels_device = stk__gpu_slot_labels(g->gpu, slot);
+  out->ready_event = stk__gpu_slot_event(g->gpu, slot);
+}
+
+static int gpu_wait(stk__sink *k, int slot, char *msg, size_t msglen) {
+  gpu_sink *g = k->impl;
+  return stk__gpu_slot_wait(g->gpu, slot, msg, msglen);
+}
+
+static int gpu_wait_on(stk__sink *k, int slot, void *stream, char *msg, size_t msglen) {
+  gpu_sink *g = k->impl;
+  return stk__gpu_slot_wait_on(g->gpu, slot, stream, msg, msglen);
+}
+
+/* The next write into the slot waits, on the device, for the work queued
+ * on `stream` so far. */
+static int gpu_release(stk__sink *k, int slot, void *stream, char *msg, size_t msglen) {
+  gpu_sink *g = k->impl;
+  return stk__gpu_slot_release(g->gpu, slot, stream, msg, msglen);
+}
+
+static void gpu_reset(stk__sink *k) {
+  gpu_sink *g = k->impl;
+  stk__share_restart(&g->share_ctl); /* a refill is no measure of the rate */
+}
+
+static void gpu_stats(stk__sink *k, stk_stats *o) {
+  gpu_sink *g = k->impl;
+  stk__gpu_stats gs;
+  stk__gpu_get_stats(g->gpu, &gs);
+  o->device_bytes = gs.device_bytes;
+  o->decoded_hw = gs.path[STK__GPU_PATH_HW];
+  o->decoded_cuda = gs.path[STK__GPU_PATH_CUDA];
+  o->decoded_cpu = gs.path[STK__GPU_PATH_CPU] + gs.path[STK__GPU_PATH_HOST] + gs.path[STK__GPU_PATH_BIG];
+  o->host_bytes += gs.pinned_bytes;
+  o->host_bytes += (uint64_t)g->nslots * g->B * g->opt->size * g->opt->size * 3; /* rgb8 */
+  o->cpu_share = g->share;
+  o->late_allocs = gs.late_allocs;
+}
+
+/* STOKER_GPU_PROFILE=1: where the time of queuing GPU batches went. */
+static void gpu_finish(stk__sink *k) {
+  gpu_sink *g = k->impl;
+  const char *e = getenv("STOKER_GPU_PROFILE");
+  if (!g || !g->gpu || !e || !*e || !strcmp(e, "0")) return;
+  stk__gpu_stats gs;
+  stk__gpu_get_stats(g->gpu, &gs);
+  double b = gs.batches ? 1e3 / (double)gs.batches : 0;
+  fprintf(stderr,
+          "stoker gpu profile: %llu batches, cpu share %.3f; per batch, ms of host time: in "
+          "run_batch %.2f = waiting for a lane %.2f + for the lane's previous decode %.2f + "
+          "planning %.2f + engines' batched call %.2f + CPU fallbacks %.2f + rest; items: "
+          "engines %llu, cuda %llu, cpu %llu, host %llu, big %llu\n",
+          (unsigned long long)gs.batches, g->share, gs.host_seconds * b,
+          gs.host_lane_wait_seconds * b, gs.host_sync_seconds * b, gs.host_plan_seconds * b,
+          gs.host_hw_seconds * b, gs.host_cpu_seconds * b,
+          (unsigned long long)gs.path[STK__GPU_PATH_HW],
+          (unsigned long long)gs.path[STK__GPU_PATH_CUDA],
+          (unsigned long long)gs.path[STK__GPU_PATH_CPU],
+          (unsigned long long)gs.path[STK__GPU_PATH_HOST],
+          (unsigned long long)gs.path[STK__GPU_PATH_BIG]);
+}
+
+static void gpu_close(stk__sink *k) {
+  gpu_sink *g = k->impl;
+  if (!g) return;
+  if (g->slots)
+    for (int i = 0; i < g->nslots; i++) {
+      gpu_slot *s = &g->slots[i];
+      if (s->files)
+        for (int j = 0; j < g->B; j++) stk__buf_free(&s->files[j]);
+      free(s->files);
+      free(s->items);
+      free(s->from);
+      free(s->rgb8);
+    }
+  free(g->slots);
+  stk__gpu_close(g->gpu); /* after the workers: none is inside run_batch */
+  free(g);
+}
+
+static const stk__sink_ops gpu_ops = {
+    .kind = "gpu",
+    .slot_open = gpu_slot_open,
+    .produce = gpu_produce,
+    .move = gpu_move,
+    .share = gpu_share,
+    .submit = gpu_submit,
+    .finalised = gpu_finalised,
+    .compact = gpu_compact,
+    .lend = gpu_lend,
+    .wait = gpu_wait,
+    .wait_on = gpu_wait_on,
+    .release = gpu_release,
+    .reset = gpu_reset,
+    .stats = gpu_stats,
+    .finish = gpu_finish,
+    .close = gpu_close,
+};
+
+/* Opens the GPU back end: every device and pinned buffer is allocated here,
+ * and the cap on device memory is checked against what was allocated. */
+int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_t errlen) {
+  k->ops = &gpu_ops;
+  gpu_sink *g = calloc(1, sizeof *g);
+  if (!g) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  k->impl = g;
+  const stk_options *o = c->opt;
+  g->opt = o;
+  g->plan = c->plan;
+  g->src = c->src;
+  g->nslots = c->nslots;
+  g->B = o->batch_size;
+  g->slots = calloc((size_t)c->nslots, sizeof *g->slots);
+  if (!g->slots) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  stk__gpu_config cfg;
+  stk__gpu_config_init(&cfg);
+  cfg.max_batch = o->batch_size;
+  cfg.out_w = cfg.out_h = o->size;
+  cfg.dtype = o->dtype;
+  cfg.layout = o->layout;
+  memcpy(cfg.mean, o->mean, sizeof cfg.mean);
+  memcpy(cfg.std, o->std, sizeof cfg.std);
+  cfg.slots = c->nslots;
+  cfg.max_pixels = o->max_pixels;
+  const char *sd = getenv("STOKER_SHARE_DECODER");
+  if (sd && *sd && strcmp(sd, "cpu") && strcmp(sd, "gpu-hybrid"))
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "STOKER_SHARE_DECODER=%s: expected \"cpu\" or \"gpu-hybrid\"", sd);
+  g->share_gpu = sd && !strcmp(sd, "gpu-hybrid");
+  if (g->share_gpu) {
+    cfg.use_gpu_hybrid = 1;
+    cfg.hw_share = 1.0f; /* only the share goes to it */
+  }
+  char why[1024] = "";
+  int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
+  if (rc)
+    return stk__fail(err, errlen, rc, "CUDA device %d cannot be used: %s", o->device, why);
+  stk__gpu_stats gs;
+  stk__gpu_get_stats(g->gpu, &gs);
+  if (o->max_device_bytes && gs.device_bytes > o->max_device_bytes)
+    return stk__fail(err, errlen, STK_ENOMEM,
+                     "the GPU buffers for batch %d of %dx%d need %llu bytes of device memory, over "
+                     "max_device_bytes = %llu: lower batch_size or prefetch",
+                     o->batch_size, o->size, o->size, (unsigned long long)gs.device_bytes,
+                     (unsigned long long)o->max_device_bytes);
+  g->share = o->gpu_cpu_share < 0 ? 0 : o->gpu_cpu_share;
+  stk__share_init(&g->share_ctl, g->share, g->nslots);
+  return STK_OK;
+}
