@@ -102,6 +102,10 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
     it->len = smp.len;
     it->geom = smp.geom;
     it->share = share;
+    /* The header parse and the path choice, here rather than on the lane's
+     * thread, whose time bounds the engines' rate. Workers mostly hold
+     * neighbouring positions, so j picks parsers that are free. */
+    stk__gpu_plan_ahead(g->gpu, j, it);
     return STK_OK;
   }
   /* Finished here exactly as the CPU sink would (flip included), as raw
@@ -304,6 +308,7 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   memcpy(cfg.std, o->std, sizeof cfg.std);
   cfg.slots = c->nslots;
   cfg.max_pixels = o->max_pixels;
+  cfg.planners = o->threads > 0 ? o->threads : 16; /* a header parser per worker */
   const char *sd = getenv("STOKER_SHARE_DECODER");
   if (sd && *sd && strcmp(sd, "cpu") && strcmp(sd, "gpu-hybrid"))
     return stk__fail(err, errlen, STK_EINVAL,
