@@ -467,6 +467,86 @@ static void test_fallbacks(const uint8_t *normal_eval) {
   stk__gpu_close(g);
 }
 
+/* Planning ahead (stk__gpu_plan_ahead, as the loader's workers do) gives
+ * the same plans as the lane's own: the output must equal the one-chunk run
+ * byte for byte, item by item. Every other item is planned ahead, so both
+ * kinds meet in one batch. */
+static void test_plan_ahead(const uint8_t *normal_eval) {
+  stk__gpu_config c = base_cfg(nimg);
+  c.dtype = STK_DTYPE_UINT8;
+  c.planners = 2;
+  stk__gpu *g = NULL;
+  char msg[512];
+  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "open: %s", msg);
+  if (rc) return;
+  size_t ib = stk__gpu_image_bytes(g);
+  uint8_t *got = malloc(ib * nimg);
+  stk__gpu_item *items = calloc((size_t)nimg, sizeof *items);
+  int ahead = 0;
+  for (int i = 0; i < nimg; i++) {
+    stk__geom ge;
+    geom_eval(&imgs[i], &ge);
+    item_jpeg(&items[i], &imgs[i], &ge, i);
+    if (i % 2 == 0) {
+      stk__gpu_plan_ahead(g, i, &items[i]);
+      ahead += items[i].pre.planned;
+    }
+  }
+  rc = stk__gpu_run_batch(g, 1, nimg, items, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "run_batch: %s", msg);
+  rc = stk__gpu_download(g, 1, got, ib * nimg, NULL, 0, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "download: %s", msg);
+  int same = 0;
+  for (int i = 0; i < nimg; i++) {
+    if (!items[i].rc && !memcmp(normal_eval + (size_t)i * ib, got + (size_t)i * ib, ib))
+      same++;
+    else
+      fprintf(stderr, "  %s (%s, %s): differs from the run planned on the lane\n", imgs[i].name,
+              path_name(items[i].path), i % 2 ? "lane" : "ahead");
+  }
+  printf("plan ahead: %d of %d items planned ahead, %d/%d images identical to the lane's plans\n",
+         ahead, (nimg + 1) / 2, same, nimg);
+  CHECK_EQ_INT(ahead, (nimg + 1) / 2);
+  CHECK_EQ_INT(same, nimg);
+  stk__gpu_close(g);
+  g = NULL;
+
+  /* Items of the share (STOKER_SHARE_DECODER=gpu-hybrid) that the engines
+   * took above go to the GPU-hybrid decoder instead, and nothing else does. */
+  int *was = calloc((size_t)nimg, sizeof *was), moved = 0, want = 0;
+  for (int i = 0; i < nimg; i++) was[i] = items[i].path;
+  c.use_gpu_hybrid = 1;
+  c.hw_share = 1.0f;
+  rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "open: %s", msg);
+  if (rc == STK_OK) {
+    for (int i = 0; i < nimg; i++) {
+      stk__geom ge;
+      geom_eval(&imgs[i], &ge);
+      item_jpeg(&items[i], &imgs[i], &ge, i);
+      items[i].share = i % 3 == 0;
+      want += items[i].share && was[i] == STK__GPU_PATH_HW;
+    }
+    rc = stk__gpu_run_batch(g, 1, nimg, items, msg, sizeof msg);
+    CHECK_MSG(rc == STK_OK, "run_batch: %s", msg);
+    for (int i = 0; i < nimg; i++) {
+      CHECK_MSG(items[i].rc == STK_OK, "%s: %d", imgs[i].name, items[i].rc);
+      if (items[i].share && was[i] == STK__GPU_PATH_HW)
+        moved += items[i].path == STK__GPU_PATH_GPU;
+      else
+        CHECK_MSG(items[i].path == was[i], "%s: path %s, was %s", imgs[i].name,
+                  path_name(items[i].path), path_name(was[i]));
+    }
+    printf("share to GPU-hybrid: %d of %d engine items moved\n", moved, want);
+    CHECK_EQ_INT(moved, want);
+    stk__gpu_close(g);
+  }
+  free(was);
+  free(got);
+  free(items);
+}
+
 /* --- concurrency, slots, compaction --------------------------------------- */
 typedef struct {
   stk__gpu *g;
@@ -643,6 +723,7 @@ int main(void) {
   CHECK_MSG(p3.n_hw == 0 || p3.mean_hw >= 40.0, "no engines: %.2f dB", p3.mean_hw);
 
   test_fallbacks(eval_out);
+  test_plan_ahead(eval_out);
   test_threads_and_compact();
 
   free(eval_out);
