@@ -47,6 +47,9 @@ echo "== loader alone: train pipeline, batch 256, float32 NCHW on the GPU"
 for t in ${STOKER_THREADS:-2 4 8 14}; do
   record "stoker t$t share0" $S bench "$D" --device 0 --threads "$t" --batch 256 --epochs 4 --cpu-share 0 --json
   record "stoker t$t adaptive" $S bench "$D" --device 0 --threads "$t" --batch 256 --epochs 4 --json
+  # a fixed share needs the workers to run ahead of the engines: two more slots
+  record "stoker t$t share0.2 pf4" $S bench "$D" --device 0 --threads "$t" --batch 256 --epochs 4 \
+    --cpu-share 0.2 --prefetch 4 --json
 done
 for t in ${DALI_THREADS:-4 8 12}; do
   for h in ${DALI_HW_LOADS:-0.65 0.9}; do
