@@ -532,8 +532,10 @@ static void test_plan_ahead(const uint8_t *normal_eval) {
     CHECK_MSG(rc == STK_OK, "run_batch: %s", msg);
     for (int i = 0; i < nimg; i++) {
       CHECK_MSG(items[i].rc == STK_OK, "%s: %d", imgs[i].name, items[i].rc);
+      /* a whole image too large for the arena (the engines decoded only
+       * the region) is finished on the CPU instead */
       if (items[i].share && was[i] == STK__GPU_PATH_HW)
-        moved += items[i].path == STK__GPU_PATH_GPU;
+        moved += items[i].path == STK__GPU_PATH_GPU || items[i].path == STK__GPU_PATH_BIG;
       else
         CHECK_MSG(items[i].path == was[i], "%s: path %s, was %s", imgs[i].name,
                   path_name(items[i].path), path_name(was[i]));
