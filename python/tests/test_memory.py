@@ -98,11 +98,12 @@ def test_early_breaks_leave_nothing(tiny200, device):
     gc.collect()
     fd0, th0, maps0 = counts()
     runs, t0, worst = 90, time.monotonic(), 0.0  # 10 of each threads x prefetch pair
-    # On a GPU the first run after the warm-up (one thread, one slot) left 12
-    # more files open on an H200, while 12 GPU loaders in a row kept the count
-    # flat: something is opened once, on first use, and kept. So the counts
-    # are taken after one run of each pair, and must then stay put for the 81
-    # runs that follow (a loader that leaks would fail there).
+    # On a GPU (an H200) the driver's files come and go in a dozen at a time
+    # with a lag: after the first run 12 more were open, and after a later
+    # one 12 fewer than that; 30 loaders in a row kept the count within those
+    # two values. So on a GPU the counts are taken after one run of each
+    # pair, and after every later run must come back to at most that within
+    # a few seconds (a loader that leaks never does).
     first = 9 if device == "cuda" else 0
     for i in range(runs):
         threads, prefetch = [1, 2, 4][i % 3], [1, 2, 4][(i // 3) % 3]
@@ -135,7 +136,12 @@ def test_early_breaks_leave_nothing(tiny200, device):
         if i + 1 <= first:
             continue
         fd, th, _ = counts()
-        assert (fd, th) == (fd0, th0), \
+        settle = time.monotonic() + 5
+        while device == "cuda" and (fd > fd0 or th > th0) and time.monotonic() < settle:
+            time.sleep(0.01)
+            fd, th, _ = counts()
+        ok = (fd, th) == (fd0, th0) if device == "cpu" else fd <= fd0 and th <= th0
+        assert ok, \
             f"run {i} (threads {threads}, prefetch {prefetch}, mode {mode}): fds {fd} (was {fd0}), " \
             f"threads {th} (was {th0})"
     maps1 = counts()[2]
