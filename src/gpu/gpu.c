@@ -892,14 +892,6 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   if ((int)w < x1 || (int)h < y1 || w == 0 || h == 0) return; /* geometry outside the image */
   p->img_w = (int)w;
   p->img_h = (int)h;
-  int baseline = jm.sof == 0xC0 || jm.sof == 0xC1;
-  if (it->share && g->gh && baseline) {
-    p->path = STK__GPU_PATH_GPU;
-    p->sx = p->sy = 0;
-    p->sw = (int)w;
-    p->sh = (int)h;
-    return;
-  }
   int sup = 1;
   if (g->hw) {
     for (int a = 0; a < 2 && g->hw_roi; a++) {
@@ -937,7 +929,7 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
       return;
     }
   }
-  if (g->gh && !g->hw && baseline) {
+  if (g->gh && !g->hw && (jm.sof == 0xC0 || jm.sof == 0xC1)) {
     /* no engines: baseline files go to the batched GPU-hybrid decoder */
     p->path = STK__GPU_PATH_GPU;
     p->sx = p->sy = 0;
@@ -1404,7 +1396,7 @@ static int run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *ite
   for (int i = 0; i < n; i++)
     if (items[i].rc == STK_OK) take_plan(g, L, &items[i], &L->plan[i]);
   /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
-  if (g->hw && g->gh && g->cfg.hw_share < 1.0f) {
+  if (g->hw && g->gh) {
     int elig = 0, to_hw = 0;
     for (int i = 0; i < n; i++) {
       iplan *p = &L->plan[i];

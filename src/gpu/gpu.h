@@ -176,9 +176,6 @@ typedef struct {
   int64_t label;      /* written to the slot's device labels at [dst] */
   int dst;            /* image index in the slot, 0..max_batch-1 */
   stk__gpu_pre pre;   /* zero, or filled by stk__gpu_plan_ahead() */
-  int share;          /* JPEG: decode it on the GPU-hybrid decoder, when that
-                         is open and the file is baseline (the loader's CPU
-                         share under STOKER_SHARE_DECODER=gpu-hybrid) */
   /* results */
   int rc;             /* STK_OK, or why this item failed (its image and label
                          in the slot are then left as they were) */
@@ -236,7 +233,7 @@ void stk__gpu_close(stk__gpu *g);
  * rate (one lane's batch holds its thread ~25 ms in the engines' call and
  * ~3.5 ms in planning). `who` picks one of cfg.planners parsers; when it is
  * in use by another thread (or there is none), nothing is done and
- * run_batch() plans the item itself. The item's data, len, geom and share
+ * run_batch() plans the item itself. The item's data, len and geom
  * must be set; the result goes to it->pre. Thread-safe. */
 void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it);
 

@@ -37,9 +37,6 @@ typedef struct {
    * delivers batches fastest (loader/share.h). Under the loader's mutex. */
   double share;
   stk__share_ctl share_ctl;
-  /* STOKER_SHARE_DECODER=gpu-hybrid: the share goes to nvJPEG's GPU-hybrid
-   * decoder on the SMs instead of the workers' CPU decoders (docs/gpu.md) */
-  int share_gpu;
 } gpu_sink;
 
 static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
@@ -78,7 +75,6 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   /* What the hardware engines cannot decode would be decoded on the
    * submitting thread, one file after another: decode it here instead. */
   const stk__image_info *in = &smp.info;
-  int share = on_cpu; /* picked for the share, not sent by its format */
   if (smp.raw && !on_cpu) {
     /* Pre-decoded: the GPU back end copies up only the rows and columns
      * the crop reads, and resamples them in the same fused kernel. */
@@ -92,16 +88,13 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
     return STK_OK;
   }
   if (!smp.raw &&
-      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3))) {
+      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3)))
     on_cpu = 1;
-    share = 0;
-  }
-  if (!on_cpu || (share && g->share_gpu && !smp.raw)) {
+  if (!on_cpu) {
     it->kind = STK__GPU_JPEG;
     it->data = smp.data;
     it->len = smp.len;
     it->geom = smp.geom;
-    it->share = share;
     /* The header parse and the path choice, here rather than on the lane's
      * thread, whose time bounds the engines' rate. Workers mostly hold
      * neighbouring positions, so j picks parsers that are free. */
@@ -309,15 +302,6 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   cfg.slots = c->nslots;
   cfg.max_pixels = o->max_pixels;
   cfg.planners = o->threads > 0 ? o->threads : 16; /* a header parser per worker */
-  const char *sd = getenv("STOKER_SHARE_DECODER");
-  if (sd && *sd && strcmp(sd, "cpu") && strcmp(sd, "gpu-hybrid"))
-    return stk__fail(err, errlen, STK_EINVAL,
-                     "STOKER_SHARE_DECODER=%s: expected \"cpu\" or \"gpu-hybrid\"", sd);
-  g->share_gpu = sd && !strcmp(sd, "gpu-hybrid");
-  if (g->share_gpu) {
-    cfg.use_gpu_hybrid = 1;
-    cfg.hw_share = 1.0f; /* only the share goes to it */
-  }
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
