@@ -1,0 +1,642 @@
+/*
+ * decode.c: one batch on one lane (gpu.h, gpu_internal.h): each item's plan
+ * (its decoder and the region to decode, ahead on a worker's thread or
+ * here), the packing of the sources into the slot's arena in chunks, the
+ * decode paths (the engines, the GPU-hybrid and per-image hybrid decoders,
+ * the CPU, and the host copy of decoded pixels), and the launch of the fused
+ * kernel of kernels.cu on the slot's stream.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpu/gpu_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codecs/markers.h"
+#include "gpu/plan.h"
+
+/* ---- running a batch --------------------------------------------------------- */
+/* Copies `rows` rows of `row_bytes` to device memory through the lane's
+ * pinned staging, waiting for the lane's stream when the staging is full. */
+static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch, const uint8_t *src,
+                       size_t src_stride, size_t row_bytes, int rows, char *msg, size_t msglen) {
+  int r0 = 0;
+  while (r0 < rows) {
+    size_t room = L->staging_bytes - L->staging_used;
+    if (room < row_bytes) {
+      CU(stk__cu.StreamSynchronize(L->stream)); /* earlier copies have left the staging */
+      L->staging_used = 0;
+      room = L->staging_bytes;
+    }
+    if (row_bytes > room) {
+      /* a single row longer than the staging: copy it in pieces */
+      for (size_t done = 0; done < row_bytes;) {
+        size_t part = row_bytes - done < L->staging_bytes ? row_bytes - done : L->staging_bytes;
+        CU(stk__cu.StreamSynchronize(L->stream));
+        memcpy(L->staging, src + (size_t)r0 * src_stride + done, part);
+        CU(stk__cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch + done, L->staging, part,
+                                L->stream));
+        done += part;
+      }
+      CU(stk__cu.StreamSynchronize(L->stream));
+      L->staging_used = 0;
+      r0++;
+      continue;
+    }
+    int k = (int)(room / row_bytes);
+    if (k > rows - r0) k = rows - r0;
+    uint8_t *st = L->staging + L->staging_used;
+    for (int i = 0; i < k; i++)
+      memcpy(st + (size_t)i * row_bytes, src + (size_t)(r0 + i) * src_stride, row_bytes);
+    size_t bytes = (size_t)k * row_bytes;
+    if (dst_pitch == row_bytes) {
+      CU(stk__cu.MemcpyHtoDAsync(dst + (CUdeviceptr)r0 * dst_pitch, st, bytes, L->stream));
+    } else {
+      for (int i = 0; i < k; i++)
+        CU(stk__cu.MemcpyHtoDAsync(dst + (CUdeviceptr)(r0 + i) * dst_pitch, st + (size_t)i * row_bytes,
+                                row_bytes, L->stream));
+    }
+    L->staging_used = align_up(L->staging_used + bytes, 64);
+    if (L->staging_used > L->staging_bytes) L->staging_used = L->staging_bytes;
+    r0 += k;
+  }
+  return STK_OK;
+}
+
+/* Decides the path and the source rectangle of one item, reading its
+ * header with parser js (made with handle jh) and support-check params chk. */
+static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
+                      nvjpegDecodeParams_t chk, stk__gpu_item *it, iplan *p) {
+  stk__gpu_rect r;
+  stk__gpu_plan_rect(&it->geom, &r);
+  p->sx = r.sx;
+  p->sy = r.sy;
+  p->sw = r.sw;
+  p->sh = r.sh;
+  p->kx = r.kx;
+  p->ky = r.ky;
+  p->vfirst = r.vfirst;
+  int x1 = r.sx + r.sw, y1 = r.sy + r.sh;
+  p->img_w = p->img_h = 0;
+  p->roi = 0;
+  p->have_src = 0;
+  if (it->kind == STK__GPU_RGB8) {
+    p->path = STK__GPU_PATH_HOST;
+    return;
+  }
+  p->path = STK__GPU_PATH_CPU;
+  if (!js) return;
+  /* What nvJPEG would decode differently from PIL stays on the CPU: RGB-
+   * coded files (nvJPEG assumes YCbCr), CMYK/YCCK, and files without an end
+   * marker (PIL fails them; nvJPEG decodes whatever is there). */
+  stk__jpeg_markers jm;
+  if (!stk__jpeg_scan(it->data, it->len, &jm) || jm.rgb || !jm.eoi || (jm.comps != 1 && jm.comps != 3))
+    return;
+  if (stk__nj.JpegStreamParseHeader(jh, it->data, it->len, js) != NVJPEG_STATUS_SUCCESS)
+    return;
+  unsigned w = 0, h = 0, comps = 0;
+  if (stk__nj.JpegStreamGetFrameDimensions(js, &w, &h) != NVJPEG_STATUS_SUCCESS ||
+      stk__nj.JpegStreamGetComponentsNum(js, &comps) != NVJPEG_STATUS_SUCCESS)
+    return;
+  /* CMYK/YCCK and two-channel files: nvJPEG's conversions are not PIL's. */
+  if (comps != 1 && comps != 3) return;
+  if ((int)w < x1 || (int)h < y1 || w == 0 || h == 0) return; /* geometry outside the image */
+  p->img_w = (int)w;
+  p->img_h = (int)h;
+  int sup = 1;
+  if (g->hw) {
+    for (int a = 0; a < 2 && g->hw_roi; a++) {
+      /* the exact rectangle, then one aligned outwards to 16 pixels */
+      if (a) {
+        if (!stk__gpu_align16(&r, (int)w, (int)h)) break;
+        p->sx = r.sx;
+        p->sy = r.sy;
+        p->sw = r.sw;
+        p->sh = r.sh;
+      }
+      stk__nj.DecodeParamsSetROI(chk, p->sx, p->sy, p->sw, p->sh);
+      if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS)
+        sup = 1;
+      if (sup == 0) {
+        p->path = STK__GPU_PATH_HW;
+        p->roi = 1;
+        return;
+      }
+    }
+    stk__nj.DecodeParamsSetROI(chk, 0, 0, -1, -1);
+    if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS)
+      sup = 1;
+    if (sup == 0) {
+      p->path = STK__GPU_PATH_HW;
+      p->roi = 0;
+      p->sx = p->sy = 0;
+      p->sw = (int)w;
+      p->sh = (int)h;
+      if (g->hw_roi) {
+        pthread_mutex_lock(&g->mu);
+        g->st.hw_roi_full++;
+        pthread_mutex_unlock(&g->mu);
+      }
+      return;
+    }
+  }
+  if (g->gh && !g->hw && (jm.sof == 0xC0 || jm.sof == 0xC1)) {
+    /* no engines: baseline files go to the batched GPU-hybrid decoder */
+    p->path = STK__GPU_PATH_GPU;
+    p->sx = p->sy = 0;
+    p->sw = (int)w;
+    p->sh = (int)h;
+    return;
+  }
+  if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
+}
+
+static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  plan_with(g, L->js_handle, L->js, L->chk_params, it, p);
+}
+
+void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it) {
+  if (!g || g->nparsers <= 0 || it->kind != STK__GPU_JPEG || !it->data) return;
+  parser *P = &g->parsers[(unsigned)who % (unsigned)g->nparsers];
+  /* a parser busy with another thread (a detached worker's replacement
+   * shares its number): the lane plans this item instead */
+  if (pthread_mutex_trylock(&P->mu)) return;
+  iplan p;
+  memset(&p, 0, sizeof p);
+  /* nvJPEG may grow the parser's buffers with our pinned allocator, which
+   * needs the context on this thread */
+  if (stk__cu.CtxPushCurrent(g->ctx) == CUDA_SUCCESS) {
+    plan_with(g, g->parse_handle, P->js, P->chk, it, &p);
+    stk__cu.CtxPopCurrent(NULL);
+    stk__gpu_pre *q = &it->pre;
+    q->path = p.path;
+    q->sx = p.sx;
+    q->sy = p.sy;
+    q->sw = p.sw;
+    q->sh = p.sh;
+    q->img_w = p.img_w;
+    q->img_h = p.img_h;
+    q->roi = p.roi;
+    q->kx = p.kx;
+    q->ky = p.ky;
+    q->vfirst = p.vfirst;
+    q->planned = 1;
+  }
+  pthread_mutex_unlock(&P->mu);
+}
+
+/* The plan made ahead for an item, or the lane's own. */
+static void take_plan(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  const stk__gpu_pre *q = &it->pre;
+  /* an engine region asked for before the engines' regions were switched off */
+  if (!q->planned || (q->roi && !g->hw_roi)) {
+    plan_item(g, L, it, p);
+    return;
+  }
+  memset(p, 0, sizeof *p);
+  p->path = q->path;
+  p->sx = q->sx;
+  p->sy = q->sy;
+  p->sw = q->sw;
+  p->sh = q->sh;
+  p->img_w = q->img_w;
+  p->img_h = q->img_h;
+  p->roi = q->roi;
+  p->kx = q->kx;
+  p->ky = q->ky;
+  p->vfirst = q->vfirst;
+}
+
+/* The CUDA (hybrid) path for one item, on the lane's aux stream. Returns
+ * STK_OK or a non-zero code (the item then goes to the CPU). */
+static int hybrid_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  if (stk__nj.JpegStreamParse(g->gen, it->data, it->len, 0, 0, L->hy_js) != NVJPEG_STATUS_SUCCESS)
+    return STK_EDECODE;
+  int full = p->sx == 0 && p->sy == 0 && p->sw == p->img_w && p->sh == p->img_h;
+  if (full)
+    stk__nj.DecodeParamsSetROI(L->hy_params, 0, 0, -1, -1);
+  else
+    stk__nj.DecodeParamsSetROI(L->hy_params, p->sx, p->sy, p->sw, p->sh);
+  int sup = 1;
+  if (stk__nj.DecoderJpegSupported(g->hy_dec, L->hy_js, L->hy_params, &sup) != NVJPEG_STATUS_SUCCESS ||
+      sup != 0)
+    return STK_EDECODE;
+  nvjpegImage_t dst;
+  memset(&dst, 0, sizeof dst);
+  dst.channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+  dst.pitch[0] = p->pitch;
+  if (stk__nj.DecodeJpeg(g->gen, g->hy_dec, L->hy_state, L->hy_js, &dst, L->hy_params, L->aux) !=
+      NVJPEG_STATUS_SUCCESS)
+    return STK_EDECODE;
+  /* The state's pinned buffer is reused by the next image. */
+  if (stk__cu.StreamSynchronize(L->aux) != CUDA_SUCCESS) return STK_ECUDA;
+  return STK_OK;
+}
+
+/* The CPU path for one JPEG (or other format) item: decodes the source
+ * rectangle and copies it up. */
+static int cpu_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *msg, size_t msglen,
+                      int *batch_rc) {
+  stk__region reg;
+  stk__rect want = {p->sx, p->sy, p->sw, p->sh};
+  char why[256];
+  int rc = stk__decoder_decode(L->dec, it->data, it->len, &want, 1, &reg, why, sizeof why);
+  if (rc) {
+    item_fail(it, rc, why);
+    return rc;
+  }
+  if (reg.x > p->sx || reg.y > p->sy || reg.x + reg.w < p->sx + p->sw ||
+      reg.y + reg.h < p->sy + p->sh) {
+    item_fail(it, STK_EDECODE, "decoded region does not cover the crop");
+    return STK_EDECODE;
+  }
+  const uint8_t *src = reg.pixels + (size_t)(p->sy - reg.y) * reg.stride + (size_t)(p->sx - reg.x) * 3;
+  *batch_rc = upload_rows(g, L, L->arena + p->off, p->pitch, src, reg.stride, (size_t)p->sw * 3,
+                          p->sh, msg, msglen);
+  return *batch_rc;
+}
+
+/* The last resort for a source too large for the arena: everything on the
+ * CPU; the finished image and its label go into the arena (p->off), from
+ * where the slot's stream copies them into the slot. */
+static int big_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *msg,
+                    size_t msglen, int *batch_rc) {
+  char why[256];
+  stk__rect need;
+  const uint8_t *px;
+  size_t stride;
+  int ox, oy, rc = stk__resampler_plan(&L->rs, &it->geom, &need);
+  if (rc) {
+    item_fail(it, rc, "cannot resample this geometry");
+    return rc;
+  }
+  if (it->kind == STK__GPU_RGB8) {
+    px = it->pixels;
+    stride = it->stride;
+    ox = it->x;
+    oy = it->y;
+  } else {
+    stk__region reg;
+    rc = stk__decoder_decode(L->dec, it->data, it->len, &need, 1, &reg, why, sizeof why);
+    if (rc) {
+      item_fail(it, rc, why);
+      return rc;
+    }
+    px = reg.pixels;
+    stride = reg.stride;
+    ox = reg.x;
+    oy = reg.y;
+  }
+  if (stk__buf_reserve(&L->big, g->image_bytes + 8)) {
+    item_fail(it, STK_ENOMEM, "out of memory");
+    return STK_ENOMEM;
+  }
+  rc = stk__resampler_run(&L->rs, px, stride, ox, oy, &g->store, L->big.p);
+  if (rc) {
+    item_fail(it, rc, "resampling failed");
+    return rc;
+  }
+  *batch_rc = upload_rows(g, L, L->arena + p->off, g->image_bytes, L->big.p, g->image_bytes,
+                          g->image_bytes, 1, msg, msglen);
+  if (!*batch_rc)
+    *batch_rc = upload_rows(g, L, L->arena + p->off + align_up(g->image_bytes, 8), 8,
+                            (const uint8_t *)&it->label, 8, 8, 1, msg, msglen);
+  return *batch_rc;
+}
+
+static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
+                  size_t msglen);
+
+/* Decodes the sources of items chunk[0..k) into the arena (places already
+ * assigned), then launches the kernel over those that made it. `base` is
+ * where this chunk's descriptors go. */
+static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
+                     int base, char *msg, size_t msglen) {
+  int rc;
+  /* The arena is free once the slot's previous kernel (an earlier batch, or
+   * an earlier chunk of this one) has read it. */
+  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
+  /* The hybrid decoder's stream may write this chunk's arena places once the
+   * work queued so far is done. */
+  CU(stk__cu.EventRecord(L->ev_main, L->stream));
+  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
+  /* 0. the GPU-hybrid decoder, on its own stream, first: it runs on the SMs
+   * while the call to the engines below holds this thread */
+  int mg = 0;
+  for (int c = 0; c < k && g->gh; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_GPU) continue;
+    stk__gpu_item *it = &items[chunk[c]];
+    L->gb.data[mg] = it->data;
+    L->gb.len[mg] = it->len;
+    memset(&L->gb.dst[mg], 0, sizeof L->gb.dst[mg]);
+    L->gb.dst[mg].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+    L->gb.dst[mg].pitch[0] = p->pitch;
+    L->gb.item[mg++] = chunk[c];
+  }
+  if (mg > 0) {
+    double t = stk__now();
+    CU(stk__cu.StreamWaitEvent(L->gstream, L->ev_main, 0));
+    stk__gpu_gb_pad(g, &L->gb, mg);
+    nvjpegStatus_t st =
+        stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst, L->gstream);
+    if (st == NVJPEG_STATUS_SUCCESS) {
+      CU(stk__cu.EventRecord(L->ev_gpu, L->gstream));
+      for (int i = 0; i < mg; i++) L->plan[L->gb.item[i]].have_src = 1;
+    } else {
+      pthread_mutex_lock(&g->mu);
+      g->st.hw_batch_failures++;
+      pthread_mutex_unlock(&g->mu);
+      NJ(stk__nj.DecodeBatchedInitialize(g->gh, L->gb.state, L->gb.n, 1, NVJPEG_OUTPUT_RGBI));
+      for (int i = 0; i < mg; i++)
+        L->plan[L->gb.item[i]].path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+      mg = 0;
+    }
+    L->t_gpu += stk__now() - t;
+  }
+  /* 1. the hardware engines, for the whole chunk at once */
+  int m = 0;
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_HW) continue;
+    stk__gpu_item *it = &items[chunk[c]];
+    L->hw_data[m] = it->data;
+    L->hw_len[m] = it->len;
+    memset(&L->hw_dst[m], 0, sizeof L->hw_dst[m]);
+    L->hw_dst[m].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+    L->hw_dst[m].pitch[0] = p->pitch;
+    if (p->roi)
+      stk__nj.DecodeParamsSetROI(L->hw_params[m], p->sx, p->sy, p->sw, p->sh);
+    else
+      stk__nj.DecodeParamsSetROI(L->hw_params[m], 0, 0, -1, -1);
+    L->hw_item[m++] = chunk[c];
+  }
+  if (m > 0) {
+    double t = stk__now();
+    /* The engines write through nvJPEG's own streams, which need not wait
+     * for what is queued on L->stream: the arena must already be free when
+     * the call is made. Under compute-sanitizer (slow kernels) the previous
+     * chunk's kernel was still reading it. Between batches the slot's last
+     * kernel is long done, so this rarely waits. */
+    if (s->consumed_pending) CU(stk__cu.EventSynchronize(s->consumed));
+    stk__gpu_hw_pad(g, L, m);
+    int roi_used = 0;
+    for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;
+    nvjpegStatus_t st =
+        roi_used ? stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+                                        L->hw_params, L->stream)
+                 : stk__nj.DecodeBatched(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst, L->stream);
+    L->t_hw += stk__now() - t;
+    pthread_mutex_lock(&g->mu);
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      g->st.hw_batch_failures++;
+      /* Repeated whole-batch failures with regions: stop asking for them. */
+      if (roi_used && ++g->roi_fail_streak >= 3 && g->hw_roi) {
+        g->hw_roi = g->st.hw_roi = 0;
+        stk__gpu_note(g, "engine ROI off: 3 batches in a row failed with %s", stk__nj_status(st));
+      }
+    } else if (roi_used) {
+      g->roi_fail_streak = 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (st != NVJPEG_STATUS_SUCCESS) {
+      /* The state must be initialised again after a failed batch; then each
+       * item goes down the list on its own. */
+      if ((rc = stk__gpu_hw_init_lane(g, L, L->hw_n, msg, msglen))) return rc;
+      for (int i = 0; i < m; i++) {
+        iplan *p = &L->plan[L->hw_item[i]];
+        p->path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+      }
+    } else {
+      for (int i = 0; i < m; i++) L->plan[L->hw_item[i]].have_src = 1;
+    }
+  }
+
+  /* 2. the CPU: decodes here while the engines work */
+  double tc = stk__now();
+  for (int c = 0; c < k; c++) {
+    int i = chunk[c];
+    iplan *p = &L->plan[i];
+    stk__gpu_item *it = &items[i];
+    if (p->path == STK__GPU_PATH_HOST) {
+      if (it->x > p->sx || it->y > p->sy || it->x + it->w < p->sx + p->sw ||
+          it->y + it->h < p->sy + p->sh || !it->pixels) {
+        item_fail(it, STK_EINVAL, "the pixels do not cover what the geometry reads");
+        continue;
+      }
+      const uint8_t *src = it->pixels + (size_t)(p->sy - it->y) * it->stride + (size_t)(p->sx - it->x) * 3;
+      if ((rc = upload_rows(g, L, L->arena + p->off, p->pitch, src, it->stride, (size_t)p->sw * 3,
+                            p->sh, msg, msglen)))
+        return rc;
+      p->have_src = 1;
+    } else if (p->path == STK__GPU_PATH_CPU) {
+      int brc = 0;
+      if (cpu_decode(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (brc) return brc;
+    } else if (p->path == STK__GPU_PATH_BIG) {
+      int brc = 0;
+      if (big_item(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (brc) return brc;
+    }
+  }
+
+  L->t_cpu += stk__now() - tc;
+  /* 3. nvJPEG's hybrid decoder, on the aux stream after the arena is free */
+  int any_cuda = 0;
+  for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
+  if (any_cuda) {
+    CU(stk__cu.StreamWaitEvent(L->aux, L->ev_main, 0));
+    for (int c = 0; c < k; c++) {
+      int i = chunk[c];
+      iplan *p = &L->plan[i];
+      if (p->path != STK__GPU_PATH_CUDA) continue;
+      if (hybrid_decode(g, L, &items[i], p) == STK_OK) {
+        p->have_src = 1;
+        continue;
+      }
+      p->path = STK__GPU_PATH_CPU;
+      int brc = 0;
+      if (cpu_decode(g, L, &items[i], p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
+      if (brc) return brc;
+    }
+    CU(stk__cu.EventRecord(L->ev_aux, L->aux));
+    CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
+  }
+
+  if (mg > 0) CU(stk__cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
+  /* 4. the kernel */
+  int n = 0, kxm = 1, kym = 1;
+  stk__kitem *d = L->desc_host + base;
+  for (int c = 0; c < k; c++) {
+    int i = chunk[c];
+    iplan *p = &L->plan[i];
+    stk__gpu_item *it = &items[i];
+    if (!p->have_src) continue;
+    it->path = p->path;
+    if (p->path == STK__GPU_PATH_BIG) continue; /* copied below */
+    stk__kitem *q = &d[n++];
+    memset(q, 0, sizeof *q);
+    q->src = L->arena + p->off;
+    q->label = it->label;
+    q->in0x = it->geom.x.in0;
+    q->scalex = it->geom.x.scale;
+    q->in0y = it->geom.y.in0;
+    q->scaley = it->geom.y.scale;
+    q->pitch = (int)p->pitch;
+    q->sx = p->sx;
+    q->sy = p->sy;
+    q->sw = p->sw;
+    q->sh = p->sh;
+    q->lox = it->geom.x.lo;
+    q->hix = it->geom.x.hi;
+    q->loy = it->geom.y.lo;
+    q->hiy = it->geom.y.hi;
+    q->flip = it->geom.flip != 0;
+    q->dst = it->dst;
+    q->vfirst = p->vfirst;
+    if (p->kx > kxm) kxm = p->kx;
+    if (p->ky > kym) kym = p->ky;
+  }
+  int run_kernel = n > 0 && !g->cfg.decode_only;
+  if (run_kernel)
+    CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem), d,
+                            (size_t)n * sizeof(stk__kitem), L->stream));
+  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[1], L->stream));
+  /* 5. on the slot's stream: after the decoders, and after the consumer has
+   * let go of the slot, the kernel and the copies of finished images */
+  CU(stk__cu.EventRecord(L->decoded, L->stream));
+  CU(stk__cu.StreamWaitEvent(s->stream, L->decoded, 0));
+  pthread_mutex_lock(&g->mu);
+  int wait_freed = s->freed_pending;
+  s->freed_pending = 0;
+  pthread_mutex_unlock(&g->mu);
+  if (wait_freed) CU(stk__cu.StreamWaitEvent(s->stream, s->freed, 0));
+  if (run_kernel && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen))) return rc;
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_BIG || !p->have_src) continue;
+    int dst = items[chunk[c]].dst;
+    CU(stk__cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)dst * g->image_bytes, L->arena + p->off,
+                            g->image_bytes, s->stream));
+    CU(stk__cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)dst * 8,
+                            L->arena + p->off + align_up(g->image_bytes, 8), 8, s->stream));
+  }
+  CU(stk__cu.EventRecord(s->consumed, s->stream));
+  s->consumed_pending = 1;
+  if (g->cfg.profile) {
+    float a = 0, b = 0;
+    CU(stk__cu.EventRecord(L->prof[2], s->stream));
+    CU(stk__cu.EventSynchronize(L->prof[2]));
+    CU(stk__cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
+    CU(stk__cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
+    pthread_mutex_lock(&g->mu);
+    g->st.gpu_decode_seconds += a * 1e-3;
+    g->st.gpu_kernel_seconds += b * 1e-3;
+    pthread_mutex_unlock(&g->mu);
+  }
+  return STK_OK;
+}
+
+/* Launches the kernel over the chunk's descriptors (already uploaded), on
+ * the slot's stream. */
+static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
+                  size_t msglen) {
+  stk__kparams kp;
+  memset(&kp, 0, sizeof kp);
+  kp.items = L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem);
+  kp.out = s->data;
+  kp.labels = s->labels;
+  kp.lut = g->lut;
+  kp.out_w = g->cfg.out_w;
+  kp.out_h = g->cfg.out_h;
+  kp.dtype = (int)g->cfg.dtype;
+  kp.layout = (int)g->cfg.layout;
+  kp.kx = kxm;
+  kp.ky = kym;
+  kp.tiles_x = (g->cfg.out_w + STK_TILE_W - 1) / STK_TILE_W;
+  kp.n = n;
+  int tiles_y = (g->cfg.out_h + STK_TILE_H - 1) / STK_TILE_H;
+  unsigned smem =
+      (unsigned)((STK_TILE_W * kxm + STK_TILE_H * kym + 2 * STK_TILE_W + 2 * STK_TILE_H) * sizeof(int) +
+                 768 * sizeof(float) + 768 * sizeof(uint16_t));
+  void *args[] = {&kp};
+  CU(stk__cu.LaunchKernel(g->fn, (unsigned)(kp.tiles_x * tiles_y), (unsigned)n, 1, STK_TILE_W,
+                          STK_TILE_H, 1, smem, s->stream, args, NULL));
+  pthread_mutex_lock(&g->mu);
+  g->st.chunks++;
+  pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
+                        size_t msglen) {
+  int rc;
+  /* The previous batch of this lane has decoded (L->done is recorded on
+   * the lane's stream, before any wait for a consumer): the staging, the
+   * host descriptors and nvJPEG's state are free again. */
+  double ts = stk__now();
+  L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = L->t_sync = 0;
+  CU(stk__cu.EventSynchronize(L->done));
+  L->t_sync = stk__now() - ts;
+  L->staging_used = 0;
+  L->arena = s->arena;
+  L->desc_dev = s->desc_dev;
+
+  double t0 = stk__now();
+  for (int i = 0; i < n; i++)
+    if (items[i].rc == STK_OK) take_plan(g, L, &items[i], &L->plan[i]);
+  /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
+  if (g->hw && g->gh) {
+    int elig = 0, to_hw = 0;
+    for (int i = 0; i < n; i++) {
+      iplan *p = &L->plan[i];
+      if (items[i].rc != STK_OK || p->path != STK__GPU_PATH_HW) continue;
+      elig++;
+      if ((int)(g->cfg.hw_share * elig + 0.5f) > to_hw) {
+        to_hw++;
+        continue;
+      }
+      p->path = STK__GPU_PATH_GPU;
+      p->roi = 0;
+      p->sx = p->sy = 0;
+      p->sw = p->img_w;
+      p->sh = p->img_h;
+    }
+  }
+  L->t_plan += stk__now() - t0;
+
+  /* Pack sources into the arena in order; a full arena closes a chunk. */
+  int k = 0, base = 0;
+  stk__gpu_packer pk;
+  stk__gpu_packer_init(&pk, L->arena_bytes);
+  for (int i = 0; i <= n; i++) {
+    size_t need = 0;
+    if (i < n) {
+      if (items[i].rc != STK_OK) continue;
+      iplan *p = &L->plan[i];
+      p->pitch = (size_t)p->sw * 3;
+      /* too large for the arena, or shrunk more than the kernel's filter
+       * window allows (a 4000-pixel image to a small output): decoded and
+       * resampled on the CPU, as the CPU loader would */
+      stk__gpu_rect r = {p->sx, p->sy, p->sw, p->sh, p->kx, p->ky, p->vfirst};
+      int big = 0;
+      need = stk__gpu_item_bytes(&r, &items[i].geom, L->arena_bytes, big_need(g), &big);
+      if (big) p->path = STK__GPU_PATH_BIG;
+    }
+    if (i == n || stk__gpu_packer_full(&pk, need)) {
+      if (k > 0 && (rc = run_chunk(g, L, s, items, L->chunk, k, base, msg, msglen))) return rc;
+      base += k;
+      k = 0;
+      stk__gpu_packer_close(&pk);
+      if (i == n) break;
+    }
+    L->plan[i].off = stk__gpu_packer_add(&pk, need);
+    L->chunk[k++] = i;
+  }
+  CU(stk__cu.EventRecord(s->ready, s->stream));
+  s->written = 1;
+  CU(stk__cu.EventRecord(L->done, L->stream));
+  return STK_OK;
+}
+

@@ -1,0 +1,189 @@
+/*
+ * gpu_internal.h: what the two halves of the GPU back end share, private to
+ * src/gpu/. gpu.c makes and frees the objects below (stk__gpu_open/close),
+ * takes a lane for each batch and runs the slot operations; decode.c runs
+ * one batch on a lane: the planning, the decode paths and the launch of the
+ * fused kernel.
+ */
+#ifndef STK_GPU_INTERNAL_H
+#define STK_GPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "codecs/codec.h"
+#include "core/common.h"
+#include "gpu/binding.h"
+#include "gpu/gpu.h"
+#include "gpu/kernel_abi.h"
+
+#define DUMMY_SIDE 16
+
+/* ---- objects -------------------------------------------------------------- */
+/* A slot owns the device memory a batch is decoded into (its arena, and
+ * the kernel's item descriptors) as well as the output, and a stream on
+ * which everything that writes the output runs. The decoders of a lane
+ * fill the arena on the lane's stream; only then does the slot's stream
+ * wait for the consumer to let go of the output ("freed") and run the
+ * kernel. So decoding the next batch never waits for the training step
+ * that still reads the slot: it waits only for the slot's own previous
+ * kernel to have read the arena ("consumed"), long done by then. */
+typedef struct {
+  CUdeviceptr data, labels;
+  CUdeviceptr arena, desc_dev;
+  CUstream stream;
+  CUevent ready, freed, consumed;
+  int written;          /* ready was recorded at least once */
+  int freed_pending;    /* freed was recorded by a release: the next write waits */
+  int consumed_pending; /* consumed was recorded: the next decode waits */
+} gslot;
+
+/* What run_batch() decided for one item. */
+typedef struct {
+  int path;              /* planned STK__GPU_PATH_* */
+  int sx, sy, sw, sh;    /* the source rectangle to decode / copy (geometry coords) */
+  int img_w, img_h;      /* JPEG: the image size as nvJPEG reads it (0: unknown) */
+  int roi;               /* hardware: decode the rectangle only */
+  size_t off, pitch;     /* place in the arena */
+  int have_src;          /* the source is (queued to be) in the arena */
+  int kx, ky;            /* Pillow's ksize per axis */
+  int vfirst;            /* the CPU resampler would run the vertical pass first */
+} iplan;
+
+/* One batched nvJPEG decoder of a lane (engines or GPU-hybrid). */
+typedef struct {
+  nvjpegJpegState_t state;
+  const unsigned char **data; /* max_batch */
+  size_t *len;
+  nvjpegImage_t *dst;
+  int *item;
+  int n;                      /* the batch size it is initialised for */
+  CUdeviceptr pad_out;        /* where the padding images go */
+} batched;
+
+typedef struct {
+  CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
+  CUevent done, ev_main, ev_aux, decoded;
+  CUevent prof[3]; /* cfg.profile: chunk start, before the kernel, after it */
+  CUstream gstream; /* the GPU-hybrid batched decoder */
+  CUevent ev_gpu;
+  batched gb;
+  double t_plan, t_hw, t_gpu, t_cpu, t_sync; /* host seconds, this batch */
+  int busy;
+  /* hardware, batched */
+  nvjpegJpegState_t hw_state;
+  nvjpegDecodeParams_t *hw_params; /* max_batch */
+  nvjpegDecodeParams_t chk_params; /* for support checks */
+  const unsigned char **hw_data;
+  size_t *hw_len;
+  nvjpegImage_t *hw_dst;
+  int *hw_item;
+  int hw_n;                        /* the batch size it is initialised for */
+  /* hybrid */
+  nvjpegJpegState_t hy_state;
+  nvjpegBufferPinned_t hy_pinned;
+  nvjpegBufferDevice_t hy_dev;
+  nvjpegJpegStream_t hy_js;
+  nvjpegDecodeParams_t hy_params;
+  nvjpegJpegStream_t js;           /* header parsing, with js_handle */
+  nvjpegHandle_t js_handle;
+  /* memory */
+  CUdeviceptr arena, desc_dev; /* the slot's, for the batch being run */
+  CUdeviceptr dummy_out;
+  size_t arena_bytes;
+  uint8_t *staging;
+  size_t staging_bytes, staging_used;
+  stk__kitem *desc_host;
+  /* CPU fallbacks */
+  stk__decoder *dec;
+  stk__resampler rs;
+  stk__buf big;
+  /* per batch */
+  iplan *plan;
+  int *chunk;
+} glane;
+
+/* A header parser for stk__gpu_plan_ahead(), used by one thread at a time. */
+typedef struct {
+  pthread_mutex_t mu;
+  nvjpegJpegStream_t js;
+  nvjpegDecodeParams_t chk;
+} parser;
+
+struct stk__gpu {
+  stk__gpu_config cfg;
+  int device;
+  CUdevice dev;
+  CUcontext ctx;
+  int ctx_retained;
+  CUmodule mod;
+  CUfunction fn;
+  stk__store store;
+  size_t image_bytes;
+  CUdeviceptr lut;
+  uint64_t pool_at_open; /* stk__pool_fresh() at the end of open */
+  int prio;      /* the greatest stream priority: our work is small and
+                    should not queue behind a training step's kernels */
+  nvjpegHandle_t hw, gen, gh;
+  nvjpegJpegDecoder_t hy_dec;
+  int hw_roi;
+  int roi_fail_streak;
+  uint8_t *dummy_jpeg;
+  size_t dummy_len;
+  gslot *slots;
+  glane *lanes;
+  parser *parsers;
+  int nparsers;
+  nvjpegHandle_t parse_handle; /* what the parsers were made with */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int poisoned;
+  char poison_msg[256];
+  stk__gpu_stats st;
+};
+
+/* gpu.c */
+/* Returns STK_ECUDA for a failed CUDA call (a sticky error poisons g). */
+int stk__gpu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen);
+/* Remembers why a decode path is off (stats.notes). */
+void stk__gpu_note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
+/* (Re)initialises the lane's engines' state for batches of n. */
+int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen);
+/* Fills the engines' batch from position m on with the padding image. */
+void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m);
+/* The same for a GPU-hybrid batched decoder. */
+void stk__gpu_gb_pad(stk__gpu *g, batched *b, int m);
+
+/* decode.c */
+/* Runs n items into slot s on lane L (the context current, the lane taken). */
+int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
+                        size_t msglen);
+
+#define CU(call)                                              \
+  do {                                                        \
+    CUresult r_ = (call);                                     \
+    if (r_ != CUDA_SUCCESS) return stk__gpu_fail(g, r_, #call, msg, msglen); \
+  } while (0)
+
+#define NJ(call)                                                                             \
+  do {                                                                                       \
+    nvjpegStatus_t s_ = (call);                                                              \
+    if (s_ != NVJPEG_STATUS_SUCCESS)                                                         \
+      return stk__fail(msg, msglen, STK_ECUDA, "%s: %s", #call, stk__nj_status(s_));               \
+  } while (0)
+
+static inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* Arena room for an item of the "big" path: its finished image, then its
+ * label, both copied into the slot afterwards. */
+static inline size_t big_need(const stk__gpu *g) { return align_up(align_up(g->image_bytes, 8) + 8, 256); }
+
+/* An item fails alone, with its reason. */
+static inline void item_fail(stk__gpu_item *it, int rc, const char *why) {
+  it->rc = rc;
+  if (it->msg && it->msglen) snprintf(it->msg, it->msglen, "%s", why);
+}
+
+#endif
