@@ -101,6 +101,17 @@ int main(void) {
   CHECK_MSG(p < 0.005, "mean share %.4f", p);
   CHECK_MSG(eff > 0.95, "%.3f of the best rate", eff);
 
+  /* a restart during a probe (a reset) cancels it: the share goes back to
+   * 0 at the end of the next window instead of climbing unmeasured */
+  stk__share_init(&c, 0, 0);
+  double tt = 0;
+  int guard = 0;
+  while (!c.probing && guard++ < 10000) stk__share_batch(&c, tt += 0.01);
+  CHECK(c.share == STK__SHARE_STEP && c.probing);
+  stk__share_restart(&c);
+  for (int k = 0; k <= STK__SHARE_WINDOW; k++) stk__share_batch(&c, tt += 0.01);
+  CHECK_MSG(c.share == 0, "share %.4f after a cancelled probe", c.share);
+
   /* restart forgets the last rate: the next window only measures; after a
    * step, the LAG batches under way pass before the next window opens */
   stk__share_init(&c, 0.25, LAG);

@@ -12,6 +12,12 @@ void stk__share_init(stk__share_ctl *c, double share, int lag) {
 }
 
 void stk__share_restart(stk__share_ctl *c) {
+  /* a probe cut short measured nothing: it counts as failed (back to 0 at
+   * the next window's end), not as a success that would climb on blind */
+  if (c->probing) {
+    c->probing = 0;
+    c->dir = -1;
+  }
   c->n = 0;
   c->t0 = 0;
   c->prev_rate = 0;
