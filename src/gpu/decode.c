@@ -159,8 +159,9 @@ static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
 void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it) {
   if (!g || g->nparsers <= 0 || it->kind != STK__GPU_JPEG || !it->data) return;
   parser *P = &g->parsers[(unsigned)who % (unsigned)g->nparsers];
-  /* a parser busy with another thread (a detached worker's replacement
-   * shares its number): the lane plans this item instead */
+  /* a parser busy with another thread (two workers' positions share it):
+   * the lane plans this item instead. An item whose geometry run_batch()
+   * then refuses fails there, and its plan is never used. */
   if (pthread_mutex_trylock(&P->mu)) return;
   iplan p;
   memset(&p, 0, sizeof p);
@@ -393,7 +394,8 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       g->st.hw_batch_failures++;
       /* Repeated whole-batch failures with regions: stop asking for them. */
       if (roi_used && ++g->roi_fail_streak >= 3 && g->hw_roi) {
-        g->hw_roi = g->st.hw_roi = 0;
+        g->hw_roi = 0;
+        g->st.hw_roi = 0;
         stk__gpu_note(g, "engine ROI off: 3 batches in a row failed with %s", stk__nj_status(st));
       }
     } else if (roi_used) {

@@ -100,7 +100,7 @@ static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t 
     if (a->hi <= a->lo || a->lo < 0)
       return stk__fail(msg, msglen, STK_EINVAL, "empty source range [%d, %d) on %c", a->lo, a->hi,
                        "xy"[k]);
-    /* (a shrink beyond the kernel's 1/31 goes to the CPU: see run_locked) */
+    /* (a shrink beyond the kernel's 1/31 goes to the CPU: see stk__gpu_run_locked) */
     if (!(a->scale > 0))
       return stk__fail(msg, msglen, STK_EINVAL, "cannot resample by 1/%.1f on %c", a->scale,
                        "xy"[k]);

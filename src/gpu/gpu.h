@@ -148,7 +148,7 @@ enum {
   STK__GPU_NPATHS
 };
 
-/* What the planning of one JPEG item decided (private to gpu.c; in the
+/* What the planning of one JPEG item decided (private to src/gpu/; in the
  * item so that it can be done ahead, see stk__gpu_plan_ahead()). */
 typedef struct {
   int planned; /* 1: run_batch() takes the rest as it is */
@@ -222,21 +222,22 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
 /* Frees everything: waits for the gpu's own streams first. NULL is a no-op. */
 void stk__gpu_close(stk__gpu *g);
 
-/* Decodes and resamples items[0..n) (n <= max_batch) into slot `slot`, each
- * into image items[i].dst, and records the slot's ready event. Returns STK_OK
- * when the batch was queued (check items[i].rc), or STK_EINVAL / STK_ECUDA /
- * STK_ENOMEM for the batch as a whole. A slot may receive several calls (to
- * fill holes); its ready event then covers all of them. */
 /* Plans a JPEG item (reads its header with nvJPEG, chooses its decoder and
  * the region to decode) on the calling thread, before run_batch(): the
  * planning then leaves the lane, whose thread is what bounds the engines'
  * rate (one lane's batch holds its thread ~25 ms in the engines' call and
  * ~3.5 ms in planning). `who` picks one of cfg.planners parsers; when it is
  * in use by another thread (or there is none), nothing is done and
- * run_batch() plans the item itself. The item's data, len and geom
+ * run_batch() plans the item itself. The loader passes the position, so
+ * that workers, which mostly hold neighbouring positions, meet free parsers. The item's data, len and geom
  * must be set; the result goes to it->pre. Thread-safe. */
 void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it);
 
+/* Decodes and resamples items[0..n) (n <= max_batch) into slot `slot`, each
+ * into image items[i].dst, and records the slot's ready event. Returns STK_OK
+ * when the batch was queued (check items[i].rc), or STK_EINVAL / STK_ECUDA /
+ * STK_ENOMEM for the batch as a whole. A slot may receive several calls (to
+ * fill holes); its ready event then covers all of them. */
 int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char *msg,
                        size_t msglen);
 

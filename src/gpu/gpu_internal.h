@@ -9,6 +9,7 @@
 #define STK_GPU_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -128,7 +129,9 @@ struct stk__gpu {
                     should not queue behind a training step's kernels */
   nvjpegHandle_t hw, gen, gh;
   nvjpegJpegDecoder_t hy_dec;
-  int hw_roi;
+  /* the engines' regions are in use; read by workers planning ahead while a
+   * lane may switch it off */
+  _Atomic int hw_roi;
   int roi_fail_streak;
   uint8_t *dummy_jpeg;
   size_t dummy_len;

@@ -301,7 +301,7 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   memcpy(cfg.std, o->std, sizeof cfg.std);
   cfg.slots = c->nslots;
   cfg.max_pixels = o->max_pixels;
-  cfg.planners = o->threads > 0 ? o->threads : 16; /* a header parser per worker */
+  cfg.planners = o->threads; /* as many header parsers as workers (resolved by now) */
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
