@@ -473,13 +473,18 @@ static int submit_batch(stk_loader *l, slot *s) {
     k++;
   }
   if (failed && l->opt.on_error == STK_ON_ERROR_SKIP && k > 0) {
+    /* (the sink reads the codes of all s->n positions; the executor's copy
+     * is closed up after it) */
     rc = l->sink.ops->compact(&l->sink, i, s->n, s->codes, msg, sizeof msg);
     if (rc) {
       s->err = rc;
       snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
     }
   }
-  if (failed && l->opt.on_error == STK_ON_ERROR_SKIP) s->n = k;
+  if (failed && l->opt.on_error == STK_ON_ERROR_SKIP) {
+    for (int j = 0; j < k; j++) s->codes[j] = 0; /* the kept positions, closed up */
+    s->n = k;
+  }
   return 0;
 }
 

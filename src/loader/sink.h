@@ -117,8 +117,9 @@ typedef struct {
    * o->host_bytes. NULL = nothing to add. */
   void (*stats)(stk__sink *k, stk_stats *o);
   /* No mutex: stk_loader_destroy, once no worker runs any more except
-   * abandoned ones (which touch no slot); the loader itself may be freed
-   * later. NULL = nothing. */
+   * abandoned ones, which may still be inside produce or submit (so finish
+   * must free nothing they use; the loader itself may be freed later).
+   * NULL = nothing. */
   void (*finish)(stk__sink *k);
   /* Frees everything, also after a failed open or slot_open. No other
    * thread is left. */
