@@ -163,26 +163,15 @@ void stk__gpu_plan_ahead(stk__gpu *g, int who, stk__gpu_item *it) {
    * the lane plans this item instead. An item whose geometry run_batch()
    * then refuses fails there, and its plan is never used. */
   if (pthread_mutex_trylock(&P->mu)) return;
-  iplan p;
-  memset(&p, 0, sizeof p);
   /* nvJPEG may grow the parser's buffers with our pinned allocator, which
    * needs the context on this thread */
   if (stk__cu.CtxPushCurrent(g->ctx) == CUDA_SUCCESS) {
+    iplan p;
+    memset(&p, 0, sizeof p);
     plan_with(g, g->parse_handle, P->js, P->chk, it, &p);
     stk__cu.CtxPopCurrent(NULL);
-    stk__gpu_pre *q = &it->pre;
-    q->path = p.path;
-    q->sx = p.sx;
-    q->sy = p.sy;
-    q->sw = p.sw;
-    q->sh = p.sh;
-    q->img_w = p.img_w;
-    q->img_h = p.img_h;
-    q->roi = p.roi;
-    q->kx = p.kx;
-    q->ky = p.ky;
-    q->vfirst = p.vfirst;
-    q->planned = 1;
+    p.planned = 1;
+    it->pre = p;
   }
   pthread_mutex_unlock(&P->mu);
 }
@@ -195,18 +184,7 @@ static void take_plan(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
     plan_item(g, L, it, p);
     return;
   }
-  memset(p, 0, sizeof *p);
-  p->path = q->path;
-  p->sx = q->sx;
-  p->sy = q->sy;
-  p->sw = q->sw;
-  p->sh = q->sh;
-  p->img_w = q->img_w;
-  p->img_h = q->img_h;
-  p->roi = q->roi;
-  p->kx = q->kx;
-  p->ky = q->ky;
-  p->vfirst = q->vfirst;
+  *p = *q;
 }
 
 /* The CUDA (hybrid) path for one item, on the lane's aux stream. Returns

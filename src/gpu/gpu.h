@@ -148,11 +148,19 @@ enum {
   STK__GPU_NPATHS
 };
 
-/* What the planning of one JPEG item decided (private to src/gpu/; in the
- * item so that it can be done ahead, see stk__gpu_plan_ahead()). */
+/* What the planning of one item decided, and where its source goes in the
+ * arena (private to src/gpu/; in the item so that the planning can be done
+ * ahead, see stk__gpu_plan_ahead()). */
 typedef struct {
-  int planned; /* 1: run_batch() takes the rest as it is */
-  int path, sx, sy, sw, sh, img_w, img_h, roi, kx, ky, vfirst;
+  int planned;           /* stk__gpu_plan_ahead() filled it: run_batch() takes it */
+  int path;              /* planned STK__GPU_PATH_* */
+  int sx, sy, sw, sh;    /* the source rectangle to decode / copy (geometry coords) */
+  int img_w, img_h;      /* JPEG: the image size as nvJPEG reads it (0: unknown) */
+  int roi;               /* hardware: decode the rectangle only */
+  size_t off, pitch;     /* place in the arena (set by run_batch) */
+  int have_src;          /* the source is (queued to be) in the arena */
+  int kx, ky;            /* Pillow's ksize per axis */
+  int vfirst;            /* the CPU resampler would run the vertical pass first */
 } stk__gpu_pre;
 
 typedef struct {

@@ -41,17 +41,8 @@ typedef struct {
   int consumed_pending; /* consumed was recorded: the next decode waits */
 } gslot;
 
-/* What run_batch() decided for one item. */
-typedef struct {
-  int path;              /* planned STK__GPU_PATH_* */
-  int sx, sy, sw, sh;    /* the source rectangle to decode / copy (geometry coords) */
-  int img_w, img_h;      /* JPEG: the image size as nvJPEG reads it (0: unknown) */
-  int roi;               /* hardware: decode the rectangle only */
-  size_t off, pitch;     /* place in the arena */
-  int have_src;          /* the source is (queued to be) in the arena */
-  int kx, ky;            /* Pillow's ksize per axis */
-  int vfirst;            /* the CPU resampler would run the vertical pass first */
-} iplan;
+/* What run_batch() decided for one item (gpu.h). */
+typedef stk__gpu_pre iplan;
 
 /* One batched nvJPEG decoder of a lane (engines or GPU-hybrid). */
 typedef struct {
