@@ -58,7 +58,8 @@ LR_STEP_EPOCHS, LR_GAMMA = 30, 0.1  # pytorch/examples' schedule
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # allow_abbrev=False: pytorch/examples' --gpu 0 must not pass for --gpu-cpu-share 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("root", nargs="?", metavar="DIR",
                    help="dataset root holding train/ and val/; without train/ the folder is "
                         "the training set")
@@ -509,7 +510,6 @@ def main(argv=None):
 
     # --resume: the model, the optimizer, the schedule and where the data stood.
     start_epoch, start_batch, global_step, best_acc1 = 0, 0, 0, None
-    resumed_loader = False
     if args.resume:
         ckpt = torch.load(args.resume, map_location="cpu")
         model.load_state_dict(ckpt["state_dict"])
@@ -522,7 +522,6 @@ def main(argv=None):
             if states is not None and len(states) == world_size and \
                     hasattr(loader, "load_state_dict"):
                 loader.load_state_dict(states[rank])  # this rank's shard, mid-epoch too
-                resumed_loader = True
             elif start_batch:
                 if rank == 0:
                     print(f"--resume: this loader cannot seek (or the world size changed): "
@@ -614,11 +613,10 @@ def main(argv=None):
 
     epoch = start_epoch
     while epoch < args.epochs and step < total_steps:
-        if epoch != start_epoch or not resumed_loader:
-            if sampler is not None:
-                sampler.set_epoch(epoch)
-            elif hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        elif hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)  # the epoch a loader resumes keeps its position
         batch_in_epoch = start_batch if epoch == start_epoch else 0
         it = loader.iter_batches() if with_indices else iter(loader)
         # Meters of this epoch: time per step, time in next(), loss and top-1 (summed on the

@@ -1,4 +1,5 @@
 """stoker.ImageLoader: the Python face of libstoker's loader."""
+import inspect
 import numbers
 import os
 import warnings
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     import torch
+    from torchvision.datasets import DatasetFolder
 
 # A file system path, as os.fspath() takes it.
 StrPath = Union[str, "os.PathLike[str]"]
@@ -31,8 +33,14 @@ class Batch(NamedTuple):
 
 
 def _torch():
-    import torch  # deferred: `import stoker` works without torch
-
+    try:
+        import torch  # deferred: `import stoker` works without torch
+    except ImportError as e:
+        # ModuleNotFoundError stays one (torch absent); a broken install stays an ImportError
+        cls = ModuleNotFoundError if isinstance(e, ModuleNotFoundError) else ImportError
+        raise cls("stoker.ImageLoader needs PyTorch (1.13 or later), which cannot be imported "
+                  f"here ({e}): install it, e.g. `pip install torch` (stoker.pack() and "
+                  "stoker.check_file() work without it)", name="torch") from e
     return torch
 
 
@@ -79,15 +87,28 @@ def _device_index(device):
 def _dist_defaults(rank, world_size):
     if rank is not None and world_size is not None:
         return rank, world_size
-    r, w = 0, 1
     try:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             r, w = dist.get_rank(), dist.get_world_size()
+            return (r if rank is None else rank), (w if world_size is None else world_size)
     except ImportError:
         pass
-    return (r if rank is None else rank), (w if world_size is None else world_size)
+    # No process group. Under torchrun (WORLD_SIZE > 1) the defaults 0 and 1
+    # would make every rank read the whole dataset in the same order without
+    # a word: refuse, as DistributedSampler does, unless the shard is given.
+    try:
+        env_world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        env_world = 1
+    if env_world > 1 and (world_size is None or (rank is None and world_size > 1)):
+        raise RuntimeError(
+            f"WORLD_SIZE={env_world} is set (torchrun?) but torch.distributed's process group "
+            "is not initialised, so this loader does not know its shard: call "
+            "torch.distributed.init_process_group() before creating the ImageLoader, or pass "
+            "rank= and world_size= (world_size=1 reads the whole dataset)")
+    return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
 # The C library's options table: name -> {type, default, min, max, choices, doc}.
@@ -114,6 +135,53 @@ def _cpu_count():
         return len(os.sched_getaffinity(0))  # the CPUs this process may use
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def _threads(threads):
+    """threads= as the options table has it, 0 = every CPU (as `stoker bench --threads 0`),
+    counting those this process may use; None = _default_threads()."""
+    if threads is None:
+        return _default_threads()
+    threads = _int("threads", threads, 0)
+    if threads == 0:
+        hi = OPTIONS.get("threads", {}).get("max") or 1024
+        threads = min(_cpu_count(), hi)
+    return threads
+
+
+# Arguments of DataLoader (and ImageFolder) that ImageLoader spells otherwise:
+# a TypeError that names the replacement, instead of a bare "unexpected keyword".
+_PORTING_HINTS = {
+    "num_workers": "the images are decoded by C threads in this process, not by worker "
+                   "processes: use threads=N (None = the CPUs this process may use)",
+    "persistent_workers": "there are no worker processes: the threads live as long as the loader",
+    "prefetch_factor": "use prefetch=N (batches prepared ahead, for the whole loader)",
+    "sampler": "the loader shards and shuffles itself as DistributedSampler: use shuffle=, "
+               "seed=, rank=, world_size= and loader.set_epoch(epoch)",
+    "transform": "give the transforms as pipeline= (or pass the ImageFolder itself as root)",
+}
+
+
+def _check_kwargs(kwargs):
+    for name in kwargs:
+        hint = _PORTING_HINTS.get(name)
+        if hint is not None:
+            raise TypeError(f"ImageLoader() got an unexpected keyword argument {name!r}: {hint}")
+
+
+def _dataset_folder(root, pipeline):
+    """(folder, pipeline) for a torchvision ImageFolder/DatasetFolder given as root: its
+    folder, and its transform as the pipeline unless pipeline= is given too."""
+    tf = getattr(root, "transform", None)
+    if getattr(root, "target_transform", None) is not None:
+        raise ValueError("root: an ImageFolder with a target_transform is not supported (the "
+                         "loader yields ImageFolder's class indices as labels)")
+    if tf is not None:
+        if pipeline is not None and pipeline is not tf:
+            raise ValueError("root is an ImageFolder with a transform and pipeline= is given "
+                             "too: give the transforms once")
+        pipeline = tf
+    return os.fspath(root.root), pipeline
 
 
 def _default_threads():
@@ -146,8 +214,13 @@ class ImageLoader:
     size: int
     num_slots: int
 
-    def __init__(self, root: Optional[StrPath] = None, batch_size: int = 256, *,
-                 pipeline: Union[str, Sequence[Any], Any] = "train",
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Self":
+        # before __init__ binds its arguments: DataLoader's names get a hint
+        _check_kwargs(kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, root: Union[StrPath, "DatasetFolder", None] = None, batch_size: int = 256, *,
+                 pipeline: Union[str, Sequence[Any], Any, None] = None,
                  size: Optional[int] = None, threads: Optional[int] = None,
                  device: Union[str, int, "torch.device"] = "cpu", seed: int = 0,
                  shuffle: Optional[bool] = None, drop_last: bool = False,
@@ -162,7 +235,43 @@ class ImageLoader:
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
                  allow_stale_cache: bool = False,
                  read_timeout: Optional[float] = None, pin_memory: bool = False) -> None:
+        """Builds the loader: scans (or opens) the source and starts the threads, which
+        begin preparing the first epoch at once.
+
+        Args:
+            root: an ImageFolder tree (``root/<class>/**/<image>``), a cache file or a
+                folder of tar shards (``stoker.pack``); or a torchvision ``ImageFolder``
+                object, whose ``.root`` is read and whose ``transform`` is the pipeline.
+            batch_size: images per batch.
+            pipeline: ``"train"`` (the default), ``"eval"``, or a list / ``Compose`` of
+                transforms (``stoker.transforms`` or torchvision's).
+            size: output side; default 224, or the transforms' size.
+            threads: decoding threads (``DataLoader``'s ``num_workers``). ``None`` = the
+                CPUs this process may use divided by ``LOCAL_WORLD_SIZE``; ``0`` = all of
+                them.
+            device: ``"cpu"`` or ``"cuda[:N]"`` (decoding on the GPU).
+            seed, shuffle, drop_last: the order, as ``DataLoader``/``DistributedSampler``;
+                ``shuffle=None`` shuffles for train only.
+            rank, world_size: this process's shard; default ``torch.distributed``'s.
+                Under ``WORLD_SIZE > 1`` without a process group, ``RuntimeError``.
+            on_error: ``"raise"`` or ``"skip"`` a file that cannot be decoded.
+            dtype, channels_last: the images' element type and memory format.
+            prefetch: batches prepared ahead (the loader has ``prefetch + 2`` slots).
+            pin_memory: page-lock CPU batches for ``.cuda(non_blocking=True)``.
+
+        The other arguments (list files, limits on bad input, folder indexes, tar
+        shuffling, caches, the GPU's CPU share, read timeouts) are described in
+        docs/python.md, which also lists the exceptions.
+        """
         torch = _torch()
+        if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
+                hasattr(root, "root") and hasattr(root, "samples"):
+            imagefolder = root
+            root, pipeline = _dataset_folder(root, pipeline)
+        else:
+            imagefolder = None
+        if pipeline is None:
+            pipeline = "train"
         if (root is None) == (list_file is None):
             raise ValueError("give exactly one of root (an ImageFolder-style folder, a cache "
                              "file or a folder of tar shards) and list_file")
@@ -179,7 +288,12 @@ class ImageLoader:
             if list_base is not None:
                 list_base = os.fspath(list_base)
 
-        opts, normalised = self._pipeline(pipeline, size)
+        try:
+            opts, normalised = self._pipeline(pipeline, size)
+        except ValueError as e:
+            if imagefolder is None or pipeline is not imagefolder.transform:
+                raise
+            raise ValueError(f"root: the ImageFolder's transform: {e}") from None
         dtype_name = _dtype_name(dtype)
         if dtype_name == "uint8" and normalised and not isinstance(pipeline, str):
             raise ValueError("dtype uint8 gives raw 0..255 values: remove Normalize from the "
@@ -187,15 +301,14 @@ class ImageLoader:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         rank, world_size = _dist_defaults(rank, world_size)
-        if threads is None:
-            threads = _default_threads()
+        threads = _threads(threads)
         if shuffle is None:
             shuffle_i = -1  # the C default: shuffle for train, not for eval
         else:
             shuffle_i = 1 if shuffle else 0
         opts.update(
             batch_size=_int("batch_size", batch_size, 1),
-            threads=_int("threads", threads, 1),
+            threads=threads,
             device=_device_index(device),
             seed=_int("seed", seed, 0),
             shuffle=shuffle_i,
@@ -238,6 +351,15 @@ class ImageLoader:
             warnings.warn(note, stacklevel=2)
         counts = self._c.counts()
         self._classes = self._c.classes()
+        if imagefolder is not None and (list(imagefolder.classes) != self._classes
+                                        or len(imagefolder.samples) != counts["num_samples"]):
+            # a subclass with its own find_classes(), extensions or is_valid_file
+            self._c.close()
+            raise ValueError(
+                f"root: this {type(imagefolder).__name__} has {len(imagefolder.classes)} "
+                f"classes and {len(imagefolder.samples)} samples where ImageFolder's scan of "
+                f"{root!r} finds {len(self._classes)} and {counts['num_samples']}: the loader "
+                "reads the folder as ImageFolder does, pass a plain ImageFolder or its .root")
         self._dtype_name = dtype_name
         self.batch_size = opts["batch_size"]
         self.pipeline = opts["pipeline"]
@@ -400,8 +522,13 @@ class ImageLoader:
         return self._start(True)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch of the next pass (its shuffle and augmentation)."""
+        """Sets the epoch of the next pass (its shuffle and augmentation). After
+        load_state_dict(), the epoch it resumes keeps its position (the usual
+        ``for epoch in range(start, n): loader.set_epoch(epoch)`` loop resumes
+        mid-epoch); another epoch drops it."""
         epoch = _int("epoch", epoch, 0)
+        if self._resume is not None and self._resume[0] == epoch:
+            return  # the C loader is already positioned there
         self._epoch = epoch
         self._partial = None  # asked for: this epoch, even if a pass of it was cut short
         self._resume = None
@@ -481,6 +608,12 @@ class ImageLoader:
         c = getattr(self, "_c", None)
         if c is not None:
             c.close()
+
+
+# help() and inspect.signature() show __init__'s arguments, not __new__'s (*args, **kwargs)
+ImageLoader.__signature__ = inspect.signature(ImageLoader.__init__).replace(  # type: ignore
+    parameters=list(inspect.signature(ImageLoader.__init__).parameters.values())[1:],
+    return_annotation=inspect.Signature.empty)
 
 
 class _Pass:

@@ -25,7 +25,7 @@ def loader(root, **kw):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(batch_size=0), "batch_size"),
-    (dict(threads=0), "threads"),
+    (dict(threads=-1), "threads"),
     (dict(prefetch=0), "prefetch"),
     (dict(size=0), "size"),
     (dict(pipeline="fancy"), "pipeline"),
@@ -328,3 +328,98 @@ def test_pin_memory_is_checked_and_harmless_without_cuda(small_folder):
     with loader(small_folder, pin_memory=True) as ld:
         n = sum(x.shape[0] for x, _ in ld)
     assert n == 17
+
+
+# ---- porting from DataLoader, torchrun ------------------------------------------------
+
+
+def test_world_size_without_process_group_raises(small_folder, monkeypatch):
+    """Under torchrun (WORLD_SIZE > 1) before init_process_group the shard is unknown:
+    refused as DistributedSampler refuses, instead of every rank reading everything."""
+    import torch.distributed as dist
+
+    assert not (dist.is_available() and dist.is_initialized())
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    for kw in ({}, dict(rank=1), dict(world_size=2)):
+        with pytest.raises(RuntimeError, match=r"WORLD_SIZE=2.*init_process_group.*rank="):
+            loader(small_folder, **kw)
+    whole = len(loader(small_folder, world_size=1))  # asked for: the whole dataset
+    assert whole == 5 and len(loader(small_folder, rank=1, world_size=2)) == 3
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert len(loader(small_folder)) == whole
+
+
+def test_dataloader_names_get_a_hint(small_folder):
+    with pytest.raises(TypeError, match="num_workers.*threads="):
+        stoker.ImageLoader(small_folder, batch_size=4, num_workers=4)
+    with pytest.raises(TypeError, match="sampler.*set_epoch"):
+        stoker.ImageLoader(small_folder, sampler=None)
+    with pytest.raises(TypeError, match="bogus"):
+        stoker.ImageLoader(small_folder, bogus=1)
+
+
+def test_threads_zero_uses_every_cpu(small_folder, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # shares None's threads, not 0's
+    want = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert loader(small_folder, threads=0).stats()["threads"] == want
+
+
+def test_imagefolder_object_as_root(small_folder):
+    tf = tvT.Compose([tvT.Resize(18), tvT.CenterCrop(16), tvT.ToTensor()])
+    ld = loader(datasets.ImageFolder(small_folder, tf))
+    ref = loader(small_folder, pipeline=[T.Resize(18), T.CenterCrop(16), T.ToTensor()])
+    assert ld.pipeline == "eval" and ld.samples == ref.samples
+    for (x, y), (x2, y2) in zip(ld, ref):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+    # without a transform: pipeline= as for a path (default "train")
+    plain = datasets.ImageFolder(small_folder)
+    assert loader(plain).pipeline == "train" and loader(plain, pipeline="eval").pipeline == "eval"
+    assert loader(plain).samples == plain.samples
+
+
+def test_imagefolder_object_that_cannot_be_followed_is_refused(small_folder):
+    with pytest.raises(ValueError, match="ImageFolder's transform.*ColorJitter"):
+        loader(datasets.ImageFolder(small_folder, tvT.Compose([tvT.ColorJitter(0.4)])))
+    tf = [tvT.Resize(18), tvT.CenterCrop(16)]
+    with pytest.raises(ValueError, match="once"):
+        loader(datasets.ImageFolder(small_folder, tf), pipeline="eval")
+    assert loader(datasets.ImageFolder(small_folder, tf), pipeline=tf).pipeline == "eval"
+    with pytest.raises(ValueError, match="target_transform"):
+        loader(datasets.ImageFolder(small_folder, target_transform=lambda y: y + 1))
+
+    class TwoClasses(datasets.ImageFolder):
+        def find_classes(self, directory):
+            return ["class00", "class01"], {"class00": 0, "class01": 1}
+
+    with pytest.raises(ValueError, match="classes"):
+        loader(TwoClasses(small_folder))
+
+
+def test_without_torch_a_clear_import_error(small_folder):
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import stoker\n"
+            "try:\n"
+            "    stoker.ImageLoader(sys.argv[1])\n"
+            "except ModuleNotFoundError as e:\n"
+            "    print(type(e).__name__, e.name, e)\n")
+    import subprocess
+    import sys
+
+    env = dict(os.environ)  # the stoker this test imports
+    pkg = os.path.dirname(os.path.dirname(stoker.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH")) if p)
+    r = subprocess.run([sys.executable, "-c", code, small_folder], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ModuleNotFoundError torch ")
+    assert "needs PyTorch" in r.stdout and "pip install torch" in r.stdout
+
+
+def test_init_is_documented():
+    import inspect
+
+    doc = stoker.ImageLoader.__init__.__doc__
+    assert doc and "num_workers" in doc and "pipeline" in doc and "threads" in doc
+    params = inspect.signature(stoker.ImageLoader).parameters
+    assert list(params)[:2] == ["root", "batch_size"] and "kwargs" not in params

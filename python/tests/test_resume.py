@@ -182,3 +182,37 @@ def test_load_state_dict_supersedes_a_running_pass(folder):
         next(it)
     batches = run_pass(ld)
     assert batches[0][2:4] == (4, 2) and len(batches) == 5
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_set_epoch_of_the_resumed_epoch_keeps_the_position(folder, k):
+    """The standard loop after load_state_dict(): `for epoch in range(start, n):
+    loader.set_epoch(epoch)` resumes mid-epoch instead of starting epoch 2 over."""
+    ref = loader(folder)
+    ref.set_epoch(2)
+    full = run_pass(ref)
+    sd = {**ref.state_dict(), "epoch": 2, "batch": k}
+
+    ld = loader(folder)
+    ld.load_state_dict(sd)
+    ld.set_epoch(2)
+    ld.set_epoch(2)  # twice changes nothing either
+    assert ld.epoch == 2 and ld.state_dict()["batch"] == k
+    assert same(run_pass(ld), full[k:])
+    ld.set_epoch(3)  # the loop's next epoch: whole, as for the uninterrupted loader
+    assert same(run_pass(ld), run_pass(ref))
+
+
+def test_set_epoch_of_another_epoch_drops_the_resume(folder):
+    ld = loader(folder)
+    ld.load_state_dict({**ld.state_dict(), "epoch": 2, "batch": 3})
+    ld.set_epoch(1)
+    assert ld.state_dict()["batch"] == 0
+    batches = run_pass(ld)
+    assert len(batches) == 7 and batches[0][2:4] == (1, 0)
+    # asked for again after another epoch: epoch 2 from its first batch
+    ld.load_state_dict({**ld.state_dict(), "epoch": 2, "batch": 3})
+    ld.set_epoch(0)
+    ld.set_epoch(2)
+    batches = run_pass(ld)
+    assert len(batches) == 7 and batches[0][2:4] == (2, 0)

@@ -94,6 +94,18 @@ def test_old_flags_still_work(dataset, tmp_path):
     assert syn["loader"] == "synthetic" and syn["steps"] == 3
 
 
+def test_flags_are_not_abbreviated(dataset, tmp_path):
+    # pytorch/examples' --gpu 0 is not a flag of train.py: refused, not read as --gpu-cpu-share 0
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    env.pop("WORLD_SIZE", None)
+    for flag in ("--gpu", "--gpu-cpu"):
+        r = subprocess.run([sys.executable, TRAIN] + base(dataset) + [flag, "0"], cwd=str(tmp_path),
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+        assert f"unrecognized arguments: {flag} 0" in r.stderr
+
+
 def tensorboard_python():
     """An interpreter with torch and tensorboard: this one, or a virtualenv under build/
     that sees the system's packages and adds tensorboard from PyPI (made once)."""
