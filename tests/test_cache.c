@@ -4,6 +4,10 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "check.h"
 #include "epoch.h"
@@ -331,6 +335,244 @@ static void test_damaged(const char *cache) {
   free(good);
 }
 
+/* ---- a cache file that changes while it is read ------------------------- */
+
+/* Runs fn in a child process and checks that the child exits with `want`
+ * (a signal death, a SIGBUS before the guard existed, fails the check). */
+static void in_child(void (*fn)(void *), void *arg, int want, const char *what) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    fn(arg);
+    fflush(NULL);
+    _exit(check_failed_ ? 1 : 0);
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+  if (WIFSIGNALED(st))
+    CHECK_MSG(0, "%s: the child died of signal %d (%s)", what, WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == want, "%s: the child exited with %d, expected %d",
+              what, WEXITSTATUS(st), want);
+}
+
+/* The file's bytes rewritten in place, as `cp` over it does: truncated to
+ * nothing, then written again in chunks. */
+static void rewrite(const char *path, const uint8_t *p, size_t n) {
+  int fd = open(path, O_WRONLY | O_TRUNC);
+  for (size_t at = 0; fd >= 0 && at < n;) {
+    size_t k = n - at < 65536 ? n - at : 65536;
+    ssize_t w = write(fd, p + at, k);
+    if (w <= 0) break;
+    at += (size_t)w;
+  }
+  if (fd >= 0) close(fd);
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static int g_caught;
+static void catch_bus(int sig, siginfo_t *si, void *uc) {
+  (void)sig, (void)si, (void)uc;
+  _exit(g_caught);
+}
+
+/* A page past the end of some other mapped file. */
+static void touch_truncated_mapping(void) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/other-%d.bin", g_dir, (int)getpid());
+  uint8_t z[8192] = {1};
+  tu_write_bytes(p, z, sizeof z);
+  int fd = open(p, O_RDWR);
+  volatile uint8_t *m = mmap(NULL, sizeof z, PROT_READ, MAP_SHARED, fd, 0);
+  CHECK(m != MAP_FAILED && ftruncate(fd, 0) == 0);
+  unlink(p);
+  (void)m[100]; /* SIGBUS */
+}
+
+/* Faults that are not in a cache's mapping, and SIGBUS sent by kill, go to
+ * the handler that was there before the guard; by default they still kill
+ * the process. Run before the parent opens any cache (the guard is
+ * installed once per process, at the first open). */
+static void foreign_to_own_handler(void *cache) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = catch_bus;
+  sa.sa_flags = SA_SIGINFO;
+  g_caught = 42;
+  sigaction(SIGBUS, &sa, NULL);
+  stk_options o;
+  opts(&o, cache);
+  stk__source src;
+  char err[512];
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK); /* installs the guard */
+  touch_truncated_mapping(); /* exits 42 from catch_bus */
+  _exit(3);
+}
+static void foreign_default(void *cache) {
+  stk_options o;
+  opts(&o, cache);
+  stk__source src;
+  char err[512];
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK);
+  touch_truncated_mapping();
+  _exit(0); /* survived a fault that is not the guard's: wrong */
+}
+static void foreign_kill(void *cache) {
+  stk_options o;
+  opts(&o, cache);
+  stk__source src;
+  char err[512];
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK);
+  kill(getpid(), SIGBUS);
+  _exit(0);
+}
+static void test_foreign_sigbus(const char *cache) {
+  in_child(foreign_to_own_handler, (void *)cache, 42, "a fault outside the cache, own handler");
+  /* the default action: killed by SIGBUS natively; a sanitizer's handler
+   * reports the fault and exits non-zero. Either way, not exit 0. */
+  const char *what[] = {"a fault outside the cache", "SIGBUS sent by kill"};
+  void (*fn[])(void *) = {foreign_default, foreign_kill};
+  for (int k = 0; k < 2; k++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      fn[k]((void *)cache);
+      _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(!(WIFEXITED(st) && WEXITSTATUS(st) == 0), "%s was swallowed", what[k]);
+    CHECK_MSG(!WIFSIGNALED(st) || WTERMSIG(st) == SIGBUS, "%s: signal %d", what[k], WTERMSIG(st));
+  }
+}
+
+typedef struct {
+  const char *cache;
+  const char *live;
+} change_args;
+
+/* Deterministic: pixels lent before the file is cut short read as zeros
+ * past its new end (no SIGBUS), and every later call of the source fails
+ * with STK_EIO naming the file. */
+static void lent_pixels_then_truncate(void *arg) {
+  const change_args *a = arg;
+  size_t n;
+  uint8_t *good = slurp(a->cache, &n);
+  tu_write_bytes(a->live, good, n);
+  stk_options o;
+  opts(&o, a->live);
+  stk__source src;
+  char err[1024];
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK);
+  int64_t last = src.ds.n - 1;
+  stk__pixels px;
+  CHECK_EQ_INT(src.ops->pixels(&src, last, &px, err, sizeof err), STK_OK);
+  CHECK(truncate(a->live, 8192) == 0);
+  volatile const uint8_t *end = px.px + px.stride * (size_t)px.h - 1;
+  CHECK_EQ_INT(*end, 0); /* SIGBUS without the guard */
+  for (int64_t i = 0; i <= last; i += last) {
+    CHECK_EQ_INT(src.ops->pixels(&src, i, &px, err, sizeof err), STK_EIO);
+    CHECK_MSG(strstr(err, a->live) && strstr(err, "changed while it was read (truncated to 8192"),
+              "%s", err);
+  }
+  CHECK_EQ_INT(src.ops->verify(&src, 0, err, sizeof err), STK_EIO);
+  stk__source_close(&src);
+  /* rewritten in place with the same bytes, a clock tick later: seen by its
+   * times, no read faults */
+  tu_write_bytes(a->live, good, n);
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK);
+  sleep_us(20000);
+  rewrite(a->live, good, n);
+  CHECK_EQ_INT(src.ops->pixels(&src, 0, &px, err, sizeof err), STK_EIO);
+  CHECK_MSG(strstr(err, "changed while it was read (rewritten)"), "%s", err);
+  stk__source_close(&src);
+  free(good);
+}
+
+typedef struct {
+  const char *live;
+  const uint8_t *good;
+  size_t n;
+  int delay_us, mode;
+} cutter;
+
+static void *cut_later(void *arg) {
+  cutter *c = arg;
+  sleep_us(c->delay_us);
+  if (c->mode == 0)
+    CHECK(truncate(c->live, 8192) == 0);
+  else
+    rewrite(c->live, c->good, c->n);
+  return NULL;
+}
+
+/* The loader reading a file that is truncated (or rewritten, as cp over it
+ * does) at a random moment: each run ends with STK_EIO and a message naming
+ * the file, never a signal. */
+static void loader_while_file_changes(void *arg) {
+  const change_args *a = arg;
+  size_t n;
+  uint8_t *good = slurp(a->cache, &n);
+  stk__rng rng;
+  stk__rng_init(&rng, 11, 0, 0);
+  int iters = getenv("STK_CHANGE_ITERS") ? atoi(getenv("STK_CHANGE_ITERS")) : 20;
+  for (int it = 0; it < iters; it++) {
+    tu_write_bytes(a->live, good, n);
+    sleep_us(20000); /* a rewrite must fall in a later tick of the file clock */
+    stk_options o;
+    opts(&o, a->live);
+    o.batch_size = 1 + it % 3;
+    o.threads = 1 + it % 2;
+    o.size = 64;
+    stk_loader *l = CHECK_CREATE(&o, STK_OK);
+    if (!l) continue;
+    cutter c = {a->live, good, n, (int)stk__rng_range(&rng, 0, 20000), it % 4 == 3};
+    pthread_t th;
+    pthread_create(&th, NULL, cut_later, &c);
+    int rc = STK_OK;
+    double t0 = stk__now();
+    for (uint64_t e = 0; rc != STK_EIO && stk__now() - t0 < 10; e++) {
+      stk_loader_set_epoch(l, e);
+      stk_batch b;
+      while ((rc = stk_loader_next(l, &b)) == STK_OK) stk_batch_release(l, &b);
+      if (rc != STK_EEND && rc != STK_EIO) break;
+    }
+    pthread_join(th, NULL);
+    const char *m = stk_loader_error(l);
+    CHECK_MSG(rc == STK_EIO && strstr(m, a->live) && strstr(m, "changed while it was read ("),
+              "run %d (%s): %s: %s", it, c.mode ? "rewritten" : "truncated", stk_strerror(rc), m);
+    stk_loader_destroy(l);
+  }
+  free(good);
+}
+
+static void test_changing_file(void) {
+  /* larger images than the others use, so that reads are in flight */
+  char root[1100], cache[1100], live[1100], err[512];
+  snprintf(root, sizeof root, "%s/big", g_dir);
+  snprintf(cache, sizeof cache, "%s/big.stkc", g_dir);
+  snprintf(live, sizeof live, "%s/live.stkc", g_dir);
+  tu_mkdir(root);
+  CHECK_EQ_INT(tu_make_folder(root, 2, 6, 400, 300), STK_OK);
+  stk_pack_result r;
+  bad_log log = {0};
+  for (int enc = 0; enc < 2; enc++) {
+    stk_cache_encoding e = enc ? STK_CACHE_JPEG : STK_CACHE_RAW;
+    unlink(cache);
+    CHECK_EQ_INT(pack(root, cache, e, 0, 2, &r, &log, err, sizeof err), STK_OK);
+    change_args a = {cache, live};
+    if (!enc) in_child(lent_pixels_then_truncate, &a, 0, "lent pixels, then truncated");
+    double t0 = stk__now();
+    in_child(loader_while_file_changes, &a, 0, enc ? "jpeg cache changed" : "raw cache changed");
+    printf("changing %s cache: %.2f s\n", enc ? "jpeg" : "raw", stk__now() - t0);
+  }
+  unlink(live);
+}
+
 int main(void) {
   g_dir = tu_tempdir();
   if (!g_dir) return 1;
@@ -345,12 +587,14 @@ int main(void) {
   CHECK_EQ_INT(pack(root, cache, STK_CACHE_RAW, 0, 3, &r, &log, err, sizeof err), STK_OK);
   CHECK(r.packed == N && r.failed == 0 && log.bad == 0 && r.bytes > 0);
   CHECK(!strcmp(stk__source_detect(cache), "cache"));
+  test_foreign_sigbus(cache); /* first: no cache opened in this process yet */
   test_same_pixels_as_folder(cache);
   test_bound_and_jpeg();
   test_coverage_per_rank(cache);
   test_threads_same_bytes(cache);
   test_damaged(cache);
   test_bad_files_left_out();
+  test_changing_file();
   tu_rmtree(g_dir);
   free(g_dir);
   return CHECK_DONE();

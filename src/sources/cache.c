@@ -1,57 +1,244 @@
 /* cache.c: the pre-decoded cache source (.stkc, written by stk_pack). The
  * file is mapped read-only: raw samples are lent to the resampler in place
- * (the page cache is the only copy), JPEG samples to the decoder. See
- * cache_format.h for the layout and source.h for the interface. */
-#define _POSIX_C_SOURCE 200809L
+ * (the page cache is the only copy), JPEG samples are read with pread. See
+ * cache_format.h for the layout and source.h for the interface.
+ *
+ * A file that changes while it is mapped. Truncating a mapped file makes
+ * every later touch of a page past its new end raise SIGBUS, which kills the
+ * process; and the pages are read far from here (the resampler, the GPU
+ * path's copy), long after pixels() has returned, so no sigsetjmp here could
+ * catch the fault without a copy of every image (about 10% of the raw path's
+ * time, measured: docs/RELIABILITY.md). Instead one process-wide SIGBUS
+ * handler knows the live cache mappings: a fault inside one is answered by
+ * mapping zero pages over the rest of that mapping (so the read goes on and
+ * sees zeros) and marking its source changed; every later pixels(), read()
+ * or verify() of that source then fails with STK_EIO naming the file. A
+ * fault outside every cache mapping goes to the handler that was there
+ * before (by default: the process dies, as it would have). Each call also
+ * compares the file's fstat with the one taken at open, so a file rewritten
+ * in place (cp over it) fails the same way even when no read faulted. What
+ * is left: a sample whose pages were being read at the moment of the change
+ * may be delivered with the zeros or the new bytes; the error comes with the
+ * next sample the source is asked for. */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, SYS_mmap */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sources/cache_format.h"
 #include "sources/source.h"
 
+/* Why a source stopped trusting its file (cache_impl.changed). */
+enum { CH_NONE = 0, CH_FAULT = 1, CH_STAT = 2 };
+
 typedef struct {
   const uint8_t *map;
   size_t size;
+  int fd;                 /* kept open for fstat: has the file changed? */
+  struct stat st;         /* at open */
+  char *path;
+  atomic_int changed;     /* CH_*, set by the SIGBUS handler or a stat */
+  int guard;              /* slot in the mapping registry, or -1 */
   stk__cache_header hd;
   const stk__cache_entry *ent; /* n entries, inside the map */
 } cache_impl;
 
-static const stk__cache_entry *entry(const stk__source *s, int64_t i) {
-  return &((const cache_impl *)s->impl)->ent[i];
+/* ---- the SIGBUS guard ------------------------------------------------------ */
+
+/* The live mappings, read by the handler without a lock: a slot is claimed
+ * (busy), then filled, then published by storing its base; it is withdrawn
+ * by clearing the base before the mapping is unmapped. A process with more
+ * caches open at once than slots reads the extra ones unguarded. */
+#define GUARD_SLOTS 256
+static struct {
+  atomic_int busy;
+  _Atomic(uintptr_t) base;
+  size_t len;           /* the mapping's length rounded up to pages */
+  atomic_int *changed;
+} g_guard[GUARD_SLOTS];
+static struct sigaction g_prev; /* the SIGBUS action before ours */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_installed;
+static uintptr_t g_page;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  int saved = errno;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  /* only faults the kernel raised (si_code > 0), not kill(2) or raise(3) */
+  for (int k = 0; si->si_code > 0 && k < GUARD_SLOTS; k++) {
+    uintptr_t b = atomic_load_explicit(&g_guard[k].base, memory_order_acquire);
+    if (!b || a < b || a - b >= g_guard[k].len) continue;
+    uintptr_t from = a & ~(g_page - 1);
+    /* zero pages over the rest of the mapping: the faulting read and any
+     * later one past the file's end see zeros instead of faulting again.
+     * The raw system call: async-signal-safe and never intercepted. */
+    long r = syscall(SYS_mmap, (void *)from, (size_t)(b + g_guard[k].len - from), PROT_READ,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0L);
+    if (r == -1) break; /* cannot patch it: die as we would have */
+    atomic_store_explicit(g_guard[k].changed, CH_FAULT, memory_order_release);
+    errno = saved;
+    return;
+  }
+  errno = saved;
+  /* Not ours: what was there before. */
+  if (g_prev.sa_flags & SA_SIGINFO) {
+    g_prev.sa_sigaction(sig, si, uc);
+  } else if (g_prev.sa_handler != SIG_DFL && g_prev.sa_handler != SIG_IGN) {
+    g_prev.sa_handler(sig);
+  } else {
+    /* the default action: a fault happens again on return and kills the
+     * process with SIGBUS; a sent signal is raised again (blocked until the
+     * handler returns) */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGBUS, &dfl, NULL);
+    if (si->si_code <= 0) raise(SIGBUS);
+  }
+}
+
+static void guard_install(void) {
+  g_page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  g_installed = sigaction(SIGBUS, &sa, &g_prev) == 0;
+}
+
+static int guard_add(const void *base, size_t size, atomic_int *changed) {
+  pthread_once(&g_once, guard_install);
+  if (!g_installed) return -1;
+  for (int k = 0; k < GUARD_SLOTS; k++) {
+    int z = 0;
+    if (!atomic_compare_exchange_strong(&g_guard[k].busy, &z, 1)) continue;
+    g_guard[k].len = (size + g_page - 1) & ~(g_page - 1);
+    g_guard[k].changed = changed;
+    atomic_store_explicit(&g_guard[k].base, (uintptr_t)base, memory_order_release);
+    return k;
+  }
+  return -1;
+}
+
+static void guard_remove(int k) {
+  if (k < 0) return;
+  atomic_store_explicit(&g_guard[k].base, 0, memory_order_release);
+  atomic_store(&g_guard[k].busy, 0);
+}
+
+/* STK_OK while the file is as it was at open; otherwise STK_EIO with what
+ * changed. The fstat per sample costs well under a microsecond. */
+static int file_unchanged(cache_impl *c, char *msg, size_t msglen) {
+  int ch = atomic_load_explicit(&c->changed, memory_order_acquire);
+  struct stat st;
+  int stat_ok = fstat(c->fd, &st) == 0;
+  if (ch == CH_NONE) {
+    if (stat_ok && st.st_size == c->st.st_size && st.st_mtim.tv_sec == c->st.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == c->st.st_mtim.tv_nsec && st.st_ctim.tv_sec == c->st.st_ctim.tv_sec &&
+        st.st_ctim.tv_nsec == c->st.st_ctim.tv_nsec)
+      return STK_OK;
+    /* sticky: once changed, the index read at open means nothing */
+    int none = CH_NONE;
+    atomic_compare_exchange_strong(&c->changed, &none, CH_STAT);
+  }
+  char what[96];
+  if (stat_ok && st.st_size < c->st.st_size)
+    snprintf(what, sizeof what, "truncated to %lld bytes from %lld", (long long)st.st_size,
+             (long long)c->st.st_size);
+  else if (stat_ok && (st.st_size != c->st.st_size || st.st_mtim.tv_sec != c->st.st_mtim.tv_sec ||
+                       st.st_mtim.tv_nsec != c->st.st_mtim.tv_nsec))
+    snprintf(what, sizeof what, "rewritten");
+  else if (ch == CH_FAULT)
+    snprintf(what, sizeof what, "a page of it could not be read");
+  else
+    snprintf(what, sizeof what, "rewritten");
+  return stk__fail(msg, msglen, STK_EIO,
+                   "the cache file %s changed while it was read (%s): open it again", c->path,
+                   what);
+}
+
+/* Entry i, copied out of the map, or STK_EIO when the file has changed
+ * (a fault reading the entry sets `changed` before the copy returns). */
+static int entry(const stk__source *s, int64_t i, stk__cache_entry *e, char *msg, size_t msglen) {
+  cache_impl *c = s->impl;
+  int rc = file_unchanged(c, msg, msglen);
+  if (rc) return rc;
+  *e = c->ent[i];
+  if (atomic_load_explicit(&c->changed, memory_order_acquire)) return file_unchanged(c, msg, msglen);
+  return STK_OK;
 }
 
 static int cache_pixels(const stk__source *s, int64_t i, stk__pixels *out, char *msg,
                         size_t msglen) {
   const cache_impl *c = s->impl;
-  const stk__cache_entry *e = entry(s, i);
-  out->px = c->map + e->off;
-  out->stride = (size_t)e->w * 3;
-  out->w = (int)e->w;
-  out->h = (int)e->h;
+  stk__cache_entry e;
+  int rc = entry(s, i, &e, msg, msglen);
+  if (rc) return rc;
+  out->px = c->map + e.off;
+  out->stride = (size_t)e.w * 3;
+  out->w = (int)e.w;
+  out->h = (int)e.h;
   return STK_OK;
 }
 
+/* JPEG samples are read with pread into the worker's buffer rather than
+ * lent from the map: the copy is a few microseconds against a millisecond
+ * of decoding, and a file cut short gives a short read, not a fault inside
+ * libjpeg. */
 static int cache_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
                       stk__bytes *out, char *msg, size_t msglen) {
-  const cache_impl *c = s->impl;
-  const stk__cache_entry *e = entry(s, i);
-  out->data = c->map + e->off; /* lent from the map: no copy */
-  out->len = (size_t)e->len;
-  out->bytes_read = e->len;
+  cache_impl *c = s->impl;
+  (void)max_bytes; /* bounded at pack time; the index was checked at open */
+  out->data = NULL;
+  out->len = 0;
+  out->bytes_read = 0;
+  stk__cache_entry e;
+  int rc = entry(s, i, &e, msg, msglen);
+  if (rc) return rc;
+  if (stk__buf_reserve(buf, (size_t)e.len + 1))
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %llu bytes",
+                     (unsigned long long)e.len);
+  size_t got = 0;
+  while (got < e.len) {
+    ssize_t r = pread(c->fd, (uint8_t *)buf->p + got, (size_t)e.len - got, (off_t)(e.off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return stk__fail(msg, msglen, STK_EIO, "cannot read the cache file %s: %s", c->path,
+                                strerror(errno));
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  out->bytes_read = got;
+  /* a short read, or a rewrite during the read */
+  if ((rc = file_unchanged(c, msg, msglen))) return rc;
+  if (got < e.len) {
+    atomic_store(&c->changed, CH_STAT);
+    return file_unchanged(c, msg, msglen);
+  }
+  out->data = buf->p;
+  out->len = (size_t)e.len;
   return STK_OK;
 }
 
 static int cache_verify(const stk__source *s, int64_t i, char *msg, size_t msglen) {
-  const cache_impl *c = s->impl;
-  const stk__cache_entry *e = entry(s, i);
-  if (stk__hash64(c->map + e->off, (size_t)e->len, 0) != e->hash)
+  cache_impl *c = s->impl;
+  stk__cache_entry e;
+  int rc = entry(s, i, &e, msg, msglen);
+  if (rc) return rc;
+  uint64_t h = stk__hash64(c->map + e.off, (size_t)e.len, 0);
+  /* zeros from a fault are not a corrupt cache: say what happened */
+  if ((rc = file_unchanged(c, msg, msglen))) return rc;
+  if (h != e.hash)
     return stk__fail(msg, msglen, STK_EDECODE,
                      "the cached bytes do not match their checksum (the cache file is corrupt)");
   return STK_OK;
@@ -60,7 +247,10 @@ static int cache_verify(const stk__source *s, int64_t i, char *msg, size_t msgle
 static void cache_close(stk__source *s) {
   cache_impl *c = s->impl;
   if (!c) return;
+  guard_remove(c->guard); /* before the unmap: the range may be mapped again */
   if (c->map) munmap((void *)c->map, c->size);
+  if (c->fd >= 0) close(c->fd);
+  free(c->path);
   free(c);
   s->impl = NULL;
 }
@@ -136,9 +326,16 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
                     size_t msglen) {
   cache_impl *c = calloc(1, sizeof *c);
   if (!c) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  c->fd = -1;
+  c->guard = -1;
   s->impl = c;
+  if (!(c->path = strdup(path))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   s->ops = &raw_ops; /* close() until the encoding is known */
-#define BAD(...) return stk__fail(msg, msglen, STK_EDECODE, __VA_ARGS__)
+  /* a file changing under the open reads as zeros and fails some check:
+   * say that it changed rather than that it is corrupt */
+#define BAD(...)                                                          \
+  return atomic_load(&c->changed) ? file_unchanged(c, msg, msglen)        \
+                                  : stk__fail(msg, msglen, STK_EDECODE, __VA_ARGS__)
   struct stat st;
   char why[256];
   int fd = stk__open_input(path, 0, &st, why, sizeof why);
@@ -147,11 +344,15 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
     close(fd);
     BAD("cache %s is truncated: %lld bytes, shorter than its header", path, (long long)st.st_size);
   }
+  c->fd = fd;
+  c->st = st;
   void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
   if (m == MAP_FAILED) return stk__fail(msg, msglen, STK_EIO, "cannot map %s: %s", path, strerror(errno));
   c->map = m;
   c->size = (size_t)st.st_size;
+  /* guarded from here on: a file cut short while the index is read below
+   * reads as zeros, fails its checksums, and is reported as changed */
+  c->guard = guard_add(c->map, c->size, &c->changed);
   stk__cache_header *hd = &c->hd;
   memcpy(hd, c->map, sizeof *hd);
   if (memcmp(hd->magic, STK__CACHE_MAGIC, 8) != 0) BAD("%s is not a stoker cache", path);
@@ -229,7 +430,8 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
   if (!kind || !where || !base) BAD("cache %s: corrupt source description", path);
 #undef BAD
   s->ops = hd->encoding == STK_CACHE_RAW ? &raw_ops : &jpeg_ops;
-  return check_source(s, path, kind, where, base, opt, msg, msglen);
+  rc = check_source(s, path, kind, where, base, opt, msg, msglen);
+  return rc ? rc : file_unchanged(c, msg, msglen);
 }
 
 int stk__cache_describe(const stk__source *s, stk_cache_encoding *enc, int *max_side,
