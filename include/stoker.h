@@ -216,6 +216,34 @@ typedef struct stk_options {
                                 timeout (at most 0.25 s). A list_file that is
                                 a FIFO waits this long for its writer's first
                                 bytes at create. */
+
+  /* train augmentations after the flip (fields added in 0.4), in this
+   * order, on the crop rounded to 8 bits as torchvision's PIL path holds
+   * it: vertical flip, the policy, colour jitter, greyscale, blur; then
+   * normalisation, then random erasing. Semantics and limits:
+   * docs/augment.md. */
+  int auto_augment;          /* 0 none, 1 TrivialAugmentWide, 2 RandAugment,
+                                3 AutoAugment(IMAGENET). 0 */
+  int ra_num_ops;            /* RandAugment: ops per image. 2 */
+  int ra_magnitude;          /* RandAugment: magnitude bin. 9 */
+  int magnitude_bins;        /* TrivialAugmentWide, RandAugment: bins. 31 */
+  int aug_interpolation;     /* the policies' warps: 0 nearest (torchvision's
+                                default), 1 bilinear */
+  float aug_fill[3];         /* warp fill per channel, 0..255; -1 = none
+                                (zeros, as torchvision's fill=None). -1 */
+  float vflip_prob;          /* RandomVerticalFlip. 0 */
+  float color_jitter[4];     /* ColorJitter brightness, contrast, saturation,
+                                hue (0 = that one off). 0 */
+  float jitter_prob;         /* RandomApply around ColorJitter. 1 */
+  float grayscale_prob;      /* RandomGrayscale. 0 */
+  int blur_kernel;           /* GaussianBlur kernel side, odd; 0 = off */
+  float blur_sigma[2];       /* GaussianBlur sigma range. {0.1, 2.0} */
+  float blur_prob;           /* RandomApply around GaussianBlur. 1 */
+  float erase_prob;          /* RandomErasing p. 0 */
+  float erase_scale[2];      /* {0.02, 0.33} */
+  float erase_ratio[2];      /* {0.3, 3.3} */
+  float erase_value[3];      /* per channel, in normalised units. 0 */
+  int erase_random;          /* value="random": standard normal values */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

@@ -92,7 +92,7 @@ static void flag_metavar(const stk__option *d, char *buf, size_t len) {
     case STK__OPT_BOOL: buf[0] = '\0'; break;
     case STK__OPT_U64: snprintf(buf, len, "%s", strstr(d->name, "bytes") ? "BYTES" : "N"); break;
     case STK__OPT_INT: snprintf(buf, len, "N"); break;
-    case STK__OPT_FLOAT: snprintf(buf, len, d->count == 1 ? "X" : d->count == 2 ? "LO,HI" : "A,B,C"); break;
+    case STK__OPT_FLOAT: snprintf(buf, len, d->count == 1 ? "X" : d->count == 2 ? "LO,HI" : d->count == 3 ? "A,B,C" : "A,B,C,D"); break;
     case STK__OPT_STR: snprintf(buf, len, "PATH"); break;
   }
 }

@@ -38,6 +38,7 @@
 
 #include "core/common.h"
 #include "core/options.h"
+#include "ops/augment.h"
 #include "ops/ops.h"
 #include "stoker.h"
 
@@ -284,7 +285,7 @@ static int set_option(stk_options *o, const stk__option *d, PyObject *v, PyObjec
       return 0;
     }
     case STK__OPT_FLOAT: {
-      float f[3];
+      float f[4];
       if (d->count == 1) {
         double x = PyFloat_AsDouble(v);
         if (x == -1.0 && PyErr_Occurred()) {
@@ -421,6 +422,23 @@ static loader_ref *get_ref(LoaderObject *self, int exclusive) {
   return self->ref;
 }
 
+/* Keyword arguments into options, each through its row of the table. */
+static int parse_options(PyObject *kwds, stk_options *o, PyObject *keep, const char *who) {
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
+    const char *k = PyUnicode_AsUTF8AndSize(key, NULL);
+    if (!k) return -1;
+    const stk__option *d = stk__option_by_py(k);
+    if (!d) {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", who, k);
+      return -1;
+    }
+    if (set_option(o, d, value, keep)) return -1;
+  }
+  return 0;
+}
+
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
   if (args && PyTuple_Size(args) > 0) {
     PyErr_SetString(PyExc_TypeError, "Loader() takes keyword arguments only");
@@ -430,18 +448,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   stk_options_init(&o);
   PyObject *keep = PyList_New(0); /* the bytes of every path, until create returns */
   if (!keep) return NULL;
-  PyObject *key, *value;
-  Py_ssize_t pos = 0;
-  while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
-    const char *k = PyUnicode_AsUTF8AndSize(key, NULL);
-    if (!k) goto fail;
-    const stk__option *d = stk__option_by_py(k);
-    if (!d) {
-      PyErr_Format(PyExc_TypeError, "Loader() got an unexpected keyword argument '%s'", k);
-      goto fail;
-    }
-    if (set_option(&o, d, value, keep)) goto fail;
-  }
+  if (parse_options(kwds, &o, keep, "Loader")) goto fail;
 
   loader_ref *ref = malloc(sizeof *ref);
   if (!ref) {
@@ -916,6 +923,121 @@ static PyObject *rrc_params(PyObject *m, PyObject *args) {
   return Py_BuildValue("(iiii)", r.y, r.x, r.h, r.w);
 }
 
+/* Internal, for tests: one op of the augmentation library at fixed
+ * parameters on an RGB8 image (h rows of w * 3 bytes): the bytes after it.
+ * _apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) */
+static PyObject *apply_op(PyObject *m, PyObject *args) {
+  const char *name;
+  Py_buffer buf;
+  int w, h, nearest = 1, ksize = 0;
+  double mag;
+  PyObject *fill = Py_None;
+  if (!PyArg_ParseTuple(args, "sy*iid|pOi", &name, &buf, &w, &h, &mag, &nearest, &fill, &ksize))
+    return NULL;
+  PyObject *out = NULL;
+  int kind = stk__op_by_name(name);
+  float f[3];
+  stk__buf scratch = {0};
+  if (kind < 0) {
+    PyErr_Format(PyExc_ValueError, "unknown op '%s'", name);
+  } else if (w < 1 || h < 1 || buf.len != (Py_ssize_t)w * h * 3) {
+    PyErr_SetString(PyExc_ValueError, "data must hold w * h * 3 bytes");
+  } else if (fill != Py_None && get_floats(fill, f, 3, "fill")) {
+    /* error set */
+  } else if (kind == STK__OP_BLUR && (ksize < 1 || ksize > 255 || ksize % 2 == 0)) {
+    PyErr_SetString(PyExc_ValueError, "ksize must be odd, 1..255");
+  } else {
+    out = PyBytes_FromStringAndSize(buf.buf, buf.len);
+    stk__op op = {(uint8_t)kind, (uint8_t)ksize, (float)mag};
+    int rc = out ? stk__op_apply(&op, (uint8_t *)PyBytes_AsString(out), w, h, nearest,
+                                 fill == Py_None ? NULL : f, &scratch)
+                 : STK_OK;
+    if (rc) {
+      Py_CLEAR(out);
+      raise_code(rc, "the op failed", 0);
+    }
+  }
+  stk__buf_free(&scratch);
+  PyBuffer_Release(&buf);
+  return out;
+}
+
+/* Internal, for tests: what the augmentations draw for samples [first,
+ * first + count) of `epoch`, under loader keyword options. Returns (kinds,
+ * mags, erase): bytes of count * STK__AUG_MAX_OPS op kinds (255 = none),
+ * float32 magnitudes in the same places, and int32 (x, y, w, h) boxes of
+ * RandomErasing (w = 0: none). */
+static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
+  unsigned long long epoch;
+  long long first, count;
+  if (!PyArg_ParseTuple(args, "KLL", &epoch, &first, &count)) return NULL;
+  if (count < 0 || count > (1LL << 26)) {
+    PyErr_SetString(PyExc_ValueError, "count must be in [0, 2**26]");
+    return NULL;
+  }
+  stk_options o;
+  stk_options_init(&o);
+  PyObject *keep = PyList_New(0);
+  if (!keep) return NULL;
+  if (parse_options(kwds, &o, keep, "_aug_draws")) {
+    Py_DECREF(keep);
+    return NULL;
+  }
+  if (!o.root && !o.list_file) o.root = ".";
+  char err[512];
+  int rc = stk__options_validate(&o, err, sizeof err);
+  Py_DECREF(keep);
+  if (rc) return raise_code(rc, err, 0);
+  stk__aug_plan *ap = malloc(sizeof *ap);
+  if (!ap) return PyErr_NoMemory();
+  stk__aug_plan_init(ap, &o, o.size, o.size);
+  size_t per = STK__AUG_MAX_OPS;
+  PyObject *kinds = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per));
+  PyObject *mags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per * sizeof(float)));
+  PyObject *boxes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * 4 * sizeof(int32_t)));
+  if (kinds && mags && boxes) {
+    uint8_t *k = (uint8_t *)PyBytes_AsString(kinds);
+    float *g = (float *)PyBytes_AsString(mags);
+    int32_t *b = (int32_t *)PyBytes_AsString(boxes);
+    Py_BEGIN_ALLOW_THREADS
+    for (long long i = 0; i < count; i++) {
+      stk__aug a;
+      stk__aug_draw(ap, o.seed, epoch, first + i, &a);
+      for (size_t j = 0; j < per; j++) {
+        k[i * per + j] = j < (size_t)a.n ? a.op[j].kind : 255;
+        g[i * per + j] = j < (size_t)a.n ? a.op[j].mag : 0.0f;
+      }
+      b[i * 4] = a.erase ? a.ex : 0;
+      b[i * 4 + 1] = a.erase ? a.ey : 0;
+      b[i * 4 + 2] = a.erase ? a.ew : 0;
+      b[i * 4 + 3] = a.erase ? a.eh : 0;
+    }
+    Py_END_ALLOW_THREADS
+  }
+  free(ap);
+  if (!kinds || !mags || !boxes) {
+    Py_XDECREF(kinds);
+    Py_XDECREF(mags);
+    Py_XDECREF(boxes);
+    return NULL;
+  }
+  return Py_BuildValue("(NNN)", kinds, mags, boxes);
+}
+
+/* Internal, for tests: the names of the ops by kind. */
+static PyObject *op_names(PyObject *m, PyObject *unused) {
+  PyObject *t = PyTuple_New(STK__OP_COUNT);
+  for (int k = 0; t && k < STK__OP_COUNT; k++) {
+    PyObject *v = PyUnicode_FromString(stk__op_name(k));
+    if (!v) {
+      Py_CLEAR(t);
+      break;
+    }
+    PyTuple_SetItem(t, k, v);
+  }
+  return t;
+}
+
 static PyObject *check_file(PyObject *m, PyObject *arg) {
   PyObject *path;
   if (!PyUnicode_FSConverter(arg, &path)) return NULL;
@@ -1095,6 +1217,11 @@ static PyMethodDef module_methods[] = {
     {"_rrc_params", rrc_params, METH_VARARGS,
      "_rrc_params(width, height, scale, ratio, seed, epoch, index) -> (top, left, h, w).\n"
      "Internal: the crop the train pipeline draws for that sample."},
+    {"_apply_op", apply_op, METH_VARARGS,
+     "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests)."},
+    {"_aug_draws", (PyCFunction)(void (*)(void))aug_draws, METH_VARARGS | METH_KEYWORDS,
+     "_aug_draws(epoch, first, count, **options) -> (kinds, mags, erase boxes) (tests)."},
+    {"_op_names", op_names, METH_NOARGS, "_op_names() -> the ops' names by kind (tests)."},
     {"check_file", check_file, METH_O,
      "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},
     {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},

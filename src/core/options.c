@@ -3,6 +3,7 @@
 #include "core/options.h"
 
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #define SIZE_OK_BOOL(s) ((s) == sizeof(int))
 #define SIZE_OK_ENUM(s) ((s) == sizeof(int))
 #define SIZE_OK_U64(s) ((s) == sizeof(uint64_t))
-#define SIZE_OK_FLOAT(s) ((s) % sizeof(float) == 0 && (s) / sizeof(float) <= 3)
+#define SIZE_OK_FLOAT(s) ((s) % sizeof(float) == 0 && (s) / sizeof(float) <= 4)
 #define SIZE_OK_STR(s) ((s) == sizeof(const char *))
 #define CHECK_ROW(name, type, def, lo, hi, choices, cli, py, doc)         \
   _Static_assert(SIZE_OK_##type(sizeof(((stk_options *)0)->name)),        \
@@ -243,6 +244,36 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   /* -1 is a mode, not the end of a range: (-1, 0) means nothing */
   if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
     BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);
+  /* the augmentations */
+  if (o->auto_augment == 2 && o->ra_magnitude >= o->magnitude_bins)
+    BAD("ra_magnitude must be below magnitude_bins (%d), got %d", o->magnitude_bins,
+        o->ra_magnitude);
+  if (o->color_jitter[3] > 0.5f) BAD("color_jitter hue must be in [0, 0.5], got %g",
+                                     (double)o->color_jitter[3]);
+  if (o->blur_kernel > 0 && o->blur_kernel % 2 == 0)
+    BAD("blur_kernel must be odd, got %d", o->blur_kernel);
+  if (o->blur_kernel > 0 && !(o->blur_sigma[0] > 0 && o->blur_sigma[0] <= o->blur_sigma[1] &&
+                              isfinite(o->blur_sigma[1])))
+    BAD("blur_sigma must satisfy 0 < blur_sigma[0] <= blur_sigma[1] < inf");
+  if (o->erase_prob > 0) {
+    if (!(o->erase_scale[0] <= o->erase_scale[1]))
+      BAD("erase_scale must satisfy erase_scale[0] <= erase_scale[1]");
+    if (!(o->erase_ratio[0] > 0 && o->erase_ratio[0] <= o->erase_ratio[1] &&
+          isfinite(o->erase_ratio[1])))
+      BAD("erase_ratio must satisfy 0 < erase_ratio[0] <= erase_ratio[1] < inf");
+    for (int c = 0; c < 3; c++)
+      if (!isfinite(o->erase_value[c])) BAD("erase_value[%d] must be finite", c);
+  }
+  int aug = o->auto_augment || o->vflip_prob > 0 || o->grayscale_prob > 0 || o->blur_kernel > 0 ||
+            o->erase_prob > 0 || o->color_jitter[0] > 0 || o->color_jitter[1] > 0 ||
+            o->color_jitter[2] > 0 || o->color_jitter[3] > 0;
+  if (aug && o->pipeline != STK_PIPELINE_TRAIN)
+    BAD("the augmentations (auto_augment, vflip_prob, color_jitter, grayscale_prob, blur_kernel, "
+        "erase_prob) belong to the train pipeline");
+  if (aug && o->device >= 0)
+    BAD("the augmentations after the crop (auto_augment, vflip_prob, color_jitter, "
+        "grayscale_prob, blur_kernel, erase_prob) run on the CPU loader only in this version; "
+        "use device=-1");
 #undef BAD
   return STK_OK;
 }
@@ -312,7 +343,7 @@ int stk__option_parse(stk_options *o, const stk__option *d, const char *text, ch
       return rc;
     }
     case STK__OPT_FLOAT: {
-      float v[3];
+      float v[4];
       const char *p = text;
       for (int k = 0; k < d->count; k++) {
         char *end = NULL;

@@ -112,7 +112,43 @@
   X(allow_stale_cache, BOOL, STK__V(0), 0, 1, NULL, "--allow-stale-cache", "allow_stale_cache", \
     "use a cache whose source folder changed since it was packed") \
   X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", \
-    "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit")
+    "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit") \
+  X(auto_augment, ENUM, STK__V(0), 0, 3, "none|ta_wide|ra|imagenet", "--auto-augment", \
+    "auto_augment", "train: TrivialAugmentWide, RandAugment or AutoAugment(IMAGENET) after the flip") \
+  X(ra_num_ops, INT, STK__V(2), 0, 16, NULL, "--ra-num-ops", "ra_num_ops", \
+    "RandAugment: ops per image") \
+  X(ra_magnitude, INT, STK__V(9), 0, 255, NULL, "--ra-magnitude", "ra_magnitude", \
+    "RandAugment: magnitude bin, below magnitude_bins") \
+  X(magnitude_bins, INT, STK__V(31), 2, 256, NULL, "--magnitude-bins", "magnitude_bins", \
+    "TrivialAugmentWide and RandAugment: magnitude bins") \
+  X(aug_interpolation, ENUM, STK__V(0), 0, 1, "nearest|bilinear", "--aug-interpolation", \
+    "aug_interpolation", "the policies' warps (shear, translate, rotate)") \
+  X(aug_fill, FLOAT, STK__V(-1, -1, -1), -1, 255, NULL, "--aug-fill", "aug_fill", \
+    "the warps' fill per channel, 0..255; -1 = none (zeros, torchvision's fill=None)") \
+  X(vflip_prob, FLOAT, STK__V(0), 0, 1, NULL, "--vflip-prob", "vflip_prob", \
+    "train: vertical flip probability") \
+  X(color_jitter, FLOAT, STK__V(0, 0, 0, 0), 0, STK__INF, NULL, "--color-jitter", "color_jitter", \
+    "train: ColorJitter brightness,contrast,saturation,hue (hue <= 0.5; 0 = off)") \
+  X(jitter_prob, FLOAT, STK__V(1), 0, 1, NULL, "--jitter-prob", "jitter_prob", \
+    "train: probability of the colour jitter (RandomApply)") \
+  X(grayscale_prob, FLOAT, STK__V(0), 0, 1, NULL, "--grayscale-prob", "grayscale_prob", \
+    "train: RandomGrayscale probability") \
+  X(blur_kernel, INT, STK__V(0), 0, 255, NULL, "--blur-kernel", "blur_kernel", \
+    "train: GaussianBlur kernel side (odd); 0 = off") \
+  X(blur_sigma, FLOAT, STK__V(0.1, 2.0), 0, STK__INF, NULL, "--blur-sigma", "blur_sigma", \
+    "train: GaussianBlur sigma range lo,hi") \
+  X(blur_prob, FLOAT, STK__V(1), 0, 1, NULL, "--blur-prob", "blur_prob", \
+    "train: probability of the blur (RandomApply)") \
+  X(erase_prob, FLOAT, STK__V(0), 0, 1, NULL, "--erase-prob", "erase_prob", \
+    "train: RandomErasing probability, after normalisation") \
+  X(erase_scale, FLOAT, STK__V(0.02, 0.33), 0, 1, NULL, "--erase-scale", "erase_scale", \
+    "train: RandomErasing area fraction lo,hi") \
+  X(erase_ratio, FLOAT, STK__V(0.3, 3.3), 0, STK__INF, NULL, "--erase-ratio", "erase_ratio", \
+    "train: RandomErasing aspect ratio lo,hi") \
+  X(erase_value, FLOAT, STK__V(0, 0, 0), -STK__INF, STK__INF, NULL, "--erase-value", \
+    "erase_value", "train: RandomErasing value per channel (normalised)") \
+  X(erase_random, BOOL, STK__V(0), 0, 1, NULL, "--erase-random", "erase_random", \
+    "train: RandomErasing value='random' (standard normal per element)")
 /* clang-format on */
 
 typedef enum {
@@ -130,7 +166,7 @@ typedef struct {
   stk__opt_type type;
   size_t offset, size;
   int count;          /* elements: 1, or the length of a float array */
-  double def[3];      /* default of each element */
+  double def[4];      /* default of each element */
   double min, max;
   const char *choices; /* ENUM: "a|b|c" */
   const char *cli;

@@ -25,6 +25,7 @@ void stk__plan_init(stk__plan *p, const stk_options *o) {
   stk__store_init(&p->store_rgb8, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, o->size, o->size, o->mean,
                   o->std);
   p->image_bytes = (size_t)o->size * o->size * 3 * stk__dtype_size(o->dtype);
+  if (o->pipeline == STK_PIPELINE_TRAIN) stk__aug_plan_init(&p->aug, o, o->size, o->size);
 }
 
 int stk__worker_init(stk__worker *w, const stk__plan *p) {
@@ -39,6 +40,8 @@ void stk__worker_free(stk__worker *w) {
   stk__decoder_destroy(w->dec);
   stk__resampler_free(&w->rs);
   stk__buf_free(&w->file);
+  stk__buf_free(&w->tile);
+  stk__buf_free(&w->aug_scratch);
   memset(w, 0, sizeof *w);
 }
 
@@ -88,6 +91,7 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
     g->flip = stk__rng_uniform(&rng) < p->flip_prob;
     if (info->format == STK__FMT_JPEG)
       s->denom = stk__choose_denom(&crop, p->size, p->size, p->max_denom);
+    if (p->aug.on) stk__aug_draw(&p->aug, p->seed, epoch, index, &s->aug);
   } else {
     stk__geom_eval(info->width, info->height, p->resize, p->size, g);
     if (info->format == STK__FMT_JPEG && p->max_denom > 1) {
@@ -126,8 +130,27 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   w->t_decode = t2 - t1;
   if (rc) return rc;
   if (reg.scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
-  rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, store, dst);
+  if (p->aug.on && s->aug.n + s->aug.erase > 0) {
+    /* torchvision's order: the crop rounded to 8 bits, the ops on that
+     * tile, then normalisation into the batch, then erasing */
+    if (stk__buf_reserve(&w->tile, (size_t)p->size * p->size * 3)) {
+      rc = STK_ENOMEM;
+    } else {
+      rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, &p->store_rgb8,
+                              w->tile.p);
+      if (!rc) rc = stk__aug_apply(&p->aug, &s->aug, w->tile.p, p->size, p->size, &w->aug_scratch);
+      if (!rc) {
+        stk__store_tile(store, w->tile.p, dst);
+        /* the GPU share's RGB8 store is normalised on the GPU: no erasing here */
+        if (store != &p->store_rgb8)
+          stk__aug_erase(&p->aug, &s->aug, store->dtype, store->layout, store->w, store->h, dst);
+      }
+    }
+  } else {
+    rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, store, dst);
+  }
   w->t_augment = stk__now() - t2;
+  if (rc == STK_ENOMEM) return stk__fail(msg, msglen, rc, "out of memory for the augmentations");
   if (rc) return stk__fail(msg, msglen, rc, "resampling failed");
   return STK_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "codecs/codec.h"
 #include "core/common.h"
+#include "ops/augment.h"
 #include "ops/ops.h"
 #include "sources/source.h"
 #include "stoker.h"
@@ -27,6 +28,7 @@ typedef struct {
   stk__store store_rgb8;     /* GPU loaders: images the workers finish on the
                                 CPU are resampled to raw RGB8 (uint8, NHWC,
                                 unnormalised) and normalised on the GPU */
+  stk__aug_plan aug;         /* the augmentations after the crop (aug.on) */
 } stk__plan;
 
 /* One sample between its header and its pixels. */
@@ -38,12 +40,14 @@ typedef struct {
   stk__image_info info;
   stk__geom geom;            /* full-resolution coordinates */
   int denom;                 /* DCT scale the CPU decoder should use */
+  stk__aug aug;              /* what the augmentations drew (plan->aug.on) */
 } stk__sample;
 
 typedef struct {
   stk__decoder *dec;
   stk__resampler rs;
   stk__buf file;
+  stk__buf tile, aug_scratch; /* the augmentations' 8-bit tile and scratch */
   double t_read, t_decode, t_augment; /* seconds spent in the last sample */
   uint64_t bytes;                     /* bytes read for the last sample */
   /* Called right after the sample's bytes (or pixels) are fetched, before

@@ -72,6 +72,13 @@ void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, i
                      const float mean[3], const float std[3]);
 size_t stk__dtype_size(stk_dtype t);
 
+/* One value written as an element of `dtype` (uint8: rounded and clamped). */
+void stk__store_value(stk_dtype dtype, float v, void *dst);
+
+/* Writes an RGB8 tile (st->w x st->h, rows st->w * 3 bytes apart) into the
+ * batch image as `st` says: the store of a tile the augmentations ran on. */
+void stk__store_tile(const stk__store *st, const uint8_t *tile, void *dst);
+
 /* Pillow's filter window of output pixel i on one axis: the first source
  * pixel it reads (relative to a->lo) and how many, clipped to [lo, hi). Also
  * the largest window of the axis (Pillow's ksize) in *ksize when not NULL.

@@ -84,6 +84,27 @@ void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, i
     }
 }
 
+void stk__store_value(stk_dtype dtype, float v, void *dst) {
+  switch (dtype) {
+    case STK_DTYPE_FLOAT32: memcpy(dst, &v, 4); break;
+    case STK_DTYPE_FLOAT16: {
+      uint16_t b = f32_to_f16(v);
+      memcpy(dst, &b, 2);
+      break;
+    }
+    case STK_DTYPE_BFLOAT16: {
+      uint16_t b = f32_to_bf16(v);
+      memcpy(dst, &b, 2);
+      break;
+    }
+    case STK_DTYPE_UINT8: {
+      float r = nearbyintf(v);
+      *(uint8_t *)dst = !(r > 0.0f) ? 0 : r >= 255.0f ? 255 : (uint8_t)r;
+      break;
+    }
+  }
+}
+
 void stk__axis_window(const stk__axis *a, int i, int *first, int *count, int *ksize) {
   stk__window(a->in0 - a->lo, a->scale, a->hi - a->lo, i, first, count);
   if (ksize) *ksize = stk__window_ksize(a->scale);
@@ -197,6 +218,10 @@ static void store_row(const stk__store *st, const uint8_t *lv, int y, int flip, 
       break;
     }
   }
+}
+
+void stk__store_tile(const stk__store *st, const uint8_t *tile, void *dst) {
+  for (int y = 0; y < st->h; y++) store_row(st, tile + (size_t)y * st->w * 3, y, 0, dst);
 }
 
 /* One row of the horizontal pass: W output pixels from an RGB row whose

@@ -1,0 +1,726 @@
+/*
+ * augment.c: torchvision's uint8 augmentations on an RGB8 tile. See
+ * augment.h for the order of the stages and how draws are keyed.
+ *
+ * Exactness: each op repeats the float32 arithmetic of torchvision's tensor
+ * kernel for uint8 images, step by step, and rounds where it rounds
+ * (`.to(uint8)` truncates; `_cast_squeeze_out` rounds half to even first).
+ * Where torch's own order of float operations is not fixed (the grid's
+ * matrix product, a convolution's sums) the result may differ by one level
+ * on a few pixels; tests/test_augment.py measures how many.
+ */
+#include "ops/augment.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+static const char *const op_names[STK__OP_COUNT] = {
+    "Identity",     "ShearX",     "ShearY",         "TranslateX",      "TranslateY",
+    "Rotate",       "Brightness", "Color",          "Contrast",        "Sharpness",
+    "Posterize",    "Solarize",   "AutoContrast",   "Equalize",        "Invert",
+    "adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue",
+    "adjust_sharpness",  "rgb_to_grayscale", "gaussian_blur",    "vflip",
+    "hflip"};
+
+const char *stk__op_name(int kind) {
+  return kind >= 0 && kind < STK__OP_COUNT ? op_names[kind] : NULL;
+}
+
+int stk__op_by_name(const char *name) {
+  for (int k = 0; k < STK__OP_COUNT; k++)
+    if (!strcmp(op_names[k], name)) return k;
+  return -1;
+}
+
+float stk__linspace(double a, double b, int n, int i) {
+  if (n <= 1) return (float)a;
+  return (float)(a + (b - a) * i / (n - 1));
+}
+
+/* ---- magnitude tables (torchvision's _augmentation_space) -------------------- */
+
+/* mags[op * nbins + bin]; ops without magnitudes keep 0. `wide` is
+ * TrivialAugmentWide's space; otherwise RandAugment's and AutoAugment's,
+ * whose translations scale with the image. */
+static void fill_space(float *mags, int nbins, int wide, int w, int h) {
+  double shear = wide ? 0.99 : 0.3, tx = wide ? 32.0 : 150.0 / 331.0 * w,
+         ty = wide ? 32.0 : 150.0 / 331.0 * h, rot = wide ? 135.0 : 30.0,
+         enh = wide ? 0.99 : 0.9;
+  double post_div = (nbins - 1) / (wide ? 6.0 : 4.0);
+  for (int i = 0; i < nbins; i++) {
+    float *m = mags;
+    m[STK__OP_SHEAR_X * nbins + i] = stk__linspace(0, shear, nbins, i);
+    m[STK__OP_SHEAR_Y * nbins + i] = stk__linspace(0, shear, nbins, i);
+    m[STK__OP_TRANSLATE_X * nbins + i] = stk__linspace(0, tx, nbins, i);
+    m[STK__OP_TRANSLATE_Y * nbins + i] = stk__linspace(0, ty, nbins, i);
+    m[STK__OP_ROTATE * nbins + i] = stk__linspace(0, rot, nbins, i);
+    m[STK__OP_BRIGHTNESS * nbins + i] = stk__linspace(0, enh, nbins, i);
+    m[STK__OP_COLOR * nbins + i] = stk__linspace(0, enh, nbins, i);
+    m[STK__OP_CONTRAST * nbins + i] = stk__linspace(0, enh, nbins, i);
+    m[STK__OP_SHARPNESS * nbins + i] = stk__linspace(0, enh, nbins, i);
+    /* 8 - (arange(bins) / ((bins - 1) / k)).round().int(): float32
+     * division, rounded half to even */
+    float q = (float)i / (float)post_div;
+    m[STK__OP_POSTERIZE * nbins + i] = (float)(8 - (int)nearbyintf(q));
+    m[STK__OP_SOLARIZE * nbins + i] = stk__linspace(255.0, 0.0, nbins, i);
+  }
+}
+
+/* Which ops of the space carry a magnitude, and which a sign. */
+static int has_mag(int op) {
+  return op >= STK__OP_SHEAR_X && op <= STK__OP_SOLARIZE;
+}
+static int is_signed(int op) { return op >= STK__OP_SHEAR_X && op <= STK__OP_SHARPNESS; }
+
+void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h) {
+  memset(ap, 0, sizeof *ap);
+  ap->policy = o->auto_augment;
+  ap->ra_num_ops = o->ra_num_ops;
+  ap->ra_magnitude = o->ra_magnitude;
+  ap->bins = o->magnitude_bins;
+  ap->nearest = o->aug_interpolation == 0;
+  ap->has_fill = o->aug_fill[0] >= 0;
+  for (int c = 0; c < 3; c++) ap->fill[c] = o->aug_fill[c] < 0 ? 0.0f : o->aug_fill[c];
+  ap->vflip_prob = o->vflip_prob;
+  memcpy(ap->jitter, o->color_jitter, sizeof ap->jitter);
+  ap->jitter_prob = o->jitter_prob;
+  ap->gray_prob = o->grayscale_prob;
+  ap->blur_ksize = o->blur_kernel;
+  memcpy(ap->blur_sigma, o->blur_sigma, sizeof ap->blur_sigma);
+  ap->blur_prob = o->blur_prob;
+  ap->erase_prob = o->erase_prob;
+  memcpy(ap->erase_scale, o->erase_scale, sizeof ap->erase_scale);
+  memcpy(ap->erase_ratio, o->erase_ratio, sizeof ap->erase_ratio);
+  memcpy(ap->erase_value, o->erase_value, sizeof ap->erase_value);
+  ap->erase_random = o->erase_random;
+  ap->w = w;
+  ap->h = h;
+  int jit = ap->jitter[0] > 0 || ap->jitter[1] > 0 || ap->jitter[2] > 0 || ap->jitter[3] > 0;
+  ap->on = ap->policy != STK__AA_NONE || ap->vflip_prob > 0 || (jit && ap->jitter_prob > 0) ||
+           ap->gray_prob > 0 || (ap->blur_ksize > 0 && ap->blur_prob > 0) || ap->erase_prob > 0;
+  if (ap->policy != STK__AA_NONE) {
+    ap->nbins = ap->policy == STK__AA_IMAGENET ? 10 : ap->bins;
+    fill_space(ap->mags, ap->nbins, ap->policy == STK__AA_TA_WIDE, w, h);
+  }
+}
+
+/* ---- draws ------------------------------------------------------------------- */
+
+enum { STAGE_VFLIP = 1, STAGE_POLICY, STAGE_JITTER, STAGE_GRAY, STAGE_BLUR, STAGE_ERASE };
+
+/* The stream of one stage of one sample: the sample's key mixed with the
+ * stage, so each stage's draws are independent of which others are on. */
+static void stage_rng(stk__rng *r, uint64_t seed, uint64_t epoch, int64_t index, int stage) {
+  stk__rng_init(r, seed, epoch, (uint64_t)index);
+  r->key = stk__mix64(r->key ^ (0xd1b54a32d192ed03ULL * (uint64_t)stage));
+}
+
+double stk__rng_normal(stk__rng *r) {
+  double u1 = stk__rng_uniform(r), u2 = stk__rng_uniform(r);
+  return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+static double uniform(stk__rng *r, double a, double b) { return a + (b - a) * stk__rng_uniform(r); }
+
+static void push(stk__aug *a, int kind, float mag, int ksize) {
+  if (a->n >= STK__AUG_MAX_OPS) return; /* the plan never asks for more (options bound it) */
+  a->op[a->n].kind = (uint8_t)kind;
+  a->op[a->n].ksize = (uint8_t)ksize;
+  a->op[a->n].mag = mag;
+  a->n++;
+}
+
+/* An op of the policy's space with bin `bin` (negative: none) and the sign
+ * coin `neg`, as _apply_op receives it. */
+static void push_policy_op(const stk__aug_plan *ap, stk__aug *a, int op, int bin, int neg) {
+  float mag = 0.0f;
+  if (has_mag(op) && bin >= 0) mag = ap->mags[op * ap->nbins + bin];
+  if (is_signed(op) && neg) mag = -mag;
+  push(a, op, mag, 0);
+}
+
+/* torchvision's AutoAugment ImageNet policy (the paper's): pairs of
+ * (op, probability, magnitude bin or -1). */
+static const struct {
+  signed char op;
+  float p;
+  signed char bin;
+} aa_imagenet[25][2] = {
+    {{STK__OP_POSTERIZE, 0.4f, 8}, {STK__OP_ROTATE, 0.6f, 9}},
+    {{STK__OP_SOLARIZE, 0.6f, 5}, {STK__OP_AUTOCONTRAST, 0.6f, -1}},
+    {{STK__OP_EQUALIZE, 0.8f, -1}, {STK__OP_EQUALIZE, 0.6f, -1}},
+    {{STK__OP_POSTERIZE, 0.6f, 7}, {STK__OP_POSTERIZE, 0.6f, 6}},
+    {{STK__OP_EQUALIZE, 0.4f, -1}, {STK__OP_SOLARIZE, 0.2f, 4}},
+    {{STK__OP_EQUALIZE, 0.4f, -1}, {STK__OP_ROTATE, 0.8f, 8}},
+    {{STK__OP_SOLARIZE, 0.6f, 3}, {STK__OP_EQUALIZE, 0.6f, -1}},
+    {{STK__OP_POSTERIZE, 0.8f, 5}, {STK__OP_EQUALIZE, 1.0f, -1}},
+    {{STK__OP_ROTATE, 0.2f, 3}, {STK__OP_SOLARIZE, 0.6f, 8}},
+    {{STK__OP_EQUALIZE, 0.6f, -1}, {STK__OP_POSTERIZE, 0.4f, 6}},
+    {{STK__OP_ROTATE, 0.8f, 8}, {STK__OP_COLOR, 0.4f, 0}},
+    {{STK__OP_ROTATE, 0.4f, 9}, {STK__OP_EQUALIZE, 0.6f, -1}},
+    {{STK__OP_EQUALIZE, 0.0f, -1}, {STK__OP_EQUALIZE, 0.8f, -1}},
+    {{STK__OP_INVERT, 0.6f, -1}, {STK__OP_EQUALIZE, 1.0f, -1}},
+    {{STK__OP_COLOR, 0.6f, 4}, {STK__OP_CONTRAST, 1.0f, 8}},
+    {{STK__OP_ROTATE, 0.8f, 8}, {STK__OP_COLOR, 1.0f, 2}},
+    {{STK__OP_COLOR, 0.8f, 8}, {STK__OP_SOLARIZE, 0.8f, 7}},
+    {{STK__OP_SHARPNESS, 0.4f, 7}, {STK__OP_INVERT, 0.6f, -1}},
+    {{STK__OP_SHEAR_X, 0.6f, 5}, {STK__OP_EQUALIZE, 1.0f, -1}},
+    {{STK__OP_COLOR, 0.4f, 0}, {STK__OP_EQUALIZE, 0.6f, -1}},
+    {{STK__OP_EQUALIZE, 0.4f, -1}, {STK__OP_SOLARIZE, 0.2f, 4}},
+    {{STK__OP_SOLARIZE, 0.6f, 5}, {STK__OP_AUTOCONTRAST, 0.6f, -1}},
+    {{STK__OP_INVERT, 0.6f, -1}, {STK__OP_EQUALIZE, 1.0f, -1}},
+    {{STK__OP_COLOR, 0.6f, 4}, {STK__OP_CONTRAST, 1.0f, 8}},
+    {{STK__OP_EQUALIZE, 0.8f, -1}, {STK__OP_EQUALIZE, 0.6f, -1}},
+};
+
+static void draw_policy(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
+  switch (ap->policy) {
+    case STK__AA_TA_WIDE: {
+      int op = (int)stk__rng_range(r, 0, STK__TA_OPS);
+      int bin = has_mag(op) ? (int)stk__rng_range(r, 0, ap->nbins) : -1;
+      int neg = is_signed(op) ? (int)stk__rng_range(r, 0, 2) : 0;
+      push_policy_op(ap, a, op, bin, neg);
+      break;
+    }
+    case STK__AA_RA:
+      for (int k = 0; k < ap->ra_num_ops; k++) {
+        int op = (int)stk__rng_range(r, 0, STK__TA_OPS);
+        int neg = is_signed(op) ? (int)stk__rng_range(r, 0, 2) : 0;
+        push_policy_op(ap, a, op, ap->ra_magnitude, neg);
+      }
+      break;
+    case STK__AA_IMAGENET: {
+      /* get_params: the sub-policy, two probabilities, two sign coins */
+      int id = (int)stk__rng_range(r, 0, 25);
+      double prob[2] = {stk__rng_uniform(r), stk__rng_uniform(r)};
+      int sign[2] = {(int)stk__rng_range(r, 0, 2), (int)stk__rng_range(r, 0, 2)};
+      for (int k = 0; k < 2; k++)
+        if (prob[k] <= aa_imagenet[id][k].p) /* torchvision: probs[i] <= p */
+          push_policy_op(ap, a, aa_imagenet[id][k].op, aa_imagenet[id][k].bin, sign[k] == 0);
+      break;
+    }
+    default: break;
+  }
+}
+
+static void draw_jitter(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
+  if (!(ap->jitter[0] > 0 || ap->jitter[1] > 0 || ap->jitter[2] > 0 || ap->jitter[3] > 0)) return;
+  if (ap->jitter_prob < 1.0f && !(stk__rng_uniform(r) < ap->jitter_prob)) return;
+  /* ColorJitter.get_params: a random order of the four, then each factor */
+  int order[4] = {0, 1, 2, 3};
+  for (int i = 3; i > 0; i--) {
+    int j = (int)stk__rng_range(r, 0, i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  float f[4];
+  for (int k = 0; k < 3; k++) {
+    double lo = 1.0 - ap->jitter[k];
+    f[k] = (float)uniform(r, lo < 0 ? 0 : lo, 1.0 + ap->jitter[k]);
+  }
+  f[3] = (float)uniform(r, -ap->jitter[3], ap->jitter[3]);
+  static const int kinds[4] = {STK__OP_ADJ_BRIGHTNESS, STK__OP_ADJ_CONTRAST,
+                               STK__OP_ADJ_SATURATION, STK__OP_ADJ_HUE};
+  for (int i = 0; i < 4; i++)
+    if (ap->jitter[order[i]] > 0) push(a, kinds[order[i]], f[order[i]], 0);
+}
+
+static void draw_erase(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
+  if (!(stk__rng_uniform(r) < ap->erase_prob)) return;
+  /* RandomErasing.get_params: ten tries of an area and a log-uniform
+   * aspect ratio; a box that does not fit is tried again */
+  int W = ap->w, H = ap->h;
+  double area = (double)W * H, lr0 = log(ap->erase_ratio[0]), lr1 = log(ap->erase_ratio[1]);
+  for (int t = 0; t < 10; t++) {
+    double ea = area * uniform(r, ap->erase_scale[0], ap->erase_scale[1]);
+    double ar = exp(uniform(r, lr0, lr1));
+    int eh = (int)nearbyint(sqrt(ea * ar)), ew = (int)nearbyint(sqrt(ea / ar));
+    if (!(eh < H && ew < W)) continue;
+    a->ey = (int)stk__rng_range(r, 0, H - eh + 1);
+    a->ex = (int)stk__rng_range(r, 0, W - ew + 1);
+    a->eh = eh;
+    a->ew = ew;
+    a->erase = eh > 0 && ew > 0;
+    a->erase_key = stk__rng_next(r);
+    return;
+  }
+}
+
+void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64_t index,
+                   stk__aug *a) {
+  memset(a, 0, sizeof *a);
+  stk__rng r;
+  if (ap->vflip_prob > 0) {
+    stage_rng(&r, seed, epoch, index, STAGE_VFLIP);
+    if (stk__rng_uniform(&r) < ap->vflip_prob) push(a, STK__OP_VFLIP, 0, 0);
+  }
+  if (ap->policy != STK__AA_NONE) {
+    stage_rng(&r, seed, epoch, index, STAGE_POLICY);
+    draw_policy(ap, &r, a);
+  }
+  stage_rng(&r, seed, epoch, index, STAGE_JITTER);
+  draw_jitter(ap, &r, a);
+  if (ap->gray_prob > 0) {
+    stage_rng(&r, seed, epoch, index, STAGE_GRAY);
+    if (stk__rng_uniform(&r) < ap->gray_prob) push(a, STK__OP_GRAYSCALE, 0, 0);
+  }
+  if (ap->blur_ksize > 0 && ap->blur_prob > 0) {
+    stage_rng(&r, seed, epoch, index, STAGE_BLUR);
+    if (ap->blur_prob >= 1.0f || stk__rng_uniform(&r) < ap->blur_prob)
+      push(a, STK__OP_BLUR, (float)uniform(&r, ap->blur_sigma[0], ap->blur_sigma[1]),
+           ap->blur_ksize);
+  }
+  if (ap->erase_prob > 0) {
+    stage_rng(&r, seed, epoch, index, STAGE_ERASE);
+    draw_erase(ap, &r, a);
+  }
+}
+
+/* ---- the ops ---------------------------------------------------------------- */
+
+static inline uint8_t trunc8(float v) {
+  /* .clamp(0, 255).to(uint8): the cast truncates toward zero */
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  return (uint8_t)v;
+}
+
+static inline uint8_t round8(float v) {
+  /* torch.round (half to even) then .to(uint8) */
+  v = nearbyintf(v);
+  if (!(v > 0.0f)) return 0;
+  return v >= 255.0f ? 255 : (uint8_t)v;
+}
+
+/* rgb_to_grayscale: (0.2989 * r + 0.587 * g + 0.114 * b).to(uint8), each
+ * product and sum in float32 */
+static inline uint8_t gray8(const uint8_t *p) {
+  float v = 0.2989f * (float)p[0];
+  v = v + 0.587f * (float)p[1];
+  v = v + 0.114f * (float)p[2];
+  return trunc8(v);
+}
+
+/* _blend(img1, img2, r): (r * img1 + (1 - r) * img2).clamp(0, 255).to(uint8),
+ * with both factors float32 (the Python floats as torch casts them) */
+typedef struct {
+  float r, r1;
+} blend_k;
+static inline blend_k blend_of(double ratio) {
+  blend_k k = {(float)ratio, (float)(1.0 - ratio)};
+  return k;
+}
+static inline uint8_t blend8(blend_k k, float a, float b) {
+  float x = k.r * a;
+  float y = k.r1 * b;
+  return trunc8(x + y);
+}
+
+static void op_brightness(uint8_t *t, size_t n, double f) {
+  blend_k k = blend_of(f);
+  for (size_t i = 0; i < n; i++) t[i] = blend8(k, t[i], 0.0f);
+}
+
+static void op_saturation(uint8_t *t, size_t npx, double f) {
+  blend_k k = blend_of(f);
+  for (size_t i = 0; i < npx; i++) {
+    uint8_t *p = t + i * 3;
+    float g = gray8(p);
+    for (int c = 0; c < 3; c++) p[c] = blend8(k, p[c], g);
+  }
+}
+
+static void op_contrast(uint8_t *t, size_t npx, double f) {
+  /* the mean of the truncated greyscale image, in float32: every partial
+   * sum is an integer below 2**24 for tiles up to 256x256, so any order
+   * of summation gives torch's value; a double sum keeps it so above */
+  double sum = 0;
+  for (size_t i = 0; i < npx; i++) sum += gray8(t + i * 3);
+  float mean = (float)((float)sum / (float)npx);
+  blend_k k = blend_of(f);
+  for (size_t i = 0; i < npx * 3; i++) t[i] = blend8(k, t[i], mean);
+}
+
+static void op_gray(uint8_t *t, size_t npx) {
+  for (size_t i = 0; i < npx; i++) {
+    uint8_t g = gray8(t + i * 3);
+    t[i * 3] = t[i * 3 + 1] = t[i * 3 + 2] = g;
+  }
+}
+
+static void op_posterize(uint8_t *t, size_t n, int bits) {
+  if (bits < 0) bits = 0;
+  if (bits > 8) bits = 8;
+  uint8_t mask = (uint8_t)(0xffu << (8 - bits));
+  for (size_t i = 0; i < n; i++) t[i] &= mask;
+}
+
+static void op_solarize(uint8_t *t, size_t n, float thr) {
+  for (size_t i = 0; i < n; i++)
+    if ((float)t[i] >= thr) t[i] = (uint8_t)(255 - t[i]);
+}
+
+static void op_invert(uint8_t *t, size_t n) {
+  for (size_t i = 0; i < n; i++) t[i] = (uint8_t)(255 - t[i]);
+}
+
+static void op_autocontrast(uint8_t *t, size_t npx) {
+  for (int c = 0; c < 3; c++) {
+    int lo = 255, hi = 0;
+    for (size_t i = 0; i < npx; i++) {
+      int v = t[i * 3 + c];
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+    /* scale = 255 / (max - min) in float32; a flat channel keeps min 0,
+     * scale 1 (the identity) */
+    float mn = (float)lo, scale = 1.0f;
+    if (hi == lo) mn = 0.0f;
+    else scale = 255.0f / ((float)hi - (float)lo);
+    for (size_t i = 0; i < npx; i++) {
+      float d = (float)t[i * 3 + c] - mn;
+      t[i * 3 + c] = trunc8(d * scale);
+    }
+  }
+}
+
+static void op_equalize(uint8_t *t, size_t npx) {
+  for (int c = 0; c < 3; c++) {
+    int64_t hist[256] = {0};
+    for (size_t i = 0; i < npx; i++) hist[t[i * 3 + c]]++;
+    /* PIL's equalize: step = (pixels outside the last non-empty bin) // 255 */
+    int last = 255;
+    while (last > 0 && hist[last] == 0) last--;
+    int64_t total = 0;
+    for (int v = 0; v < 256; v++) total += hist[v];
+    int64_t step = (total - hist[last]) / 255;
+    if (step == 0) continue;
+    uint8_t lut[256];
+    int64_t cum = 0;
+    for (int v = 0; v < 256; v++) {
+      int64_t l = (cum + step / 2) / step; /* the cumulative count before v */
+      lut[v] = (uint8_t)(l > 255 ? 255 : l);
+      cum += hist[v];
+    }
+    for (size_t i = 0; i < npx; i++) t[i * 3 + c] = lut[t[i * 3 + c]];
+  }
+}
+
+/* _blurred_degenerate_image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13,
+ * rounded; the border keeps the image's own pixels. The sum S of an
+ * integer image is exact and S / 13 is never within 1/26 of a tie, so
+ * round(S / 13) = (2S + 13) / 26 whatever torch's order of summation. */
+static void op_sharpness(uint8_t *t, int w, int h, double f, uint8_t *src) {
+  if (w <= 2 || h <= 2) return;
+  size_t row = (size_t)w * 3;
+  memcpy(src, t, row * h);
+  blend_k k = blend_of(f);
+  for (int y = 1; y < h - 1; y++)
+    for (int x = 1; x < w - 1; x++)
+      for (int c = 0; c < 3; c++) {
+        const uint8_t *p = src + (size_t)y * row + (size_t)x * 3 + c;
+        int s = 4 * p[0];
+        for (int dy = -1; dy <= 1; dy++)
+          for (int dx = -1; dx <= 1; dx++) s += p[(ptrdiff_t)dy * (ptrdiff_t)row + dx * 3];
+        int blur = (2 * s + 13) / 26;
+        t[(size_t)y * row + (size_t)x * 3 + c] = blend8(k, p[0], (float)blur);
+      }
+}
+
+static void flip_v(uint8_t *t, int w, int h, uint8_t *tmp) {
+  size_t row = (size_t)w * 3;
+  for (int y = 0; y < h / 2; y++) {
+    uint8_t *a = t + (size_t)y * row, *b = t + (size_t)(h - 1 - y) * row;
+    memcpy(tmp, a, row);
+    memcpy(a, b, row);
+    memcpy(b, tmp, row);
+  }
+}
+
+static void flip_h(uint8_t *t, int w, int h) {
+  for (int y = 0; y < h; y++) {
+    uint8_t *r = t + (size_t)y * w * 3;
+    for (int x = 0; x < w / 2; x++)
+      for (int c = 0; c < 3; c++) {
+        uint8_t v = r[x * 3 + c];
+        r[x * 3 + c] = r[(w - 1 - x) * 3 + c];
+        r[(w - 1 - x) * 3 + c] = v;
+      }
+  }
+}
+
+/* ---- hue (F_t.adjust_hue: through HSV in float32) ---- */
+
+static void op_hue(uint8_t *t, size_t npx, float hue) {
+  for (size_t i = 0; i < npx; i++) {
+    uint8_t *p = t + i * 3;
+    float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f, b = (float)p[2] / 255.0f;
+    /* _rgb2hsv */
+    float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+    int eqc = maxc == minc;
+    float cr = maxc - minc;
+    float s = cr / (eqc ? 1.0f : maxc);
+    float crd = eqc ? 1.0f : cr;
+    float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+    float hr = (maxc == r) ? (bc - gc) : 0.0f;
+    float hg = (maxc == g && maxc != r) ? ((2.0f + rc) - bc) : 0.0f;
+    float hb = (maxc != g && maxc != r) ? ((4.0f + gc) - rc) : 0.0f;
+    float hh = (hr + hg) + hb;
+    hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
+    /* h = (h + hue_factor) % 1.0: Python's modulo keeps the sign of 1 */
+    hh = hh + hue;
+    hh = hh - floorf(hh / 1.0f) * 1.0f;
+    if (hh >= 1.0f) hh -= 1.0f; /* torch's remainder never returns the divisor */
+    /* _hsv2rgb */
+    float v = maxc;
+    float fi = floorf(hh * 6.0f);
+    float f = hh * 6.0f - fi;
+    int ii = ((int)fi % 6 + 6) % 6;
+    float pp = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
+    float q = fminf(fmaxf(v * (1.0f - s * f), 0.0f), 1.0f);
+    float tt = fminf(fmaxf(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
+    float o[3];
+    switch (ii) {
+      case 0: o[0] = v, o[1] = tt, o[2] = pp; break;
+      case 1: o[0] = q, o[1] = v, o[2] = pp; break;
+      case 2: o[0] = pp, o[1] = v, o[2] = tt; break;
+      case 3: o[0] = pp, o[1] = q, o[2] = v; break;
+      case 4: o[0] = tt, o[1] = pp, o[2] = v; break;
+      default: o[0] = v, o[1] = pp, o[2] = q; break;
+    }
+    for (int c = 0; c < 3; c++) p[c] = trunc8(o[c] * 255.0f);
+  }
+}
+
+/* ---- Gaussian blur (F_t.gaussian_blur: reflect padding, float32) ---- */
+
+static void op_blur(uint8_t *t, int w, int h, int ks, float sigma, float *buf) {
+  if (ks < 1 || sigma <= 0) return;
+  float kern[256];
+  int half = ks / 2;
+  double sum = 0;
+  float pdf[256];
+  for (int i = 0; i < ks; i++) {
+    float x = stk__linspace(-(ks - 1) * 0.5, (ks - 1) * 0.5, ks, i);
+    float z = x / sigma;
+    pdf[i] = expf(-0.5f * (z * z));
+    sum += pdf[i];
+  }
+  for (int i = 0; i < ks; i++) kern[i] = pdf[i] / (float)sum;
+  /* reflect padding, as torch's "reflect" (the edge pixel is not repeated) */
+#define REFL(i, n) ((i) < 0 ? -(i) : (i) >= (n) ? 2 * (n) - 2 - (i) : (i))
+  size_t row = (size_t)w * 3;
+  float *tmp = buf; /* horizontal pass, float32 */
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++)
+      for (int c = 0; c < 3; c++) {
+        float s = 0.0f;
+        for (int k = 0; k < ks; k++) {
+          int xx = x + k - half;
+          xx = REFL(xx, w);
+          if (xx < 0) xx = 0;
+          if (xx >= w) xx = w - 1;
+          s += kern[k] * (float)t[(size_t)y * row + (size_t)xx * 3 + c];
+        }
+        tmp[(size_t)y * row + (size_t)x * 3 + c] = s;
+      }
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++)
+      for (int c = 0; c < 3; c++) {
+        float s = 0.0f;
+        for (int k = 0; k < ks; k++) {
+          int yy = y + k - half;
+          yy = REFL(yy, h);
+          if (yy < 0) yy = 0;
+          if (yy >= h) yy = h - 1;
+          s += kern[k] * tmp[(size_t)yy * row + (size_t)x * 3 + c];
+        }
+        t[(size_t)y * row + (size_t)x * 3 + c] = round8(s);
+      }
+#undef REFL
+}
+
+/* ---- affine warps ---------------------------------------------------------------- */
+
+/* torchvision's _get_inverse_affine_matrix, in double as Python computes it. */
+static void inverse_affine(const double center[2], double angle, const double tr[2], double scale,
+                           const double shear[2], double m[6]) {
+  const double d2r = 3.141592653589793 / 180.0; /* math.radians */
+  double rot = angle * d2r, sx = shear[0] * d2r, sy = shear[1] * d2r;
+  double cx = center[0], cy = center[1], tx = tr[0], ty = tr[1];
+  double a = cos(rot - sy) / cos(sy);
+  double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
+  double c = sin(rot - sy) / cos(sy);
+  double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
+  m[0] = d / scale, m[1] = -b / scale, m[2] = 0.0;
+  m[3] = -c / scale, m[4] = a / scale, m[5] = 0.0;
+  m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+  m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+  m[2] += cx;
+  m[5] += cy;
+}
+
+/* F_t.affine / rotate with expand=False: the grid of _gen_affine_grid (pixel
+ * centres of the output, the float32 matrix divided by half the size), then
+ * grid_sample(align_corners=False, padding zeros) as torch's CPU kernel
+ * computes it; fill, when given, through the sampled mask. */
+static void warp(uint8_t *t, int w, int h, const double md[6], int nearest, const float *fill,
+                 uint8_t *src) {
+  size_t row = (size_t)w * 3;
+  memcpy(src, t, row * h);
+  float hw = 0.5f * (float)w, hh = 0.5f * (float)h;
+  float a0 = (float)md[0] / hw, a1 = (float)md[1] / hw, a2 = (float)md[2] / hw;
+  float b0 = (float)md[3] / hh, b1 = (float)md[4] / hh, b2 = (float)md[5] / hh;
+  for (int yy = 0; yy < h; yy++) {
+    float y = -(float)h * 0.5f + 0.5f + (float)yy;
+    for (int xx = 0; xx < w; xx++) {
+      float x = -(float)w * 0.5f + 0.5f + (float)xx;
+      float gx = x * a0 + y * a1 + a2;
+      float gy = x * b0 + y * b1 + b2;
+      /* unnormalise: (g + 1) * size / 2 - 0.5 */
+      float ix = (gx + 1.0f) * hw - 0.5f, iy = (gy + 1.0f) * hh - 0.5f;
+      uint8_t *o = t + (size_t)yy * row + (size_t)xx * 3;
+      if (nearest) {
+        float rx = nearbyintf(ix), ry = nearbyintf(iy);
+        int in = rx >= 0 && rx < (float)w && ry >= 0 && ry < (float)h;
+        for (int c = 0; c < 3; c++) {
+          if (in) o[c] = src[(size_t)ry * row + (size_t)rx * 3 + c];
+          else o[c] = fill ? round8(fill[c]) : 0;
+        }
+        continue;
+      }
+      float fx = floorf(ix), fy = floorf(iy);
+      float we = ix - fx, ee = 1.0f - we, n = iy - fy, s = 1.0f - n;
+      float wt[4] = {s * ee, s * we, n * ee, n * we}; /* nw, ne, sw, se */
+      int x0 = (int)fx, y0 = (int)fy;
+      int cx[4] = {x0, x0 + 1, x0, x0 + 1}, cy[4] = {y0, y0, y0 + 1, y0 + 1};
+      int ok[4];
+      float mask = 0.0f;
+      for (int k = 0; k < 4; k++) {
+        ok[k] = cx[k] >= 0 && cx[k] < w && cy[k] >= 0 && cy[k] < h;
+      }
+      if (fill) {
+        float m4[4];
+        for (int k = 0; k < 4; k++) m4[k] = ok[k] ? wt[k] : 0.0f;
+        mask = ((m4[0] + m4[1]) + m4[2]) + m4[3];
+      }
+      for (int c = 0; c < 3; c++) {
+        float v[4];
+        for (int k = 0; k < 4; k++)
+          v[k] = ok[k] ? (float)src[(size_t)cy[k] * row + (size_t)cx[k] * 3 + c] * wt[k] : 0.0f;
+        float r = ((v[0] + v[1]) + v[2]) + v[3];
+        if (fill) r = r * mask + (1.0f - mask) * fill[c];
+        o[c] = round8(r);
+      }
+    }
+  }
+}
+
+/* _apply_op's calls of F.affine and F.rotate for the geometric ops. */
+static void geom_matrix(int kind, double mag, int w, int h, double m[6]) {
+  const double r2d = 180.0 / 3.141592653589793;
+  double zero[2] = {0, 0}, tr[2] = {0, 0}, sh[2] = {0, 0};
+  /* F.affine with center=[0, 0]: relative to the image centre */
+  double corner[2] = {0.0 - w * 0.5, 0.0 - h * 0.5};
+  switch (kind) {
+    case STK__OP_SHEAR_X:
+      sh[0] = atan(mag) * r2d; /* math.degrees(math.atan(magnitude)) */
+      inverse_affine(corner, 0.0, tr, 1.0, sh, m);
+      break;
+    case STK__OP_SHEAR_Y:
+      sh[1] = atan(mag) * r2d;
+      inverse_affine(corner, 0.0, tr, 1.0, sh, m);
+      break;
+    case STK__OP_TRANSLATE_X:
+      tr[0] = (double)(int)mag; /* translate=[int(magnitude), 0] */
+      inverse_affine(zero, 0.0, tr, 1.0, sh, m);
+      break;
+    case STK__OP_TRANSLATE_Y:
+      tr[1] = (double)(int)mag;
+      inverse_affine(zero, 0.0, tr, 1.0, sh, m);
+      break;
+    default: /* F.rotate(img, angle): the inverse matrix of -angle */
+      inverse_affine(zero, -mag, tr, 1.0, sh, m);
+      break;
+  }
+}
+
+int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, const float *fill,
+                  stk__buf *scratch) {
+  size_t npx = (size_t)w * h, n = npx * 3;
+  double mag = op->mag;
+  switch (op->kind) {
+    case STK__OP_IDENTITY: return STK_OK;
+    case STK__OP_SHEAR_X:
+    case STK__OP_SHEAR_Y:
+    case STK__OP_TRANSLATE_X:
+    case STK__OP_TRANSLATE_Y:
+    case STK__OP_ROTATE: {
+      if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
+      double m[6];
+      geom_matrix(op->kind, mag, w, h, m);
+      warp(t, w, h, m, nearest, fill, scratch->p);
+      return STK_OK;
+    }
+    case STK__OP_BRIGHTNESS: op_brightness(t, n, 1.0 + mag); return STK_OK;
+    case STK__OP_COLOR: op_saturation(t, npx, 1.0 + mag); return STK_OK;
+    case STK__OP_CONTRAST: op_contrast(t, npx, 1.0 + mag); return STK_OK;
+    case STK__OP_SHARPNESS:
+    case STK__OP_ADJ_SHARPNESS:
+      if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
+      op_sharpness(t, w, h, op->kind == STK__OP_SHARPNESS ? 1.0 + mag : mag, scratch->p);
+      return STK_OK;
+    case STK__OP_POSTERIZE: op_posterize(t, n, (int)mag); return STK_OK;
+    case STK__OP_SOLARIZE: op_solarize(t, n, op->mag); return STK_OK;
+    case STK__OP_AUTOCONTRAST: op_autocontrast(t, npx); return STK_OK;
+    case STK__OP_EQUALIZE: op_equalize(t, npx); return STK_OK;
+    case STK__OP_INVERT: op_invert(t, n); return STK_OK;
+    case STK__OP_ADJ_BRIGHTNESS: op_brightness(t, n, mag); return STK_OK;
+    case STK__OP_ADJ_CONTRAST: op_contrast(t, npx, mag); return STK_OK;
+    case STK__OP_ADJ_SATURATION: op_saturation(t, npx, mag); return STK_OK;
+    case STK__OP_ADJ_HUE: op_hue(t, npx, op->mag); return STK_OK;
+    case STK__OP_GRAYSCALE: op_gray(t, npx); return STK_OK;
+    case STK__OP_BLUR:
+      if (stk__buf_reserve(scratch, n * sizeof(float))) return STK_ENOMEM;
+      op_blur(t, w, h, op->ksize, op->mag, scratch->p);
+      return STK_OK;
+    case STK__OP_VFLIP:
+      if (stk__buf_reserve(scratch, (size_t)w * 3)) return STK_ENOMEM;
+      flip_v(t, w, h, scratch->p);
+      return STK_OK;
+    case STK__OP_HFLIP: flip_h(t, w, h); return STK_OK;
+    default: return STK_EINVAL;
+  }
+}
+
+int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
+                   stk__buf *scratch) {
+  for (int i = 0; i < a->n; i++) {
+    int rc = stk__op_apply(&a->op[i], tile, w, h, ap->nearest, ap->has_fill ? ap->fill : NULL,
+                           scratch);
+    if (rc) return rc;
+  }
+  return STK_OK;
+}
+
+/* ---- RandomErasing ---------------------------------------------------------------- */
+
+void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
+                    stk_layout layout, int w, int h, void *dst) {
+  if (!a->erase) return;
+  stk__rng r = {a->erase_key, 0};
+  size_t es = stk__dtype_size(dtype), plane = (size_t)w * h;
+  /* value "random": one normal draw per element, channel by channel as
+   * torch.empty([c, h, w]).normal_() fills it */
+  for (int c = 0; c < 3; c++)
+    for (int y = a->ey; y < a->ey + a->eh; y++)
+      for (int x = a->ex; x < a->ex + a->ew; x++) {
+        float v = ap->erase_random ? (float)stk__rng_normal(&r) : ap->erase_value[c];
+        size_t at = layout == STK_LAYOUT_NCHW ? c * plane + (size_t)y * w + x
+                                              : ((size_t)y * w + x) * 3 + c;
+        stk__store_value(dtype, v, (uint8_t *)dst + at * es);
+      }
+}

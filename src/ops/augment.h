@@ -1,0 +1,150 @@
+/*
+ * augment.h: the uint8 image operations of the modern training recipes
+ * (TrivialAugmentWide, RandAugment, AutoAugment, ColorJitter,
+ * RandomGrayscale, GaussianBlur, vertical flip) and RandomErasing, with
+ * torchvision's semantics.
+ *
+ * How they run: the RandomResizedCrop output is first rounded to an 8-bit
+ * RGB tile (as torchvision's PIL path holds it), the ops run on that tile in
+ * a fixed order (vertical flip, the policy, colour jitter, greyscale, blur),
+ * the tile is normalised into the batch, and RandomErasing runs last, on the
+ * normalised image, as it does in a torchvision recipe.
+ *
+ * Every random choice is drawn when the sample is planned (stk__aug_draw),
+ * from streams keyed by (seed, epoch, sample index, stage), so the output
+ * does not depend on the thread count, and enabling one stage does not
+ * change another's draws. What was drawn is a plain stk__aug value, which
+ * stk__aug_apply replays: tests build one by hand to compare an op at fixed
+ * parameters with torchvision's.
+ *
+ * The arithmetic of each op follows torchvision's tensor kernels for uint8
+ * images (float32 blends that truncate, a floored greyscale mean, the
+ * sharpness kernel that leaves the border, PIL's equalize LUT, affine warps
+ * sampled as grid_sample(align_corners=False) does); augment.c says where.
+ */
+#ifndef STK_AUGMENT_H
+#define STK_AUGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/common.h"
+#include "stoker.h"
+
+/* The ops, in the order of torchvision's TrivialAugmentWide space first
+ * (its op index is the enum value), then the rest. */
+typedef enum {
+  STK__OP_IDENTITY,
+  STK__OP_SHEAR_X,
+  STK__OP_SHEAR_Y,
+  STK__OP_TRANSLATE_X,
+  STK__OP_TRANSLATE_Y,
+  STK__OP_ROTATE,
+  STK__OP_BRIGHTNESS,
+  STK__OP_COLOR,
+  STK__OP_CONTRAST,
+  STK__OP_SHARPNESS,
+  STK__OP_POSTERIZE,
+  STK__OP_SOLARIZE,
+  STK__OP_AUTOCONTRAST,
+  STK__OP_EQUALIZE,
+  STK__OP_INVERT,
+  /* the rest: magnitudes are factors, as torchvision's functional takes them */
+  STK__OP_ADJ_BRIGHTNESS, /* F.adjust_brightness(img, mag) */
+  STK__OP_ADJ_CONTRAST,   /* F.adjust_contrast(img, mag) */
+  STK__OP_ADJ_SATURATION, /* F.adjust_saturation(img, mag) */
+  STK__OP_ADJ_HUE,        /* F.adjust_hue(img, mag), mag in [-0.5, 0.5] */
+  STK__OP_ADJ_SHARPNESS,  /* F.adjust_sharpness(img, mag) */
+  STK__OP_GRAYSCALE,      /* rgb_to_grayscale, 3 channels */
+  STK__OP_BLUR,           /* F.gaussian_blur(img, ksize, mag = sigma) */
+  STK__OP_VFLIP,
+  STK__OP_HFLIP,
+  STK__OP_COUNT
+} stk__op_kind;
+
+/* The policy spaces: TrivialAugmentWide's 14 ops, RandAugment's 14 ops (the
+ * same names), AutoAugment's 14 (plus Invert). */
+#define STK__TA_OPS 14
+
+/* One op to apply. `mag` is the magnitude as torchvision's _apply_op gets
+ * it (already signed: a shear of -0.3, a rotation of 12.5 degrees, a
+ * posterize of 5 bits, a solarize threshold), or the factor of the ADJ_ ops. */
+typedef struct {
+  uint8_t kind;
+  uint8_t ksize; /* BLUR: kernel side (odd) */
+  float mag;
+} stk__op;
+
+#define STK__AUG_MAX_OPS 24 /* RandAugment's 16 ops, a flip, 4 jitters, greyscale, blur */
+#define STK__MAX_BINS 256 /* the options table's bound of magnitude_bins */
+
+/* What was drawn for one sample. */
+typedef struct {
+  int n;
+  stk__op op[STK__AUG_MAX_OPS];
+  /* RandomErasing, on the normalised image: rows [ey, ey+eh), columns
+   * [ex, ex+ew); erase = 0 when not drawn (or when its ten tries failed) */
+  int erase, ex, ey, ew, eh;
+  uint64_t erase_key; /* the stream of its normal values ("random") */
+} stk__aug;
+
+typedef enum { STK__AA_NONE, STK__AA_TA_WIDE, STK__AA_RA, STK__AA_IMAGENET } stk__aa_policy;
+
+/* Everything fixed at build time: options and magnitude tables. */
+typedef struct {
+  int on;          /* any stage at all */
+  int policy;      /* stk__aa_policy */
+  int ra_num_ops, ra_magnitude, bins;
+  int nearest;     /* warps: nearest (torchvision's default) or bilinear */
+  int has_fill;    /* fill given: the mask blend of torchvision; else zeros */
+  float fill[3];
+  float vflip_prob;
+  float jitter[4]; /* ColorJitter brightness, contrast, saturation, hue (0 = off) */
+  float jitter_prob;
+  float gray_prob;
+  int blur_ksize;  /* 0 = off */
+  float blur_sigma[2];
+  float blur_prob;
+  float erase_prob, erase_scale[2], erase_ratio[2], erase_value[3];
+  int erase_random;
+  int w, h;        /* the tile */
+  /* magnitude tables per op of the policy's space: mags[op][bin] */
+  int nbins;       /* bins of the tables (policy bins, or 10 for AutoAugment) */
+  float mags[(STK__OP_INVERT + 1) * STK__MAX_BINS]; /* [op * nbins + bin] */
+} stk__aug_plan;
+
+/* Fills the plan from (validated) options for w x h tiles. */
+void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h);
+
+/* torch.linspace's values as float32 (the exactly rounded ones: torch's own
+ * may differ in the last bit between versions). */
+float stk__linspace(double a, double b, int n, int i);
+
+/* Every random choice of sample `index` of `epoch`. */
+void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64_t index,
+                   stk__aug *out);
+
+/* Applies a->op[0..n) to an RGB8 tile (w x h, rows w*3 bytes apart) in
+ * place; scratch grows to what the warps and filters need. STK_OK or
+ * STK_ENOMEM. The interpolation and fill come from ap. */
+int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
+                   stk__buf *scratch);
+
+/* One op on a tile, with an explicit warp mode and fill (fill NULL: zeros). */
+int stk__op_apply(const stk__op *op, uint8_t *tile, int w, int h, int nearest,
+                  const float *fill, stk__buf *scratch);
+
+/* The op's name as torchvision spells it ("ShearX", "Equalize", ...), or
+ * NULL; and the reverse (-1 when unknown). */
+const char *stk__op_name(int kind);
+int stk__op_by_name(const char *name);
+
+/* RandomErasing on a normalised image in the batch (dtype and layout as the
+ * store says: w x h, 3 channels). */
+void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
+                    stk_layout layout, int w, int h, void *dst);
+
+/* A standard normal draw (Box-Muller, one value per call). */
+double stk__rng_normal(stk__rng *r);
+
+#endif
