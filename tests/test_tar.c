@@ -3,11 +3,14 @@
  * buffer's bound), and hostile or damaged shards built here byte by byte. */
 #include "util.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include "check.h"
 #include "epoch.h"
 #include "core/common.h"
+#include "loader/pipeline.h"
 #include "sources/source.h"
 #include "sources/tar.h"
 
@@ -143,7 +146,7 @@ static void test_round_trip(void) {
     CHECK_EQ_INT(f.ops->read(&f, i, &bf, 0, &a, err, sizeof err), STK_OK);
     CHECK_EQ_INT(t.ops->read(&t, i, &bt, 0, &b, err, sizeof err), STK_OK);
     CHECK(a.len == b.len && !memcmp(a.data, b.data, a.len));
-    CHECK_EQ_INT(b.bytes_read, b.len);
+    CHECK_EQ_INT(b.bytes_read, b.len + 512); /* the member's header is read with it */
     const char *name = stk__dataset_path(&t.ds, i);
     CHECK_MSG(strstr(name, g_shards) == name && strstr(name, ".tar:"), "%s", name);
     pngs += strstr(name, ".png") != NULL;
@@ -528,15 +531,31 @@ static int open_tar(tb *b, stk__source *s, char *err, size_t n, char *dir) {
   return open_src(s, dir, 0, err, n);
 }
 
-/* Opens the shard and expects `want` samples and a note holding `note`. */
-static void expect(tb *b, int64_t want, const char *note, const char *what) {
+/* Opens the shard and expects `want` samples and a note holding `note`;
+ * with `member`, the shard is damaged: one more sample, the last, stands
+ * for the damage, is named SHARD:MEMBER... and fails to read with a reason
+ * holding `why`. */
+static void expect_damage(tb *b, int64_t want, const char *note, const char *what,
+                          const char *member, const char *why) {
   stk__source s;
   char err[1024] = "", dir[4096];
   int rc = open_tar(b, &s, err, sizeof err, dir);
   CHECK_MSG(rc == STK_OK, "%s: %s", what, err);
   if (rc) return;
-  CHECK_MSG(s.ds.n == want, "%s: %lld samples, expected %lld (%s)", what, (long long)s.ds.n,
-            (long long)want, s.note);
+  CHECK_MSG(s.ds.n == want + (member != NULL), "%s: %lld samples, expected %lld (%s)", what,
+            (long long)s.ds.n, (long long)want + (member != NULL), s.note);
+  if (member && s.ds.n == want + 1) {
+    stk__buf buf = {0};
+    stk__bytes by;
+    const char *name = stk__dataset_path(&s.ds, want);
+    CHECK_MSG(strstr(name, dir) == name && strstr(name, "shard-000000.tar:") &&
+                  strstr(name, member),
+              "%s: the damage is named %s", what, name);
+    CHECK_EQ_INT(s.ops->read(&s, want, &buf, 0, &by, err, sizeof err), STK_EDECODE);
+    CHECK_MSG(strstr(err, why) != NULL, "%s: \"%s\" lacks \"%s\"", what, err, why);
+    stk__buf_free(&buf);
+    s.ds.n = want; /* the rest of the checks look at the members */
+  }
   if (getenv("STK_TEST_VERBOSE")) printf("%s: %s\n", what, s.note);
   if (note) CHECK_MSG(strstr(s.note, note) != NULL, "%s: note \"%s\" lacks \"%s\"", what, s.note, note);
   else CHECK_MSG(s.note[0] == '\0', "%s: unexpected note \"%s\"", what, s.note);
@@ -550,6 +569,10 @@ static void expect(tb *b, int64_t want, const char *note, const char *what) {
   }
   stk__buf_free(&buf);
   stk__source_close(&s);
+}
+
+static void expect(tb *b, int64_t want, const char *note, const char *what) {
+  expect_damage(b, want, note, what, NULL, NULL);
 }
 
 static void test_hostile(void) {
@@ -637,7 +660,8 @@ static void test_hostile(void) {
   tb_header(&b, "huge.jpg", '0', 1ULL << 32); /* claims 4 GiB: more than the file */
   tb_put(&b, g_jpg, g_jpg_n);
   tb_end(&b);
-  expect(&b, 1, "1 shard truncated", "size over the file");
+  expect_damage(&b, 1, "1 shard truncated", "size over the file", ":huge.jpg",
+                "the member claims 4294967296 bytes");
 
   tb_sample(&b, "a", 0);
   tb_sample(&b, "b", 0);
@@ -650,7 +674,8 @@ static void test_hostile(void) {
   }
   tb_sample(&b, "c", 0);
   tb_end(&b);
-  expect(&b, 2, "bad header", "garbage header");
+  expect_damage(&b, 2, "bad header", "garbage header", ":offset ",
+                "not a valid tar header (checksum mismatch) after member b.cls");
 
   /* a pax record claiming 1 GiB inside a small pax header: the record is
    * refused and the member it names is left out, the rest is read */
@@ -667,7 +692,8 @@ static void test_hostile(void) {
   tb_header(&b, "PaxHeaders/x", 'x', 1ULL << 30);
   tb_put(&b, big, strlen(big));
   tb_end(&b);
-  expect(&b, 1, "truncated", "pax header of 1 GiB");
+  expect_damage(&b, 1, "truncated", "pax header of 1 GiB", ":PaxHeaders/x",
+                "claims 1073741824 bytes");
   /* a real pax header over the 64 KiB bound: skipped with its member */
   {
     size_t n = 100 * 1024;
@@ -691,11 +717,36 @@ static void test_hostile(void) {
   /* truncated: no end blocks (all members kept), or inside a member */
   tb_sample(&b, "a", 0);
   tb_sample(&b, "b", 0);
-  expect(&b, 2, "1 shard truncated", "no end blocks");
+  expect_damage(&b, 2, "1 shard truncated", "no end blocks", ":offset ",
+                "ends without its end-of-archive blocks after member b.cls");
   tb_sample(&b, "a", 0);
   tb_sample(&b, "b", 0);
   b.n -= 1024 + 300; /* b.cls gone, and the end of b.jpg's data */
-  expect(&b, 1, "truncated", "truncated member");
+  expect_damage(&b, 1, "truncated", "truncated member", ":b.jpg", "the shard is truncated");
+
+  /* zero-filled regions: from b's header to the end of c (d after them),
+   * and one block of b's header alone (its data after it) */
+  for (int k = 0; k < 2; k++) {
+    tb_sample(&b, "a", 0);
+    size_t from = b.n;
+    tb_sample(&b, "b", 0);
+    tb_sample(&b, "c", 0);
+    size_t to = k ? from + 512 : b.n;
+    tb_sample(&b, "d", 0);
+    tb_end(&b);
+    memset(b.p + from, 0, to - from);
+    expect_damage(&b, 1, "1 shard with a zero-filled region", k ? "zeroed header" : "zeroed region",
+                  ":offset ", "zero bytes after member a.cls, then data at offset");
+  }
+  /* what writers put after the end blocks (a record padded with zeros) is
+   * no damage */
+  tb_sample(&b, "a", 0);
+  tb_end(&b);
+  {
+    static const uint8_t z[10240];
+    tb_put(&b, z, sizeof z - b.n % sizeof z);
+  }
+  expect(&b, 1, NULL, "padded record");
 
   tb_sample(&b, "a", 0);
   tb_member(&b, "nocls.jpg", '0', g_jpg, g_jpg_n);
@@ -871,6 +922,112 @@ static void test_skip_corrupt_member(void) {
   free(b.p);
 }
 
+/* A damaged shard through the loader and `stoker check`: under raise its
+ * batch fails naming the shard and the member, under skip it is counted and
+ * listed, check exits 1; and a shard that changes after it was opened fails
+ * the reads of what changed. */
+static void test_damaged_shard(void) {
+  tb b = {0};
+  size_t at[6];
+  for (int i = 0; i < 6; i++) {
+    char key[8];
+    snprintf(key, sizeof key, "s%d", i);
+    at[i] = b.n;
+    tb_sample(&b, key, i % 2);
+  }
+  tb_end(&b);
+  uint8_t *whole = malloc(b.n);
+  size_t whole_n = b.n;
+  memcpy(whole, b.p, b.n);
+  b.n = at[3] + 512 + 100; /* cut inside s3.jpg */
+  stk__source s;
+  char err[1024], dir[4096];
+  CHECK_EQ_INT(open_tar(&b, &s, err, sizeof err, dir), STK_OK);
+  CHECK_EQ_INT(s.ds.n, 4); /* s0..s2 and the damage */
+  int bad = 0;
+  stk_options co;
+  stk_options_init(&co);
+  for (int64_t i = 0; i < s.ds.n; i++)
+    bad += stk__check_sample(&s, i, &co, NULL, NULL, err, sizeof err) != STK_OK;
+  CHECK_EQ_INT(bad, 1);
+  stk__source_close(&s);
+
+  stk_options o;
+  base_opts(&o, dir);
+  o.pipeline = STK_PIPELINE_EVAL;
+  o.shuffle = 0;
+  o.batch_size = 1;
+  o.threads = 1;
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
+  if (l) {
+    int ok = 0, failed = 0;
+    stk_batch bt;
+    for (int rc; (rc = stk_loader_next(l, &bt)) != STK_EEND;) {
+      if (rc == STK_OK) {
+        ok++;
+        stk_batch_release(l, &bt);
+        continue;
+      }
+      failed++;
+      const char *m = stk_loader_error(l);
+      CHECK_MSG(rc == STK_EDECODE && strstr(m, dir) && strstr(m, "shard-000000.tar:s3.jpg: ") &&
+                    strstr(m, "the shard is truncated"),
+                "%s: %s", stk_strerror(rc), m);
+      if (failed > 3) break;
+    }
+    CHECK_EQ_INT(ok, 3);
+    CHECK_EQ_INT(failed, 1);
+    stk_loader_destroy(l);
+  }
+  base_opts(&o, dir);
+  o.on_error = STK_ON_ERROR_SKIP;
+  o.batch_size = 1;
+  l = CHECK_CREATE(&o, STK_OK);
+  if (l) {
+    CHECK_EQ_INT(run_epoch(l, NULL, NULL, NULL), 3);
+    stk_stats st;
+    stk_loader_stats(l, &st);
+    CHECK_EQ_INT(st.skipped, 1);
+    const char *path = "", *reason = "";
+    CHECK_EQ_INT(stk_loader_skipped(l, 0, &path, &reason), STK_OK);
+    CHECK_MSG(strstr(path, ".tar:s3.jpg") && strstr(reason, "truncated"), "%s: %s", path, reason);
+    stk_loader_destroy(l);
+  }
+  const char *cli = getenv("STK_CLI");
+  if (cli) {
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "'%s' check '%s' > /dev/null 2>&1", cli, dir);
+    int st = system(cmd);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "stoker check on a truncated shard: %d", st);
+  }
+
+  /* changed after the open: a header zero-filled, then the shard cut short */
+  b.n = 0;
+  tb_put(&b, whole, whole_n);
+  CHECK_EQ_INT(open_tar(&b, &s, err, sizeof err, dir), STK_OK);
+  CHECK_EQ_INT(s.ds.n, 6);
+  char p[4200];
+  snprintf(p, sizeof p, "%s/shard-000000.tar", dir);
+  int fd = open(p, O_WRONLY);
+  static const uint8_t z[512];
+  CHECK(pwrite(fd, z, 512, (off_t)at[2]) == 512);
+  CHECK(ftruncate(fd, (off_t)(at[4] + 512 + 10)) == 0);
+  close(fd);
+  stk__buf buf = {0};
+  stk__bytes by;
+  CHECK_EQ_INT(s.ops->read(&s, 0, &buf, 0, &by, err, sizeof err), STK_OK);
+  CHECK_EQ_INT(s.ops->read(&s, 2, &buf, 0, &by, err, sizeof err), STK_EDECODE);
+  CHECK_MSG(strstr(err, "zero-filled or overwritten"), "%s", err);
+  CHECK_EQ_INT(s.ops->read(&s, 4, &buf, 0, &by, err, sizeof err), STK_EDECODE);
+  CHECK_MSG(strstr(err, "the shard is truncated") && strstr(err, "changed since it was opened"),
+            "%s", err);
+  CHECK_EQ_INT(s.ops->read(&s, 5, &buf, 0, &by, err, sizeof err), STK_EDECODE);
+  stk__buf_free(&buf);
+  stk__source_close(&s);
+  free(whole);
+  free(b.p);
+}
+
 /* A classes.txt that is a FIFO (nothing will ever write it) is refused at
  * open, naming it, instead of blocking the loader's creation forever. The
  * alarm turns a regression into a failure rather than a hung test. */
@@ -927,6 +1084,7 @@ int main(void) {
   test_hostile();
   test_random_damage();
   test_skip_corrupt_member();
+  test_damaged_shard();
 
   free(g_jpg);
   tu_rmtree(g_tmp);

@@ -7,7 +7,16 @@
  * names and pax headers) and seeks over the data. The shards are untrusted
  * input: every length is checked against the file's size before it is used,
  * nothing larger than STK__TAR_EXT_MAX is allocated for a header, and what
- * cannot be used is left out and counted in the source's note. */
+ * cannot be used is left out and counted in the source's note.
+ *
+ * Damage that loses members (a shard cut short, a header that is not one, a
+ * zero-filled region) cannot be named member by member: what follows it is
+ * not read. Each becomes one sample of its own, named after the shard and
+ * the member or offset where the damage is, whose read fails with the
+ * reason: so on_error=raise raises, skip counts and lists it, and `stoker
+ * check` fails, as for a bad image, instead of the shard being silently
+ * shorter. A read also checks the member's header against the one seen at
+ * open, so a shard cut short or overwritten since fails its read. */
 #define _POSIX_C_SOURCE 200809L
 #include "sources/tar.h"
 
@@ -30,7 +39,10 @@
 
 typedef struct {
   uint64_t off, size; /* the image member's data in its shard */
+  uint64_t hhash;     /* stk__hash64 of its 512-byte header, at open */
   int32_t shard;
+  int32_t damage;     /* 0, or 1 + the index in tar_impl.why: a damaged
+                         shard's stand-in, whose read fails */
 } tar_member;
 
 typedef struct {
@@ -39,12 +51,15 @@ typedef struct {
   int nrun;            /* shards that hold at least one sample */
   int64_t *run_start;  /* nrun + 1: run k holds samples [run_start[k], run_start[k+1]) */
   tar_member *m;       /* one per sample */
+  char **why;          /* nwhy reasons of the damaged shards' stand-ins */
+  int nwhy;
+  int64_t real;        /* samples that are members, not stand-ins */
 } tar_impl;
 
 /* What was left out, for the note. */
 typedef struct {
   int64_t unsafe, link, special, other, dup, no_cls, bad_cls, no_img, bad_ext;
-  int64_t truncated, bad_header; /* shards */
+  int64_t truncated, bad_header, zeroed; /* shards */
   char first[200];               /* the first thing left out, with its reason */
 } tally;
 
@@ -150,7 +165,7 @@ static int parse_cls(const char *p, size_t n, int32_t *out) {
 typedef struct {
   char *key;
   char *img_name; /* NULL until the key's image member is met */
-  uint64_t img_off, img_size;
+  uint64_t img_off, img_size, img_hhash;
   int has_cls, cls_ok;
   int32_t label;
 } rec;
@@ -339,6 +354,36 @@ static int parse_pax(const char *d, size_t n, pending *p) {
   return 1;
 }
 
+/* Where the zeros that start at `off` end: the offset of the first
+ * non-zero byte after them, or fsize when the rest of the file is zeros (the
+ * end-of-archive blocks and the record padding after them); -1 on a read
+ * error. Reads only the zeros, normally a few KiB at the end of a shard. */
+static int64_t zeros_end(int fd, uint64_t off, uint64_t fsize) {
+  unsigned char b[16384];
+  while (off < fsize) {
+    size_t n = fsize - off < sizeof b ? (size_t)(fsize - off) : sizeof b;
+    ssize_t r = pread_full(fd, b, n, off);
+    if (r <= 0) return r < 0 ? -1 : (int64_t)fsize;
+    for (ssize_t i = 0; i < r; i++)
+      if (b[i]) return (int64_t)(off + (uint64_t)i);
+    off += (uint64_t)r;
+  }
+  return (int64_t)fsize;
+}
+
+/* The damage that ended a shard's scan, made a stand-in sample. */
+typedef struct {
+  char name[300]; /* member, or "offset N" */
+  char why[600];
+} damage;
+
+#define DAMAGE(d, nm, ...)                                          \
+  do {                                                              \
+    snprintf((d)->name, sizeof (d)->name, "%s", (nm));              \
+    if (snprintf((d)->why, sizeof (d)->why, __VA_ARGS__) < 0)       \
+      (d)->why[0] = '\0';                                           \
+  } while (0)
+
 /* Indexes one shard: its samples go to s->ds and t->m, what is left out to
  * the tally. Returns an error only for what makes the whole source unusable
  * (the shard cannot be opened, out of memory); damage inside the shard ends
@@ -357,10 +402,17 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
   int rc = STK_OK;
   unsigned char h[BLOCK];
   char where[64];
+  damage dm = {"", ""};
+  char prev[300] = ""; /* the last member read, to place the damage */
   for (;;) {
+    snprintf(where, sizeof where, "offset %llu", (unsigned long long)off);
     if (off == fsize) {
       /* every member is complete, but the end-of-archive blocks are missing */
       left_out(ta, &ta->truncated, path, "end", "the shard ends without its end-of-archive blocks");
+      DAMAGE(&dm, where,
+             "the shard ends without its end-of-archive blocks%s%s: it is truncated, the members "
+             "after that point are lost",
+             prev[0] ? " after member " : "", prev);
       break;
     }
     ssize_t r = pread_full(fd, h, BLOCK, off);
@@ -368,25 +420,69 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
       rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, strerror(errno));
       break;
     }
-    snprintf(where, sizeof where, "offset %llu", (unsigned long long)off);
     if (r < BLOCK) {
       left_out(ta, &ta->truncated, path, where, "truncated inside a header");
+      DAMAGE(&dm, where, "the shard ends inside a tar header: it is truncated, the members "
+                         "after that point are lost");
       break;
     }
-    if (all_zero(h)) break; /* the end of the archive */
+    if (all_zero(h)) {
+      /* The end of the archive, when only zeros follow. Data after the
+       * zeros means that a region was zero-filled: the members in it and
+       * after it would be lost without a word. */
+      int64_t z = zeros_end(fd, off, fsize);
+      if (z < 0) {
+        rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, strerror(errno));
+      } else if ((uint64_t)z < fsize) {
+        left_out(ta, &ta->zeroed, path, where, "a zero-filled region with data after it");
+        DAMAGE(&dm, where,
+               "%llu zero bytes%s%s, then data at offset %llu: a zero-filled region; the members "
+               "in it and after it are lost",
+               (unsigned long long)((uint64_t)z - off), prev[0] ? " after member " : "", prev,
+               (unsigned long long)z);
+      }
+      break;
+    }
     uint64_t size;
     if (!checksum_ok(h) || !parse_number(h + 124, 12, &size)) {
       left_out(ta, &ta->bad_header, path, where,
                "not a valid tar header (checksum mismatch): the rest of the shard is left out");
+      DAMAGE(&dm, where,
+             "not a valid tar header (checksum mismatch)%s%s: the rest of the shard (%llu bytes) "
+             "is lost",
+             prev[0] ? " after member " : "", prev, (unsigned long long)(fsize - off));
       break;
     }
     char type = (char)h[156];
     int is_ext = type == 'L' || type == 'K' || type == 'x' || type == 'g';
     if (!is_ext && pd.has_size) size = pd.size; /* pax size overrides the field */
+    /* The member's name, from the extended headers or the header. */
+    char hname[260]; /* prefix, '/', name */
+    {
+      size_t nl = strnlen((const char *)h, 100);
+      size_t pl = 0;
+      /* POSIX ustar ("ustar\0") keeps a prefix; GNU ("ustar  ") uses that
+       * space for other fields. */
+      if (!memcmp(h + 257, "ustar\0", 6)) pl = strnlen((const char *)h + 345, 155);
+      if (pl) {
+        memcpy(hname, h + 345, pl);
+        hname[pl] = '/';
+        memcpy(hname + pl + 1, h, nl);
+        hname[pl + 1 + nl] = '\0';
+      } else {
+        memcpy(hname, h, nl);
+        hname[nl] = '\0';
+      }
+    }
+    const char *name = !is_ext && pd.name ? pd.name : hname;
     uint64_t data = off + BLOCK;
     if (size > fsize || data + size > fsize) {
       left_out(ta, &ta->truncated, path, where,
                "a member claims more bytes than the shard holds: the shard is truncated");
+      DAMAGE(&dm, name[0] ? name : where,
+             "the member claims %llu bytes, the shard holds %llu after its header: the shard is "
+             "truncated, this member and those after it are lost",
+             (unsigned long long)size, (unsigned long long)(fsize - data));
       break;
     }
     uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
@@ -405,6 +501,8 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
         r = pread_full(fd, ext, (size_t)size, data);
         if (r != (ssize_t)size) {
           left_out(ta, &ta->truncated, path, where, "truncated inside an extended header");
+          DAMAGE(&dm, where, "the shard ends inside an extended header: it is truncated, the "
+                             "members after that point are lost");
           break;
         }
         ext[size] = '\0';
@@ -428,28 +526,8 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
       continue;
     }
 
-    /* A member proper: its name, from the extended headers or the header. */
-    char hname[260]; /* prefix, '/', name */
-    const char *name;
-    if (pd.name) {
-      name = pd.name;
-    } else {
-      size_t nl = strnlen((const char *)h, 100);
-      size_t pl = 0;
-      /* POSIX ustar ("ustar\0") keeps a prefix; GNU ("ustar  ") uses that
-       * space for other fields. */
-      if (!memcmp(h + 257, "ustar\0", 6)) pl = strnlen((const char *)h + 345, 155);
-      if (pl) {
-        memcpy(hname, h + 345, pl);
-        hname[pl] = '/';
-        memcpy(hname + pl + 1, h, nl);
-        hname[pl + 1 + nl] = '\0';
-      } else {
-        memcpy(hname, h, nl);
-        hname[nl] = '\0';
-      }
-      name = hname;
-    }
+    /* A member proper. */
+    snprintf(prev, sizeof prev, "%s", name);
     const char *drop = pd.drop;
     if (drop) {
       left_out(ta, &ta->bad_ext, path, name, drop);
@@ -496,6 +574,7 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
           }
           kr->img_off = data;
           kr->img_size = size;
+          kr->img_hhash = stk__hash64(h, BLOCK, 0);
         }
       }
     }
@@ -542,8 +621,34 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
       break;
     }
     t->m = m;
-    t->m[s->ds.n - 1] = (tar_member){r->img_off, r->img_size, shard};
+    t->m[s->ds.n - 1] = (tar_member){r->img_off, r->img_size, r->img_hhash, shard, 0};
+    t->real++;
     if (r->label > *maxlabel) *maxlabel = r->label;
+  }
+  /* The damage, as a sample of its own after the shard's members: its read
+   * fails with the reason (label 0: it is never delivered). */
+  if (rc == STK_OK && dm.why[0]) {
+    char **wv = realloc(t->why, ((size_t)t->nwhy + 1) * sizeof *wv);
+    if (wv) t->why = wv;
+    if (!wv || !(wv[t->nwhy] = strdup(dm.why))) rc = STK_ENOMEM;
+    size_t l = strlen(dm.name);
+    if (rc == STK_OK && !stk__buf_reserve(&nm, plen + l + 2)) {
+      t->nwhy++;
+      memcpy(nm.p, path, plen);
+      ((char *)nm.p)[plen] = ':';
+      memcpy((char *)nm.p + plen + 1, dm.name, l + 1);
+      rc = stk__dataset_add(&s->ds, nm.p, 0);
+    } else if (rc == STK_OK) {
+      free(wv[t->nwhy]);
+      rc = STK_ENOMEM;
+    }
+    tar_member *m = rc == STK_OK ? realloc(t->m, (size_t)s->ds.cap * sizeof *m) : NULL;
+    if (m) {
+      t->m = m;
+      t->m[s->ds.n - 1] = (tar_member){0, 0, 0, shard, t->nwhy};
+    } else if (rc == STK_OK) {
+      rc = STK_ENOMEM; /* the sample is in the table without a member: the open fails */
+    }
   }
   if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
   stk__buf_free(&nm);
@@ -629,7 +734,7 @@ static void write_note(char *note, size_t cap, const tally *ta) {
   int64_t members = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) members += parts[i].n;
   note[0] = '\0';
-  if (!members && !ta->truncated && !ta->bad_header) return;
+  if (!members && !ta->truncated && !ta->bad_header && !ta->zeroed) return;
   size_t len = 0;
 #define PUT(...)                                                        \
   do {                                                                  \
@@ -655,6 +760,11 @@ static void write_note(char *note, size_t cap, const tally *ta) {
   if (ta->bad_header) {
     PUT("%s %lld shard%s with a bad header (read up to it)", sep, (long long)ta->bad_header,
         ta->bad_header == 1 ? "" : "s");
+    sep = ";";
+  }
+  if (ta->zeroed) {
+    PUT("%s %lld shard%s with a zero-filled region (read up to it)", sep, (long long)ta->zeroed,
+        ta->zeroed == 1 ? "" : "s");
   }
   PUT("; first: %s", ta->first);
 #undef PUT
@@ -676,10 +786,13 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
   out->data = NULL;
   out->len = 0;
   out->bytes_read = 0;
+  if (m->damage) return stk__fail(msg, msglen, STK_EDECODE, "%s", t->why[m->damage - 1]);
   if (max_bytes && m->size > max_bytes)
     return stk__fail(msg, msglen, STK_ELIMIT, "member is %llu bytes, over the limit of %llu",
                      (unsigned long long)m->size, (unsigned long long)max_bytes);
-  if (m->size > SIZE_MAX - 1 || stk__buf_reserve(buf, (size_t)m->size + 1))
+  /* the member's header is read with its data (one more block) and must
+   * be the one seen at open */
+  if (m->size > SIZE_MAX - BLOCK - 1 || stk__buf_reserve(buf, (size_t)m->size + BLOCK + 1))
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %llu bytes",
                      (unsigned long long)m->size);
   /* Checked as a regular file when the shards were scanned; O_NONBLOCK so
@@ -687,14 +800,23 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
    * then fails), without stk__open_input's fstat and fcntl per sample. */
   int fd = open(t->shards[m->shard], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cannot open the shard: %s", strerror(errno));
-  ssize_t r = pread_full(fd, buf->p, (size_t)m->size, m->off);
+  ssize_t r = pread_full(fd, buf->p, (size_t)m->size + BLOCK, m->off - BLOCK);
   int e = errno;
   close(fd);
   if (r < 0) return stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(e));
-  /* a shard that shrank since it was indexed: decode what is there */
-  out->data = buf->p;
-  out->len = (size_t)r;
   out->bytes_read = (uint64_t)r;
+  if ((uint64_t)r < m->size + BLOCK)
+    return stk__fail(msg, msglen, STK_EDECODE,
+                     "the shard is truncated: it ends %llu bytes into this member of %llu "
+                     "(it changed since it was opened)",
+                     (unsigned long long)(r > BLOCK ? (uint64_t)r - BLOCK : 0),
+                     (unsigned long long)m->size);
+  if (stk__hash64(buf->p, BLOCK, 0) != m->hhash)
+    return stk__fail(msg, msglen, STK_EDECODE,
+                     "the member's tar header is not the one read when the shard was opened (the "
+                     "shard was zero-filled or overwritten since)");
+  out->data = (const uint8_t *)buf->p + BLOCK;
+  out->len = (size_t)m->size;
   return STK_OK;
 }
 
@@ -755,6 +877,8 @@ static void tar_close(stk__source *s) {
   free(t->shards);
   free(t->run_start);
   free(t->m);
+  for (int i = 0; i < t->nwhy; i++) free(t->why[i]);
+  free(t->why);
   free(t);
   s->impl = NULL;
 }
@@ -787,7 +911,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   if (rc == STK_OK) {
     t->run_start[t->nrun] = s->ds.n;
     write_note(s->note, sizeof s->note, &ta);
-    if (s->ds.n == 0)
+    if (t->real == 0)
       rc = stk__fail(msg, msglen, STK_EEMPTY, "the tar shards of %s hold no usable sample%s%s",
                      path, s->note[0] ? ": " : "", s->note);
   }
