@@ -436,6 +436,7 @@ static void test_foreign_sigbus(const char *cache) {
    * reports the fault and exits non-zero. Either way, not exit 0. */
   const char *what[] = {"a fault outside the cache", "SIGBUS sent by kill"};
   void (*fn[])(void *) = {foreign_default, foreign_kill};
+  printf("two children die of SIGBUS now: a sanitizer's report of it is expected\n");
   for (int k = 0; k < 2; k++) {
     fflush(NULL);
     pid_t pid = fork();

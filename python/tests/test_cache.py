@@ -130,3 +130,74 @@ def test_gpu_cache_every_sample_once(raw_cache):
             seen = sorted(int(i) for b in ld.iter_batches() for i in b.indices)
             assert seen == list(range(18))
         assert ld.stats()["cpu_share"] == 0.0
+
+
+# A child that reads a cache while a thread cuts it short (or rewrites it in
+# place, as `cp` over it does) at a random moment, ITERS times; each run must
+# end in stoker.DecodeError naming the file. Run in its own interpreter so
+# that a SIGBUS (what a truncated mapping used to give) fails the test
+# instead of killing pytest.
+_CHANGING_CHILD = r"""
+import os, random, sys, threading, time
+import stoker
+
+good, live, iters = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = open(good, "rb").read()
+rng = random.Random(5)
+caught = 0
+for it in range(iters):
+    with open(live, "wb") as f:
+        f.write(data)
+    time.sleep(0.02)  # a rewrite must fall in a later tick of the file clock
+    mode = "rewrite" if it % 4 == 3 else "truncate"
+
+    def cut(delay=rng.uniform(0, 0.02), mode=mode):
+        time.sleep(delay)
+        if mode == "truncate":
+            os.truncate(live, 8192)
+        else:
+            with open(live, "wb") as f:  # O_TRUNC, then the bytes again
+                for at in range(0, len(data), 65536):
+                    f.write(data[at:at + 65536])
+                    f.flush()
+
+    ld = stoker.ImageLoader(live, batch_size=1 + it % 3, threads=1 + it % 2, size=64)
+    t = threading.Thread(target=cut)
+    t.start()
+    err = None
+    t0 = time.time()
+    try:
+        epoch = 0
+        while time.time() - t0 < 10:
+            ld.set_epoch(epoch)
+            for x, y in ld:
+                pass
+            epoch += 1
+    except stoker.DecodeError as e:
+        err = str(e)
+    finally:
+        t.join()
+        ld.close()
+    assert err and live in err and "changed while it was read (" in err, (it, mode, err)
+    caught += 1
+print("caught", caught)
+"""
+
+
+def test_cache_changing_while_read_is_an_error(tmp_path):
+    """Truncating the cache file, or copying over it, while a loader reads it
+    gives an exception naming the file, never a signal death (SIGBUS)."""
+    import subprocess
+    import sys
+
+    src = make_folder(tmp_path / "src", classes=2, per_class=5, sizes=((400, 300), (300, 400)),
+                      seed=7)
+    good = str(tmp_path / "good.stkc")
+    stoker.pack(src, good, max_side=0, threads=2)
+    iters = int(os.environ.get("STK_CHANGE_ITERS", "20"))
+    child = tmp_path / "child.py"
+    child.write_text(_CHANGING_CHILD)
+    r = subprocess.run([sys.executable, str(child), good, str(tmp_path / "live.stkc"), str(iters)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert f"caught {iters}" in r.stdout

@@ -227,3 +227,71 @@ def test_tarfile_formats(tmp_path, fmt, wds):
     assert [(p.split(".tar:", 1)[1], lab) for p, lab in ld.samples] == \
         [(f"{k}.jpg", i) for i, k in enumerate(keys)]
     assert epoch(ld)[1] == list(range(len(keys)))
+
+
+def _damaged_shard(folder, how):
+    """A shard of 20 samples (the issue's probe), damaged by `how`: cut in
+    the middle, a header overwritten with garbage, or a region overwritten
+    with zeros. Returns the member where the damage is named."""
+    import tarfile
+
+    folder.mkdir()
+    path = folder / "shard-000000.tar"
+    data = jpeg_bytes(photo(32, 24, 5))
+    offsets = {}
+    with tarfile.open(str(path), "w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(20):
+            for ext, payload in (("jpg", data), ("cls", str(i % 3).encode())):
+                ti = tarfile.TarInfo(f"k{i:02d}.{ext}")
+                ti.size = len(payload)
+                offsets[ti.name] = tf.fileobj.tell()
+                tf.addfile(ti, io.BytesIO(payload))
+    raw = bytearray(path.read_bytes())
+    at = offsets["k15.jpg"]
+    if how == "truncated":
+        raw = raw[:at + 512 + 100]
+        member = "shard-000000.tar:k15.jpg"
+    elif how == "bad header":
+        raw[at:at + 512] = bytes((i * 37 + 11) % 256 for i in range(512))
+        member = f"shard-000000.tar:offset {at}"
+    else:
+        raw[at:offsets["k17.jpg"]] = bytes(offsets["k17.jpg"] - at)
+        member = f"shard-000000.tar:offset {at}"
+    path.write_bytes(bytes(raw))
+    return member
+
+
+@pytest.mark.parametrize("how", ["truncated", "bad header", "zero-filled"])
+def test_damaged_shard_is_an_error(tmp_path, how):
+    """A truncated or damaged shard: under raise the epoch raises naming the
+    shard and the member; under skip the damage is counted and listed like a
+    bad image; `stoker check` exits 1. It used to drop the last 5 of 20
+    samples with at most a note (none at all for zeros)."""
+    shards = tmp_path / "shards"
+    member = _damaged_shard(shards, how)
+    kw = dict(batch_size=1, size=16, threads=2, pipeline="eval", shuffle=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the note says it too
+        ld = stoker.ImageLoader(str(shards), on_error="raise", **kw)
+    assert ld.num_samples == 16  # 15 members and the damage
+    got = 0
+    with pytest.raises(stoker.DecodeError) as e:
+        for _ in ld:
+            got += 1
+    assert member + ": " in str(e.value), str(e.value)
+    assert got == 15
+    ld.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ld = stoker.ImageLoader(str(shards), on_error="skip", **kw)
+    assert sum(len(y) for _, y in ld) == 15
+    st = ld.stats()
+    assert st["skipped"] == 1
+    [(path, reason)] = st["skipped_files"]
+    assert path.endswith(member) and reason, (path, reason)
+    ld.close()
+    cli = stoker_cli()
+    if cli:
+        r = subprocess.run([cli, "check", str(shards)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+        assert member in r.stdout
