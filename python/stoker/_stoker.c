@@ -1024,6 +1024,54 @@ static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
   return Py_BuildValue("(NNN)", kinds, mags, boxes);
 }
 
+/* The loader's MixUp/CutMix for one batch: _mix_params(seed, epoch, batch,
+ * mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, (x1, y1, x2, y2)); mode 0
+ * none, 1 MixUp, 2 CutMix; lam the weight of each image's own label. */
+static PyObject *mix_params(PyObject *m, PyObject *args) {
+  unsigned long long seed, epoch;
+  long long batch;
+  double ma, ca;
+  int w, h;
+  if (!PyArg_ParseTuple(args, "KKLddii", &seed, &epoch, &batch, &ma, &ca, &w, &h)) return NULL;
+  if (w < 1 || h < 1) {
+    PyErr_SetString(PyExc_ValueError, "w and h must be positive");
+    return NULL;
+  }
+  stk__mix x;
+  stk__mix_draw(ma, ca, seed, epoch, batch, w, h, &x);
+  return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
+}
+
+/* Mixes a host batch in place: _mix_apply(address, n, dtype, layout, w, h,
+ * mode, lam, box). The address is a tensor's data_ptr(): the caller keeps
+ * the tensor alive and contiguous. */
+static PyObject *mix_apply(PyObject *m, PyObject *args) {
+  unsigned long long addr;
+  long long n;
+  int dtype, layout, w, h, mode;
+  double lam;
+  stk__mix x = {0};
+  if (!PyArg_ParseTuple(args, "KLiiiiid(iiii)", &addr, &n, &dtype, &layout, &w, &h, &mode, &lam,
+                        &x.x1, &x.y1, &x.x2, &x.y2))
+    return NULL;
+  if (!addr || n < 0 || dtype < 0 || dtype > 3 || layout < 0 || layout > 1 || w < 1 || h < 1 ||
+      mode < 0 || mode > 2 || x.x1 < 0 || x.y1 < 0 || x.x2 > w || x.y2 > h) {
+    PyErr_SetString(PyExc_ValueError, "_mix_apply: bad arguments");
+    return NULL;
+  }
+  x.mode = mode;
+  x.lam = lam;
+  stk__buf spare = {0};
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = stk__mix_apply(&x, (void *)(uintptr_t)addr, n, (stk_dtype)dtype, (stk_layout)layout, w, h,
+                      &spare);
+  Py_END_ALLOW_THREADS
+  stk__buf_free(&spare);
+  if (rc) return raise_code(rc, "out of memory for the batch mixing", 0);
+  Py_RETURN_NONE;
+}
+
 /* Internal, for tests: the names of the ops by kind. */
 static PyObject *op_names(PyObject *m, PyObject *unused) {
   PyObject *t = PyTuple_New(STK__OP_COUNT);
@@ -1221,6 +1269,10 @@ static PyMethodDef module_methods[] = {
      "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests)."},
     {"_aug_draws", (PyCFunction)(void (*)(void))aug_draws, METH_VARARGS | METH_KEYWORDS,
      "_aug_draws(epoch, first, count, **options) -> (kinds, mags, erase boxes) (tests)."},
+    {"_mix_params", mix_params, METH_VARARGS,
+     "_mix_params(seed, epoch, batch, mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, box)."},
+    {"_mix_apply", mix_apply, METH_VARARGS,
+     "_mix_apply(address, n, dtype, layout, w, h, mode, lam, box): mixes a host batch in place."},
     {"_op_names", op_names, METH_NOARGS, "_op_names() -> the ops' names by kind (tests)."},
     {"check_file", check_file, METH_O,
      "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},

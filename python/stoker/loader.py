@@ -234,7 +234,8 @@ class ImageLoader:
                  gpu_cpu_share: Optional[float] = None, index: Union[int, bool, None] = None,
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
                  allow_stale_cache: bool = False,
-                 read_timeout: Optional[float] = None, pin_memory: bool = False) -> None:
+                 read_timeout: Optional[float] = None, pin_memory: bool = False,
+                 mix: Any = None) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
         begin preparing the first epoch at once.
 
@@ -258,6 +259,9 @@ class ImageLoader:
             dtype, channels_last: the images' element type and memory format.
             prefetch: batches prepared ahead (the loader has ``prefetch + 2`` slots).
             pin_memory: page-lock CPU batches for ``.cuda(non_blocking=True)``.
+            mix: ``MixUp``, ``CutMix`` or ``RandomChoice([MixUp, CutMix])`` (stoker's or
+                torchvision v2's): each batch is mixed with itself rolled by one, and the
+                labels become float ``[B, num_classes]`` soft labels.
 
         The other arguments (list files, limits on bad input, folder indexes, tar
         shuffling, caches, the GPU's CPU share, read timeouts) are described in
@@ -392,6 +396,19 @@ class ImageLoader:
             raise TypeError(f"pin_memory must be a bool, got {pin_memory!r}")
         self._pin = pin_memory and self._device < 0 and torch.cuda.is_available()
         self._pinned: Dict[int, int] = {}
+        self._mix: Optional[Tuple[float, float, int]] = None
+        if mix is not None:
+            m = _T.mix_options(mix)
+            nc = m["num_classes"] if m["num_classes"] is not None else counts["num_classes"]
+            if self.pipeline != "train":
+                self._c.close()
+                raise ValueError("mix: MixUp and CutMix belong to the train pipeline")
+            if not nc or nc < 1:
+                self._c.close()
+                raise ValueError("mix: num_classes is unknown for this source: give it to "
+                                 "MixUp/CutMix")
+            self._mix = (m["mixup_alpha"], m["cutmix_alpha"], int(nc))
+            self._layout = 1 if channels_last else 0
 
     @staticmethod
     def _source_options(index, index_dir, shuffle_buffer, allow_stale_cache):
@@ -424,6 +441,33 @@ class ImageLoader:
             # No Normalize: ToTensor's [0, 1] values.
             opts["mean"], opts["std"] = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
         return opts, normalised
+
+    _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2, "uint8": 3}
+
+    def _apply_mix(self, images, labels, epoch, batch_index):
+        """MixUp or CutMix of one batch, drawn from (seed, epoch, batch index) so that
+        resuming repeats it; torchvision v2's semantics (roll(1) pairing, one lambda
+        per batch, CutMix's lambda adjusted to the box)."""
+        torch = _torch()
+        mixup_alpha, cutmix_alpha, num_classes = self._mix
+        side = self.size
+        mode, lam, box = _stoker._mix_params(self._fingerprint["seed"], epoch, batch_index,
+                                             mixup_alpha, cutmix_alpha, side, side)
+        n = images.shape[0]
+        if images.device.type == "cpu":
+            # one pass in place over the slot the batch lives in
+            _stoker._mix_apply(images.data_ptr(), n, self._DTYPE_CODES[self._dtype_name],
+                               self._layout, side, side, mode, lam, box)
+        elif mode == 1:
+            mixed = images.roll(1, 0).mul_(1.0 - lam).add_(images.mul(lam))
+            images.copy_(mixed)
+        elif mode == 2:
+            x1, y1, x2, y2 = box
+            rolled = images.roll(1, 0)
+            images[..., y1:y2, x1:x2] = rolled[..., y1:y2, x1:x2]
+        onehot = torch.nn.functional.one_hot(labels.long(), num_classes).float()
+        soft = onehot.roll(1, 0).mul_(1.0 - lam).add_(onehot.mul(lam))
+        return images, soft
 
     def _stream(self):
         """The consumer's CUDA stream: batches are ordered before it on the device."""
@@ -656,6 +700,8 @@ class _Pass:
         cap_images, cap_labels, epoch, batch_index, indices = r
         images = ld._from_dlpack(cap_images)
         labels = ld._from_dlpack(cap_labels)
+        if ld._mix is not None:
+            images, labels = ld._apply_mix(images, labels, epoch, batch_index)
         if ld._pin:
             ld._pin_slot(images)
         self._next = batch_index + 1

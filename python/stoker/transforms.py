@@ -9,12 +9,18 @@ import::
     train = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
                        T.ToTensor(), T.Normalize(mean, std)])
 
-Supported sequences (torchvision transform objects of the same classes are
-accepted too):
+Supported sequences (torchvision transform objects of the same classes,
+v1 or v2, are accepted too):
 
-* train: ``RandomResizedCrop(s, scale, ratio)``, optionally
-  ``RandomHorizontalFlip(p)``, optionally ``ToTensor()``/``PILToTensor()``,
-  optionally ``Normalize(mean, std)``.
+* train: ``RandomResizedCrop(s, scale, ratio)``, then, each optional and in
+  this order: ``RandomHorizontalFlip(p)``, ``RandomVerticalFlip(p)``, one
+  policy (``TrivialAugmentWide``, ``RandAugment``, ``AutoAugment`` with the
+  IMAGENET policy), ``ColorJitter`` (or ``RandomApply([ColorJitter], p)``),
+  ``RandomGrayscale(p)``, ``GaussianBlur`` (or ``RandomApply([GaussianBlur],
+  p)``), ``ToTensor()``/``PILToTensor()``/``ToImage()`` +
+  ``ToDtype(float32, scale=True)``, ``Normalize(mean, std)``,
+  ``RandomErasing``. The batch transforms ``MixUp``, ``CutMix`` and
+  ``RandomChoice`` of them go to the loader's ``mix=`` instead.
 * eval: ``Resize(r)`` (``r`` an int: the shorter side), ``CenterCrop(s)``,
   optionally ``ToTensor()``/``PILToTensor()``, optionally ``Normalize``.
 
@@ -36,6 +42,21 @@ __all__ = [
     "ToTensor",
     "PILToTensor",
     "InterpolationMode",
+    "RandomVerticalFlip",
+    "TrivialAugmentWide",
+    "RandAugment",
+    "AutoAugment",
+    "AutoAugmentPolicy",
+    "ColorJitter",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomApply",
+    "RandomErasing",
+    "MixUp",
+    "CutMix",
+    "RandomChoice",
+    "ToImage",
+    "ToDtype",
 ]
 
 
@@ -140,6 +161,149 @@ class PILToTensor(_Transform):
     """A marker, like ToTensor: the output type is chosen by ``dtype=``."""
 
 
+class RandomVerticalFlip(_Transform):
+    _fields = ("p",)
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = p
+
+
+class AutoAugmentPolicy(enum.Enum):
+    """torchvision's policy names; stoker implements IMAGENET."""
+
+    IMAGENET = "imagenet"
+    CIFAR10 = "cifar10"
+    SVHN = "svhn"
+
+
+class TrivialAugmentWide(_Transform):
+    _fields = ("num_magnitude_bins", "interpolation", "fill")
+
+    def __init__(self, num_magnitude_bins: int = 31,
+                 interpolation: Union[InterpolationMode, int] = InterpolationMode.NEAREST,
+                 fill: Any = None) -> None:
+        self.num_magnitude_bins = num_magnitude_bins
+        self.interpolation = interpolation
+        self.fill = fill
+
+
+class RandAugment(_Transform):
+    _fields = ("num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill")
+
+    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
+                 interpolation: Union[InterpolationMode, int] = InterpolationMode.NEAREST,
+                 fill: Any = None) -> None:
+        self.num_ops = num_ops
+        self.magnitude = magnitude
+        self.num_magnitude_bins = num_magnitude_bins
+        self.interpolation = interpolation
+        self.fill = fill
+
+
+class AutoAugment(_Transform):
+    _fields = ("policy", "interpolation", "fill")
+
+    def __init__(self, policy: AutoAugmentPolicy = AutoAugmentPolicy.IMAGENET,
+                 interpolation: Union[InterpolationMode, int] = InterpolationMode.NEAREST,
+                 fill: Any = None) -> None:
+        self.policy = policy
+        self.interpolation = interpolation
+        self.fill = fill
+
+
+class ColorJitter(_Transform):
+    _fields = ("brightness", "contrast", "saturation", "hue")
+
+    def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0,
+                 hue: Any = 0) -> None:
+        self.brightness = brightness
+        self.contrast = contrast
+        self.saturation = saturation
+        self.hue = hue
+
+
+class RandomGrayscale(_Transform):
+    _fields = ("p",)
+
+    def __init__(self, p: float = 0.1) -> None:
+        self.p = p
+
+
+class GaussianBlur(_Transform):
+    _fields = ("kernel_size", "sigma")
+
+    def __init__(self, kernel_size: Size, sigma: Any = (0.1, 2.0)) -> None:
+        self.kernel_size = kernel_size
+        self.sigma = sigma
+
+
+class RandomApply(_Transform):
+    _fields = ("transforms", "p")
+
+    def __init__(self, transforms: Sequence[Any], p: float = 0.5) -> None:
+        self.transforms = list(transforms)
+        self.p = p
+
+
+class RandomErasing(_Transform):
+    _fields = ("p", "scale", "ratio", "value", "inplace")
+
+    def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33),
+                 ratio: Sequence[float] = (0.3, 3.3), value: Any = 0,
+                 inplace: bool = False) -> None:
+        self.p = p
+        self.scale = tuple(scale)
+        self.ratio = tuple(ratio)
+        self.value = value
+        self.inplace = inplace
+
+
+class MixUp(_Transform):
+    """A batch transform: give it (or a RandomChoice of it and CutMix) as
+    ``ImageLoader(mix=...)``."""
+
+    _fields = ("alpha", "num_classes")
+
+    def __init__(self, *, alpha: float = 1.0, num_classes: Optional[int] = None) -> None:
+        self.alpha = alpha
+        self.num_classes = num_classes
+
+
+class CutMix(_Transform):
+    """A batch transform, like MixUp."""
+
+    _fields = ("alpha", "num_classes")
+
+    def __init__(self, *, alpha: float = 1.0, num_classes: Optional[int] = None) -> None:
+        self.alpha = alpha
+        self.num_classes = num_classes
+
+
+class RandomChoice(_Transform):
+    """Of MixUp and CutMix, one per batch (equal odds, as torchvision)."""
+
+    _fields = ("transforms", "p")
+
+    def __init__(self, transforms: Sequence[Any], p: Optional[Sequence[float]] = None) -> None:
+        self.transforms = list(transforms)
+        self.p = p
+
+
+class ToImage(_Transform):
+    """A marker (torchvision v2): the output type is chosen by ``dtype=``."""
+
+
+class ToDtype(_Transform):
+    """torchvision v2's ToDtype: float32 with scale=True (ToTensor's values)
+    or uint8; the loader's ``dtype=`` chooses the output's element type."""
+
+    _fields = ("dtype", "scale")
+
+    def __init__(self, dtype: Any, scale: bool = False) -> None:
+        self.dtype = dtype
+        self.scale = scale
+
+
 # ---- mapping a transform list onto the C options -------------------------------
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -229,19 +393,215 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
         raise ValueError(
             f"{first} as the first transform is not supported yet: a pipeline starts with "
             "RandomResizedCrop (train) or Resize + CenterCrop (eval)")
-    # What may follow: [ToTensor | PILToTensor] then [Normalize].
-    if rest and _name(rest[0]) in ("ToTensor", "PILToTensor"):
+    if opts["pipeline"] == "train":
+        rest = _augmentations(rest, opts)
+    # What may follow: [ToTensor | PILToTensor | ToImage [ToDtype]] then [Normalize].
+    if rest and _name(rest[0]) in ("ToTensor", "PILToTensor", "ToImage"):
+        rest = rest[1:]
+    if rest and _name(rest[0]) == "ToDtype":
+        _check_to_dtype(rest[0])
         rest = rest[1:]
     if rest and _name(rest[0]) == "Normalize":
         opts["mean"] = _triple(rest[0].mean, "Normalize mean")
         opts["std"] = _triple(rest[0].std, "Normalize std")
         rest = rest[1:]
+    if rest and _name(rest[0]) == "RandomErasing" and opts["pipeline"] == "train":
+        opts.update(_erasing(rest[0]))
+        rest = rest[1:]
     if rest:
         bad = _name(rest[0])
-        known = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop",
-                 "ToTensor", "PILToTensor", "Normalize")
-        if bad in known:
+        if bad in _KNOWN:
             raise ValueError(f"{bad} at position {len(steps) - len(rest)} of "
-                             f"[{', '.join(names)}]: this order is not supported yet")
+                             f"[{', '.join(names)}]: this order is not supported (the train "
+                             "order is RandomResizedCrop, RandomHorizontalFlip, "
+                             "RandomVerticalFlip, a policy, ColorJitter, RandomGrayscale, "
+                             "GaussianBlur, ToTensor, Normalize, RandomErasing)")
+        if bad in ("MixUp", "CutMix", "RandomChoice"):
+            raise ValueError(f"{bad} is a batch transform: give it as ImageLoader(mix=...)")
         raise ValueError(f"{bad} is not supported yet")
     return opts
+
+
+_KNOWN = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop", "ToTensor",
+          "PILToTensor", "ToImage", "ToDtype", "Normalize", "RandomVerticalFlip",
+          "TrivialAugmentWide", "RandAugment", "AutoAugment", "ColorJitter", "RandomApply",
+          "RandomGrayscale", "GaussianBlur", "RandomErasing")
+
+
+def _check_to_dtype(t):
+    dt = str(getattr(t, "dtype", ""))
+    if isinstance(getattr(t, "dtype", None), dict):
+        raise ValueError("ToDtype: a per-type dtype dict is not supported; give one dtype")
+    if dt.endswith("float32") and not getattr(t, "scale", False):
+        raise ValueError("ToDtype(float32) without scale=True keeps 0..255 values, which stoker "
+                         "does not output: use scale=True (ToTensor's [0, 1])")
+    if not (dt.endswith("float32") or dt.endswith("uint8")):
+        raise ValueError(f"ToDtype({dt}): the loader's dtype= chooses the element type "
+                         "(float32, float16, bfloat16, uint8)")
+
+
+def _policy_interp(t, what):
+    mode = getattr(t, "interpolation", InterpolationMode.NEAREST)
+    value = getattr(mode, "value", mode)
+    # PIL's Image.NEAREST is 0, Image.BILINEAR 2
+    if value in ("nearest", 0):
+        return "nearest"
+    if value in ("bilinear", 2):
+        return "bilinear"
+    raise ValueError(f"{what}: interpolation {mode!r} is not supported (nearest or bilinear)")
+
+
+def _fill(t, what):
+    fill = getattr(t, "fill", None)
+    if isinstance(fill, dict):  # torchvision v2: a fill per type
+        vals = [v for v in fill.values() if v is not None]
+        fill = vals[0] if vals else None
+    if fill is None:
+        return (-1.0, -1.0, -1.0)
+    f = _triple(fill, f"{what} fill")
+    if not all(0 <= v <= 255 for v in f):
+        raise ValueError(f"{what}: fill must be in [0, 255], got {fill!r}")
+    return f
+
+
+def _factor(v, what, center):
+    """ColorJitter's argument: a number b (the range [max(0, c - b), c + b]) or
+    a (lo, hi) pair of that form."""
+    if isinstance(v, numbers.Real):
+        v = float(v)
+        if v < 0:
+            raise ValueError(f"ColorJitter {what} must be non-negative, got {v}")
+        return v
+    lo, hi = (float(x) for x in v)
+    b = round(hi - center, 12)  # (0.6, 1.4) is 0.4, not 0.3999999999999999
+    if b >= 0 and abs(max(0.0, center - b) - lo) < 1e-9:
+        return b
+    raise ValueError(f"ColorJitter {what}=({lo}, {hi}): only ranges centred on {center} "
+                     "are supported")
+
+
+def _augmentations(rest, opts):
+    """The optional steps between the flip and ToTensor, in stoker's order."""
+    def take(name):
+        nonlocal rest
+        if rest and _name(rest[0]) == name:
+            t = rest[0]
+            rest = rest[1:]
+            return t
+        return None
+
+    def take_applied(name):
+        """name, or RandomApply([name], p): (the transform, p) or (None, 0)."""
+        nonlocal rest
+        if rest and _name(rest[0]) == name:
+            t = rest[0]
+            rest = rest[1:]
+            return t, 1.0
+        if rest and _name(rest[0]) == "RandomApply":
+            inner = list(getattr(rest[0], "transforms", []))
+            if len(inner) == 1 and _name(inner[0]) == name:
+                p = float(rest[0].p)
+                rest = rest[1:]
+                return inner[0], p
+        return None, 0.0
+
+    t = take("RandomVerticalFlip")
+    if t is not None:
+        opts["vflip_prob"] = float(t.p)
+    if rest and _name(rest[0]) in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
+        t = rest[0]
+        rest = rest[1:]
+        name = _name(t)
+        opts["aug_interpolation"] = _policy_interp(t, name)
+        opts["aug_fill"] = _fill(t, name)
+        if name == "TrivialAugmentWide":
+            opts.update(auto_augment="ta_wide", magnitude_bins=int(t.num_magnitude_bins))
+        elif name == "RandAugment":
+            opts.update(auto_augment="ra", ra_num_ops=int(t.num_ops),
+                        ra_magnitude=int(t.magnitude), magnitude_bins=int(t.num_magnitude_bins))
+        else:
+            policy = getattr(t.policy, "value", t.policy)
+            if str(policy).lower() != "imagenet":
+                raise ValueError(f"AutoAugment: policy {t.policy!r} is not supported "
+                                 "(IMAGENET only)")
+            opts["auto_augment"] = "imagenet"
+    t, p = take_applied("ColorJitter")
+    if t is not None:
+        hue = t.hue
+        if isinstance(hue, numbers.Real):
+            h = float(hue)
+        else:
+            lo, hi = (float(x) for x in hue)
+            if abs(lo + hi) > 1e-9:
+                raise ValueError(f"ColorJitter hue=({lo}, {hi}): only (-h, h) is supported")
+            h = hi
+        if not 0 <= h <= 0.5:
+            raise ValueError(f"ColorJitter hue must be in [0, 0.5], got {h}")
+        opts["color_jitter"] = (_factor(t.brightness, "brightness", 1.0),
+                                _factor(t.contrast, "contrast", 1.0),
+                                _factor(t.saturation, "saturation", 1.0), h)
+        opts["jitter_prob"] = p
+    t = take("RandomGrayscale")
+    if t is not None:
+        opts["grayscale_prob"] = float(t.p)
+    t, p = take_applied("GaussianBlur")
+    if t is not None:
+        k = t.kernel_size
+        if not isinstance(k, numbers.Integral):
+            k = list(k)
+            if len(k) == 2 and k[0] != k[1]:
+                raise ValueError(f"GaussianBlur: a non-square kernel {tuple(k)} is not supported")
+            k = k[0]
+        sigma = t.sigma
+        if isinstance(sigma, numbers.Real):
+            sigma = (float(sigma), float(sigma))
+        opts.update(blur_kernel=int(k), blur_sigma=tuple(float(v) for v in sigma), blur_prob=p)
+    return rest
+
+
+def _erasing(t):
+    if getattr(t, "inplace", False) not in (False, True):
+        raise ValueError("RandomErasing: inplace must be a bool")
+    out = {"erase_prob": float(t.p), "erase_scale": tuple(float(v) for v in t.scale),
+           "erase_ratio": tuple(float(v) for v in t.ratio)}
+    value = t.value
+    if isinstance(value, str):
+        if value != "random":
+            raise ValueError(f"RandomErasing: value {value!r} is not supported "
+                             "(a number, a tuple or 'random')")
+        out["erase_random"] = True
+    else:
+        if isinstance(value, (list, tuple)) and len(value) == 0:
+            value = 0
+        out["erase_value"] = _triple(value, "RandomErasing value")
+    return out
+
+
+def mix_options(spec: Any) -> Dict[str, Any]:
+    """Maps MixUp, CutMix or RandomChoice([MixUp, CutMix]) to the loader's
+    batch mixing: {"mixup_alpha", "cutmix_alpha", "num_classes"}."""
+    name = _name(spec)
+    parts = list(spec.transforms) if name == "RandomChoice" else [spec]
+    if name == "RandomChoice":
+        p = getattr(spec, "p", None)
+        if p is not None and len(set(float(v) for v in p)) > 1:
+            raise ValueError("RandomChoice: only equal probabilities are supported")
+    out = {"mixup_alpha": 0.0, "cutmix_alpha": 0.0, "num_classes": None}
+    for t in parts:
+        n = _name(t)
+        if n not in ("MixUp", "CutMix"):
+            raise ValueError(f"mix: {n} is not a batch transform stoker runs (MixUp, CutMix, "
+                             "RandomChoice of them)")
+        key = "mixup_alpha" if n == "MixUp" else "cutmix_alpha"
+        if out[key]:
+            raise ValueError(f"mix: {n} is given twice")
+        alpha = float(t.alpha)
+        if not alpha > 0:
+            raise ValueError(f"{n}: alpha must be positive, got {alpha}")
+        out[key] = alpha
+        nc = getattr(t, "num_classes", None)
+        if nc is not None:
+            if out["num_classes"] not in (None, int(nc)):
+                raise ValueError("mix: MixUp and CutMix have different num_classes")
+            out["num_classes"] = int(nc)
+    return out

@@ -724,3 +724,144 @@ void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
         stk__store_value(dtype, v, (uint8_t *)dst + at * es);
       }
 }
+
+/* ---- MixUp and CutMix ------------------------------------------------------------- */
+
+/* Gamma(a, 1) by Marsaglia and Tsang; a < 1 through Gamma(a + 1) * U^(1/a). */
+static double gamma_draw(stk__rng *r, double a) {
+  if (a < 1.0) {
+    double u = stk__rng_uniform(r);
+    return gamma_draw(r, a + 1.0) * pow(1.0 - u, 1.0 / a);
+  }
+  double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+  for (;;) {
+    double x = stk__rng_normal(r), v = 1.0 + c * x;
+    if (v <= 0) continue;
+    v = v * v * v;
+    double u = 1.0 - stk__rng_uniform(r); /* (0, 1] */
+    if (log(u) < 0.5 * x * x + d - d * v + d * log(v)) return d * v;
+  }
+}
+
+static double beta_draw(stk__rng *r, double a) {
+  double x = gamma_draw(r, a), y = gamma_draw(r, a);
+  return x + y > 0 ? x / (x + y) : 0.5;
+}
+
+void stk__mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, uint64_t epoch,
+                   int64_t batch, int w, int h, stk__mix *m) {
+  memset(m, 0, sizeof *m);
+  if (!(mixup_alpha > 0) && !(cutmix_alpha > 0)) return;
+  stk__rng r;
+  /* a stream of its own: the batch's, not a sample's */
+  stk__rng_init(&r, seed, epoch, (uint64_t)batch);
+  r.key = stk__mix64(r.key ^ 0x6d697875702d6375ULL);
+  int cut = mixup_alpha > 0 && cutmix_alpha > 0 ? (int)stk__rng_range(&r, 0, 2) : cutmix_alpha > 0;
+  double lam = beta_draw(&r, cut ? cutmix_alpha : mixup_alpha);
+  if (!cut) {
+    m->mode = 1;
+    m->lam = lam;
+    return;
+  }
+  /* CutMix._get_params: a centre anywhere, half sides int(r * W), int(r * H)
+   * with r = sqrt(1 - lambda) / 2, clipped to the image; lambda adjusted
+   * to the area actually pasted */
+  int rx = (int)stk__rng_range(&r, 0, w), ry = (int)stk__rng_range(&r, 0, h);
+  double rr = 0.5 * sqrt(1.0 - lam);
+  int hw = (int)(rr * w), hh = (int)(rr * h);
+  m->mode = 2;
+  m->x1 = rx - hw < 0 ? 0 : rx - hw;
+  m->y1 = ry - hh < 0 ? 0 : ry - hh;
+  m->x2 = rx + hw > w ? w : rx + hw;
+  m->y2 = ry + hh > h ? h : ry + hh;
+  m->lam = 1.0 - (double)(m->x2 - m->x1) * (m->y2 - m->y1) / ((double)w * h);
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, x;
+  if (exp == 0) {
+    if (!mant) {
+      x = sign;
+    } else { /* subnormal: normalise */
+      int e = -1;
+      do {
+        e++;
+        mant <<= 1;
+      } while (!(mant & 0x400u));
+      x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    x = sign | 0x7f800000u | (mant << 13);
+  } else {
+    x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static float load_value(stk_dtype dtype, const uint8_t *p) {
+  switch (dtype) {
+    case STK_DTYPE_FLOAT32: {
+      float f;
+      memcpy(&f, p, 4);
+      return f;
+    }
+    case STK_DTYPE_FLOAT16: {
+      uint16_t b;
+      memcpy(&b, p, 2);
+      return half_to_float(b);
+    }
+    case STK_DTYPE_BFLOAT16: {
+      uint16_t b;
+      memcpy(&b, p, 2);
+      uint32_t x = (uint32_t)b << 16;
+      float f;
+      memcpy(&f, &x, 4);
+      return f;
+    }
+    default: return (float)*p;
+  }
+}
+
+int stk__mix_apply(const stk__mix *m, void *data, int64_t n, stk_dtype dtype, stk_layout layout,
+                   int w, int h, stk__buf *spare) {
+  if (!m->mode || n <= 0) return STK_OK;
+  size_t es = stk__dtype_size(dtype), elems = (size_t)w * h * 3, bytes = elems * es;
+  if (stk__buf_reserve(spare, bytes)) return STK_ENOMEM;
+  uint8_t *base = data;
+  /* image 0 mixes with the last one as it was: keep a copy, then go from the
+   * last image down, so that image i - 1 is still unmixed when i reads it */
+  memcpy(spare->p, base + (size_t)(n - 1) * bytes, bytes);
+  if (m->mode == 1) {
+    /* roll(1).mul_(1 - lam).add_(x.mul(lam)), in float32 */
+    float a = (float)m->lam, b = (float)(1.0 - m->lam);
+    for (int64_t i = n - 1; i >= 0; i--) {
+      uint8_t *cur = base + (size_t)i * bytes;
+      const uint8_t *prev = i ? cur - bytes : spare->p;
+      for (size_t e = 0; e < elems; e++) {
+        float v = load_value(dtype, prev + e * es) * b;
+        v = v + load_value(dtype, cur + e * es) * a;
+        stk__store_value(dtype, v, cur + e * es);
+      }
+    }
+    return STK_OK;
+  }
+  size_t plane = (size_t)w * h;
+  for (int64_t i = n - 1; i >= 0; i--) {
+    uint8_t *cur = base + (size_t)i * bytes;
+    const uint8_t *prev = i ? cur - bytes : spare->p;
+    for (int y = m->y1; y < m->y2; y++) {
+      if (layout == STK_LAYOUT_NHWC) {
+        size_t at = ((size_t)y * w + m->x1) * 3 * es;
+        memcpy(cur + at, prev + at, (size_t)(m->x2 - m->x1) * 3 * es);
+      } else {
+        for (int c = 0; c < 3; c++) {
+          size_t at = (c * plane + (size_t)y * w + m->x1) * es;
+          memcpy(cur + at, prev + at, (size_t)(m->x2 - m->x1) * es);
+        }
+      }
+    }
+  }
+  return STK_OK;
+}

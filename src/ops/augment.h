@@ -144,6 +144,25 @@ int stk__op_by_name(const char *name);
 void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
                     stk_layout layout, int w, int h, void *dst);
 
+/* ---- MixUp and CutMix (torchvision v2's semantics) ----
+ * One draw per batch, keyed by (seed, epoch, batch index): which of the two
+ * (equal odds when both are on), lambda ~ Beta(alpha, alpha), and for
+ * CutMix the box and the lambda it leaves. Image i of the batch is mixed
+ * with image i - 1 (image 0 with the last: roll(1)). */
+typedef struct {
+  int mode;          /* 0 none, 1 MixUp, 2 CutMix */
+  double lam;        /* the label weight of image i itself (CutMix: adjusted) */
+  int x1, y1, x2, y2; /* CutMix: columns [x1, x2), rows [y1, y2) come from image i - 1 */
+} stk__mix;
+
+void stk__mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, uint64_t epoch,
+                   int64_t batch, int w, int h, stk__mix *out);
+
+/* Mixes n images (3 x h x w each, dtype and layout as given) in place.
+ * `spare` is scratch of one image. */
+int stk__mix_apply(const stk__mix *m, void *data, int64_t n, stk_dtype dtype, stk_layout layout,
+                   int w, int h, stk__buf *spare);
+
 /* A standard normal draw (Box-Muller, one value per call). */
 double stk__rng_normal(stk__rng *r);
 
