@@ -1,4 +1,5 @@
-/* The epoch sampler: DistributedSampler's index sets, exactly once per epoch. */
+/* The epoch sampler: DistributedSampler's index sets, exactly once per epoch;
+ * with repetitions, RASampler's order. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -99,6 +100,121 @@ static void test_epochs_differ(void) {
   stk__sampler_free(&s);
 }
 
+/* torchvision's RASampler (references/classification/sampler.py) with
+ * torch 1.13: list(RASampler(range(n), world, rank, shuffle, seed, reps))
+ * after set_epoch(epoch), its first 24 entries. */
+static const int64_t k_ra_300_3_w2_r1_s5_e2[24] = {15,  91,  91,  103, 122, 122, 199, 217,
+                                                   217, 47,  17,  17,  148, 146, 146, 248,
+                                                   252, 252, 20,  77,  77,  128, 205, 205};
+static const int64_t k_ra_513_4_w3_r2_s0_e0[24] = {53,  48,  422, 422, 393, 144, 280, 280,
+                                                   217, 282, 330, 330, 252, 320, 59,  59,
+                                                   426, 412, 15,  15,  125, 370, 333, 333};
+
+/* RASampler's __iter__ written out literally: repeat, pad by wrapping,
+ * stride by rank, cut. Also the copy number of each entry (how many times
+ * its index came earlier in the padded list). Returns the length. */
+static int64_t ra_reference(int64_t n, int reps, int world, int rank, int shuffle, uint64_t seed,
+                            uint64_t epoch, int64_t *out, int64_t *copy) {
+  int64_t *perm = malloc((size_t)n * sizeof *perm);
+  if (shuffle)
+    stk__torch_randperm(seed + epoch, n, perm);
+  else
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+  int64_t per = (n * reps + world - 1) / world, total = per * world;
+  int64_t *list = malloc((size_t)total * sizeof *list), len = 0;
+  for (int64_t i = 0; i < n; i++)
+    for (int k = 0; k < reps; k++) list[len++] = perm[i];
+  for (int64_t p = 0; len < total; p++) list[len++] = list[p]; /* indices += indices[:pad] */
+  int64_t *seen = calloc((size_t)n, sizeof *seen), *nth = malloc((size_t)total * sizeof *nth);
+  for (int64_t p = 0; p < total; p++) nth[p] = seen[list[p]]++;
+  int64_t selected = n / 256 * 256 / world, m = 0;
+  for (int64_t p = rank; p < total && m < selected; p += world, m++) {
+    out[m] = list[p];
+    copy[m] = nth[p];
+  }
+  free(perm);
+  free(list);
+  free(seen);
+  free(nth);
+  return m;
+}
+
+static void test_ra_matches_reference(int64_t n, int reps, int world, int shuffle, uint64_t seed) {
+  for (int r = 0; r < world; r++) {
+    stk__sampler s;
+    CHECK_EQ_INT(stk__sampler_init(&s, n, r, world, shuffle, 0, seed), STK_OK);
+    CHECK_EQ_INT(stk__sampler_repeat(&s, reps), STK_OK);
+    int64_t cap = n * reps + world;
+    int64_t *want = malloc((size_t)cap * sizeof *want), *wcopy = malloc((size_t)cap * sizeof *wcopy);
+    int64_t *got = malloc((size_t)(s.num_samples + 1) * sizeof *got);
+    for (uint64_t epoch = 0; epoch < 3; epoch += 2) {
+      int64_t m = ra_reference(n, reps, world, r, shuffle, seed, epoch, want, wcopy);
+      CHECK_EQ_INT(s.num_samples, m);
+      stk__sampler_epoch(&s, epoch, got);
+      int same = 1, copies = 1;
+      for (int64_t j = 0; j < m; j++) {
+        same &= got[j] == want[j];
+        copies &= stk__sampler_copy(&s, j) == wcopy[j];
+      }
+      CHECK_MSG(same, "RA order differs: n %lld reps %d world %d rank %d shuffle %d epoch %llu",
+                (long long)n, reps, world, r, shuffle, (unsigned long long)epoch);
+      CHECK_MSG(copies, "RA copy numbers differ: n %lld reps %d world %d rank %d", (long long)n,
+                reps, world, r);
+    }
+    free(want);
+    free(wcopy);
+    free(got);
+    stk__sampler_free(&s);
+  }
+}
+
+static void test_ra_matches_torch(void) {
+  struct {
+    int64_t n;
+    int reps, world, rank;
+    uint64_t seed, epoch;
+    const int64_t *want;
+  } cases[] = {{300, 3, 2, 1, 5, 2, k_ra_300_3_w2_r1_s5_e2},
+               {513, 4, 3, 2, 0, 0, k_ra_513_4_w3_r2_s0_e0}};
+  for (int c = 0; c < 2; c++) {
+    stk__sampler s;
+    CHECK_EQ_INT(stk__sampler_init(&s, cases[c].n, cases[c].rank, cases[c].world, 1, 0,
+                                   cases[c].seed),
+                 STK_OK);
+    CHECK_EQ_INT(stk__sampler_repeat(&s, cases[c].reps), STK_OK);
+    /* floor(n // 256 * 256 / world): 128 and 170 */
+    CHECK_EQ_INT(s.num_samples, c == 0 ? 128 : 170);
+    int64_t *out = malloc((size_t)s.num_samples * sizeof *out);
+    stk__sampler_epoch(&s, cases[c].epoch, out);
+    int same = 1;
+    for (int j = 0; j < 24; j++) same &= out[j] == cases[c].want[j];
+    CHECK_MSG(same, "RA order differs from torchvision's RASampler (case %d): %lld %lld %lld ...", c,
+              (long long)out[0], (long long)out[1], (long long)out[2]);
+    free(out);
+    stk__sampler_free(&s);
+  }
+}
+
+static void test_ra_sizes(void) {
+  stk__sampler s;
+  stk__sampler_init(&s, 255, 0, 1, 1, 0, 0);
+  CHECK_EQ_INT(stk__sampler_repeat(&s, 3), STK_OK);
+  CHECK_EQ_INT(s.num_samples, 0); /* n < 256: RASampler's epoch is empty */
+  CHECK_EQ_INT(stk__sampler_repeat(&s, 65), STK_EINVAL);
+  CHECK_EQ_INT(stk__sampler_repeat(&s, 0), STK_OK); /* back to DistributedSampler's */
+  CHECK_EQ_INT(s.num_samples, 255);
+  CHECK_EQ_INT(stk__sampler_copy(&s, 7), 0);
+  stk__sampler_free(&s);
+  stk__sampler_init(&s, 1000, 3, 8, 0, 1, 0);
+  int64_t plain = s.num_samples;
+  stk__sampler_repeat(&s, 2);
+  CHECK_EQ_INT(s.num_samples, 96); /* 1000 // 256 * 256 / 8 */
+  CHECK_EQ_INT(s.total_size, 2000);
+  stk__sampler_repeat(&s, 0);
+  CHECK_EQ_INT(s.num_samples, plain); /* drop_last's size comes back */
+  stk__sampler_free(&s);
+}
+
 int main(void) {
   test_randperm_is_permutation();
   test_randperm_matches_torch();
@@ -112,6 +228,18 @@ int main(void) {
         test_shards(sizes[k], worlds[w], 0, dl);
       }
   test_epochs_differ();
+  test_ra_matches_torch();
+  test_ra_sizes();
+  /* padding reached only where the cut lets it: world > n // 256 * 256 is empty */
+  int64_t ra_sizes[] = {256, 300, 513, 1000, 1031};
+  int ra_reps[] = {1, 2, 3, 4, 7};
+  int ra_worlds[] = {1, 2, 3, 4, 8, 16};
+  for (int a = 0; a < 5; a++)
+    for (int b = 0; b < 5; b++)
+      for (int w = 0; w < 6; w++) {
+        test_ra_matches_reference(ra_sizes[a], ra_reps[b], ra_worlds[w], 1, (uint64_t)(a + b));
+        if (w % 2 == 0) test_ra_matches_reference(ra_sizes[a], ra_reps[b], ra_worlds[w], 0, 0);
+      }
   CHECK(stk__sampler_init(&(stk__sampler){0}, 10, 3, 3, 1, 0, 0) == STK_EINVAL);
   return CHECK_DONE();
 }

@@ -50,6 +50,16 @@ void stk__torch_randperm(uint64_t seed, int64_t n, int64_t *out) {
   }
 }
 
+/* DistributedSampler's num_samples and total_size. */
+static void distributed_sizes(stk__sampler *s) {
+  int64_t n = s->n, world = s->world;
+  if (s->drop_last && n % world != 0)
+    s->num_samples = (n - world + world - 1) / world; /* ceil((n - world) / world) */
+  else
+    s->num_samples = (n + world - 1) / world;
+  s->total_size = s->num_samples * world;
+}
+
 int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuffle, int drop_last,
                       uint64_t seed) {
   if (n <= 0 || world < 1 || rank < 0 || rank >= world) return STK_EINVAL;
@@ -59,11 +69,8 @@ int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuff
   s->shuffle = shuffle;
   s->drop_last = drop_last;
   s->seed = seed;
-  if (drop_last && n % world != 0)
-    s->num_samples = (n - world + world - 1) / world; /* ceil((n - world) / world) */
-  else
-    s->num_samples = (n + world - 1) / world;
-  s->total_size = s->num_samples * world;
+  s->reps = 0;
+  distributed_sizes(s);
   s->perm = malloc((size_t)n * sizeof(int64_t));
   return s->perm ? STK_OK : STK_ENOMEM;
 }
@@ -73,11 +80,47 @@ void stk__sampler_free(stk__sampler *s) {
   s->perm = NULL;
 }
 
+int stk__sampler_repeat(stk__sampler *s, int reps) {
+  if (reps < 0 || reps > 64) return STK_EINVAL;
+  s->reps = reps;
+  if (reps == 0) {
+    distributed_sizes(s);
+    return STK_OK;
+  }
+  /* RASampler: total_size = ceil(n * reps / world) * world, and each rank
+   * keeps the first floor(n // 256 * 256 / world) of its share. (Python
+   * divides as floats; for these magnitudes that floors as integers do.) */
+  int64_t per = (s->n * reps + s->world - 1) / s->world;
+  s->total_size = per * s->world;
+  s->num_samples = s->n / 256 * 256 / s->world;
+  return STK_OK;
+}
+
+/* Position p of RASampler's padded list: the padding repeats the repeated
+ * list from its start. */
+static int64_t ra_slot(const stk__sampler *s, int64_t j) {
+  int64_t p = s->rank + j * s->world;
+  return p % (s->n * s->reps);
+}
+
+int64_t stk__sampler_copy(const stk__sampler *s, int64_t j) {
+  if (s->reps <= 0) return 0;
+  int64_t p = s->rank + j * s->world, len = s->n * s->reps;
+  /* the padding's copies come after the list's own (never reached once
+   * the list is cut to num_selected_samples, but kept distinct anyway) */
+  return p / len * s->reps + p % len % s->reps;
+}
+
 void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out) {
   if (s->shuffle)
     stk__torch_randperm(s->seed + epoch, s->n, s->perm);
   else
     for (int64_t i = 0; i < s->n; i++) s->perm[i] = i;
+  if (s->reps > 0) {
+    /* [i, i, i, j, j, j, ...]: slot q of the repeated list is perm[q / reps] */
+    for (int64_t j = 0; j < s->num_samples; j++) out[j] = s->perm[ra_slot(s, j) / s->reps];
+    return;
+  }
   /* Position p of the padded (or truncated) list is perm[p % n]: padding
    * repeats the list from its start, as many times as needed. */
   for (int64_t j = 0; j < s->num_samples; j++) {

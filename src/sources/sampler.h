@@ -6,6 +6,12 @@
  * permutation is torch.randperm(n) from a torch.Generator seeded with
  * seed + epoch (a Mersenne Twister, reproduced here bit for bit), then padded
  * by wrapping around, or truncated, and strided by rank.
+ *
+ * With repetitions (stk__sampler_repeat), the order is instead that of the
+ * RASampler of torchvision's classification references (repeated
+ * augmentation): the same permutation, each index repeated `reps` times in a
+ * row, padded by wrapping to a multiple of world, strided by rank, then cut
+ * to floor(n // 256 * 256 / world) per rank.
  */
 #ifndef STK_SAMPLER_H
 #define STK_SAMPLER_H
@@ -21,11 +27,23 @@ typedef struct {
   int64_t num_samples;/* per rank */
   int64_t total_size; /* num_samples * world */
   int64_t *perm;      /* scratch: n entries */
+  int reps;           /* RASampler's repetitions; 0 = DistributedSampler's order */
 } stk__sampler;
 
 int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuffle, int drop_last,
                       uint64_t seed);
 void stk__sampler_free(stk__sampler *s);
+
+/* Switches to RASampler's order with `reps` repetitions (1..64; 0 switches
+ * back): num_samples becomes RASampler's num_selected_samples, which is 0
+ * when n < 256 (or n // 256 * 256 < world). drop_last plays no part. */
+int stk__sampler_repeat(stk__sampler *s, int reps);
+
+/* Which repetition of its index position j of this rank's epoch is: 0 for
+ * the first occurrence in RASampler's padded list, 1 for the next, ...; 0
+ * without repetitions. The augmentation keys its draws with it, so that the
+ * copies of an index differ. */
+int64_t stk__sampler_copy(const stk__sampler *s, int64_t j);
 
 /* Writes this rank's num_samples indices for `epoch` into out. */
 void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out);
