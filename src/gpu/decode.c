@@ -475,6 +475,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     q->flip = it->geom.flip != 0;
     q->dst = it->dst;
     q->vfirst = p->vfirst;
+    q->filter = it->geom.x.filter; /* both axes have it (stk__geom_set_filter) */
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }

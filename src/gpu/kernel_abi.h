@@ -16,6 +16,7 @@ typedef struct {
   int lox, hix, loy, hiy; /* the geometry's source range per axis */
   int flip, dst;
   int vfirst;             /* vertical pass first (as stk__resampler_run decides) */
+  int filter;             /* STK_FILTER_* of window.h (the geometry's) */
 } stk__kitem;
 
 /* One launch: blockIdx.y is the item, blockIdx.x a tile of its output. */
@@ -34,10 +35,10 @@ typedef struct {
 
 /* (a layout change must be made on both sides at once: it is one file) */
 #if defined(__cplusplus)
-static_assert(sizeof(stk__kitem) == 96, "stk__kitem layout");
+static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
 static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
 #else
-_Static_assert(sizeof(stk__kitem) == 96, "stk__kitem layout");
+_Static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
 _Static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
 #endif
 

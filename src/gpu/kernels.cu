@@ -6,7 +6,8 @@
  *
  * The arithmetic is the CPU resampler's (src/ops/resample.c), which is
  * Pillow's, from the one definition both include (src/ops/window.h): per
- * output pixel the bilinear filter's support is widened by the downscale
+ * output pixel the filter's (the item's: bilinear or bicubic) support is
+ * widened by the downscale
  * factor, the window is clipped to the source range [lo, hi), the
  * weights are normalised in double and rounded to 22-bit fixed point, the
  * horizontal pass is rounded to 8 bits, then the vertical pass (or the
@@ -36,12 +37,12 @@
 
 /* Output index i's window on one axis: its weights to k[0..count) and its
  * first source pixel (absolute, in geometry coordinates) to *first. */
-__device__ void axis_coeffs(double in0_abs, double scale, int lo, int hi, int i, int kmax, int *k,
-                            int *first, int *count) {
+__device__ void axis_coeffs(int filter, double in0_abs, double scale, int lo, int hi, int i,
+                            int kmax, int *k, int *first, int *count) {
   int xmin, n;
-  stk__window(in0_abs - lo, scale, hi - lo, i, &xmin, &n);
+  stk__window(filter, in0_abs - lo, scale, hi - lo, i, &xmin, &n);
   if (n > kmax) n = kmax; /* cannot happen: kmax is Pillow's ksize */
-  stk__window_weights(in0_abs - lo, scale, i, xmin, n, n, k);
+  stk__window_weights(filter, in0_abs - lo, scale, i, xmin, n, n, k);
   *first = lo + xmin;
   *count = n;
 }
@@ -65,13 +66,13 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
   if (t < STK_TILE_W) {
     int i = ox0 + t;
     if (i < W)
-      axis_coeffs(it->in0x, it->scalex, it->lox, it->hix, i, p.kx, kx + t * p.kx, &bx[2 * t],
-                  &bx[2 * t + 1]);
+      axis_coeffs(it->filter, it->in0x, it->scalex, it->lox, it->hix, i, p.kx, kx + t * p.kx,
+                  &bx[2 * t], &bx[2 * t + 1]);
   } else if (t < STK_TILE_W + STK_TILE_H) {
     int r = t - STK_TILE_W, j = oy0 + r;
     if (j < H)
-      axis_coeffs(it->in0y, it->scaley, it->loy, it->hiy, j, p.ky, ky + r * p.ky, &by[2 * r],
-                  &by[2 * r + 1]);
+      axis_coeffs(it->filter, it->in0y, it->scaley, it->loy, it->hiy, j, p.ky, ky + r * p.ky,
+                  &by[2 * r], &by[2 * r + 1]);
   }
   if (p.dtype != DT_U8) {
     const float *gl = (const float *)p.lut;

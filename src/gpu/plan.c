@@ -20,7 +20,7 @@ void stk__gpu_plan_rect(const stk__geom *g, stk__gpu_rect *r) {
   r->sy = y0;
   r->sw = x1 - x0;
   r->sh = y1 - y0;
-  r->vfirst = !g->exact && y1 - y0 > g->y.out;
+  r->vfirst = stk__geom_vfirst(g, y1 - y0);
 }
 
 int stk__gpu_align16(stk__gpu_rect *r, int w, int h) {
@@ -41,7 +41,8 @@ static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 size_t stk__gpu_item_bytes(const stk__gpu_rect *r, const stk__geom *g, size_t arena,
                            size_t big_bytes, int *big) {
   size_t need = align_up((size_t)r->sw * 3 * (size_t)r->sh, STK__GPU_ARENA_ALIGN);
-  *big = need > arena || g->x.scale > STK__GPU_MAX_SCALE || g->y.scale > STK__GPU_MAX_SCALE;
+  *big = need > arena || stk__window_ksize(g->x.filter, g->x.scale) > STK__GPU_MAX_KSIZE ||
+         stk__window_ksize(g->y.filter, g->y.scale) > STK__GPU_MAX_KSIZE;
   return *big ? align_up(big_bytes, STK__GPU_ARENA_ALIGN) : need;
 }
 

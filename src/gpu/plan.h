@@ -13,9 +13,11 @@
 
 #include "ops/ops.h"
 
-/* The kernel's limit on shrinking (as the CPU resampler's ksize <= 63): an
- * image shrunk more goes to the CPU and is copied in finished. */
-#define STK__GPU_MAX_SCALE 31.0
+/* The kernel's limit on a window: at most 63 weights per axis (Pillow's
+ * ksize), i.e. a bilinear shrink by at most 31, a bicubic one by at most
+ * 15.5. An image shrunk more goes to the CPU and is copied in finished. */
+#define STK__GPU_MAX_KSIZE 63
+#define STK__GPU_MAX_SCALE 31.0 /* the bilinear bound, in scale */
 /* Arena places are aligned to this (nvJPEG's output and the kernel's rows). */
 #define STK__GPU_ARENA_ALIGN 256
 
@@ -36,7 +38,7 @@ int stk__gpu_align16(stk__gpu_rect *r, int w, int h);
 
 /* The arena bytes of an image whose RGB8 source is r: 3 bytes a pixel,
  * rounded to STK__GPU_ARENA_ALIGN. *big is set when it cannot go through the
- * kernel (larger than the arena, or shrunk beyond STK__GPU_MAX_SCALE); it
+ * kernel (larger than the arena, or windows wider than STK__GPU_MAX_KSIZE); it
  * then needs big_bytes (a finished image and its label). */
 size_t stk__gpu_item_bytes(const stk__gpu_rect *r, const stk__geom *g, size_t arena,
                            size_t big_bytes, int *big);

@@ -74,6 +74,11 @@ void stk__geom_eval(int width, int height, int resize, int crop, stk__geom *g) {
   g->exact = 1; /* evaluation must match torchvision */
 }
 
+void stk__geom_set_filter(stk__geom *g, int filter) {
+  g->x.filter = filter;
+  g->y.filter = filter;
+}
+
 static void axis_downscale(stk__axis *a, int full, int denom) {
   int scaled = (full + denom - 1) / denom;
   a->in0 /= denom;

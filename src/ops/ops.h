@@ -8,10 +8,11 @@
  * both such geometries, so one resampler serves both, and it can tell the
  * decoder which source rows and columns it will read before decoding.
  *
- * The resampler reproduces Pillow's antialiased bilinear resize (the filter
- * support widened by the downscale factor, 22-bit fixed-point weights,
- * horizontal pass then vertical pass through an 8-bit intermediate), which
- * is what torchvision's transforms run on PIL images.
+ * The resampler reproduces Pillow's antialiased bilinear and bicubic resize
+ * (the filter support widened by the downscale factor, 22-bit fixed-point
+ * weights, horizontal pass then vertical pass through an 8-bit
+ * intermediate), which is what torchvision's transforms run on PIL images.
+ * The arithmetic of the windows is in window.h.
  */
 #ifndef STK_OPS_H
 #define STK_OPS_H
@@ -21,12 +22,15 @@
 
 #include "codecs/codec.h"
 #include "core/common.h"
+#include "ops/window.h"
 #include "stoker.h"
 
 typedef struct {
   double in0, scale; /* sample centre of output pixel i: in0 + (i + 0.5) * scale */
   int lo, hi;        /* the filter reads source pixels in [lo, hi) only */
   int out;           /* output pixels */
+  int filter;        /* STK_FILTER_BILINEAR (0) or STK_FILTER_BICUBIC: with
+                        lo/hi it decides which pixels are read */
 } stk__axis;
 
 typedef struct {
@@ -35,6 +39,18 @@ typedef struct {
   int exact; /* keep Pillow's pass order (horizontal first) even when the
                 other order is cheaper; the two differ by rounding only */
 } stk__geom;
+
+/* Whether the resampler runs the vertical pass first on a geometry whose
+ * source window has `rows` rows: only when the geometry allows it (not
+ * exact), it leaves the horizontal pass fewer rows, and the filter is
+ * bilinear. Bicubic always keeps Pillow's order, so that its crops are
+ * Pillow's pixels: its overshoot is clipped at the 8-bit intermediate, and
+ * the other order clips elsewhere. stk__resampler_run and the GPU planner
+ * both decide with this. */
+static inline int stk__geom_vfirst(const stk__geom *g, int rows) {
+  return !g->exact && g->x.filter == STK_FILTER_BILINEAR && g->y.filter == STK_FILTER_BILINEAR &&
+         rows > g->y.out;
+}
 
 /* torchvision RandomResizedCrop.get_params: up to 10 tries of a random area
  * fraction in scale[] and log-uniform aspect ratio in ratio[], then the same
@@ -49,12 +65,18 @@ void stk__geom_crop(const stk__rect *r, int out_w, int out_h, stk__geom *g);
  * as torchvision computes it) then CenterCrop(crop). */
 void stk__geom_eval(int width, int height, int resize, int crop, stk__geom *g);
 
+/* Sets the resampling filter of both axes (a stk_interpolation value;
+ * stk__geom_crop and stk__geom_eval make bilinear geometries). */
+void stk__geom_set_filter(stk__geom *g, int filter);
+
 /* Maps a geometry on a width x height image onto the same image decoded at
  * 1/denom (decoded size ceil(width/denom) x ceil(height/denom)). */
 void stk__geom_downscale(stk__geom *g, int width, int height, int denom);
 
 /* The largest DCT scale denominator in {1,2,4,8} (up to max_denom) such that
- * the crop still has at least as many pixels as the output on both axes. */
+ * the crop still has at least as many pixels as the output on both axes.
+ * The rule is the same for every filter: bicubic's wider window reads more
+ * of the same decoded pixels, it needs no more of them. */
 int stk__choose_denom(const stk__rect *crop, int out_w, int out_h, int max_denom);
 
 /* How a resampled image is written into the batch. */
@@ -79,7 +101,7 @@ void stk__store_value(stk_dtype dtype, float v, void *dst);
  * batch image as `st` says: the store of a tile the augmentations ran on. */
 void stk__store_tile(const stk__store *st, const uint8_t *tile, void *dst);
 
-/* Pillow's filter window of output pixel i on one axis: the first source
+/* Pillow's filter window (the axis's filter) of output pixel i on one axis: the first source
  * pixel it reads (relative to a->lo) and how many, clipped to [lo, hi). Also
  * the largest window of the axis (Pillow's ksize) in *ksize when not NULL.
  * The CPU resampler, the GPU planner and the CUDA kernel all use this rule. */

@@ -1,5 +1,5 @@
 /*
- * resample.c: Pillow-exact antialiased bilinear resampling, fused with flip,
+ * resample.c: Pillow-exact antialiased bilinear and bicubic resampling, fused with flip,
  * normalisation, dtype conversion and layout, writing straight into a batch
  * slot. See ops.h for the geometry model.
  *
@@ -106,22 +106,23 @@ void stk__store_value(stk_dtype dtype, float v, void *dst) {
 }
 
 void stk__axis_window(const stk__axis *a, int i, int *first, int *count, int *ksize) {
-  stk__window(a->in0 - a->lo, a->scale, a->hi - a->lo, i, first, count);
-  if (ksize) *ksize = stk__window_ksize(a->scale);
+  stk__window(a->filter, a->in0 - a->lo, a->scale, a->hi - a->lo, i, first, count);
+  if (ksize) *ksize = stk__window_ksize(a->filter, a->scale);
 }
 
 /* Pillow's precompute_coeffs + normalize_coeffs_8bpc for one axis, in the
  * coordinates of the source window [lo, hi): window starts are stored
  * relative to lo. */
 static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_out) {
-  int ksize = stk__window_ksize(a->scale), xmin, xmax;
+  int ksize = stk__window_ksize(a->filter, a->scale), xmin, xmax;
   if (stk__buf_reserve(kb, (size_t)a->out * ksize * sizeof(int32_t)) ||
       stk__buf_reserve(bb, (size_t)a->out * 2 * sizeof(int32_t)))
     return STK_ENOMEM;
   int32_t *kk = kb->p, *bounds = bb->p;
   for (int xx = 0; xx < a->out; xx++) {
     stk__axis_window(a, xx, &xmin, &xmax, NULL);
-    stk__window_weights(a->in0 - a->lo, a->scale, xx, xmin, xmax, ksize, kk + (size_t)xx * ksize);
+    stk__window_weights(a->filter, a->in0 - a->lo, a->scale, xx, xmin, xmax, ksize,
+                        kk + (size_t)xx * ksize);
     bounds[xx * 2] = xmin;
     bounds[xx * 2 + 1] = xmax;
   }
@@ -131,6 +132,8 @@ static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_
 
 int stk__resampler_plan(stk__resampler *r, const stk__geom *g, stk__rect *need) {
   if (g->x.out <= 0 || g->y.out <= 0 || g->x.hi <= g->x.lo || g->y.hi <= g->y.lo)
+    return STK_EINVAL;
+  if ((unsigned)g->x.filter > STK_FILTER_BICUBIC || (unsigned)g->y.filter > STK_FILTER_BICUBIC)
     return STK_EINVAL;
   int rc = plan_axis(&g->x, &r->kx, &r->bx, &r->ksx);
   if (!rc) rc = plan_axis(&g->y, &r->ky, &r->by, &r->ksy);
@@ -226,7 +229,8 @@ void stk__store_tile(const stk__store *st, const uint8_t *tile, void *dst) {
 
 /* One row of the horizontal pass: W output pixels from an RGB row whose
  * pixel 0 is window offset `base`. Windows are 2 to 5 taps for the usual scale
- * factors; those get unrolled bodies. */
+ * factors (bilinear; bicubic's are 4 to 9, the loop); those get unrolled
+ * bodies. */
 static void hpass_row(const uint8_t *in, int base, uint8_t *out, int W, const int32_t *kx,
                       const int32_t *bx, int ksx) {
   for (int xx = 0; xx < W; xx++) {
@@ -278,8 +282,9 @@ int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int
   /* Pillow runs the horizontal pass first, over every source row the
    * vertical pass reads. When the geometry does not ask for Pillow's exact
    * order, the vertical pass goes first whenever that leaves the
-   * (unvectorised) horizontal pass fewer rows: crops taller than the output. */
-  int vfirst = !g->exact && rows > H;
+   * (unvectorised) horizontal pass fewer rows: crops taller than the output
+   * (bilinear only: stk__geom_vfirst). */
+  int vfirst = stk__geom_vfirst(g, rows);
   size_t mid_row = vfirst ? (size_t)cols * 3 : trow;
   size_t mid_rows = vfirst ? (size_t)H : (size_t)rows;
   size_t tbytes = (mid_row * mid_rows + 3) & ~(size_t)3; /* keeps acc 4-byte aligned */
