@@ -375,11 +375,16 @@ static void op_autocontrast(uint8_t *t, size_t npx) {
       lo = v < lo ? v : lo;
       hi = v > hi ? v : hi;
     }
-    /* scale = 255 / (max - min) in float32; a flat channel keeps min 0,
-     * scale 1 (the identity) */
+    /* scale = 255 / (max - min), which torch computes as reciprocal(max -
+     * min) * 255 in float32 (Tensor.__rtruediv__); a flat channel keeps
+     * min 0, scale 1 (the identity) */
     float mn = (float)lo, scale = 1.0f;
-    if (hi == lo) mn = 0.0f;
-    else scale = 255.0f / ((float)hi - (float)lo);
+    if (hi == lo) {
+      mn = 0.0f;
+    } else {
+      volatile float rec = 1.0f / ((float)hi - (float)lo);
+      scale = rec * 255.0f;
+    }
     for (size_t i = 0; i < npx; i++) {
       float d = (float)t[i * 3 + c] - mn;
       t[i * 3 + c] = trunc8(d * scale);

@@ -1,0 +1,442 @@
+"""The augmentations of the modern recipes against torchvision.
+
+Per op: stoker's C op on an 8-bit RGB tile against torchvision's functional
+op on the same uint8 tensor, at fixed parameters (bit-exact for flips,
+posterize, solarize, invert, equalize, autocontrast; >= 99% of pixels exact,
+none off by more than one level and no bias for blends, warps, blur and hue).
+Then the loader: the draws it makes replayed through torchvision on the
+loader's own tiles, erasing, MixUp/CutMix, determinism, and the distributions
+of the draws.
+"""
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+import torchvision.transforms.functional as F  # noqa: E402
+from torchvision.transforms import InterpolationMode  # noqa: E402
+from torchvision.transforms.autoaugment import _apply_op  # noqa: E402
+
+import stoker  # noqa: E402
+from stoker import _stoker  # noqa: E402
+from stoker import transforms as T  # noqa: E402
+
+from conftest import make_folder, photo  # noqa: E402
+
+NAMES = _stoker._op_names()
+MAX_OPS = 24  # STK__AUG_MAX_OPS
+
+
+def _images():
+    """Photo-like tiles, noise, and the edge cases: constant, 0/255, tiny,
+    non-square."""
+    rng = np.random.default_rng(7)
+    out = [photo(176, 176, 1), photo(53, 37, 2), rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)]
+    out.append(np.full((20, 30, 3), 117, np.uint8))
+    out.append(np.where(rng.random((24, 24, 3)) < 0.5, 0, 255).astype(np.uint8))
+    out.append(rng.integers(0, 256, (1, 1, 3), dtype=np.uint8))
+    out.append(rng.integers(0, 256, (2, 3, 3), dtype=np.uint8))
+    return out
+
+
+IMAGES = _images()
+
+
+def ours(name, a, mag, nearest=True, fill=None, ksize=0):
+    h, w, _ = a.shape
+    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), nearest, fill, ksize)
+    return np.frombuffer(out, np.uint8).reshape(h, w, 3)
+
+
+def tensor(a):
+    return torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).contiguous()
+
+
+def hwc(t):
+    return t.permute(1, 2, 0).numpy()
+
+
+def f32(v):
+    """A magnitude as the policies hold it: a float32 table value."""
+    return float(np.float32(v))
+
+
+def compare(mine, ref, exact, what, border_of=None):
+    """border_of: sharpness, whose 1-pixel border stays the input's (v2's
+    rule; v1 also blends the border with itself, which truncation can move by
+    one level): the border is checked against that input, the rest against
+    torchvision."""
+    if border_of is not None and min(mine.shape[:2]) > 2:
+        edge = np.ones(mine.shape[:2], bool)
+        edge[1:-1, 1:-1] = False
+        assert (mine[edge] == border_of[edge]).all(), f"{what}: the border changed"
+        mine, ref = mine[1:-1, 1:-1], ref[1:-1, 1:-1]
+    d = mine.astype(int) - ref.astype(int)
+    if exact:
+        assert (d == 0).all(), f"{what}: {np.count_nonzero(d)} pixels differ"
+        return
+    assert np.abs(d).max() <= 1, f"{what}: off by {np.abs(d).max()}"
+    assert np.mean(d == 0) >= 0.99, f"{what}: {np.mean(d == 0):.4%} exact"
+    assert abs(d.mean()) < 0.02, f"{what}: bias {d.mean():+.4f}"
+
+
+POLICY_OPS = [
+    ("ShearX", [0.3, -0.99, 0.0]), ("ShearY", [0.5, -0.15]), ("TranslateX", [13.0, -32.0, 7.9]),
+    ("TranslateY", [7.9, -20.0]), ("Rotate", [30.0, -135.0, 90.0, -90.0]),
+    ("Brightness", [0.5, -0.9]), ("Color", [0.5, -0.9]), ("Contrast", [0.5, -0.9]),
+    ("Sharpness", [0.5, -0.9, 0.99]), ("Posterize", [1.0, 3.0, 8.0, 0.0]),
+    ("Solarize", [127.5, 0.0, 255.0, 8.5]), ("AutoContrast", [0.0]), ("Equalize", [0.0]),
+    ("Invert", [0.0]), ("Identity", [0.0]),
+]
+EXACT = {"Posterize", "Solarize", "AutoContrast", "Equalize", "Invert", "Identity"}
+WARPS = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+
+
+@pytest.mark.parametrize("name,mags", POLICY_OPS, ids=[n for n, _ in POLICY_OPS])
+def test_policy_ops_match_torchvision(name, mags):
+    for i, a in enumerate(IMAGES):
+        for mag in map(f32, mags):
+            modes = (True, False) if name in WARPS else (True,)
+            for nearest in modes:
+                for fill in ((None, [0.0, 128.0, 255.0]) if name in WARPS else (None,)):
+                    interp = InterpolationMode.NEAREST if nearest else InterpolationMode.BILINEAR
+                    ref = hwc(_apply_op(tensor(a), name, mag, interpolation=interp, fill=fill))
+                    mine = ours(name, a, mag, nearest, fill)
+                    compare(mine, ref, name in EXACT,
+                            f"{name}({mag}) image {i} {a.shape} nearest={nearest} fill={fill}",
+                            a if name == "Sharpness" else None)
+
+
+def test_quarter_turns_of_square_tiles_are_exact():
+    a = IMAGES[0]
+    for mag in (90.0, -90.0):
+        ref = hwc(_apply_op(tensor(a), "Rotate", mag, interpolation=InterpolationMode.NEAREST,
+                            fill=None))
+        compare(ours("Rotate", a, mag), ref, False, f"Rotate({mag})")
+        # a quarter turn of a square moves every pixel whole
+        assert (ours("Rotate", a, mag)[1:-1, 1:-1] == np.rot90(a, 1 if mag > 0 else -1)[1:-1, 1:-1]).all()
+
+
+@pytest.mark.parametrize("name,fn,mags", [
+    ("adjust_brightness", F.adjust_brightness, [0.3, 1.7, 0.0]),
+    ("adjust_contrast", F.adjust_contrast, [0.3, 1.7, 0.0]),
+    ("adjust_saturation", F.adjust_saturation, [0.0, 1.7, 0.6]),
+    ("adjust_hue", F.adjust_hue, [0.1, -0.5, 0.37, 0.5, 0.0]),
+    ("adjust_sharpness", F.adjust_sharpness, [0.0, 2.0, 0.5]),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_colour_ops_match_torchvision(name, fn, mags):
+    for i, a in enumerate(IMAGES):
+        for mag in map(f32, mags):
+            compare(ours(name, a, mag), hwc(fn(tensor(a), mag)), False, f"{name}({mag}) image {i}",
+                    a if name == "adjust_sharpness" else None)
+
+
+def test_grayscale_flips_and_blur_match_torchvision():
+    for i, a in enumerate(IMAGES):
+        t = tensor(a)
+        compare(ours("rgb_to_grayscale", a, 0), hwc(F.rgb_to_grayscale(t, 3)), True, f"gray {i}")
+        compare(ours("vflip", a, 0), hwc(F.vflip(t)), True, f"vflip {i}")
+        compare(ours("hflip", a, 0), hwc(F.hflip(t)), True, f"hflip {i}")
+        for ks in (3, 9, 23):
+            if ks // 2 >= min(a.shape[:2]):
+                continue  # torch's reflect padding needs the kernel inside the image
+            for sigma in (0.5, 2.0):
+                ref = hwc(F.gaussian_blur(t, [ks, ks], [sigma, sigma]))
+                compare(ours("gaussian_blur", a, sigma, ksize=ks), ref, False, f"blur {ks} {sigma} {i}")
+
+
+def test_an_op_that_is_wrong_is_caught():
+    """The comparison can fail: a solarize at another threshold differs."""
+    a = IMAGES[0]
+    ref = hwc(_apply_op(tensor(a), "Solarize", 128.0, interpolation=InterpolationMode.NEAREST,
+                        fill=None))
+    with pytest.raises(AssertionError):
+        compare(ours("Solarize", a, 100.0), ref, True, "solarize")
+
+
+# ---- the loader: draws replayed through torchvision ---------------------------
+
+TRAIN = dict(threads=2, shuffle=False, dtype="uint8", seed=5)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_folder(tmp_path_factory.mktemp("aug"), classes=4, per_class=6,
+                       sizes=((120, 90), (90, 120), (100, 100)))
+
+
+def _batches(loader):
+    out = []
+    for b in loader.iter_batches():
+        out.append((b.images.clone(), b.labels.clone(), list(b.indices), b.epoch))
+    return out
+
+
+def _draws(epoch, idx, **opts):
+    kinds, mags, boxes = _stoker._aug_draws(epoch, idx, 1, **opts)
+    kinds = np.frombuffer(kinds, np.uint8)
+    mags = np.frombuffer(mags, np.float32)
+    ops = [(NAMES[k], float(m)) for k, m in zip(kinds, mags) if k != 255]
+    return ops, tuple(np.frombuffer(boxes, np.int32))
+
+
+@pytest.mark.parametrize("policy,tv", [
+    ("ta_wide", T.TrivialAugmentWide()),
+    ("ra", T.RandAugment(num_ops=3, magnitude=12)),
+    ("imagenet", T.AutoAugment()),
+])
+def test_loader_policy_replays_in_torchvision(folder, policy, tv):
+    """The loader's output is torchvision's op sequence, with the drawn
+    magnitudes, applied to the loader's own crop (uint8, so no rounding)."""
+    base = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
+    plain = _batches(stoker.ImageLoader(folder, 8, pipeline=base, **TRAIN))
+    aug = _batches(stoker.ImageLoader(folder, 8, pipeline=base + [tv], **TRAIN))
+    opts = stoker.transforms.pipeline_options(base + [tv])
+    opts.pop("pipeline")
+    worst = 1.0
+    applied = 0
+    for (x0, _, idx, epoch), (x1, _, idx1, _) in zip(plain, aug):
+        assert idx == idx1
+        for j, i in enumerate(idx):
+            ops, _ = _draws(epoch, i, seed=TRAIN["seed"], **opts)
+            t = x0[j].clone()
+            for name, mag in ops:
+                t = _apply_op(t, name, mag, interpolation=InterpolationMode.NEAREST, fill=None)
+                applied += name != "Identity"
+            d = t.int() - x1[j].int()
+            assert d.abs().max() <= 1, (i, ops)
+            worst = min(worst, float((d == 0).float().mean()))
+    assert applied > 10
+    assert worst >= 0.99
+
+
+def test_loader_jitter_grayscale_blur_vflip(folder):
+    pipe = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.RandomVerticalFlip(0.5),
+            T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(0.3),
+            T.GaussianBlur(5, (0.1, 2.0))]
+    base = _batches(stoker.ImageLoader(folder, 8, pipeline=pipe[:2], **TRAIN))
+    aug = _batches(stoker.ImageLoader(folder, 8, pipeline=pipe, **TRAIN))
+    opts = stoker.transforms.pipeline_options(pipe)
+    opts.pop("pipeline")
+    fns = {"vflip": lambda t, m: F.vflip(t), "adjust_brightness": F.adjust_brightness,
+           "adjust_contrast": F.adjust_contrast, "adjust_saturation": F.adjust_saturation,
+           "adjust_hue": F.adjust_hue, "rgb_to_grayscale": lambda t, m: F.rgb_to_grayscale(t, 3),
+           "gaussian_blur": lambda t, m: F.gaussian_blur(t, [5, 5], [m, m])}
+    seen = set()
+    for (x0, _, idx, epoch), (x1, _, _, _) in zip(base, aug):
+        for j, i in enumerate(idx):
+            ops, _ = _draws(epoch, i, seed=TRAIN["seed"], **opts)
+            t = x0[j].clone()
+            for name, mag in ops:
+                t = fns[name](t, mag)
+                seen.add(name)
+            # each op may move a pixel by one level; a chain of five by a little more
+            d = (t.int() - x1[j].int()).abs()
+            assert float((d == 0).float().mean()) >= 0.97 and d.max() <= 3, (i, ops)
+    assert {"vflip", "rgb_to_grayscale", "gaussian_blur", "adjust_hue"} <= seen
+
+
+def test_loader_erasing_after_normalisation(folder):
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    base = [T.RandomResizedCrop(40), T.ToTensor(), T.Normalize(mean, std)]
+    opts = dict(TRAIN, dtype="float32")
+    plain = _batches(stoker.ImageLoader(folder, 8, pipeline=base, **opts))
+    for value in ((1.5, -2.0, 0.25), "random"):
+        er = T.RandomErasing(p=1.0, value=value)
+        aug = _batches(stoker.ImageLoader(folder, 8, pipeline=base + [er], **opts))
+        po = stoker.transforms.pipeline_options(base + [er])
+        po.pop("pipeline")
+        erased = 0
+        for (x0, _, idx, epoch), (x1, _, _, _) in zip(plain, aug):
+            for j, i in enumerate(idx):
+                _, (ex, ey, ew, eh) = _draws(epoch, i, seed=TRAIN["seed"], **po)
+                inside = torch.zeros(40, 40, dtype=torch.bool)
+                inside[ey:ey + eh, ex:ex + ew] = True
+                assert torch.equal(x0[j][:, ~inside], x1[j][:, ~inside])
+                if ew:
+                    erased += 1
+                    box = x1[j][:, inside]
+                    if value == "random":
+                        assert abs(float(box.mean())) < 1.0 and float(box.std()) > 0.5
+                    else:
+                        assert torch.equal(box, torch.tensor(value).view(3, 1).expand_as(box))
+        assert erased >= 20
+
+
+def test_augmented_output_is_the_same_for_any_thread_count_and_on_resume(folder):
+    pipe = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.TrivialAugmentWide(),
+            T.ToTensor(), T.Normalize((0.5,) * 3, (0.25,) * 3), T.RandomErasing(0.5, value="random")]
+    mix = T.RandomChoice([T.MixUp(alpha=0.2), T.CutMix(alpha=1.0)])
+    runs = []
+    for threads in (1, 3):
+        ld = stoker.ImageLoader(folder, 5, pipeline=pipe, threads=threads, seed=3, mix=mix)
+        runs.append([(x.clone(), y.clone()) for x, y in ld])
+    assert len(runs[0]) == 5
+    for (a, la), (b, lb) in zip(*runs):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    ld = stoker.ImageLoader(folder, 5, pipeline=pipe, threads=2, seed=3, mix=mix)
+    it = iter(ld)
+    next(it)
+    next(it)
+    state = ld.state_dict()
+    ld2 = stoker.ImageLoader(folder, 5, pipeline=pipe, threads=2, seed=3, mix=mix)
+    ld2.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in ld2]
+    for (a, la), (b, lb) in zip(runs[0][2:], rest):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+# ---- MixUp and CutMix -------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,channels_last", [("float32", False), ("float32", True),
+                                                 ("bfloat16", False)])
+def test_mixup_cutmix_follow_torchvision_v2(folder, dtype, channels_last):
+    pipe = [T.RandomResizedCrop(32), T.ToTensor(), T.Normalize((0.5,) * 3, (0.25,) * 3)]
+    kw = dict(threads=2, seed=11, dtype=dtype, channels_last=channels_last)
+    plain = _batches(stoker.ImageLoader(folder, 6, pipeline=pipe, **kw))
+    mix = T.RandomChoice([T.MixUp(alpha=0.2), T.CutMix(alpha=1.0)])
+    ld = stoker.ImageLoader(folder, 6, pipeline=pipe, mix=mix, **kw)
+    modes = set()
+    for (x0, y0, idx, epoch), b in zip(plain, ld.iter_batches()):
+        mode, lam, (x1, y1, x2, y2) = _stoker._mix_params(11, epoch, b.batch_index, 0.2, 1.0, 32, 32)
+        modes.add(mode)
+        x = x0.float()
+        if mode == 1:  # v2.MixUp: inpt.roll(1, 0).mul_(1.0 - lam).add_(inpt.mul(lam))
+            ref = x.roll(1, 0).mul_(1.0 - lam).add_(x.mul(lam))
+        else:  # v2.CutMix: the box comes from the rolled batch
+            ref = x.clone()
+            ref[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]
+            assert lam == pytest.approx(1 - (x2 - x1) * (y2 - y1) / 32 ** 2)
+        tol = 0 if dtype == "float32" else 1e-2
+        assert torch.allclose(b.images.float(), ref.to(x0.dtype).float(), atol=tol, rtol=tol)
+        onehot = torch.nn.functional.one_hot(y0, 4).float()
+        soft = onehot.roll(1, 0).mul_(1.0 - lam).add_(onehot.mul(lam))
+        assert b.labels.dtype == torch.float32 and b.labels.shape == (len(idx), 4)
+        assert torch.allclose(b.labels, soft)
+    assert modes == {1, 2}
+
+
+def test_mix_and_augment_errors_name_the_problem(folder):
+    with pytest.raises(ValueError, match="batch transform"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32), T.MixUp(alpha=1.0)])
+    with pytest.raises(ValueError, match="IMAGENET only"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32),
+                                                T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)])
+    with pytest.raises(ValueError, match="centred"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32),
+                                                T.ColorJitter(brightness=(0.2, 1.1))])
+    with pytest.raises(ValueError, match="order"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32), T.RandomGrayscale(),
+                                                T.TrivialAugmentWide()])
+    with pytest.raises(ValueError, match="ra_magnitude"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32),
+                                                T.RandAugment(magnitude=31)])
+    with pytest.raises(ValueError, match="CPU loader only"):
+        _stoker._aug_draws(0, 0, 1, auto_augment="ta_wide", device=0)
+    with pytest.raises(ValueError, match="train pipeline"):
+        stoker.ImageLoader(folder, 4, pipeline="eval", mix=T.MixUp(alpha=1.0))
+
+
+# ---- distributions of the draws ---------------------------------------------------
+
+N = 1_000_000
+
+
+def _chi2_ok(counts, probs, alpha=1e-4):
+    from scipy import stats
+
+    counts = np.asarray(counts, float)
+    exp = np.asarray(probs, float) * counts.sum()
+    return stats.chisquare(counts, exp).pvalue > alpha
+
+
+def _ks_ok(a, b, alpha=1e-4):
+    from scipy import stats
+
+    return stats.ks_2samp(a, b).pvalue > alpha
+
+
+def test_trivial_augment_draws_are_uniform_in_op_bin_and_sign():
+    pytest.importorskip("scipy")
+    kinds, mags, _ = _stoker._aug_draws(0, 0, N, auto_augment="ta_wide", size=176)
+    k = np.frombuffer(kinds, np.uint8).reshape(N, MAX_OPS)[:, 0]
+    m = np.frombuffer(mags, np.float32).reshape(N, MAX_OPS)[:, 0]
+    assert _chi2_ok(np.bincount(k, minlength=14), [1 / 14] * 14)
+    # the bin and sign of a signed op: Rotate's 31 bins of 4.5 degrees
+    rot = m[k == NAMES.index("Rotate")]
+    bins = np.rint(np.abs(rot) / 4.5).astype(int)
+    assert _chi2_ok(np.bincount(bins, minlength=31), [1 / 31] * 31)
+    nz = rot[rot != 0]
+    assert _chi2_ok([np.sum(nz > 0), np.sum(nz < 0)], [0.5, 0.5])
+    # posterize's bits follow torchvision's table
+    post = m[k == NAMES.index("Posterize")].astype(int)
+    table = (8 - (torch.arange(31) / ((31 - 1) / 6)).round().int()).numpy()
+    expect = np.bincount(table, minlength=9) / 31
+    assert _chi2_ok(np.bincount(post, minlength=9)[expect > 0], expect[expect > 0])
+    # a wrong distribution is told apart
+    assert not _chi2_ok(np.bincount(bins, minlength=31), np.r_[[2 / 31], [1 / 31] * 29, [0.0]] /
+                        np.r_[[2 / 31], [1 / 31] * 29, [0.0]].sum())
+
+
+def test_erasing_draws_match_torchvision():
+    pytest.importorskip("scipy")
+    _, _, boxes = _stoker._aug_draws(0, 0, N, erase_prob=0.25, size=64)
+    b = np.frombuffer(boxes, np.int32).reshape(N, 4)
+    on = b[:, 2] > 0
+    assert _chi2_ok([on.sum(), (~on).sum()], [0.25, 0.75])
+    ours_area = b[on, 2] * b[on, 3] / 64 ** 2
+    ours_aspect = b[on, 3] / b[on, 2]
+    torch.manual_seed(0)
+    img = torch.zeros(3, 64, 64)
+    ref = [T_tv_erasing_params(img) for _ in range(20000)]
+    ref = np.array([r for r in ref if r[2] > 0])
+    assert _ks_ok(ours_area, ref[:, 2] * ref[:, 3] / 64 ** 2)
+    assert _ks_ok(ours_aspect, ref[:, 2] / ref[:, 3])
+    # the box's place: uniform over where it fits, as torchvision's randint
+    assert _ks_ok(b[on, 1] / (64 - b[on, 3] + 1), ref[:, 0] / (64 - ref[:, 2] + 1))
+    assert not _ks_ok(ours_area, ref[:, 2] * ref[:, 3] / 64 ** 2 * 1.1)
+
+
+def T_tv_erasing_params(img):
+    import torchvision.transforms as TV
+
+    i, j, h, w, _ = TV.RandomErasing.get_params(img, scale=(0.02, 0.33), ratio=(0.3, 3.3),
+                                                value=[0.0])
+    if h == img.shape[1] and w == img.shape[2]:  # the ten tries failed: no box
+        return (0, 0, 0, 0)
+    return (i, j, h, w)
+
+
+def test_mix_draws_in_distribution():
+    pytest.importorskip("scipy")
+    from scipy import stats
+
+    n = 200_000
+    modes, lams, boxes = [], [], []
+    for b in range(n):
+        mode, lam, box = _stoker._mix_params(0, 0, b, 0.2, 1.0, 176, 176)
+        modes.append(mode)
+        lams.append(lam)
+        boxes.append(box)
+    modes = np.array(modes)
+    lams = np.array(lams)
+    boxes = np.array(boxes)
+    assert _chi2_ok([np.sum(modes == 1), np.sum(modes == 2)], [0.5, 0.5])
+    assert stats.kstest(lams[modes == 1], stats.beta(0.2, 0.2).cdf).pvalue > 1e-4
+    # CutMix: the box of lambda ~ Beta(1, 1) with a uniform centre, as v2 draws it
+    rng = np.random.default_rng(0)
+    lr = rng.beta(1.0, 1.0, 100_000)
+    cx, cy = rng.integers(0, 176, 100_000), rng.integers(0, 176, 100_000)
+    r = 0.5 * np.sqrt(1 - lr)
+    hw = (r * 176).astype(int)
+    x1, x2 = np.clip(cx - hw, 0, None), np.clip(cx + hw, None, 176)
+    y1, y2 = np.clip(cy - hw, 0, None), np.clip(cy + hw, None, 176)
+    ref_lam = 1 - (x2 - x1) * (y2 - y1) / 176 ** 2
+    cut = boxes[modes == 2]
+    assert _ks_ok(lams[modes == 2], ref_lam)
+    assert _ks_ok(cut[:, 2] - cut[:, 0], x2 - x1)
+    assert _ks_ok(cut[:, 1], y1)
+    assert math.isclose(np.mean(lams[modes == 1]), 0.5, abs_tol=0.01)
