@@ -115,6 +115,9 @@ typedef enum { STK_LAYOUT_NCHW = 0, STK_LAYOUT_NHWC = 1 } stk_layout;
 
 typedef enum { STK_ON_ERROR_RAISE = 0, STK_ON_ERROR_SKIP = 1 } stk_on_error;
 
+/* Resampling filters (stk_options.interpolation). */
+typedef enum { STK_INTERPOLATION_BILINEAR = 0, STK_INTERPOLATION_BICUBIC = 1 } stk_interpolation;
+
 /* ---- options ------------------------------------------------------------ */
 /* Fill with stk_options_init(), then change what you need. The defaults are
  * those of torchvision's ImageNet recipe. */
@@ -244,6 +247,10 @@ typedef struct stk_options {
   float erase_ratio[2];      /* {0.3, 3.3} */
   float erase_value[3];      /* per channel, in normalised units. 0 */
   int erase_random;          /* value="random": standard normal values */
+  int interpolation;         /* stk_interpolation: the filter of the train
+                                crop's and the eval resize's resampling,
+                                Pillow's antialiased one (torchvision's on
+                                PIL images). STK_INTERPOLATION_BILINEAR */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

@@ -148,7 +148,10 @@
   X(erase_value, FLOAT, STK__V(0, 0, 0), -STK__INF, STK__INF, NULL, "--erase-value", \
     "erase_value", "train: RandomErasing value per channel (normalised)") \
   X(erase_random, BOOL, STK__V(0), 0, 1, NULL, "--erase-random", "erase_random", \
-    "train: RandomErasing value='random' (standard normal per element)")
+    "train: RandomErasing value='random' (standard normal per element)") \
+  X(interpolation, ENUM, STK__V(STK_INTERPOLATION_BILINEAR), 0, 1, "bilinear|bicubic", \
+    "--interpolation", "interpolation", \
+    "the train crop's and the eval resize's filter: Pillow's antialiased bilinear or bicubic")
 /* clang-format on */
 
 typedef enum {

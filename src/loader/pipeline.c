@@ -18,6 +18,7 @@ void stk__plan_init(stk__plan *p, const stk_options *o) {
   p->flip_prob = o->pipeline == STK_PIPELINE_TRAIN ? o->flip_prob : 0.0f;
   int dct = o->dct_scaling < 0 ? o->pipeline == STK_PIPELINE_TRAIN : o->dct_scaling;
   p->max_denom = dct ? 8 : 1;
+  p->filter = o->interpolation;
   p->seed = o->seed;
   p->max_file_bytes = o->max_file_bytes;
   p->max_pixels = o->max_pixels;
@@ -101,6 +102,7 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
                                    (int)(info->height / g->y.scale), p->max_denom);
     }
   }
+  stk__geom_set_filter(g, p->filter);
   return STK_OK;
 }
 

@@ -21,6 +21,7 @@ typedef struct {
   int size, resize;
   float scale[2], ratio[2], flip_prob;
   int max_denom;             /* 1 = no DCT scaling */
+  int filter;                /* stk_interpolation: the resampling filter */
   uint64_t seed;
   uint64_t max_file_bytes, max_pixels;
   stk__store store;
