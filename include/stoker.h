@@ -251,6 +251,11 @@ typedef struct stk_options {
                                 crop's and the eval resize's resampling,
                                 Pillow's antialiased one (torchvision's on
                                 PIL images). STK_INTERPOLATION_BILINEAR */
+  int ra_reps;               /* repeated augmentation: the order of
+                                torchvision's RASampler, each sample ra_reps
+                                times in a row over the ranks, cut to
+                                n // 256 * 256 / world_size per rank;
+                                copies are augmented apart. 0 = off */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

@@ -233,7 +233,7 @@ class ImageLoader:
                  max_consecutive_failures: int = 100, max_device_bytes: Optional[int] = None,
                  gpu_cpu_share: Optional[float] = None, index: Union[int, bool, None] = None,
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
-                 allow_stale_cache: bool = False,
+                 allow_stale_cache: bool = False, ra_reps: int = 0,
                  read_timeout: Optional[float] = None, pin_memory: bool = False,
                  mix: Any = None) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
@@ -259,6 +259,9 @@ class ImageLoader:
             dtype, channels_last: the images' element type and memory format.
             prefetch: batches prepared ahead (the loader has ``prefetch + 2`` slots).
             pin_memory: page-lock CPU batches for ``.cuda(non_blocking=True)``.
+            ra_reps: repeated augmentation: the order of torchvision's ``RASampler``
+                (``repetitions=ra_reps``; each sample that many times, its copies augmented
+                apart); 0 = off.
             mix: ``MixUp``, ``CutMix`` or ``RandomChoice([MixUp, CutMix])`` (stoker's or
                 torchvision v2's): each batch is mixed with itself rolled by one, and the
                 labels become float ``[B, num_classes]`` soft labels.
@@ -326,6 +329,7 @@ class ImageLoader:
             prefetch=_int("prefetch", prefetch, 1),
             max_consecutive_failures=_int("max_consecutive_failures",
                                           max_consecutive_failures, 0),
+            ra_reps=_int("ra_reps", ra_reps, 0),
         )
         if dct_scaling is not None:
             opts["dct_scaling"] = 1 if dct_scaling else 0
@@ -379,6 +383,7 @@ class ImageLoader:
             "shard_drop_last": opts["shard_drop_last"],
             "rank": opts["rank"],
             "world_size": opts["world_size"],
+            "ra_reps": opts["ra_reps"],
         }
         self._epoch = 0        # epoch of the next pass
         # the epoch of a pass that yielded batches and did not finish: the
@@ -596,6 +601,8 @@ class ImageLoader:
             epoch, batch, fp = int(state["epoch"]), int(state["batch"]), state["fingerprint"]
         except (KeyError, TypeError, ValueError):
             raise ValueError("not a stoker.ImageLoader state_dict") from None
+        if isinstance(fp, Mapping) and "ra_reps" not in fp:
+            fp = {**fp, "ra_reps": 0}  # saved before ra_reps existed: off
         diff = [f"{k}: saved {fp.get(k)!r}, now {v!r}" for k, v in self._fingerprint.items()
                 if fp.get(k) != v]
         if diff:

@@ -62,3 +62,137 @@ def test_batch_drop_last_truncates_the_shard(folder23):
 def test_rank_and_world_size_default_to_a_single_process(folder23):
     ld = stoker.ImageLoader(folder23, batch_size=4, size=8, threads=1)
     assert len(ld) == 6  # ceil(23 / 4): the whole dataset on one rank
+
+
+# ---- repeated augmentation: torchvision's RASampler ---------------------------------------------
+
+def rasampler_order(n, reps, world, rank, shuffle, seed, epoch):
+    """references/classification/sampler.py's RASampler.__iter__ (torchvision), as the
+    reference: the dataset is only its length here."""
+    import math
+
+    num_samples = int(math.ceil(n * float(reps) / world))
+    total_size = num_samples * world
+    num_selected_samples = int(math.floor(n // 256 * 256 / world))
+    if shuffle:
+        g = torch.Generator()
+        g.manual_seed(seed + epoch)
+        indices = torch.randperm(n, generator=g).tolist()
+    else:
+        indices = list(range(n))
+    indices = [ele for ele in indices for i in range(reps)]
+    indices += indices[: (total_size - len(indices))]
+    assert len(indices) == total_size
+    indices = indices[rank:total_size:world]
+    assert len(indices) == num_samples
+    return indices[:num_selected_samples]
+
+
+@pytest.fixture(scope="module")
+def ra_list(tmp_path_factory):
+    """list_file(n): a list of n samples over 9 tiny JPEGs (the order tests read only
+    indices; RASampler needs n >= 256 for a non-empty epoch)."""
+    from conftest import photo, save_jpeg
+
+    root = tmp_path_factory.mktemp("ra")
+    files = []
+    for i in range(9):
+        path = str(root / f"{i}.jpg")
+        save_jpeg(path, photo(40, 32, 100 + i))
+        files.append(path)
+
+    def make(n):
+        path = root / f"list{n}.txt"
+        if not path.exists():
+            path.write_text("".join(f"{files[i % 9]} {i % 5}\n" for i in range(n)))
+        return str(path)
+    return make
+
+
+def ra_loader(ra_list, n, reps, **kw):
+    args = dict(batch_size=64, size=8, threads=1, pipeline="eval", ra_reps=reps)
+    args.update(kw)
+    return stoker.ImageLoader(list_file=ra_list(n), **args)
+
+
+@pytest.mark.parametrize("n,reps,world,shuffle,seed", [
+    (256, 3, 1, True, 0), (300, 3, 2, True, 5), (513, 4, 3, True, 0), (600, 2, 8, True, 1),
+    (1031, 1, 4, True, 9), (300, 3, 2, False, 0), (777, 5, 3, False, 0), (520, 3, 2, True, 2**32 + 3),
+])
+def test_ra_order_equals_rasampler(ra_list, n, reps, world, shuffle, seed):
+    for rank in range(world):
+        ld = ra_loader(ra_list, n, reps, rank=rank, world_size=world, shuffle=shuffle, seed=seed)
+        for epoch in (0, 3):
+            ld.set_epoch(epoch)
+            got = [i for b in ld.iter_batches() for i in b.indices]
+            want = rasampler_order(n, reps, world, rank, shuffle, seed, epoch)
+            assert got == want, (rank, epoch)
+        assert len(ld) == -(-len(want) // 64)
+        ld.close()
+
+
+def test_ra_off_is_distributed_sampler(ra_list):
+    ld = ra_loader(ra_list, 300, 0, rank=1, world_size=2, seed=4, shuffle=True)
+    ld.set_epoch(2)
+    assert [i for b in ld.iter_batches() for i in b.indices] == \
+        sampler_order(300, 2, 1, True, 4, False, 2)
+
+
+def test_ra_copies_differ(ra_list):
+    """The copies of an index are augmented apart; the first keeps the draws the index
+    has without repetition."""
+    kw = dict(pipeline="train", size=16, dtype="uint8", seed=3, batch_size=100)
+    ra = ra_loader(ra_list, 300, 3, **kw)
+    plain = ra_loader(ra_list, 300, 0, **kw)
+    for ld in (ra, plain):
+        ld.set_epoch(1)
+    copies = {}
+    for b in ra.iter_batches():
+        for img, i in zip(b.images, b.indices):
+            copies.setdefault(i, []).append(img.clone())
+    alone = {i: img.clone() for b in plain.iter_batches() for img, i in zip(b.images, b.indices)}
+    assert len(copies) == 86 and all(len(c) == 3 for c in list(copies.values())[:85])
+    for i, c in copies.items():
+        assert torch.equal(c[0], alone[i]), i
+        for a in range(len(c)):
+            for b in range(a + 1, len(c)):
+                assert not torch.equal(c[a], c[b]), (i, a, b)
+
+
+def test_ra_threads_and_resume(ra_list):
+    kw = dict(pipeline="train", size=16, dtype="uint8", seed=11, batch_size=32, rank=1,
+              world_size=2, ra_reps=4)
+    one = stoker.ImageLoader(list_file=ra_list(600), **{**kw, "threads": 1})
+    two = stoker.ImageLoader(list_file=ra_list(600), **{**kw, "threads": 3})
+    for ld in (one, two):
+        ld.set_epoch(2)
+    a = [(b.images.clone(), list(b.indices)) for b in one.iter_batches()]
+    b = [(b.images.clone(), list(b.indices)) for b in two.iter_batches()]
+    assert len(a) == len(one) == 8  # 600 // 256 * 256 / 2 = 256 samples
+    assert all(torch.equal(x[0], y[0]) and x[1] == y[1] for x, y in zip(a, b))
+    # resume mid-epoch from a state_dict
+    one.set_epoch(2)
+    it = iter(one.iter_batches())
+    for _ in range(3):
+        next(it)
+    state = one.state_dict()
+    del it
+    two.load_state_dict(state)
+    rest = [(b.images.clone(), list(b.indices)) for b in two.iter_batches()]
+    assert len(rest) == 5
+    assert all(torch.equal(x[0], y[0]) and x[1] == y[1] for x, y in zip(a[3:], rest))
+    # a state_dict of another ra_reps is refused
+    other = stoker.ImageLoader(list_file=ra_list(600), **{**kw, "ra_reps": 2})
+    with pytest.raises(ValueError, match="ra_reps"):
+        other.load_state_dict(state)
+
+
+def test_ra_refusals(ra_list):
+    with pytest.raises(ValueError, match="256"):
+        ra_loader(ra_list, 255, 3)
+    with pytest.raises(ValueError, match="256"):
+        ra_loader(ra_list, 300, 3, rank=0, world_size=300)
+    with pytest.raises(ValueError, match="shard_drop_last"):
+        ra_loader(ra_list, 300, 3, shard_drop_last=True)
+    with pytest.raises(ValueError, match="ra_reps"):
+        ra_loader(ra_list, 300, 65)

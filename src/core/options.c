@@ -241,6 +241,9 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
     if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
   if (o->rank >= o->world_size)
     BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
+  if (o->ra_reps > 0 && o->shard_drop_last)
+    BAD("ra_reps and shard_drop_last do not go together: RASampler cuts every rank's share to "
+        "the same length itself");
   /* -1 is a mode, not the end of a range: (-1, 0) means nothing */
   if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
     BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);

@@ -151,7 +151,9 @@
     "train: RandomErasing value='random' (standard normal per element)") \
   X(interpolation, ENUM, STK__V(STK_INTERPOLATION_BILINEAR), 0, 1, "bilinear|bicubic", \
     "--interpolation", "interpolation", \
-    "the train crop's and the eval resize's filter: Pillow's antialiased bilinear or bicubic")
+    "the train crop's and the eval resize's filter: Pillow's antialiased bilinear or bicubic") \
+  X(ra_reps, INT, STK__V(0), 0, 64, NULL, "--ra-reps", "ra_reps", \
+    "repeated augmentation: RASampler's order, each sample reps times; 0 = off")
 /* clang-format on */
 
 typedef enum {

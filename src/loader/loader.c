@@ -367,10 +367,12 @@ static void add_stage_times(stk_loader *l, worker_ctx *wc) {
   wc->sink_growth = 0;
 }
 
-/* Produces position j of slot s from sample idx, through the sink. Runs
- * without the mutex. */
-static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, uint64_t epoch,
-                   int share, char *reason) {
+/* Produces position j of slot s from sample idx, which sits at `pos` of its
+ * epoch's order, through the sink. Runs without the mutex. */
+static int produce(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, int64_t pos,
+                   uint64_t epoch, int share, char *reason) {
+  /* repeated augmentation: each copy of an index gets its own draws */
+  wc->w.key_offset = (uint64_t)stk__sampler_copy(&l->sampler, pos) * (uint64_t)l->src.ds.n;
   return l->sink.ops->produce(&l->sink, &wc->w, (int)(s - l->slots), j, epoch, idx, share, reason,
                               MSG_LEN, &wc->sink_growth);
 }
@@ -419,7 +421,7 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
     pthread_mutex_unlock(&l->mu);
     /* refills are made while the batch is being finalised: never in the
      * share, so they take the sink's fastest path */
-    int rc = produce(l, wc, s, j, idx, epoch, 0, wc->reason);
+    int rc = produce(l, wc, s, j, idx, pos, epoch, 0, wc->reason);
     pthread_mutex_lock(&l->mu);
     /* abandoned: the consumer noted the failure and handed finalisation on */
     if (end_position(l, wc) == PH_ABANDONED) return -1;
@@ -702,7 +704,7 @@ static void *worker_main(void *arg) {
     begin_position(l, wc, s, j, idx, 0);
     pthread_mutex_unlock(&l->mu);
 
-    int rc = produce(l, wc, s, j, idx, epoch, share, wc->reason);
+    int rc = produce(l, wc, s, j, idx, s->start + j, epoch, share, wc->reason);
 
     pthread_mutex_lock(&l->mu);
     int ph = end_position(l, wc);
@@ -884,6 +886,21 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   if (rc) {
     stk__fail(err, errlen, rc, "cannot set up the sampler");
     goto fail;
+  }
+  if (o.ra_reps > 0) {
+    if (l->src.ops->order) { /* tar shards stream shard by shard: no global order to repeat */
+      rc = stk__fail(err, errlen, STK_EINVAL,
+                     "ra_reps: repeated augmentation needs a folder, list or cache, not tar shards");
+      goto fail;
+    }
+    stk__sampler_repeat(&l->sampler, o.ra_reps);
+    if (l->sampler.num_samples == 0) {
+      rc = stk__fail(err, errlen, STK_EINVAL,
+                     "ra_reps: RASampler keeps n // 256 * 256 / world_size samples per rank, "
+                     "none of %lld samples over %d ranks",
+                     (long long)l->src.ds.n, o.world_size);
+      goto fail;
+    }
   }
   if (l->sampler.num_samples == 0) {
     rc = stk__fail(err, errlen, STK_EEMPTY, "%lld samples leave rank %d of %d with none",

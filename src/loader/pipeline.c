@@ -82,7 +82,7 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
 
   /* All random choices for this sample come from its own stream. */
   stk__rng rng;
-  stk__rng_init(&rng, p->seed, epoch, (uint64_t)index);
+  stk__rng_init(&rng, p->seed, epoch, (uint64_t)index + w->key_offset);
   stk__geom *g = &s->geom;
   s->denom = 1;
   if (p->pipeline == STK_PIPELINE_TRAIN) {
@@ -92,7 +92,8 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
     g->flip = stk__rng_uniform(&rng) < p->flip_prob;
     if (info->format == STK__FMT_JPEG)
       s->denom = stk__choose_denom(&crop, p->size, p->size, p->max_denom);
-    if (p->aug.on) stk__aug_draw(&p->aug, p->seed, epoch, index, &s->aug);
+    if (p->aug.on)
+      stk__aug_draw(&p->aug, p->seed, epoch, index + (int64_t)w->key_offset, &s->aug);
   } else {
     stk__geom_eval(info->width, info->height, p->resize, p->size, g);
     if (info->format == STK__FMT_JPEG && p->max_denom > 1) {

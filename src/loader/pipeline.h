@@ -58,6 +58,11 @@ typedef struct {
    * The loader uses it to make a stuck read harmless (loader.c). */
   int (*on_read)(void *ctx);
   void *on_read_ctx;
+  /* Added to the sample index in the key of the sample's random draws: the
+   * loader sets copy * n for copy k of an index that repeated augmentation
+   * (ra_reps) repeats, so that its copies are augmented apart. 0 = the key
+   * is the index itself. */
+  uint64_t key_offset;
 } stk__worker;
 
 /* Internal: the sample's position was taken away during its read. */
