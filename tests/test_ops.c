@@ -1,5 +1,6 @@
 /* Crop choices, geometries, the resampler and the store. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,7 +117,8 @@ static void test_resample_identity_and_flip(void) {
 }
 
 static void test_resample_constant(void) {
-  /* Weights sum to one: a flat image stays flat at any scale, both ways. */
+  /* Weights sum to one: a flat image stays flat at any scale, both ways,
+   * with either filter (bicubic's negative lobes included). */
   int W = 333, H = 250;
   uint8_t *img = malloc((size_t)W * H * 3);
   for (size_t i = 0; i < (size_t)W * H; i++) img[i * 3] = 200, img[i * 3 + 1] = 17, img[i * 3 + 2] = 99;
@@ -124,12 +126,13 @@ static void test_resample_constant(void) {
   stk__store st;
   const float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
   int sizes[] = {7, 64, 224, 500};
-  for (int k = 0; k < 4; k++) {
-    int S = sizes[k];
+  for (int k = 0; k < 8; k++) {
+    int S = sizes[k % 4];
     stk__store_init(&st, STK_DTYPE_UINT8, STK_LAYOUT_NCHW, S, S, mean, std);
     stk__rect crop = {10, 3, 300, 211};
     stk__geom g;
     stk__geom_crop(&crop, S, S, &g);
+    stk__geom_set_filter(&g, k < 4 ? STK_FILTER_BILINEAR : STK_FILTER_BICUBIC);
     stk__rect need;
     CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &need), STK_OK);
     CHECK(need.x >= 10 && need.y >= 3 && need.x + need.w <= 310 && need.y + need.h <= 214);
@@ -138,7 +141,7 @@ static void test_resample_constant(void) {
     int ok = 1;
     for (int i = 0; i < S * S; i++)
       ok &= out[i] == 200 && out[S * S + i] == 17 && out[2 * S * S + i] == 99;
-    CHECK_MSG(ok, "flat image not flat at size %d", S);
+    CHECK_MSG(ok, "flat image not flat at size %d (filter %d)", S, k / 4);
     free(out);
   }
   free(img);
@@ -229,6 +232,190 @@ static void test_fast_paths_match_exact(void) {
   stk__resampler_free(&b);
 }
 
+/* Pillow's own output (9.4, Image.resize with BILINEAR / BICUBIC, box=, or
+ * crop() then resize() as torchvision's resized_crop does) on an 11x9 image
+ * with sharp jumps, so that bicubic's overshoot is clipped at 0 and 255 in
+ * the intermediate and the output. Made by:
+ *   a[y, x, c] = (x * 37 + y * 91 + c * 53 + x * y * 13) & 255
+ *   im.resize(size, f, box=box) or im.crop(crop).resize(size, f)
+ *   np.asarray(out).tobytes().hex()                                      */
+typedef struct {
+  const char *name;
+  int filter, ow, oh;
+  int box[4];       /* resize with box= (x0, y0, x1, y1): the window is clipped at the image */
+  int is_crop;      /* crop() then resize(): clipped at the crop */
+  stk__rect crop;
+  const char *hex;  /* Pillow's RGB bytes */
+} pillow_case;
+
+static const pillow_case PILLOW_CASES[] = {
+    {"down", STK_FILTER_BILINEAR, 5, 4, {0, 0, 11, 9}, 0, {0, 0, 0, 0},
+     "688794898c978c8f8a7d7a73636d997b937c93807d8b7394807a8b817f7774a1949275a38d81889277989497"
+     "7a9d6ca19a72a794777f97838196738b"},
+    {"up", STK_FILTER_BILINEAR, 14, 12, {0, 0, 11, 9}, 0, {0, 0, 0, 0},
+     "00356a194e83366ba05388bd70a5da8dc2f7aadf79c89832b71a4f0b376c1f54893c71a6598ec372a7dc396e"
+     "a3588dc27bb09a9fac69bc578c627aaf689d988d9c979f859d77a843975461654f843e73a85c91c67db287a3"
+     "96ada1a28d99a663be598a6c846a7a7584807aaf70a5bd9bd06bc784499c535c5e52874277aca1d62bce6a58"
+     "98557b53809d849ac89ece4acb7855a6477c4b669b6599ce96cb58c98642aa4666285d92265b705978a383a7"
+     "74adaa37e03d716a77917c9ec6aa74a9a9275c336095669bb8a1c57389a8450d42774a7fb483b8817aaf6267"
+     "8471a679ae9c3d726d6297707fb4a16a9f972e635e6ba078adaf9b9d9093285d8ec3988cc16b6da281617eb3"
+     "a77bb0a6477c7e746e639892728abfbc578c8e53887c85ba9a9bb1d96e43b2e73c6095835b90c59c99cee541"
+     "768779ae9cc5718ab25f4d689d85b9eed663809d6b9179ae91bff429376c816ea3ce558abf3663988e9cd1cd"
+     "457a9976988d6b8cab295e5481b6a5c24f759b69588d70a4d90e5b90c5af77ac9978ad707db2cb6398ae77ac"
+     "b8669bb46297a36ca1b84f849daa97a3818aa36c828abf949f74a9b86297b86a9fb277acc964996981b6a477"
+     "72a77b75748cb0dc78508592afae598ec44b8070a5dad80d428a6da2a6659ad54a7f7bb0e521568b6297306c"
+     "a13a3f747baee3215d92878c376ca82f645a8fc4"},
+    {"box", STK_FILTER_BILINEAR, 6, 7, {2, 1, 9, 8}, 0, {0, 0, 0, 0},
+     "c5cd3eb1366b396ea371a6dba9de63d6474f4a70a587bca1ce933884497e5b90c5a7cd3eb2ba2bbd42776297"
+     "ccb85d925d4277689dc3386d929378ad872c615b90c5bf4479575f949fa7dcc94e838cc1866ea36871a6dbdc"
+     "4d82255a8f9f84b9b0558aa2477c73588d9dd2449b94c9d55a8fb57aafb57aafd55a8f9b94c9"},
+    {"crop_tall", STK_FILTER_BILINEAR, 4, 3, {0, 0, 0, 0}, 1, {1, 0, 9, 9},
+     "8b8f8d898b8f8880878175707d908d93728a8371958a8b929975aa997696947c869e7784"},
+    {"crop_up", STK_FILTER_BILINEAR, 8, 8, {0, 0, 0, 0}, 1, {3, 2, 6, 5},
+     "73a8dd9acf64ca9f34d92e63485d92578cc187bc91aee318ac71a6919c779b9a75bc659a84457a5f6a9f699e"
+     "9d93c86ded326788598e618cc191a8ddca2d626e3f744873a86da2d79e83b8a24b8081487d537eb39382b7a1"
+     "4a7f80477c477cb1a085baa851868d546b5b907f659ac5a1689da44d8271568bf1366b9a6ba086b18caadf42"
+     "42778e709bd0b586bbeb3065b277acb16297a27d888caf828b42697574a9909b9ad59a3f7bb0e5c3588db94e"
+     "836f84b9c61b507c518672a77cbaef24"},
+    {"down", STK_FILTER_BICUBIC, 5, 4, {0, 0, 11, 9}, 0, {0, 0, 0, 0},
+     "6484958a90978d928c7f786c5d6d9c8196779481788a6d94817e8f857c746ca9969071a68e7d8991749b95a0"
+     "77a068a29c72a891767d98877f97718c"},
+    {"up", STK_FILTER_BICUBIC, 14, 12, {0, 0, 11, 9}, 0, {0, 0, 0, 0},
+     "002e6312477b3064a04c84c569ace191c8ffb0f86fda9f15c60048002d700e558d3975a95e92c776abe03165"
+     "ad4d90d77bc69eaeb953c74b83536db854a59e8ca69faa87a87bb033a6415e5c40892a79ad6195ca86c08cb1"
+     "9abdabad8f9eb252c84f845f805a71667f7873c563bcd6ade663e78135a53d5150468b407aaea9e91ce55e49"
+     "9b3a7a387bac7ba5d5a4e838e87241b12e7434629d6298dd94e64ae2862db932671c5f95184e6a4a6db783b8"
+     "79bcbb1ced2e6757759770b7e2bd79b0ba0c422460975e9ed1b4da6c8eb52f003b7b3a6fcc8dca817ebf4d55"
+     "7b67a081b8a9256459549b5f89cab470a4a0194e4562a86bc7c4a5a8969a0c599acda49bd05769a3764f76c9"
+     "a283b8b238737b69584ea594679ed9d14f848b3f7c6c85d19ea1c8f1633ac3f42a53897c498ddaaca9ddf333"
+     "69747cc0a4e36a92bf46365b9f82c9fff25475a1579269b699c4ff20285c7973b2e14f8dc41b538884a9dee3"
+     "3268917ba0866e92bc0e474583bcb1da396d9d65428377aae000499adbc670a9a176aa5885bad6598eb881b4"
+     "c25aa4be57a0ab73aac13a839bbea0a7868dab5f8088c59ea37db2c2588dc0679cba80b5d55a8f558cc7ae74"
+     "66b3796f649ac7ee71467797c6b64d90da3d7667a9f0e200337979aea2679ceb396e74bbf00b448a63a0186d"
+     "ab2f2f6584aef0194e98908b2267b223585393c8"},
+    {"box", STK_FILTER_BICUBIC, 6, 7, {2, 1, 9, 8}, 0, {0, 0, 0, 0},
+     "ccd833bb2b66296da272a7ebaee959e13c483f6aac81c5aadc9627813b805296d1add833b8c41fc5357052a5"
+     "dac85a8f553a7066a4cf2b6994997eb48a1b504da1d6cd3d724d5d92a0ade6cf3f818bce886ca15b6ca8eae9"
+     "437c17558aa388bdb25489a3457a6f548fa2e03e9699ced8578cb37cb1b37cb1d8578c9699ce"},
+    {"crop_tall", STK_FILTER_BICUBIC, 4, 3, {0, 0, 0, 0}, 1, {1, 0, 9, 9},
+     "888c8d8c8e908680857e746e7d938b98708b826f988d8f949675b0987495937f809b7483"},
+    {"crop_up", STK_FILTER_BICUBIC, 8, 8, {0, 0, 0, 0}, 1, {3, 2, 6, 5},
+     "66aef198e75ddfa714e817593360974a92dc91c593b5ea00af6ca98aa8719baa6ecb609c8239704f67a864a9"
+     "a49dd164fc285d814f894a98d392b7ecdd1e536630653777ae70a6e39294c9ac3c75812c6f397ac19b91c7b8"
+     "376b80336b2e82c09395cab14882953f554b8d7756b1dfb6669eb53d75604e8cfd2b609166ad7dc395b9ef30"
+     "326f8d64a6e7c08fc7f6215db378adb35b98a5828b8fbc848f2f5a6771b68baaa5e29f316bc1f6d14e82c63e"
+     "7a5f88cfdb0a40753f8662b17fbcff19"},
+};
+
+static uint8_t pillow_pattern(int x, int y, int c) {
+  return (uint8_t)((x * 37 + y * 91 + c * 53 + x * y * 13) & 255);
+}
+
+/* Both filters give Pillow's bytes: bilinear as it always did, bicubic on
+ * every kind of geometry (downscale, upscale, box, crop taller than the
+ * output, where the bilinear train path would swap the passes). */
+static void test_pillow_reference(void) {
+  enum { W = 11, H = 9 };
+  uint8_t img[W * H * 3];
+  for (int y = 0; y < H; y++)
+    for (int x = 0; x < W; x++)
+      for (int c = 0; c < 3; c++) img[(y * W + x) * 3 + c] = pillow_pattern(x, y, c);
+  const float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1};
+  stk__resampler rs = {0};
+  for (size_t k = 0; k < sizeof PILLOW_CASES / sizeof PILLOW_CASES[0]; k++) {
+    const pillow_case *pc = &PILLOW_CASES[k];
+    stk__geom g;
+    if (pc->is_crop) {
+      stk__geom_crop(&pc->crop, pc->ow, pc->oh, &g);
+      /* bilinear train crops may swap the passes (equal up to rounding);
+       * bicubic must be Pillow's as the train path makes it */
+      g.exact = pc->filter == STK_FILTER_BILINEAR;
+    } else {
+      const int *b = pc->box;
+      g.x = (stk__axis){.in0 = b[0], .scale = (double)(b[2] - b[0]) / pc->ow, .lo = 0, .hi = W,
+                        .out = pc->ow};
+      g.y = (stk__axis){.in0 = b[1], .scale = (double)(b[3] - b[1]) / pc->oh, .lo = 0, .hi = H,
+                        .out = pc->oh};
+      g.flip = 0;
+      g.exact = 1;
+    }
+    stk__geom_set_filter(&g, pc->filter);
+    stk__store st;
+    stk__store_init(&st, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, pc->ow, pc->oh, mean, std);
+    stk__rect need;
+    CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &need), STK_OK);
+    CHECK_MSG(need.x >= 0 && need.y >= 0 && need.x + need.w <= W && need.y + need.h <= H,
+              "%s: reads %d,%d %dx%d outside the image", pc->name, need.x, need.y, need.w, need.h);
+    size_t n = (size_t)pc->ow * pc->oh * 3;
+    CHECK_EQ_INT(strlen(pc->hex), n * 2);
+    uint8_t out[14 * 12 * 3];
+    CHECK_EQ_INT(stk__resampler_run(&rs, img, (size_t)W * 3, 0, 0, &st, out), STK_OK);
+    int bad = -1;
+    unsigned want = 0;
+    for (size_t i = 0; i < n && bad < 0; i++) {
+      sscanf(pc->hex + 2 * i, "%2x", &want);
+      if (out[i] != want) bad = (int)i;
+    }
+    CHECK_MSG(bad < 0, "%s %s: byte %d is %d, Pillow's is %u", pc->name,
+              pc->filter == STK_FILTER_BICUBIC ? "bicubic" : "bilinear", bad,
+              bad < 0 ? 0 : out[bad], want);
+  }
+  stk__resampler_free(&rs);
+}
+
+/* Bicubic's window: support 2 (ksize 5 at scale 1, ceil(2 s) * 2 + 1 when
+ * shrinking by s), negative lobes, weights summing to one in fixed point;
+ * it reads more of the source than bilinear, within [lo, hi). */
+static void test_bicubic_window(void) {
+  CHECK_EQ_INT(stk__window_ksize(STK_FILTER_BILINEAR, 1.0), 3);
+  CHECK_EQ_INT(stk__window_ksize(STK_FILTER_BICUBIC, 1.0), 5);
+  CHECK_EQ_INT(stk__window_ksize(STK_FILTER_BILINEAR, 2.5), 7);
+  CHECK_EQ_INT(stk__window_ksize(STK_FILTER_BICUBIC, 2.5), 11);
+  CHECK_EQ_INT(stk__window_ksize(STK_FILTER_BICUBIC, 0.25), 5); /* upscaling: support stays 2 */
+  CHECK(stk__bicubic(0.0) == 1.0 && stk__bicubic(1.0) == 0.0 && stk__bicubic(2.0) == 0.0);
+  CHECK(stk__bicubic(1.5) == -0.0625 && stk__bicubic(-0.5) == 0.5625);
+  /* upscaling by 4: a window of 4 taps, two of them negative */
+  int first, count, neg = 0;
+  int32_t k[8], sum = 0;
+  stk__window(STK_FILTER_BICUBIC, 0.0, 0.25, 100, 41, &first, &count);
+  CHECK_EQ_INT(count, 4);
+  stk__window_weights(STK_FILTER_BICUBIC, 0.0, 0.25, 41, first, count, 5, k);
+  for (int i = 0; i < 5; i++) sum += k[i], neg += k[i] < 0;
+  CHECK_EQ_INT(neg, 2);
+  CHECK_EQ_INT(k[4], 0);
+  CHECK_MSG(abs(sum - (1 << STK_PRECISION_BITS)) <= 2, "weights sum to %d", sum);
+  /* a crop clips the windows at its edges, so bicubic reads the same
+   * rectangle; a box of a larger source range reads wider with bicubic,
+   * still inside the range */
+  stk__resampler rs = {0};
+  stk__rect crop = {40, 30, 200, 150}, nl, nc;
+  stk__geom g;
+  stk__geom_crop(&crop, 64, 64, &g);
+  CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &nl), STK_OK);
+  stk__geom_set_filter(&g, STK_FILTER_BICUBIC);
+  CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &nc), STK_OK);
+  CHECK(nc.x == 40 && nc.y == 30 && nc.w == 200 && nc.h == 150 && nl.w == 200 && nl.h == 150);
+  g.x.lo = g.y.lo = 0;
+  g.x.hi = g.y.hi = 400;
+  stk__geom_set_filter(&g, STK_FILTER_BILINEAR);
+  CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &nl), STK_OK);
+  CHECK_EQ_INT(rs.ksx, 9);
+  stk__geom_set_filter(&g, STK_FILTER_BICUBIC);
+  CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &nc), STK_OK);
+  CHECK_EQ_INT(rs.ksx, 15);
+  CHECK(nc.x <= nl.x && nc.y <= nl.y && nc.x + nc.w >= nl.x + nl.w && nc.y + nc.h >= nl.y + nl.h);
+  CHECK(nc.w > nl.w && nc.h > nl.h);
+  CHECK(nc.x >= 0 && nc.y >= 0 && nc.x + nc.w <= 400 && nc.y + nc.h <= 400);
+  /* bicubic never swaps the passes; bilinear train crops taller than the output do */
+  CHECK(stk__geom_vfirst(&g, nc.h) == 0);
+  stk__geom_set_filter(&g, STK_FILTER_BILINEAR);
+  CHECK(stk__geom_vfirst(&g, nl.h) == 1);
+  /* an unknown filter is refused */
+  stk__geom_set_filter(&g, 2);
+  CHECK_EQ_INT(stk__resampler_plan(&rs, &g, &nc), STK_EINVAL);
+  stk__resampler_free(&rs);
+}
+
 int main(void) {
   test_fast_paths_match_exact();
   test_rrc_rules(500, 375);
@@ -242,5 +429,7 @@ int main(void) {
   test_resample_constant();
   test_store();
   test_choose_denom();
+  test_pillow_reference();
+  test_bicubic_window();
   return CHECK_DONE();
 }
