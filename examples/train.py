@@ -12,18 +12,34 @@ position, from which --resume continues exactly.
 
   DIR                   a dataset root holding train/ and val/ (ImageFolder trees);
                         a folder without train/ is itself the training set
-  --loader stoker       stoker.ImageLoader(pipeline="train"); on CUDA the batches
-                        (images and labels) arrive on the device. --data may also be
-                        a pre-decoded cache file (stoker pack --cache) or a folder of
-                        WebDataset tar shards: stoker detects the kind
-  --loader torchvision  DataLoader(ImageFolder(RandomResizedCrop, RandomHorizontalFlip,
-                        ToTensor, Normalize)) with worker processes and pinned memory
+  --loader stoker       stoker.ImageLoader(pipeline=[stoker.transforms ...], mix=...);
+                        on CUDA the batches (images and labels) arrive on the device.
+                        --data may also be a pre-decoded cache file (stoker pack
+                        --cache) or a folder of WebDataset tar shards: stoker detects
+                        the kind
+  --loader torchvision  DataLoader(ImageFolder(the same recipe in torchvision's
+                        transforms)) with worker processes and pinned memory; MixUp and
+                        CutMix in the collate_fn, as torchvision's reference does
   --synthetic           one fixed batch already on the device: the model's ceiling
+
+The recipe takes torchvision's classification-reference flags: the train pipeline is
+RandomResizedCrop(--train-crop-size, --interpolation), RandomHorizontalFlip, the
+--auto-augment policy (ta_wide, ra with --ra-magnitude, imagenet), ToTensor, Normalize,
+RandomErasing(--random-erase); then, per batch, MixUp (--mixup-alpha) and/or CutMix
+(--cutmix-alpha), one of the two at random when both are given, which turns the labels
+into soft labels; the loss is CrossEntropyLoss(label_smoothing=--label-smoothing).
+--ra-sampler repeats each image --ra-reps times per epoch (torchvision's RASampler).
+Validation is Resize(--val-resize-size), CenterCrop(--val-crop-size); the resize defaults
+to round(val_crop_size * 256 / 224), as stoker's eval pipeline computes it.
 
 Examples (from the repository root, after `make`, or anywhere after `pip install .`):
 
   torchrun --nproc_per_node=gpu examples/train.py /data/imagenet -a resnet50 -b 256 \\
       --amp --channels-last --checkpoint-dir runs/resnet50 --tensorboard runs/resnet50
+  torchrun --nproc_per_node=gpu examples/train.py /data/imagenet -a resnet50 -b 128 \\
+      --lr 0.5 --wd 2e-5 --epochs 600 --auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 \\
+      --cutmix-alpha 1.0 --label-smoothing 0.1 --train-crop-size 176 --val-resize-size 232 \\
+      --ra-sampler --ra-reps 4 --amp --channels-last --checkpoint-dir runs/resnet50-new
   PYTHONPATH=python python3 examples/train.py --data DIR --steps 200
   PYTHONPATH=python python3 examples/train.py --data DIR --loader torchvision --steps 200
   PYTHONPATH=python python3 examples/train.py DIR --evaluate --resume runs/model_best.pth.tar
@@ -74,7 +90,34 @@ def parse_args(argv=None):
                         "quick checks")
     p.add_argument("--num-classes", type=int, default=1000,
                    help="classes for --synthetic (else the dataset's)")
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--image-size", type=int, default=None,
+                   help="shorthand for --train-crop-size and --val-crop-size")
+    # torchvision's classification-reference recipe flags
+    p.add_argument("--train-crop-size", type=int, default=None,
+                   help="RandomResizedCrop size (default 224, or --image-size)")
+    p.add_argument("--val-crop-size", type=int, default=None,
+                   help="validation CenterCrop size (default 224, or --image-size)")
+    p.add_argument("--val-resize-size", type=int, default=None,
+                   help="validation Resize (shorter side); default round(val_crop_size * "
+                        "256 / 224): 256 at 224")
+    p.add_argument("--interpolation", choices=["bilinear", "bicubic"], default="bilinear",
+                   help="resampling of RandomResizedCrop, Resize and the policy")
+    p.add_argument("--auto-augment", choices=["ta_wide", "ra", "imagenet"], default=None,
+                   help="policy after the flip: TrivialAugmentWide, RandAugment or "
+                        "AutoAugment(IMAGENET)")
+    p.add_argument("--ra-magnitude", type=int, default=9, help="RandAugment's magnitude")
+    p.add_argument("--random-erase", type=float, default=0.0,
+                   help="RandomErasing probability, after Normalize (0: off)")
+    p.add_argument("--mixup-alpha", type=float, default=0.0, help="MixUp alpha (0: off)")
+    p.add_argument("--cutmix-alpha", type=float, default=0.0,
+                   help="CutMix alpha (0: off); with --mixup-alpha too, one of the two per "
+                        "batch at random")
+    p.add_argument("--label-smoothing", type=float, default=0.0,
+                   help="CrossEntropyLoss(label_smoothing=...)")
+    p.add_argument("--ra-sampler", action="store_true",
+                   help="repeated augmentation: torchvision's RASampler (each image --ra-reps "
+                        "times an epoch; stoker: ImageLoader(ra_reps=...))")
+    p.add_argument("--ra-reps", type=int, default=3, help="repetitions of --ra-sampler")
     p.add_argument("-b", "--batch-size", type=int, default=256, help="per process")
     p.add_argument("-j", "--workers", "--threads", dest="workers", type=int, default=None,
                    help="DataLoader worker processes / stoker threads per process "
@@ -117,6 +160,23 @@ def parse_args(argv=None):
                         "of its weights to FILE.rankN (JSON lines; stoker only)")
     p.add_argument("--json", action="store_true", help="print a final JSON line")
     a = p.parse_args(argv)
+    size = a.image_size if a.image_size is not None else 224
+    a.train_crop_size = a.train_crop_size if a.train_crop_size is not None else size
+    a.val_crop_size = a.val_crop_size if a.val_crop_size is not None else size
+    if a.val_resize_size is None:
+        a.val_resize_size = eval_resize_size(a.val_crop_size)
+    for name in ("train_crop_size", "val_crop_size", "val_resize_size", "ra_reps"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if a.val_resize_size < a.val_crop_size:
+        p.error(f"--val-resize-size {a.val_resize_size} is smaller than --val-crop-size "
+                f"{a.val_crop_size}")
+    if not 0.0 <= a.random_erase <= 1.0:
+        p.error("--random-erase is a probability in [0, 1]")
+    if a.mixup_alpha < 0 or a.cutmix_alpha < 0:
+        p.error("--mixup-alpha and --cutmix-alpha must be >= 0")
+    if not 0.0 <= a.label_smoothing <= 1.0:
+        p.error("--label-smoothing must be in [0, 1]")
     if a.root is not None:
         if a.data is not None:
             p.error("give the dataset root DIR or --data, not both")
@@ -147,6 +207,12 @@ def parse_args(argv=None):
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available")
     return a
+
+
+def eval_resize_size(crop_size):
+    """The validation resize for a crop size: round(crop * 256 / 224), as stoker's C eval
+    pipeline computes it (183 at 160, where flooring would give 182)."""
+    return int(math.floor(crop_size * 256 / 224 + 0.5))
 
 
 def cpu_count():
@@ -223,17 +289,194 @@ def build_model(args, num_classes, device):
     return model
 
 
-def build_stoker(args, device, dtype, workers, world_size):
-    import stoker
+def recipe_transforms(args, T, train):
+    """The train or eval transform list of the recipe in the transforms module T
+    (stoker.transforms or torchvision.transforms: the same names and arguments)."""
+    interp = getattr(T.InterpolationMode, args.interpolation.upper())
+    if not train:
+        return [T.Resize(args.val_resize_size, interpolation=interp),
+                T.CenterCrop(args.val_crop_size), T.ToTensor(), T.Normalize(MEAN, STD)]
+    steps = [T.RandomResizedCrop(args.train_crop_size, interpolation=interp),
+             T.RandomHorizontalFlip()]
+    # the policy gets the recipe's interpolation, as in torchvision's reference presets
+    if args.auto_augment == "ta_wide":
+        steps.append(T.TrivialAugmentWide(interpolation=interp))
+    elif args.auto_augment == "ra":
+        steps.append(T.RandAugment(magnitude=args.ra_magnitude, interpolation=interp))
+    elif args.auto_augment == "imagenet":
+        steps.append(T.AutoAugment(T.AutoAugmentPolicy.IMAGENET, interpolation=interp))
+    steps += [T.ToTensor(), T.Normalize(MEAN, STD)]
+    if args.random_erase > 0:
+        steps.append(T.RandomErasing(p=args.random_erase))
+    return steps
 
+
+def describe_recipe(args):
+    """One line naming the recipe (printed at the start of a run)."""
+    aa = {"ta_wide": "TrivialAugmentWide", "imagenet": "AutoAugment(IMAGENET)",
+          "ra": f"RandAugment(magnitude={args.ra_magnitude})"}
+    parts = [f"RandomResizedCrop({args.train_crop_size}, {args.interpolation})",
+             "RandomHorizontalFlip"]
+    if args.auto_augment:
+        parts.append(aa[args.auto_augment])
+    parts += ["ToTensor", "Normalize"]
+    if args.random_erase > 0:
+        parts.append(f"RandomErasing({args.random_erase})")
+    mixes = [f"{n}({a})" for n, a in (("MixUp", args.mixup_alpha), ("CutMix", args.cutmix_alpha))
+             if a > 0]
+    if mixes:
+        parts.append("per batch " + (" or ".join(mixes)))
+    if args.ra_sampler:
+        parts.append(f"repeated augmentation x{args.ra_reps}")
+    return (f"train: {', '.join(parts)}; loss: CrossEntropyLoss(label_smoothing="
+            f"{args.label_smoothing}); val: Resize({args.val_resize_size}), "
+            f"CenterCrop({args.val_crop_size})")
+
+
+def stoker_mix(args):
+    """ImageLoader(mix=...) for --mixup-alpha / --cutmix-alpha, or None."""
+    from stoker import transforms as T
+
+    mixes = []
+    if args.mixup_alpha > 0:
+        mixes.append(T.MixUp(alpha=args.mixup_alpha))
+    if args.cutmix_alpha > 0:
+        mixes.append(T.CutMix(alpha=args.cutmix_alpha))
+    if not mixes:
+        return None
+    return mixes[0] if len(mixes) == 1 else T.RandomChoice(mixes)
+
+
+def _not_available(what, err):
+    sys.exit(f"{what} is not available in this build of stoker ({err}); "
+             f"--loader torchvision runs it")
+
+
+def build_stoker(args, device, dtype, workers, world_size):
+    import inspect
+
+    import stoker
+    from stoker import transforms as T
+
+    extra = {}
+    if args.ra_sampler:
+        if "ra_reps" not in inspect.signature(stoker.ImageLoader).parameters:
+            _not_available("--ra-sampler", "ImageLoader has no ra_reps")
+        extra["ra_reps"] = args.ra_reps
     # rank and world_size come from torch.distributed when it is initialised. args.data
     # is a folder, a cache file or a folder of tar shards.
-    loader = stoker.ImageLoader(args.data, args.batch_size, pipeline="train",
-                                size=args.image_size, threads=workers, device=device,
-                                seed=args.seed, drop_last=True, dtype=dtype,
-                                channels_last=args.channels_last,
-                                gpu_cpu_share=args.gpu_cpu_share)
+    try:
+        loader = stoker.ImageLoader(args.data, args.batch_size,
+                                    pipeline=recipe_transforms(args, T, train=True),
+                                    threads=workers, device=device, seed=args.seed,
+                                    drop_last=True, dtype=dtype,
+                                    channels_last=args.channels_last,
+                                    gpu_cpu_share=args.gpu_cpu_share, mix=stoker_mix(args),
+                                    **extra)
+    except TypeError as e:
+        if "ra_reps" in str(e):
+            _not_available("--ra-sampler", e)
+        raise
+    except ValueError as e:
+        if args.interpolation != "bilinear" and args.interpolation in str(e).lower():
+            _not_available(f"--interpolation {args.interpolation}", e)
+        sys.exit(f"stoker cannot run this recipe: {e}")
     return loader, None, len(loader.classes)
+
+
+class RASampler(torch.utils.data.Sampler):
+    """torchvision's classification reference's RASampler (repeated augmentation): each
+    index of the epoch's permutation repeated `repetitions` times in a row, padded, split
+    across ranks by stride, cut to len(dataset) // 256 * 256 / num_replicas per rank."""
+
+    def __init__(self, dataset, num_replicas=1, rank=0, shuffle=True, seed=0, repetitions=3):
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.epoch, self.shuffle, self.seed, self.repetitions = 0, shuffle, seed, repetitions
+        self.num_samples = int(math.ceil(len(dataset) * float(repetitions) / num_replicas))
+        self.total_size = self.num_samples * num_replicas
+        self.num_selected_samples = int(math.floor(len(dataset) // 256 * 256 / num_replicas))
+
+    def __iter__(self):
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            indices = torch.randperm(len(self.dataset), generator=g).tolist()
+        else:
+            indices = list(range(len(self.dataset)))
+        indices = [i for i in indices for _ in range(self.repetitions)]
+        indices += indices[: (self.total_size - len(indices))]
+        indices = indices[self.rank:self.total_size:self.num_replicas]
+        return iter(indices[: self.num_selected_samples])
+
+    def __len__(self):
+        return self.num_selected_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+
+class BatchMix:
+    """torchvision.transforms.v2's RandomChoice([MixUp(alpha), CutMix(alpha)]) (or one of
+    them) for a torchvision without v2: each image mixed with the one before it
+    (roll(1)), one lambda ~ Beta(alpha, alpha) per batch, CutMix's box and its lambda
+    correction; the labels become float soft labels [B, num_classes]."""
+
+    def __init__(self, num_classes, mixup_alpha=0.0, cutmix_alpha=0.0):
+        self.num_classes = num_classes
+        self.alphas = [(m, a) for m, a in (("mixup", mixup_alpha), ("cutmix", cutmix_alpha))
+                       if a > 0]
+
+    def __call__(self, images, labels):
+        mode, alpha = self.alphas[int(torch.randint(len(self.alphas), ()))]
+        lam = float(torch.distributions.Beta(torch.tensor([alpha]),
+                                             torch.tensor([alpha])).sample())
+        rolled = images.roll(1, 0)
+        if mode == "mixup":
+            images = rolled.mul_(1.0 - lam).add_(images.mul(lam))
+        else:
+            H, W = images.shape[-2:]
+            r_x, r_y = int(torch.randint(W, ())), int(torch.randint(H, ()))
+            r = 0.5 * math.sqrt(1.0 - lam)
+            r_w_half, r_h_half = int(r * W), int(r * H)
+            x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
+            x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
+            images = images.clone()
+            images[..., y1:y2, x1:x2] = rolled[..., y1:y2, x1:x2]
+            lam = 1.0 - float((x2 - x1) * (y2 - y1)) / (W * H)
+        soft = F.one_hot(labels, self.num_classes).to(images.dtype)
+        soft = soft.roll(1, 0).mul_(1.0 - lam).add_(soft.mul(lam))
+        return images, soft
+
+
+def torchvision_mix(args, num_classes):
+    """The batch mix for --loader torchvision: transforms.v2's MixUp/CutMix/RandomChoice when
+    this torchvision has them, else BatchMix (the same semantics); None without mixing."""
+    if args.mixup_alpha <= 0 and args.cutmix_alpha <= 0:
+        return None
+    try:
+        from torchvision.transforms import v2
+
+        mixes = []
+        if args.mixup_alpha > 0:
+            mixes.append(v2.MixUp(alpha=args.mixup_alpha, num_classes=num_classes))
+        if args.cutmix_alpha > 0:
+            mixes.append(v2.CutMix(alpha=args.cutmix_alpha, num_classes=num_classes))
+        return mixes[0] if len(mixes) == 1 else v2.RandomChoice(mixes)
+    except (ImportError, AttributeError):
+        return BatchMix(num_classes, args.mixup_alpha, args.cutmix_alpha)
+
+
+class MixCollate:
+    """default_collate, then the batch mix, in the DataLoader's workers (as the reference's
+    collate_fn)."""
+
+    def __init__(self, mix):
+        self.mix = mix
+
+    def __call__(self, batch):
+        from torch.utils.data.dataloader import default_collate
+
+        return self.mix(*default_collate(batch))
 
 
 def build_torchvision(args, device, dtype, workers, world_size):
@@ -241,16 +484,20 @@ def build_torchvision(args, device, dtype, workers, world_size):
     from torch.utils.data import DataLoader, DistributedSampler
     from torchvision.datasets import ImageFolder
 
-    tf = T.Compose([T.RandomResizedCrop(args.image_size), T.RandomHorizontalFlip(),
-                    T.ToTensor(), T.Normalize(MEAN, STD)])
-    ds = ImageFolder(args.data, tf)
-    sampler = DistributedSampler(ds, seed=args.seed) if world_size > 1 else None
+    ds = ImageFolder(args.data, T.Compose(recipe_transforms(args, T, train=True)))
+    rank = dist.get_rank() if world_size > 1 else 0
+    if args.ra_sampler:
+        sampler = RASampler(ds, num_replicas=world_size, rank=rank, seed=args.seed,
+                            repetitions=args.ra_reps)
+    else:
+        sampler = DistributedSampler(ds, seed=args.seed) if world_size > 1 else None
+    mix = torchvision_mix(args, len(ds.classes))
     gen = torch.Generator()
     gen.manual_seed(args.seed)
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=sampler is None,
                         sampler=sampler, generator=gen, num_workers=workers,
                         pin_memory=device.type == "cuda", persistent_workers=workers > 0,
-                        drop_last=True)
+                        drop_last=True, collate_fn=MixCollate(mix) if mix else None)
     return loader, sampler, len(ds.classes)
 
 
@@ -275,10 +522,17 @@ class ValSet:
 
 def build_stoker_val(args, device, dtype, workers, world_size):
     import stoker
+    from stoker import transforms as T
 
-    loader = stoker.ImageLoader(args.val, args.batch_size, pipeline="eval",
-                                size=args.image_size, threads=workers, device=device,
-                                dtype=dtype, channels_last=args.channels_last, shuffle=False)
+    try:
+        loader = stoker.ImageLoader(args.val, args.batch_size,
+                                    pipeline=recipe_transforms(args, T, train=False),
+                                    threads=workers, device=device, dtype=dtype,
+                                    channels_last=args.channels_last, shuffle=False)
+    except ValueError as e:
+        if args.interpolation != "bilinear" and args.interpolation in str(e).lower():
+            _not_available(f"--interpolation {args.interpolation}", e)
+        sys.exit(f"stoker cannot run this validation pipeline: {e}")
 
     def batches():
         for b in loader.iter_batches():
@@ -303,9 +557,8 @@ def build_torchvision_val(args, device, dtype, workers, world_size):
     from torch.utils.data import DataLoader, DistributedSampler
     from torchvision.datasets import ImageFolder
 
-    tf = T.Compose([T.Resize(args.image_size * 256 // 224), T.CenterCrop(args.image_size),
-                    T.ToTensor(), T.Normalize(MEAN, STD)])
-    ds = _Indexed(ImageFolder(args.val, tf))
+    # the same sizes as stoker's: --val-resize-size defaults to round(crop * 256 / 224)
+    ds = _Indexed(ImageFolder(args.val, T.Compose(recipe_transforms(args, T, train=False))))
     sampler = DistributedSampler(ds, shuffle=False) if world_size > 1 else None
     loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=workers,
                         pin_memory=device.type == "cuda")
@@ -474,7 +727,7 @@ def main(argv=None):
     val = None
     if args.synthetic:
         num_classes = args.num_classes
-        images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
+        images = torch.randn(args.batch_size, 3, args.train_crop_size, args.train_crop_size,
                              device=device).to(dtype=in_dtype, memory_format=memory_format)
         labels = torch.randint(0, num_classes, (args.batch_size,), device=device)
         loader = SyntheticLoader(images, labels)
@@ -502,7 +755,8 @@ def main(argv=None):
     steps_per_epoch = len(loader) if loader is not None else 0
 
     model = build_model(args, num_classes, device)
-    criterion = nn.CrossEntropyLoss()
+    # with MixUp/CutMix the targets are probabilities [B, C], which CrossEntropyLoss takes
+    criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     lr = args.lr if args.lr is not None else 0.1 * args.batch_size * world_size / 256
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
@@ -580,6 +834,8 @@ def main(argv=None):
         print(f"{args.arch} on {device.type} x{world_size} ({source}), batch {args.batch_size} "
               f"per process, {total_steps} steps ({warmup} warm-up), amp={amp}, "
               f"channels_last={args.channels_last}", flush=True)
+        if not args.synthetic:
+            print(describe_recipe(args), flush=True)
 
     if args.side_stream and device.type == "cuda":
         side = torch.cuda.Stream(device)
@@ -596,6 +852,7 @@ def main(argv=None):
     last_val = (None, None, None, None)
     checkpoint_path = None
     with_indices = index_log is not None
+    soft_labels = False  # whether the last batch came with soft labels (MixUp/CutMix)
 
     def checkpoint(epoch, batch, is_best):
         """Every rank takes part (the loaders' positions are gathered); rank 0 writes."""
@@ -660,7 +917,10 @@ def main(argv=None):
             loss.backward()
             optimizer.step()
             loss_sum += loss.detach().float()
-            correct_sum += (output.detach().argmax(1) == labels).sum()
+            # soft labels (MixUp/CutMix): top-1 against the dominant class of each target
+            soft_labels = labels.dim() == 2
+            hard = labels.argmax(1) if soft_labels else labels
+            correct_sum += (output.detach().argmax(1) == hard).sum()
             step += 1
             global_step += 1
             batch_in_epoch += 1
@@ -766,7 +1026,8 @@ def main(argv=None):
                 "val_acc1": None if acc1 is None else round(acc1, 4),
                 "val_acc5": None if acc5 is None else round(acc5, 4),
                 "best_acc1": best_acc1, "checkpoint": checkpoint_path,
-                "weights_sha256": digest,
+                "weights_sha256": digest, "soft_labels": soft_labels,
+                "recipe": None if args.synthetic else describe_recipe(args),
             }), flush=True)
     if loader is not None and hasattr(loader, "close"):
         it = b = images = labels = output = None  # let go of the last batch

@@ -1,7 +1,11 @@
 """examples/train.py on the CPU on a tiny generated dataset: validation each epoch,
-checkpoints, an exact --resume (mid-epoch too), --evaluate and TensorBoard events."""
+checkpoints, an exact --resume (mid-epoch too), --evaluate, TensorBoard events, and
+torchvision's reference recipe flags (TrivialAugment, RandomErasing, MixUp/CutMix, label
+smoothing, repeated augmentation) on both loaders."""
 import glob
+import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -146,3 +150,113 @@ def test_tensorboard_scalars(dataset, tmp_path):
               "loader/images", "loader/decode_seconds", "val/loss", "val/acc1", "val/acc5"):
         assert t in tags, (t, sorted(tags))
     assert tags["train/loss"] == 4 and tags["val/acc1"] == 2  # every 2 steps; every epoch
+
+
+@pytest.fixture(scope="module")
+def recipe_dataset(tmp_path_factory):
+    # 300 images: RASampler keeps 300 // 256 * 256 = 256 per epoch (8 batches of 32),
+    # where the plain order gives 9
+    root = tmp_path_factory.mktemp("recipe")
+    make_folder(root / "train", classes=3, per_class=100)
+    make_folder(root / "val", classes=3, per_class=3, seed=300)
+    return str(root)
+
+
+# torchvision's ResNet-50 recipe, scaled down to 32-pixel crops
+NEW_RECIPE = ["--auto-augment", "ta_wide", "--random-erase", "0.1", "--mixup-alpha", "0.2",
+              "--cutmix-alpha", "1.0", "--label-smoothing", "0.1", "--train-crop-size", "32",
+              "--val-resize-size", "37", "--val-crop-size", "32", "--ra-sampler",
+              "--ra-reps", "4"]
+
+
+def recipe_run(recipe_dataset, tmp_path, loader):
+    res, lines = run(sys.executable, [recipe_dataset, "--loader", loader, "-a", "tiny", "-b",
+                                      "32", "--epochs", "1", "--device", "cpu", "-j", "1",
+                                      "-p", "2", "--json"] + NEW_RECIPE, tmp_path)
+    # it trained: one epoch of RASampler's 256 images, a finite loss printed on the way
+    assert res["steps"] == 8 and res["epoch"] == 1
+    assert res["soft_labels"] is True  # MixUp/CutMix made the targets probabilities
+    assert math.isfinite(res["final_loss"]) and res["final_loss"] > 0
+    progress = [ln for ln in lines if ln.startswith("Epoch: [0]")]
+    assert len(progress) == 4 and all(" Loss " in ln for ln in progress)
+    assert any(ln.startswith(f"tiny {loader} cpu x1:") and " loss " in ln for ln in lines)
+    recipe = [ln for ln in lines if ln.startswith("train: ")]
+    assert recipe == [res["recipe"]]
+    for part in ("RandomResizedCrop(32, bilinear)", "TrivialAugmentWide", "RandomErasing(0.1)",
+                 "MixUp(0.2) or CutMix(1.0)", "repeated augmentation x4",
+                 "label_smoothing=0.1", "Resize(37), CenterCrop(32)"):
+        assert part in res["recipe"], (part, res["recipe"])
+    assert res["val_images"] == 9 and 0 <= res["val_acc1"] <= 100
+    return res
+
+
+def test_new_recipe_flags_train_on_stoker(recipe_dataset, tmp_path):
+    recipe_run(recipe_dataset, tmp_path, "stoker")
+
+
+def test_new_recipe_flags_train_on_torchvision(recipe_dataset, tmp_path):
+    recipe_run(recipe_dataset, tmp_path, "torchvision")
+
+
+def load_train_module():
+    spec = importlib.util.spec_from_file_location("stoker_train_example", TRAIN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recipe_sizes_and_eval_resize_rounding():
+    import torchvision.transforms as TV
+
+    from stoker import transforms as ST
+
+    train = load_train_module()
+    a = train.parse_args(["--synthetic"])
+    assert (a.train_crop_size, a.val_resize_size, a.val_crop_size) == (224, 256, 224)
+    # derived resize: round(160 * 256 / 224) = round(182.86) = 183, as the C code computes
+    # it, on both loaders (flooring gives 182)
+    a = train.parse_args(["--synthetic", "--image-size", "160"])
+    assert (a.train_crop_size, a.val_resize_size, a.val_crop_size) == (160, 183, 160)
+    for T in (TV, ST):
+        resize, crop = train.recipe_transforms(a, T, train=False)[:2]
+        assert (resize.size, crop.size) in ((183, 160), (183, (160, 160)))
+    a = train.parse_args(["--synthetic", "--train-crop-size", "176", "--val-resize-size",
+                          "232", "--auto-augment", "ra", "--ra-magnitude", "7",
+                          "--random-erase", "0.25", "--interpolation", "bicubic"])
+    assert (a.train_crop_size, a.val_resize_size, a.val_crop_size) == (176, 232, 224)
+    for T in (TV, ST):
+        steps = train.recipe_transforms(a, T, train=True)
+        names = [type(t).__name__ for t in steps]
+        assert names == ["RandomResizedCrop", "RandomHorizontalFlip", "RandAugment",
+                         "ToTensor", "Normalize", "RandomErasing"]
+        assert steps[0].interpolation == T.InterpolationMode.BICUBIC
+        assert steps[2].magnitude == 7 and steps[2].interpolation == T.InterpolationMode.BICUBIC
+        assert steps[5].p == 0.25
+    with pytest.raises(SystemExit):
+        train.parse_args(["--synthetic", "--val-resize-size", "200"])  # smaller than the crop
+
+
+def test_batch_mix_has_torchvision_v2_semantics():
+    # the fallback MixUp/CutMix of --loader torchvision on a torchvision without v2
+    import torch
+
+    train = load_train_module()
+    torch.manual_seed(0)
+    images = torch.arange(4, dtype=torch.float32).view(4, 1, 1, 1).expand(4, 3, 8, 8).clone()
+    labels = torch.tensor([0, 1, 2, 3])
+    for mode in ("mixup", "cutmix"):
+        mix = train.BatchMix(5, mixup_alpha=1.0 if mode == "mixup" else 0.0,
+                             cutmix_alpha=1.0 if mode == "cutmix" else 0.0)
+        for _ in range(20):
+            out, soft = mix(images.clone(), labels)
+            assert soft.shape == (4, 5) and soft.dtype == torch.float32
+            assert torch.allclose(soft.sum(1), torch.ones(4))
+            lam = float(soft[1, 1])  # image i is mixed with image i - 1 (roll(1))
+            assert torch.allclose(soft[1, 0], torch.tensor(1 - lam))
+            # the weight of each image's own pixels is its label weight
+            own = (out[1] == 1).float().mean() if mode == "cutmix" else None
+            if mode == "mixup":
+                assert torch.allclose(out[1], torch.full((3, 8, 8), lam * 1 + (1 - lam) * 0))
+            else:
+                assert abs(float(own) - lam) < 1e-6
+                assert torch.allclose(soft[0, 3], torch.tensor(1 - lam))
