@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/augment_px.h"
 #include "ops/ops.h"
 
 static const char *const op_names[STK__OP_COUNT] = {
@@ -281,31 +282,8 @@ void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64
 
 /* ---- the ops ---------------------------------------------------------------- */
 
-static inline uint8_t trunc8(float v) {
-  /* .clamp(0, 255).to(uint8): the cast truncates toward zero */
-  if (!(v > 0.0f)) return 0;
-  if (v >= 255.0f) return 255;
-  return (uint8_t)v;
-}
-
-static inline uint8_t round8(float v) {
-  /* torch.round (half to even) then .to(uint8) */
-  v = nearbyintf(v);
-  if (!(v > 0.0f)) return 0;
-  return v >= 255.0f ? 255 : (uint8_t)v;
-}
-
-/* rgb_to_grayscale: (0.2989 * r + 0.587 * g + 0.114 * b).to(uint8), each
- * product and sum in float32 */
-static inline uint8_t gray8(const uint8_t *p) {
-  float v = 0.2989f * (float)p[0];
-  v = v + 0.587f * (float)p[1];
-  v = v + 0.114f * (float)p[2];
-  return trunc8(v);
-}
-
-/* _blend(img1, img2, r): (r * img1 + (1 - r) * img2).clamp(0, 255).to(uint8),
- * with both factors float32 (the Python floats as torch casts them) */
+/* _blend's two factors, as torch casts the Python floats: r = (float)ratio,
+ * r1 = (float)(1 - ratio) */
 typedef struct {
   float r, r1;
 } blend_k;
@@ -313,11 +291,8 @@ static inline blend_k blend_of(double ratio) {
   blend_k k = {(float)ratio, (float)(1.0 - ratio)};
   return k;
 }
-static inline uint8_t blend8(blend_k k, float a, float b) {
-  float x = k.r * a;
-  float y = k.r1 * b;
-  return trunc8(x + y);
-}
+static inline uint8_t blend8(blend_k k, float a, float b) { return stk__blend8(k.r, k.r1, a, b); }
+static inline uint8_t gray8(const uint8_t *p) { return stk__gray8(p[0], p[1], p[2]); }
 
 static void op_brightness(uint8_t *t, size_t n, double f) {
   blend_k k = blend_of(f);
@@ -375,20 +350,8 @@ static void op_autocontrast(uint8_t *t, size_t npx) {
       lo = v < lo ? v : lo;
       hi = v > hi ? v : hi;
     }
-    /* scale = 255 / (max - min), which torch computes as reciprocal(max -
-     * min) * 255 in float32 (Tensor.__rtruediv__); a flat channel keeps
-     * min 0, scale 1 (the identity) */
-    float mn = (float)lo, scale = 1.0f;
-    if (hi == lo) {
-      mn = 0.0f;
-    } else {
-      volatile float rec = 1.0f / ((float)hi - (float)lo);
-      scale = rec * 255.0f;
-    }
-    for (size_t i = 0; i < npx; i++) {
-      float d = (float)t[i * 3 + c] - mn;
-      t[i * 3 + c] = trunc8(d * scale);
-    }
+    float mn, scale = stk__autocontrast_scale(lo, hi, &mn);
+    for (size_t i = 0; i < npx; i++) t[i * 3 + c] = stk__autocontrast8(t[i * 3 + c], mn, scale);
   }
 }
 
@@ -396,20 +359,8 @@ static void op_equalize(uint8_t *t, size_t npx) {
   for (int c = 0; c < 3; c++) {
     int64_t hist[256] = {0};
     for (size_t i = 0; i < npx; i++) hist[t[i * 3 + c]]++;
-    /* PIL's equalize: step = (pixels outside the last non-empty bin) // 255 */
-    int last = 255;
-    while (last > 0 && hist[last] == 0) last--;
-    int64_t total = 0;
-    for (int v = 0; v < 256; v++) total += hist[v];
-    int64_t step = (total - hist[last]) / 255;
-    if (step == 0) continue;
     uint8_t lut[256];
-    int64_t cum = 0;
-    for (int v = 0; v < 256; v++) {
-      int64_t l = (cum + step / 2) / step; /* the cumulative count before v */
-      lut[v] = (uint8_t)(l > 255 ? 255 : l);
-      cum += hist[v];
-    }
+    if (!stk__equalize_lut(hist, lut)) continue;
     for (size_t i = 0; i < npx; i++) t[i * 3 + c] = lut[t[i * 3 + c]];
   }
 }
@@ -430,7 +381,7 @@ static void op_sharpness(uint8_t *t, int w, int h, double f, uint8_t *src) {
         int s = 4 * p[0];
         for (int dy = -1; dy <= 1; dy++)
           for (int dx = -1; dx <= 1; dx++) s += p[(ptrdiff_t)dy * (ptrdiff_t)row + dx * 3];
-        int blur = (2 * s + 13) / 26;
+        int blur = stk__sharp_blur(s);
         t[(size_t)y * row + (size_t)x * 3 + c] = blend8(k, p[0], (float)blur);
       }
 }
@@ -457,47 +408,8 @@ static void flip_h(uint8_t *t, int w, int h) {
   }
 }
 
-/* ---- hue (F_t.adjust_hue: through HSV in float32) ---- */
-
 static void op_hue(uint8_t *t, size_t npx, float hue) {
-  for (size_t i = 0; i < npx; i++) {
-    uint8_t *p = t + i * 3;
-    float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f, b = (float)p[2] / 255.0f;
-    /* _rgb2hsv */
-    float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
-    int eqc = maxc == minc;
-    float cr = maxc - minc;
-    float s = cr / (eqc ? 1.0f : maxc);
-    float crd = eqc ? 1.0f : cr;
-    float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-    float hr = (maxc == r) ? (bc - gc) : 0.0f;
-    float hg = (maxc == g && maxc != r) ? ((2.0f + rc) - bc) : 0.0f;
-    float hb = (maxc != g && maxc != r) ? ((4.0f + gc) - rc) : 0.0f;
-    float hh = (hr + hg) + hb;
-    hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
-    /* h = (h + hue_factor) % 1.0: Python's modulo keeps the sign of 1 */
-    hh = hh + hue;
-    hh = hh - floorf(hh / 1.0f) * 1.0f;
-    if (hh >= 1.0f) hh -= 1.0f; /* torch's remainder never returns the divisor */
-    /* _hsv2rgb */
-    float v = maxc;
-    float fi = floorf(hh * 6.0f);
-    float f = hh * 6.0f - fi;
-    int ii = ((int)fi % 6 + 6) % 6;
-    float pp = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
-    float q = fminf(fmaxf(v * (1.0f - s * f), 0.0f), 1.0f);
-    float tt = fminf(fmaxf(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
-    float o[3];
-    switch (ii) {
-      case 0: o[0] = v, o[1] = tt, o[2] = pp; break;
-      case 1: o[0] = q, o[1] = v, o[2] = pp; break;
-      case 2: o[0] = pp, o[1] = v, o[2] = tt; break;
-      case 3: o[0] = pp, o[1] = q, o[2] = v; break;
-      case 4: o[0] = tt, o[1] = pp, o[2] = v; break;
-      default: o[0] = v, o[1] = pp, o[2] = q; break;
-    }
-    for (int c = 0; c < 3; c++) p[c] = trunc8(o[c] * 255.0f);
-  }
+  for (size_t i = 0; i < npx; i++) stk__hue_px(t + i * 3, hue);
 }
 
 /* ---- Gaussian blur (F_t.gaussian_blur: reflect padding, float32) ---- */
@@ -543,7 +455,7 @@ static void op_blur(uint8_t *t, int w, int h, int ks, float sigma, float *buf) {
           if (yy >= h) yy = h - 1;
           s += kern[k] * tmp[(size_t)yy * row + (size_t)x * 3 + c];
         }
-        t[(size_t)y * row + (size_t)x * 3 + c] = round8(s);
+        t[(size_t)y * row + (size_t)x * 3 + c] = stk__round8(s);
       }
 #undef REFL
 }
@@ -568,63 +480,29 @@ static void inverse_affine(const double center[2], double angle, const double tr
   m[5] += cy;
 }
 
-/* F_t.affine / rotate with expand=False: the grid of _gen_affine_grid (pixel
- * centres of the output, the float32 matrix divided by half the size), then
- * grid_sample(align_corners=False, padding zeros) as torch's CPU kernel
- * computes it; fill, when given, through the sampled mask. */
-static void warp(uint8_t *t, int w, int h, const double md[6], int nearest, const float *fill,
+/* F_t.affine / rotate with expand=False: every output pixel through
+ * stk__warp_px (augment_px.h) from a copy of the tile. */
+static void warp(uint8_t *t, int w, int h, const stk__warp *m, int nearest, const float *fill,
                  uint8_t *src) {
   size_t row = (size_t)w * 3;
   memcpy(src, t, row * h);
-  float hw = 0.5f * (float)w, hh = 0.5f * (float)h;
-  float a0 = (float)md[0] / hw, a1 = (float)md[1] / hw, a2 = (float)md[2] / hw;
-  float b0 = (float)md[3] / hh, b1 = (float)md[4] / hh, b2 = (float)md[5] / hh;
-  for (int yy = 0; yy < h; yy++) {
-    float y = -(float)h * 0.5f + 0.5f + (float)yy;
-    for (int xx = 0; xx < w; xx++) {
-      float x = -(float)w * 0.5f + 0.5f + (float)xx;
-      float gx = x * a0 + y * a1 + a2;
-      float gy = x * b0 + y * b1 + b2;
-      /* unnormalise: (g + 1) * size / 2 - 0.5 */
-      float ix = (gx + 1.0f) * hw - 0.5f, iy = (gy + 1.0f) * hh - 0.5f;
-      uint8_t *o = t + (size_t)yy * row + (size_t)xx * 3;
-      if (nearest) {
-        float rx = nearbyintf(ix), ry = nearbyintf(iy);
-        int in = rx >= 0 && rx < (float)w && ry >= 0 && ry < (float)h;
-        for (int c = 0; c < 3; c++) {
-          if (in) o[c] = src[(size_t)ry * row + (size_t)rx * 3 + c];
-          else o[c] = fill ? round8(fill[c]) : 0;
-        }
-        continue;
-      }
-      float fx = floorf(ix), fy = floorf(iy);
-      float we = ix - fx, ee = 1.0f - we, n = iy - fy, s = 1.0f - n;
-      float wt[4] = {s * ee, s * we, n * ee, n * we}; /* nw, ne, sw, se */
-      int x0 = (int)fx, y0 = (int)fy;
-      int cx[4] = {x0, x0 + 1, x0, x0 + 1}, cy[4] = {y0, y0, y0 + 1, y0 + 1};
-      int ok[4];
-      float mask = 0.0f;
-      for (int k = 0; k < 4; k++) {
-        ok[k] = cx[k] >= 0 && cx[k] < w && cy[k] >= 0 && cy[k] < h;
-      }
-      if (fill) {
-        float m4[4];
-        for (int k = 0; k < 4; k++) m4[k] = ok[k] ? wt[k] : 0.0f;
-        mask = ((m4[0] + m4[1]) + m4[2]) + m4[3];
-      }
-      for (int c = 0; c < 3; c++) {
-        float v[4];
-        for (int k = 0; k < 4; k++)
-          v[k] = ok[k] ? (float)src[(size_t)cy[k] * row + (size_t)cx[k] * 3 + c] * wt[k] : 0.0f;
-        float r = ((v[0] + v[1]) + v[2]) + v[3];
-        if (fill) r = r * mask + (1.0f - mask) * fill[c];
-        o[c] = round8(r);
-      }
-    }
-  }
+  for (int yy = 0; yy < h; yy++)
+    for (int xx = 0; xx < w; xx++)
+      stk__warp_px(m, src, w, h, xx, yy, nearest, fill, t + (size_t)yy * row + (size_t)xx * 3);
 }
 
 /* _apply_op's calls of F.affine and F.rotate for the geometric ops. */
+static void geom_matrix(int kind, double mag, int w, int h, double m[6]);
+
+void stk__warp_of(int kind, float mag, int w, int h, stk__warp *g) {
+  double md[6];
+  geom_matrix(kind, mag, w, h, md);
+  /* _gen_affine_grid: theta in float32, divided by [0.5 w, 0.5 h] */
+  float hw = 0.5f * (float)w, hh = 0.5f * (float)h;
+  g->a0 = (float)md[0] / hw, g->a1 = (float)md[1] / hw, g->a2 = (float)md[2] / hw;
+  g->b0 = (float)md[3] / hh, g->b1 = (float)md[4] / hh, g->b2 = (float)md[5] / hh;
+}
+
 static void geom_matrix(int kind, double mag, int w, int h, double m[6]) {
   const double r2d = 180.0 / 3.141592653589793;
   double zero[2] = {0, 0}, tr[2] = {0, 0}, sh[2] = {0, 0};
@@ -665,9 +543,9 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
     case STK__OP_TRANSLATE_Y:
     case STK__OP_ROTATE: {
       if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
-      double m[6];
-      geom_matrix(op->kind, mag, w, h, m);
-      warp(t, w, h, m, nearest, fill, scratch->p);
+      stk__warp m;
+      stk__warp_of(op->kind, op->mag, w, h, &m);
+      warp(t, w, h, &m, nearest, fill, scratch->p);
       return STK_OK;
     }
     case STK__OP_BRIGHTNESS: op_brightness(t, n, 1.0 + mag); return STK_OK;
@@ -716,14 +594,14 @@ int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, in
 void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
                     stk_layout layout, int w, int h, void *dst) {
   if (!a->erase) return;
-  stk__rng r = {a->erase_key, 0};
   size_t es = stk__dtype_size(dtype), plane = (size_t)w * h;
-  /* value "random": one normal draw per element, channel by channel as
-   * torch.empty([c, h, w]).normal_() fills it */
+  /* value "random": one normal draw per element, numbered channel by
+   * channel as torch.empty([c, h, w]).normal_() fills it */
   for (int c = 0; c < 3; c++)
     for (int y = a->ey; y < a->ey + a->eh; y++)
       for (int x = a->ex; x < a->ex + a->ew; x++) {
-        float v = ap->erase_random ? (float)stk__rng_normal(&r) : ap->erase_value[c];
+        uint64_t e = ((uint64_t)c * a->eh + (uint64_t)(y - a->ey)) * a->ew + (uint64_t)(x - a->ex);
+        float v = ap->erase_random ? stk__erase_normal(a->erase_key, e) : ap->erase_value[c];
         size_t at = layout == STK_LAYOUT_NCHW ? c * plane + (size_t)y * w + x
                                               : ((size_t)y * w + x) * 3 + c;
         stk__store_value(dtype, v, (uint8_t *)dst + at * es);

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "core/common.h"
+#include "ops/augment_px.h"
 #include "stoker.h"
 
 /* The ops, in the order of torchvision's TrivialAugmentWide space first
@@ -129,6 +130,10 @@ void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64
  * STK_ENOMEM. The interpolation and fill come from ap. */
 int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
                    stk__buf *scratch);
+
+/* The float32 grid coefficients of a geometric op (ShearX/Y, TranslateX/Y,
+ * Rotate) at magnitude mag on a w x h tile, as torchvision computes them. */
+void stk__warp_of(int kind, float mag, int w, int h, stk__warp *g);
 
 /* One op on a tile, with an explicit warp mode and fill (fill NULL: zeros). */
 int stk__op_apply(const stk__op *op, uint8_t *tile, int w, int h, int nearest,

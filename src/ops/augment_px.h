@@ -1,0 +1,231 @@
+/*
+ * augment_px.h: the per-pixel arithmetic of the augmentations (augment.h),
+ * one definition for the CPU ops (augment.c) and the CUDA kernels
+ * (gpu/kernels.cu), so that the two sides cannot drift. The kernels are
+ * compiled with --fmad=false and this file has no fused operations, so a
+ * float32 expression rounds the same way on both sides.
+ *
+ * Plain C11 and CUDA C++: no includes beyond <stdint.h> and <math.h>, no
+ * allocation.
+ */
+#ifndef STK_AUGMENT_PX_H
+#define STK_AUGMENT_PX_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/window.h" /* STK_HD */
+
+/* .clamp(0, 255).to(uint8): the cast truncates toward zero */
+STK_HD uint8_t stk__trunc8(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  return (uint8_t)v;
+}
+
+/* torch.round (half to even) then .to(uint8) */
+STK_HD uint8_t stk__round8(float v) {
+  v = rintf(v);
+  if (!(v > 0.0f)) return 0;
+  return v >= 255.0f ? 255 : (uint8_t)v;
+}
+
+/* rgb_to_grayscale: (0.2989 * r + 0.587 * g + 0.114 * b).to(uint8), each
+ * product and sum in float32 */
+STK_HD uint8_t stk__gray8(int r, int g, int b) {
+  float v = 0.2989f * (float)r;
+  v = v + 0.587f * (float)g;
+  v = v + 0.114f * (float)b;
+  return stk__trunc8(v);
+}
+
+/* _blend(img1, img2, ratio) = (ratio * img1 + (1 - ratio) * img2), clamped
+ * and truncated, with both factors float32 (r = (float)ratio, r1 =
+ * (float)(1 - ratio), the Python floats as torch casts them) */
+STK_HD uint8_t stk__blend8(float r, float r1, float a, float b) {
+  float x = r * a;
+  float y = r1 * b;
+  return stk__trunc8(x + y);
+}
+
+/* autocontrast: scale = reciprocal(max - min) * 255 (Tensor.__rtruediv__),
+ * a flat channel keeps min 0, scale 1 */
+STK_HD float stk__autocontrast_scale(int lo, int hi, float *mn) {
+  if (hi == lo) {
+    *mn = 0.0f;
+    return 1.0f;
+  }
+  *mn = (float)lo;
+  volatile float rec = 1.0f / ((float)hi - (float)lo); /* two roundings, as torch */
+  return rec * 255.0f;
+}
+
+STK_HD uint8_t stk__autocontrast8(int v, float mn, float scale) {
+  float d = (float)v - mn;
+  return stk__trunc8(d * scale);
+}
+
+/* PIL's equalize LUT from a channel's histogram; returns 0 (and leaves lut)
+ * when the channel stays as it is (step 0). */
+STK_HD int stk__equalize_lut(const int64_t *hist, uint8_t *lut) {
+  int last = 255;
+  while (last > 0 && hist[last] == 0) last--;
+  int64_t total = 0;
+  for (int v = 0; v < 256; v++) total += hist[v];
+  int64_t step = (total - hist[last]) / 255; /* pixels outside the last non-empty bin */
+  if (step == 0) return 0;
+  int64_t cum = 0;
+  for (int v = 0; v < 256; v++) {
+    int64_t l = (cum + step / 2) / step; /* the cumulative count before v */
+    lut[v] = (uint8_t)(l > 255 ? 255 : l);
+    cum += hist[v];
+  }
+  return 1;
+}
+
+/* _blurred_degenerate_image at an inner pixel, from s = the 3x3 sum with
+ * the centre weighted 5: round(s / 13), exact whatever the order of
+ * summation (s / 13 is never within 1/26 of a tie) */
+STK_HD int stk__sharp_blur(int s) { return (2 * s + 13) / 26; }
+
+/* adjust_hue at one pixel (F_t: /255 to float32, _rgb2hsv, h + hue mod 1,
+ * _hsv2rgb, * 255 truncated) */
+STK_HD void stk__hue_px(uint8_t *p, float hue) {
+  float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f, b = (float)p[2] / 255.0f;
+  float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+  int eqc = maxc == minc;
+  float cr = maxc - minc;
+  float s = cr / (eqc ? 1.0f : maxc);
+  float crd = eqc ? 1.0f : cr;
+  float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+  float hr = (maxc == r) ? (bc - gc) : 0.0f;
+  float hg = (maxc == g && maxc != r) ? ((2.0f + rc) - bc) : 0.0f;
+  float hb = (maxc != g && maxc != r) ? ((4.0f + gc) - rc) : 0.0f;
+  float hh = (hr + hg) + hb;
+  hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
+  /* (h + hue_factor) % 1.0: the result takes the sign of 1 */
+  hh = hh + hue;
+  hh = hh - floorf(hh);
+  if (hh >= 1.0f) hh -= 1.0f;
+  float v = maxc;
+  float fi = floorf(hh * 6.0f);
+  float f = hh * 6.0f - fi;
+  int ii = ((int)fi % 6 + 6) % 6;
+  float pp = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
+  float q = fminf(fmaxf(v * (1.0f - s * f), 0.0f), 1.0f);
+  float tt = fminf(fmaxf(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
+  float o0, o1, o2;
+  switch (ii) {
+    case 0: o0 = v, o1 = tt, o2 = pp; break;
+    case 1: o0 = q, o1 = v, o2 = pp; break;
+    case 2: o0 = pp, o1 = v, o2 = tt; break;
+    case 3: o0 = pp, o1 = q, o2 = v; break;
+    case 4: o0 = tt, o1 = pp, o2 = v; break;
+    default: o0 = v, o1 = pp, o2 = q; break;
+  }
+  p[0] = stk__trunc8(o0 * 255.0f);
+  p[1] = stk__trunc8(o1 * 255.0f);
+  p[2] = stk__trunc8(o2 * 255.0f);
+}
+
+/* An affine warp's grid, as torchvision builds it: the float32 inverse
+ * matrix divided by half the size (rescaled_theta). */
+typedef struct {
+  float a0, a1, a2, b0, b1, b2;
+} stk__warp;
+
+/* Output pixel (xx, yy) of a w x h warp from `src` (RGB8, rows w * 3 apart)
+ * into o[3]: the grid point (pixel centres, -size/2 + 0.5 + i), then
+ * grid_sample(align_corners=False, padding zeros) as torch's CPU kernel
+ * computes it ((g + 1) * size / 2 - 0.5; nearest rounds half to even;
+ * bilinear nw, ne, sw, se weights); with a fill, torchvision's mask blend. */
+STK_HD void stk__warp_px(const stk__warp *m, const uint8_t *src, int w, int h, int xx, int yy,
+                         int nearest, const float *fill, uint8_t *o) {
+  float hw = 0.5f * (float)w, hh = 0.5f * (float)h;
+  float y = -(float)h * 0.5f + 0.5f + (float)yy;
+  float x = -(float)w * 0.5f + 0.5f + (float)xx;
+  float gx = x * m->a0;
+  gx = gx + y * m->a1;
+  gx = gx + m->a2;
+  float gy = x * m->b0;
+  gy = gy + y * m->b1;
+  gy = gy + m->b2;
+  float ix = (gx + 1.0f) * hw - 0.5f, iy = (gy + 1.0f) * hh - 0.5f;
+  size_t row = (size_t)w * 3;
+  if (nearest) {
+    float rx = rintf(ix), ry = rintf(iy);
+    int in = rx >= 0 && rx < (float)w && ry >= 0 && ry < (float)h;
+    for (int c = 0; c < 3; c++) {
+      if (in) o[c] = src[(size_t)ry * row + (size_t)rx * 3 + c];
+      else o[c] = fill ? stk__round8(fill[c]) : 0;
+    }
+    return;
+  }
+  float fx = floorf(ix), fy = floorf(iy);
+  float we = ix - fx, ee = 1.0f - we, n = iy - fy, s = 1.0f - n;
+  float wt[4] = {s * ee, s * we, n * ee, n * we}; /* nw, ne, sw, se */
+  int x0 = (int)fx, y0 = (int)fy;
+  int cx[4] = {x0, x0 + 1, x0, x0 + 1}, cy[4] = {y0, y0, y0 + 1, y0 + 1};
+  int ok[4];
+  for (int k = 0; k < 4; k++) ok[k] = cx[k] >= 0 && cx[k] < w && cy[k] >= 0 && cy[k] < h;
+  float mask = 0.0f;
+  if (fill) {
+    float m4[4];
+    for (int k = 0; k < 4; k++) m4[k] = ok[k] ? wt[k] : 0.0f;
+    mask = ((m4[0] + m4[1]) + m4[2]) + m4[3];
+  }
+  for (int c = 0; c < 3; c++) {
+    float v[4];
+    for (int k = 0; k < 4; k++)
+      v[k] = ok[k] ? (float)src[(size_t)cy[k] * row + (size_t)cx[k] * 3 + c] * wt[k] : 0.0f;
+    float r = ((v[0] + v[1]) + v[2]) + v[3];
+    if (fill) {
+      float a = r * mask;
+      float b = (1.0f - mask) * fill[c];
+      r = a + b;
+    }
+    o[c] = stk__round8(r);
+  }
+}
+
+/* A Gaussian blur output value at (x, y), channel c: the horizontal pass
+ * (reflect padding) for each row the vertical taps read, then the vertical
+ * taps, both in float32 in tap order, rounded. */
+STK_HD uint8_t stk__blur_px(const uint8_t *src, int w, int h, int x, int y, int c,
+                            const float *kern, int ks) {
+  int half = ks / 2;
+  size_t row = (size_t)w * 3;
+  float acc = 0.0f;
+  for (int k = 0; k < ks; k++) {
+    int yy = y + k - half;
+    yy = yy < 0 ? -yy : yy >= h ? 2 * h - 2 - yy : yy;
+    yy = yy < 0 ? 0 : yy >= h ? h - 1 : yy;
+    float s = 0.0f;
+    for (int j = 0; j < ks; j++) {
+      int xx = x + j - half;
+      xx = xx < 0 ? -xx : xx >= w ? 2 * w - 2 - xx : xx;
+      xx = xx < 0 ? 0 : xx >= w ? w - 1 : xx;
+      float t = kern[j] * (float)src[(size_t)yy * row + (size_t)xx * 3 + c];
+      s = s + t;
+    }
+    float t = kern[k] * s;
+    acc = acc + t;
+  }
+  return stk__round8(acc);
+}
+
+/* The standard normal value number e of an erase box's "random" fill: two
+ * uniforms of the box's stream (counters 2e + 1 and 2e + 2), Box-Muller. */
+STK_HD float stk__erase_normal(uint64_t key, uint64_t e) {
+  uint64_t z[2];
+  for (int k = 0; k < 2; k++) {
+    uint64_t v = key + (2 * e + 1 + (uint64_t)k) * 0x9e3779b97f4a7c15ULL;
+    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    v = (v ^ (v >> 27)) * 0x94d049bb133111ebULL;
+    z[k] = v ^ (v >> 31);
+  }
+  double u1 = (double)(z[0] >> 11) * 0x1.0p-53, u2 = (double)(z[1] >> 11) * 0x1.0p-53;
+  return (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
+}
+
+#endif
