@@ -228,7 +228,8 @@ static const char *path_name(int p) {
 }
 
 /* --- bit-exactness of the kernel on pre-decoded sources ------------------- */
-static void test_exact(int train) {
+/* filter: STK_FILTER_BILINEAR or STK_FILTER_BICUBIC (window.h) on every geometry */
+static void test_exact(int train, int filter) {
   static const stk_dtype dts[] = {STK_DTYPE_UINT8, STK_DTYPE_FLOAT32, STK_DTYPE_FLOAT16,
                                   STK_DTYPE_BFLOAT16};
   static const stk_layout lys[] = {STK_LAYOUT_NCHW, STK_LAYOUT_NHWC};
@@ -255,6 +256,7 @@ static void test_exact(int train) {
           geom_train(&imgs[i], i, &geo[i]);
         else
           geom_eval(&imgs[i], &geo[i]);
+        stk__geom_set_filter(&geo[i], filter);
         free(src[i].px);
         memset(&src[i], 0, sizeof src[i]);
         if (cpu_ref(&imgs[i], &geo[i], &st, ref + (size_t)i * ib, &src[i])) continue;
@@ -285,10 +287,11 @@ static void test_exact(int train) {
           }
         }
       }
-      CHECK_MSG(bad == 0, "%s geometry, dtype %d, layout %d: %d of %d images differ from the CPU",
-                train ? "train" : "eval", (int)c.dtype, (int)c.layout, bad, n);
-      printf("exact %s dtype=%d layout=%d: %d/%d images bit-identical to the CPU resampler\n",
-             train ? "train" : "eval ", (int)c.dtype, (int)c.layout, n - bad, n);
+      const char *fn = filter == STK_FILTER_BICUBIC ? "bicubic" : "bilinear";
+      CHECK_MSG(bad == 0, "%s %s geometry, dtype %d, layout %d: %d of %d images differ from the CPU",
+                train ? "train" : "eval", fn, (int)c.dtype, (int)c.layout, bad, n);
+      printf("exact %s %s dtype=%d layout=%d: %d/%d images bit-identical to the CPU resampler\n",
+             train ? "train" : "eval ", fn, (int)c.dtype, (int)c.layout, n - bad, n);
       free(ref);
       free(got);
       stk__gpu_close(g);
@@ -656,14 +659,17 @@ int main(void) {
   printf("%d test images (%d real)\n", nimg, nreal);
 
   if (quick) {
-    test_exact(1);
+    test_exact(1, STK_FILTER_BILINEAR);
+    test_exact(1, STK_FILTER_BICUBIC);
     run_psnr(0, 1, 1, 1, NULL);
     for (int i = 0; i < nimg; i++) free(imgs[i].data);
     stk__decoder_destroy(dec);
     return CHECK_DONE();
   }
-  test_exact(0);
-  test_exact(1);
+  test_exact(0, STK_FILTER_BILINEAR);
+  test_exact(1, STK_FILTER_BILINEAR);
+  test_exact(0, STK_FILTER_BICUBIC);
+  test_exact(1, STK_FILTER_BICUBIC);
 
   /* the defaults: engines, plain chroma upsampling */
   uint8_t *eval_out = malloc(stk__dtype_size(STK_DTYPE_UINT8) * OUT * OUT * 3 * nimg);

@@ -21,7 +21,8 @@ static int same_as_cpu(const stk__geom *g, stk__resampler *rs, const char *what,
   if (stk__resampler_plan(rs, g, &need) != STK_OK) return 1; /* not a plannable geometry */
   stk__gpu_rect r;
   stk__gpu_plan_rect(g, &r);
-  int cpu_vfirst = !g->exact && need.h > g->y.out;
+  /* stk__resampler_run's rule: bilinear train geometries taller than the output */
+  int cpu_vfirst = !g->exact && g->x.filter == STK_FILTER_BILINEAR && need.h > g->y.out;
   if (r.sx != need.x || r.sy != need.y || r.sw != need.w || r.sh != need.h || r.kx != rs->ksx ||
       r.ky != rs->ksy || r.vfirst != cpu_vfirst) {
     fprintf(stderr, "%s %d: plan (%d,%d %dx%d k %d,%d v%d) != CPU (%d,%d %dx%d k %d,%d v%d)\n", what,
@@ -37,7 +38,7 @@ int main(void) {
   stk__rng_init(&rng, 7, 0, 0);
   stk__resampler rs = {0};
   static const float scale[2] = {0.08f, 1.0f}, ratio[2] = {3.0f / 4.0f, 4.0f / 3.0f};
-  int agree = 1, aligned_ok = 1, changed = 0, nvfirst = 0;
+  int agree = 1, aligned_ok = 1, changed = 0, nvfirst = 0, nbicubic = 0;
   for (int i = 0; i < 20000; i++) {
     int w = rand_int(&rng, 1, 4000), h = rand_int(&rng, 1, 3000);
     int out = i % 3 == 0 ? 224 : rand_int(&rng, 1, 300);
@@ -56,6 +57,8 @@ int main(void) {
       }
     }
     g.exact = i % 5 == 0;
+    if (i % 3 == 1) stk__geom_set_filter(&g, STK_FILTER_BICUBIC); /* every kind of geometry */
+    nbicubic += i % 3 == 1;
     agree &= same_as_cpu(&g, &rs, "geometry", i);
     stk__gpu_rect r, a;
     stk__gpu_plan_rect(&g, &r);
@@ -77,8 +80,8 @@ int main(void) {
   stk__resampler_free(&rs);
   CHECK(agree);
   CHECK(aligned_ok);
-  CHECK_MSG(changed > 1000 && nvfirst > 1000, "cases seen: %d aligned, %d vertical-first", changed,
-            nvfirst);
+  CHECK_MSG(changed > 1000 && nvfirst > 1000 && nbicubic > 5000,
+            "cases seen: %d aligned, %d vertical-first, %d bicubic", changed, nvfirst, nbicubic);
 
   /* arena bytes and the big path */
   stk__geom g;
@@ -96,6 +99,22 @@ int main(void) {
   stk__gpu_plan_rect(&g, &r);
   stk__gpu_item_bytes(&r, &g, (size_t)1 << 30, 1000, &big);
   CHECK(big == 1);
+  /* bicubic's windows are twice as wide: the kernel takes shrinks up to 15.5 */
+  stk__geom_eval(3100, 3100, 200, 200, &g); /* 1/15.5: 63 weights */
+  stk__geom_set_filter(&g, STK_FILTER_BICUBIC);
+  stk__gpu_plan_rect(&g, &r);
+  CHECK(r.kx == 63 && r.ky == 63);
+  stk__gpu_item_bytes(&r, &g, (size_t)1 << 30, 1000, &big);
+  CHECK(big == 0);
+  stk__geom_eval(3200, 3200, 200, 200, &g); /* 1/16: 65 weights */
+  stk__geom_set_filter(&g, STK_FILTER_BICUBIC);
+  stk__gpu_plan_rect(&g, &r);
+  stk__gpu_item_bytes(&r, &g, (size_t)1 << 30, 1000, &big);
+  CHECK(big == 1);
+  stk__geom_set_filter(&g, STK_FILTER_BILINEAR); /* bilinear: 33 weights */
+  stk__gpu_plan_rect(&g, &r);
+  stk__gpu_item_bytes(&r, &g, (size_t)1 << 30, 1000, &big);
+  CHECK(big == 0 && r.kx == 33);
 
   /* packing: in order, aligned, never past the arena, a chunk closed only
    * when the next item does not fit */
