@@ -61,7 +61,8 @@ __all__ = [
 
 
 class InterpolationMode(enum.Enum):
-    """torchvision's interpolation names; stoker implements BILINEAR only."""
+    """torchvision's interpolation names; stoker resizes with BILINEAR and
+    BICUBIC, and warps (the policies) with NEAREST and BILINEAR."""
 
     NEAREST = "nearest"
     BILINEAR = "bilinear"
@@ -328,14 +329,18 @@ def _square(size, what):
 
 
 def _check_resampling(t, what):
+    """The resampling filter of a Resize / RandomResizedCrop: "bilinear" or
+    "bicubic" (Pillow's, as torchvision runs them on PIL images)."""
     mode = getattr(t, "interpolation", InterpolationMode.BILINEAR)
     value = getattr(mode, "value", mode)
-    # PIL's Image.BILINEAR is 2, an older spelling torchvision still accepts.
-    if value not in ("bilinear", 2):
-        raise ValueError(f"{what}: interpolation {mode!r} is not supported yet (bilinear only)")
+    # PIL's Image.BILINEAR is 2 and Image.BICUBIC 3, older spellings torchvision still accepts.
+    if value not in ("bilinear", 2, "bicubic", 3):
+        raise ValueError(f"{what}: interpolation {mode!r} is not supported yet (bilinear or "
+                         "bicubic)")
     if getattr(t, "antialias", True) is False:
         raise ValueError(f"{what}: antialias=False is not supported (stoker always antialiases, "
                          "as torchvision does for PIL images)")
+    return "bicubic" if value in ("bicubic", 3) else "bilinear"
 
 
 def _triple(v, what):
@@ -365,7 +370,7 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
     first = names[0]
     if first == "RandomResizedCrop":
         t = steps[0]
-        _check_resampling(t, "RandomResizedCrop")
+        opts["interpolation"] = _check_resampling(t, "RandomResizedCrop")
         opts.update(pipeline="train", size=_square(t.size, "RandomResizedCrop"),
                     scale=tuple(float(v) for v in t.scale),
                     ratio=tuple(float(v) for v in t.ratio), flip_prob=0.0)
@@ -375,7 +380,7 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
             rest = rest[1:]
     elif first == "Resize":
         t = steps[0]
-        _check_resampling(t, "Resize")
+        opts["interpolation"] = _check_resampling(t, "Resize")
         size = t.size
         if isinstance(size, (list, tuple)) and len(size) == 1:
             size = size[0]

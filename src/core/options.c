@@ -273,10 +273,8 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   if (aug && o->pipeline != STK_PIPELINE_TRAIN)
     BAD("the augmentations (auto_augment, vflip_prob, color_jitter, grayscale_prob, blur_kernel, "
         "erase_prob) belong to the train pipeline");
-  if (aug && o->device >= 0)
-    BAD("the augmentations after the crop (auto_augment, vflip_prob, color_jitter, "
-        "grayscale_prob, blur_kernel, erase_prob) run on the CPU loader only in this version; "
-        "use device=-1");
+  if (o->device >= 0 && o->blur_kernel > 63)
+    BAD("blur_kernel must be at most 63 on the GPU, got %d", o->blur_kernel);
 #undef BAD
   return STK_OK;
 }

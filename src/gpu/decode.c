@@ -267,25 +267,28 @@ static int big_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *ms
     ox = reg.x;
     oy = reg.y;
   }
-  if (stk__buf_reserve(&L->big, g->image_bytes + 8)) {
+  if (stk__buf_reserve(&L->big, g->work_bytes + 8)) {
     item_fail(it, STK_ENOMEM, "out of memory");
     return STK_ENOMEM;
   }
-  rc = stk__resampler_run(&L->rs, px, stride, ox, oy, &g->store, L->big.p);
+  rc = stk__resampler_run(&L->rs, px, stride, ox, oy, &g->work_store, L->big.p);
   if (rc) {
     item_fail(it, rc, "resampling failed");
     return rc;
   }
-  *batch_rc = upload_rows(g, L, L->arena + p->off, g->image_bytes, L->big.p, g->image_bytes,
-                          g->image_bytes, 1, msg, msglen);
+  *batch_rc = upload_rows(g, L, L->arena + p->off, g->work_bytes, L->big.p, g->work_bytes,
+                          g->work_bytes, 1, msg, msglen);
   if (!*batch_rc)
-    *batch_rc = upload_rows(g, L, L->arena + p->off + align_up(g->image_bytes, 8), 8,
+    *batch_rc = upload_rows(g, L, L->arena + p->off + align_up(g->work_bytes, 8), 8,
                             (const uint8_t *)&it->label, 8, 8, 1, msg, msglen);
   return *batch_rc;
 }
 
 static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
                   size_t msglen);
+static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_item *items, int *naug,
+                      char *msg, size_t msglen);
+static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen);
 
 /* Decodes the sources of items chunk[0..k) into the arena (places already
  * assigned), then launches the kernel over those that made it. `base` is
@@ -498,10 +501,10 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_BIG || !p->have_src) continue;
     int dst = items[chunk[c]].dst;
-    CU(stk__cu.MemcpyDtoDAsync(s->data + (CUdeviceptr)dst * g->image_bytes, L->arena + p->off,
-                            g->image_bytes, s->stream));
+    CU(stk__cu.MemcpyDtoDAsync(work_out(g, s) + (CUdeviceptr)dst * g->work_bytes,
+                            L->arena + p->off, g->work_bytes, s->stream));
     CU(stk__cu.MemcpyDtoDAsync(s->labels + (CUdeviceptr)dst * 8,
-                            L->arena + p->off + align_up(g->image_bytes, 8), 8, s->stream));
+                            L->arena + p->off + align_up(g->work_bytes, 8), 8, s->stream));
   }
   CU(stk__cu.EventRecord(s->consumed, s->stream));
   s->consumed_pending = 1;
@@ -519,6 +522,92 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   return STK_OK;
 }
 
+/* cfg.aug: each item's draws as the kernels take them (stk__kaug), with
+ * what must round as on the CPU computed here: the warps' grid
+ * coefficients and the blur taps. Uploaded on the lane's stream once the
+ * slot's previous batch has read its own (s->consumed); *naug items. */
+static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_item *items, int *naug,
+                      char *msg, size_t msglen) {
+  const stk__aug_plan *ap = g->cfg.aug;
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    const stk__gpu_item *it = &items[i];
+    if (it->rc != STK_OK || !it->aug) continue;
+    const stk__aug *a = it->aug;
+    stk__kaug *k = &L->aug_host[m++];
+    memset(k, 0, sizeof *k);
+    k->dst = it->dst;
+    k->nearest = ap->nearest;
+    k->has_fill = ap->has_fill;
+    memcpy(k->fill, ap->fill, sizeof k->fill);
+    k->erase = a->erase;
+    k->ex = a->ex;
+    k->ey = a->ey;
+    k->ew = a->ew;
+    k->eh = a->eh;
+    k->erase_random = ap->erase_random;
+    k->erase_key = a->erase_key;
+    memcpy(k->erase_value, ap->erase_value, sizeof k->erase_value);
+    k->n = a->n < STK_KAUG_OPS ? a->n : STK_KAUG_OPS;
+    for (int j = 0; j < k->n; j++) {
+      stk__kop *o = &k->op[j];
+      o->kind = a->op[j].kind;
+      o->ksize = a->op[j].ksize;
+      o->mag = a->op[j].mag;
+      if (o->kind >= STK__OP_SHEAR_X && o->kind <= STK__OP_ROTATE) {
+        stk__warp w;
+        stk__warp_of(o->kind, o->mag, g->cfg.out_w, g->cfg.out_h, &w);
+        memcpy(o->m, &w, sizeof o->m);
+      } else if (o->kind == STK__OP_BLUR) {
+        if (o->ksize > STK_KAUG_TAPS) o->ksize = STK_KAUG_TAPS; /* options refuse it */
+        stk__blur_taps(o->ksize, o->mag, k->blur);
+      }
+    }
+  }
+  *naug = m;
+  if (!m) return STK_OK;
+  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
+  CU(stk__cu.MemcpyHtoDAsync(s->aug_dev, L->aug_host, (size_t)m * sizeof(stk__kaug), L->stream));
+  return STK_OK;
+}
+
+/* cfg.aug, on the slot's stream after the last chunk: the ops on the tiles,
+ * then the tiles into the batch (normalised, erased). */
+static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen) {
+  /* the upload (on the lane's stream) before the kernels, whatever the
+   * chunks did; and the consumer done with the slot's images */
+  CU(stk__cu.EventRecord(L->decoded, L->stream));
+  CU(stk__cu.StreamWaitEvent(s->stream, L->decoded, 0));
+  pthread_mutex_lock(&g->mu);
+  int wait_freed = s->freed_pending;
+  s->freed_pending = 0;
+  pthread_mutex_unlock(&g->mu);
+  if (wait_freed) CU(stk__cu.StreamWaitEvent(s->stream, s->freed, 0));
+  stk__kaugparams kp;
+  memset(&kp, 0, sizeof kp);
+  kp.items = s->aug_dev;
+  kp.tiles = s->tiles;
+  kp.scratch = s->scratch;
+  kp.out = s->data;
+  kp.lut = g->lut;
+  kp.w = g->cfg.out_w;
+  kp.h = g->cfg.out_h;
+  kp.dtype = (int)g->cfg.dtype;
+  kp.layout = (int)g->cfg.layout;
+  kp.tiles_x = (g->cfg.out_w + STK_TILE_W - 1) / STK_TILE_W;
+  kp.n = naug;
+  int tiles_y = (g->cfg.out_h + STK_TILE_H - 1) / STK_TILE_H;
+  void *args[] = {&kp};
+  CU(stk__cu.LaunchKernel(g->fn_aug, (unsigned)naug, 1, 1, STK_AUG_THREADS, 1, 1, 0, s->stream,
+                          args, NULL));
+  CU(stk__cu.LaunchKernel(g->fn_store, (unsigned)(kp.tiles_x * tiles_y), (unsigned)naug, 1,
+                          STK_TILE_W, STK_TILE_H, 1, 0, s->stream, args, NULL));
+  /* the tiles, the scratch and the draws are free again after these */
+  CU(stk__cu.EventRecord(s->consumed, s->stream));
+  s->consumed_pending = 1;
+  return STK_OK;
+}
+
 /* Launches the kernel over the chunk's descriptors (already uploaded), on
  * the slot's stream. */
 static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int kym, char *msg,
@@ -526,13 +615,13 @@ static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int
   stk__kparams kp;
   memset(&kp, 0, sizeof kp);
   kp.items = L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem);
-  kp.out = s->data;
+  kp.out = work_out(g, s);
   kp.labels = s->labels;
   kp.lut = g->lut;
   kp.out_w = g->cfg.out_w;
   kp.out_h = g->cfg.out_h;
-  kp.dtype = (int)g->cfg.dtype;
-  kp.layout = (int)g->cfg.layout;
+  kp.dtype = g->cfg.aug ? (int)STK_DTYPE_UINT8 : (int)g->cfg.dtype;
+  kp.layout = g->cfg.aug ? (int)STK_LAYOUT_NHWC : (int)g->cfg.layout;
   kp.kx = kxm;
   kp.ky = kym;
   kp.tiles_x = (g->cfg.out_w + STK_TILE_W - 1) / STK_TILE_W;
@@ -586,6 +675,8 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
     }
   }
   L->t_plan += stk__now() - t0;
+  int naug = 0;
+  if (g->cfg.aug && (rc = upload_aug(g, L, s, n, items, &naug, msg, msglen))) return rc;
 
   /* Pack sources into the arena in order; a full arena closes a chunk. */
   int k = 0, base = 0;
@@ -615,6 +706,7 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
     L->plan[i].off = stk__gpu_packer_add(&pk, need);
     L->chunk[k++] = i;
   }
+  if (g->cfg.aug && naug > 0 && (rc = launch_aug(g, L, s, naug, msg, msglen))) return rc;
   CU(stk__cu.EventRecord(s->ready, s->stream));
   s->written = 1;
   CU(stk__cu.EventRecord(L->done, L->stream));

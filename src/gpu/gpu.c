@@ -259,6 +259,9 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(stk__kitem),
                        "item descriptors", msg, msglen)))
     return rc;
+  if (c->aug && (rc = host_alloc(g, (void **)&L->aug_host, (size_t)B * sizeof(stk__kaug),
+                                 "augmentation draws", msg, msglen)))
+    return rc;
   L->hw_params = calloc((size_t)B, sizeof *L->hw_params);
   L->hw_data = calloc((size_t)B, sizeof *L->hw_data);
   L->hw_len = calloc((size_t)B, sizeof *L->hw_len);
@@ -338,6 +341,7 @@ static void close_lane(stk__gpu *g, glane *L) {
   if (L->dummy_out) stk__cu.MemFree(L->dummy_out);
   if (L->staging) stk__cu.MemFreeHost(L->staging);
   if (L->desc_host) stk__cu.MemFreeHost(L->desc_host);
+  if (L->aug_host) stk__cu.MemFreeHost(L->aug_host);
   if (L->done) stk__cu.EventDestroy(L->done);
   if (L->decoded) stk__cu.EventDestroy(L->decoded);
   if (L->ev_main) stk__cu.EventDestroy(L->ev_main);
@@ -485,6 +489,19 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
                   g->cfg.std);
   g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
+  if (g->cfg.aug) {
+    stk__store_init(&g->work_store, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, g->cfg.out_w, g->cfg.out_h,
+                    g->cfg.mean, g->cfg.std);
+    g->work_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3;
+    if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS ||
+        (r = stk__cu.ModuleGetFunction(&g->fn_store, g->mod, "stk_store_kernel")) != CUDA_SUCCESS) {
+      rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernels)", msg, msglen);
+      goto fail;
+    }
+  } else {
+    g->work_store = g->store;
+    g->work_bytes = g->image_bytes;
+  }
   /* per slot; at least two finished images (the "big" path's need) */
   size_t arena = g->cfg.arena_bytes ? g->cfg.arena_bytes : (size_t)g->cfg.max_batch * (768 << 10);
   if (arena < 2 * big_need(g)) arena = 2 * big_need(g);
@@ -517,6 +534,14 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
         (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
         (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(stk__kitem),
                         "item descriptors", msg, msglen)))
+      goto fail;
+    if (g->cfg.aug &&
+        ((rc = dev_alloc(g, &s->tiles, (size_t)g->cfg.max_batch * g->work_bytes, "8-bit tiles", msg,
+                         msglen)) ||
+         (rc = dev_alloc(g, &s->scratch, (size_t)g->cfg.max_batch * g->work_bytes, "tile scratch",
+                         msg, msglen)) ||
+         (rc = dev_alloc(g, &s->aug_dev, (size_t)g->cfg.max_batch * sizeof(stk__kaug),
+                         "augmentation draws", msg, msglen))))
       goto fail;
     if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
@@ -626,6 +651,9 @@ void stk__gpu_close(stk__gpu *g) {
       if (s->labels) stk__cu.MemFree(s->labels);
       if (s->arena) stk__cu.MemFree(s->arena);
       if (s->desc_dev) stk__cu.MemFree(s->desc_dev);
+      if (s->tiles) stk__cu.MemFree(s->tiles);
+      if (s->scratch) stk__cu.MemFree(s->scratch);
+      if (s->aug_dev) stk__cu.MemFree(s->aug_dev);
       if (s->ready) stk__cu.EventDestroy(s->ready);
       if (s->freed) stk__cu.EventDestroy(s->freed);
       if (s->consumed) stk__cu.EventDestroy(s->consumed);

@@ -85,6 +85,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/augment.h"
 #include "ops/ops.h"
 #include "stoker.h"
 
@@ -125,6 +126,11 @@ typedef struct {
   int decode_only;        /* benchmarks: decode, but launch no kernel. 0 */
   int profile;            /* benchmarks: time the device's decode and kernel
                              work per chunk (waits for each chunk). 0 */
+  const stk__aug_plan *aug; /* the augmentations after the crop
+                             (augment.h), or NULL. With them the fused
+                             kernel writes 8-bit tiles, which the
+                             augmentation kernels turn into the batch;
+                             every item then carries its draws (aug). */
 } stk__gpu_config;
 
 /* Fills the defaults above. */
@@ -184,6 +190,8 @@ typedef struct {
   int64_t label;      /* written to the slot's device labels at [dst] */
   int dst;            /* image index in the slot, 0..max_batch-1 */
   stk__gpu_pre pre;   /* zero, or filled by stk__gpu_plan_ahead() */
+  const stk__aug *aug; /* with cfg.aug: what was drawn for the item
+                         (valid until run_batch() returns) */
   /* results */
   int rc;             /* STK_OK, or why this item failed (its image and label
                          in the slot are then left as they were) */

@@ -34,6 +34,8 @@
 typedef struct {
   CUdeviceptr data, labels;
   CUdeviceptr arena, desc_dev;
+  CUdeviceptr tiles, scratch, aug_dev; /* cfg.aug: 8-bit tiles, their scratch,
+                                          the items' draws (stk__kaug) */
   CUstream stream;
   CUevent ready, freed, consumed;
   int written;          /* ready was recorded at least once */
@@ -88,6 +90,7 @@ typedef struct {
   uint8_t *staging;
   size_t staging_bytes, staging_used;
   stk__kitem *desc_host;
+  stk__kaug *aug_host;         /* cfg.aug: the batch's draws, pinned */
   /* CPU fallbacks */
   stk__decoder *dec;
   stk__resampler rs;
@@ -111,9 +114,14 @@ struct stk__gpu {
   CUcontext ctx;
   int ctx_retained;
   CUmodule mod;
-  CUfunction fn;
+  CUfunction fn, fn_aug, fn_store;
   stk__store store;
   size_t image_bytes;
+  /* what the fused kernel and the CPU-finished ("big") images write: the
+   * batch's images, or with cfg.aug the 8-bit tiles the augmentation
+   * kernels read */
+  stk__store work_store;
+  size_t work_bytes;
   CUdeviceptr lut;
   uint64_t pool_at_open; /* stk__pool_fresh() at the end of open */
   int prio;      /* the greatest stream priority: our work is small and
@@ -172,7 +180,12 @@ static inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; 
 
 /* Arena room for an item of the "big" path: its finished image, then its
  * label, both copied into the slot afterwards. */
-static inline size_t big_need(const stk__gpu *g) { return align_up(align_up(g->image_bytes, 8) + 8, 256); }
+static inline size_t big_need(const stk__gpu *g) { return align_up(align_up(g->work_bytes, 8) + 8, 256); }
+
+/* Where the fused kernel writes slot s's images (see work_bytes). */
+static inline CUdeviceptr work_out(const stk__gpu *g, const gslot *s) {
+  return g->cfg.aug ? s->tiles : s->data;
+}
 
 /* An item fails alone, with its reason. */
 static inline void item_fail(stk__gpu_item *it, int rc, const char *why) {

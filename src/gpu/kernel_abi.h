@@ -30,6 +30,42 @@ typedef struct {
   int tiles_x, n;
 } stk__kparams;
 
+/* ---- the augmentations (augment.h) on the GPU ----
+ * With augmentations on, the fused kernel writes 8-bit RGB tiles (NHWC);
+ * stk_augment_kernel then runs each item's ops on its tile (one block per
+ * item), and stk_store_kernel normalises the tiles into the batch and
+ * erases. The host draws everything and computes what must round as on the
+ * CPU (warp coefficients, blur taps) before the upload. */
+#define STK_KAUG_OPS 24  /* STK__AUG_MAX_OPS */
+#define STK_KAUG_TAPS 64 /* the longest blur kernel on the GPU */
+
+typedef struct {
+  int kind, ksize; /* stk__op_kind; blur: taps */
+  float mag;
+  float m[6];      /* warps: stk__warp (a0 a1 a2 b0 b1 b2) */
+} stk__kop;
+
+typedef struct {
+  int dst, n, nearest, has_fill;
+  float fill[3];
+  int erase, ex, ey, ew, eh, erase_random;
+  unsigned long long erase_key;
+  float erase_value[3];
+  float blur[STK_KAUG_TAPS];
+  stk__kop op[STK_KAUG_OPS];
+} stk__kaug;
+
+typedef struct {
+  unsigned long long items;   /* stk__kaug[n] */
+  unsigned long long tiles;   /* the slot's tiles, w * h * 3 bytes each, by dst */
+  unsigned long long scratch; /* as many bytes again */
+  unsigned long long out;     /* the slot's images */
+  unsigned long long lut;     /* as stk__kparams.lut */
+  int w, h, dtype, layout, tiles_x, n;
+} stk__kaugparams;
+
+#define STK_AUG_THREADS 256
+
 #define STK_TILE_W 32
 #define STK_TILE_H 8
 
@@ -37,9 +73,15 @@ typedef struct {
 #if defined(__cplusplus)
 static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
 static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
+static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
+static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
+static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
 #else
 _Static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
 _Static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
+_Static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
+_Static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
+_Static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
 #endif
 
 #endif

@@ -177,3 +177,233 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
     }
   }
 }
+
+/* ---- the augmentations ------------------------------------------------------
+ * stk_augment_kernel: one block per item, its ops in order on the item's
+ * 8-bit tile (in the slot's tile buffer, at the item's dst), with the
+ * item's scratch tile for the ops that read neighbours (warps, sharpness,
+ * blur, vertical flip). Each op's arithmetic is augment_px.h's, the CPU's,
+ * so the tiles equal the CPU's for the same draws. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "ops/augment_px.h"
+
+__device__ static void tile_copy(const uint8_t *src, uint8_t *dst, size_t n) {
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel(stk__kaugparams p) {
+  __shared__ unsigned long long hist[3][256];
+  __shared__ uint8_t lut[3][256];
+  __shared__ int lutok[3], lo[3], hi[3];
+  __shared__ unsigned long long sum;
+  const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.x;
+  const int W = p.w, H = p.h;
+  const size_t npx = (size_t)W * H, n = npx * 3;
+  uint8_t *t = (uint8_t *)p.tiles + (size_t)a->dst * n;
+  uint8_t *sc = (uint8_t *)p.scratch + (size_t)a->dst * n;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const float *fill = a->has_fill ? a->fill : NULL;
+  for (int k = 0; k < a->n; k++) {
+    const stk__kop *op = &a->op[k];
+    const double mag = op->mag;
+    switch (op->kind) {
+      case STK__OP_SHEAR_X:
+      case STK__OP_SHEAR_Y:
+      case STK__OP_TRANSLATE_X:
+      case STK__OP_TRANSLATE_Y:
+      case STK__OP_ROTATE: {
+        tile_copy(t, sc, n);
+        const stk__warp *m = (const stk__warp *)op->m;
+        for (size_t i = tid; i < npx; i += nt)
+          stk__warp_px(m, sc, W, H, (int)(i % W), (int)(i / W), a->nearest, fill, t + i * 3);
+        break;
+      }
+      case STK__OP_BRIGHTNESS:
+      case STK__OP_ADJ_BRIGHTNESS: {
+        double f = op->kind == STK__OP_BRIGHTNESS ? 1.0 + mag : mag;
+        float r = (float)f, r1 = (float)(1.0 - f);
+        for (size_t i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], 0.0f);
+        break;
+      }
+      case STK__OP_COLOR:
+      case STK__OP_ADJ_SATURATION: {
+        double f = op->kind == STK__OP_COLOR ? 1.0 + mag : mag;
+        float r = (float)f, r1 = (float)(1.0 - f);
+        for (size_t i = tid; i < npx; i += nt) {
+          uint8_t *q = t + i * 3;
+          float g = stk__gray8(q[0], q[1], q[2]);
+          for (int c = 0; c < 3; c++) q[c] = stk__blend8(r, r1, q[c], g);
+        }
+        break;
+      }
+      case STK__OP_CONTRAST:
+      case STK__OP_ADJ_CONTRAST: {
+        if (tid == 0) sum = 0;
+        __syncthreads();
+        unsigned long long part = 0;
+        for (size_t i = tid; i < npx; i += nt) part += stk__gray8(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
+        atomicAdd(&sum, part);
+        __syncthreads();
+        /* an integer sum: exact in any order, as on the CPU */
+        float mean = (float)((float)(double)sum / (float)npx);
+        double f = op->kind == STK__OP_CONTRAST ? 1.0 + mag : mag;
+        float r = (float)f, r1 = (float)(1.0 - f);
+        for (size_t i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], mean);
+        break;
+      }
+      case STK__OP_SHARPNESS:
+      case STK__OP_ADJ_SHARPNESS: {
+        if (W <= 2 || H <= 2) break;
+        tile_copy(t, sc, n);
+        double f = op->kind == STK__OP_SHARPNESS ? 1.0 + mag : mag;
+        float r = (float)f, r1 = (float)(1.0 - f);
+        const size_t row = (size_t)W * 3;
+        for (size_t i = tid; i < n; i += nt) {
+          int x = (int)((i / 3) % W), y = (int)(i / row);
+          if (x == 0 || y == 0 || x == W - 1 || y == H - 1) continue; /* the border stays */
+          const uint8_t *q = sc + i;
+          int s = 4 * q[0];
+          for (int dy = -1; dy <= 1; dy++)
+            for (int dx = -1; dx <= 1; dx++) s += q[(ptrdiff_t)dy * (ptrdiff_t)row + dx * 3];
+          t[i] = stk__blend8(r, r1, q[0], (float)stk__sharp_blur(s));
+        }
+        break;
+      }
+      case STK__OP_POSTERIZE: {
+        int bits = (int)mag;
+        bits = bits < 0 ? 0 : bits > 8 ? 8 : bits;
+        uint8_t mask = (uint8_t)(0xffu << (8 - bits));
+        for (size_t i = tid; i < n; i += nt) t[i] &= mask;
+        break;
+      }
+      case STK__OP_SOLARIZE:
+        for (size_t i = tid; i < n; i += nt)
+          if ((float)t[i] >= op->mag) t[i] = (uint8_t)(255 - t[i]);
+        break;
+      case STK__OP_INVERT:
+        for (size_t i = tid; i < n; i += nt) t[i] = (uint8_t)(255 - t[i]);
+        break;
+      case STK__OP_AUTOCONTRAST: {
+        if (tid < 3) lo[tid] = 255, hi[tid] = 0;
+        __syncthreads();
+        int l[3] = {255, 255, 255}, h[3] = {0, 0, 0};
+        for (size_t i = tid; i < npx; i += nt)
+          for (int c = 0; c < 3; c++) {
+            int v = t[i * 3 + c];
+            l[c] = v < l[c] ? v : l[c];
+            h[c] = v > h[c] ? v : h[c];
+          }
+        for (int c = 0; c < 3; c++) {
+          atomicMin(&lo[c], l[c]);
+          atomicMax(&hi[c], h[c]);
+        }
+        __syncthreads();
+        float mn[3], scale[3];
+        for (int c = 0; c < 3; c++) scale[c] = stk__autocontrast_scale(lo[c], hi[c], &mn[c]);
+        for (size_t i = tid; i < n; i += nt) {
+          int c = (int)(i % 3);
+          t[i] = stk__autocontrast8(t[i], mn[c], scale[c]);
+        }
+        break;
+      }
+      case STK__OP_EQUALIZE: {
+        for (int q = tid; q < 3 * 256; q += nt) hist[q / 256][q % 256] = 0;
+        __syncthreads();
+        for (size_t i = tid; i < n; i += nt) atomicAdd(&hist[i % 3][t[i]], 1ULL);
+        __syncthreads();
+        if (tid < 3) lutok[tid] = stk__equalize_lut((const int64_t *)hist[tid], lut[tid]);
+        __syncthreads();
+        for (size_t i = tid; i < n; i += nt) {
+          int c = (int)(i % 3);
+          if (lutok[c]) t[i] = lut[c][t[i]];
+        }
+        break;
+      }
+      case STK__OP_ADJ_HUE:
+        for (size_t i = tid; i < npx; i += nt) stk__hue_px(t + i * 3, op->mag);
+        break;
+      case STK__OP_GRAYSCALE:
+        for (size_t i = tid; i < npx; i += nt) {
+          uint8_t *q = t + i * 3;
+          q[0] = q[1] = q[2] = stk__gray8(q[0], q[1], q[2]);
+        }
+        break;
+      case STK__OP_BLUR:
+        tile_copy(t, sc, n);
+        for (size_t i = tid; i < n; i += nt)
+          t[i] = stk__blur_px(sc, W, H, (int)((i / 3) % W), (int)(i / ((size_t)W * 3)), (int)(i % 3),
+                              a->blur, op->ksize);
+        break;
+      case STK__OP_VFLIP: {
+        tile_copy(t, sc, n);
+        const size_t row = (size_t)W * 3;
+        for (size_t i = tid; i < n; i += nt) t[i] = sc[(size_t)(H - 1 - (int)(i / row)) * row + i % row];
+        break;
+      }
+      case STK__OP_HFLIP: {
+        tile_copy(t, sc, n);
+        const size_t row = (size_t)W * 3;
+        for (size_t i = tid; i < n; i += nt) {
+          size_t y = i / row, x = (i % row) / 3, c = i % 3;
+          t[i] = sc[y * row + (W - 1 - x) * 3 + c];
+        }
+        break;
+      }
+      default: break;
+    }
+    __syncthreads();
+  }
+}
+
+/* stk_store_kernel: the tiles into the batch in its dtype and layout through
+ * the normalisation tables (as the fused kernel stores), then each item's
+ * erase box. One thread per output pixel, blockIdx.y the item. */
+extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
+    stk_store_kernel(stk__kaugparams p) {
+  __shared__ float lutf[768];
+  __shared__ unsigned short lut16[768];
+  const int t = threadIdx.y * STK_TILE_W + threadIdx.x;
+  if (p.dtype != DT_U8) {
+    const float *gl = (const float *)p.lut;
+    const unsigned short *g16 = (const unsigned short *)(gl + 768);
+    for (int q = t; q < 768; q += STK_TILE_W * STK_TILE_H) {
+      lutf[q] = gl[q];
+      lut16[q] = g16[q];
+    }
+  }
+  __syncthreads();
+  const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.y;
+  const int W = p.w, H = p.h;
+  const int i = (blockIdx.x % p.tiles_x) * STK_TILE_W + threadIdx.x;
+  const int j = (blockIdx.x / p.tiles_x) * STK_TILE_H + threadIdx.y;
+  if (i >= W || j >= H) return;
+  const size_t plane = (size_t)W * H, img = (size_t)a->dst * 3 * plane;
+  const uint8_t *px = (const uint8_t *)p.tiles + (size_t)a->dst * plane * 3 + ((size_t)j * W + i) * 3;
+  const int in_box = a->erase && i >= a->ex && i < a->ex + a->ew && j >= a->ey && j < a->ey + a->eh;
+  for (int c = 0; c < 3; c++) {
+    size_t o = p.layout == LAYOUT_NCHW ? img + c * plane + (size_t)j * W + i
+                                       : img + ((size_t)j * W + i) * 3 + c;
+    if (!in_box) {
+      int v = px[c];
+      switch (p.dtype) {
+        case DT_F32: ((float *)p.out)[o] = lutf[c * 256 + v]; break;
+        case DT_F16:
+        case DT_BF16: ((unsigned short *)p.out)[o] = lut16[c * 256 + v]; break;
+        default: ((unsigned char *)p.out)[o] = (unsigned char)v; break;
+      }
+      continue;
+    }
+    /* the erase value, numbered channel by channel as on the CPU */
+    unsigned long long e = ((unsigned long long)c * a->eh + (j - a->ey)) * a->ew + (i - a->ex);
+    float v = a->erase_random ? stk__erase_normal(a->erase_key, e) : a->erase_value[c];
+    switch (p.dtype) {
+      case DT_F32: ((float *)p.out)[o] = v; break;
+      case DT_F16: ((unsigned short *)p.out)[o] = __half_as_ushort(__float2half_rn(v)); break;
+      case DT_BF16: ((unsigned short *)p.out)[o] = __bfloat16_as_ushort(__float2bfloat16_rn(v)); break;
+      default: ((unsigned char *)p.out)[o] = stk__round8(v); break;
+    }
+  }
+}

@@ -133,7 +133,9 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   w->t_decode = t2 - t1;
   if (rc) return rc;
   if (reg.scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
-  if (p->aug.on && s->aug.n + s->aug.erase > 0) {
+  /* The GPU share's tiles (store_rgb8) get their augmentations on the GPU,
+   * with the rest of the batch. */
+  if (p->aug.on && s->aug.n + s->aug.erase > 0 && store != &p->store_rgb8) {
     /* torchvision's order: the crop rounded to 8 bits, the ops on that
      * tile, then normalisation into the batch, then erasing */
     if (stk__buf_reserve(&w->tile, (size_t)p->size * p->size * 3)) {
@@ -144,9 +146,7 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
       if (!rc) rc = stk__aug_apply(&p->aug, &s->aug, w->tile.p, p->size, p->size, &w->aug_scratch);
       if (!rc) {
         stk__store_tile(store, w->tile.p, dst);
-        /* the GPU share's RGB8 store is normalised on the GPU: no erasing here */
-        if (store != &p->store_rgb8)
-          stk__aug_erase(&p->aug, &s->aug, store->dtype, store->layout, store->w, store->h, dst);
+        stk__aug_erase(&p->aug, &s->aug, store->dtype, store->layout, store->w, store->h, dst);
       }
     }
   } else {

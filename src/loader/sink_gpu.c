@@ -23,6 +23,7 @@ typedef struct {
   uint8_t *rgb8;       /* per position, size x size x 3: the images the
                           workers finished on the CPU (raw RGB8), which the
                           GPU only normalises and stores */
+  stk__aug *augs;      /* per position: the augmentations drawn for it */
 } gpu_slot;
 
 typedef struct {
@@ -48,7 +49,8 @@ static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
   s->from = calloc((size_t)g->B, sizeof *s->from);
   /* untouched pages cost nothing: only positions decoded here are */
   s->rgb8 = malloc((size_t)g->B * g->opt->size * g->opt->size * 3);
-  return *data && s->files && s->items && s->from && s->rgb8 ? STK_OK : STK_ENOMEM;
+  s->augs = calloc((size_t)g->B, sizeof *s->augs);
+  return *data && s->files && s->items && s->from && s->rgb8 && s->augs ? STK_OK : STK_ENOMEM;
 }
 
 /* Reads position j's file and plans it for the GPU, or finishes it on the
@@ -72,6 +74,12 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   memset(it, 0, sizeof *it);
   it->label = g->src->ds.labels[idx];
   it->dst = j;
+  if (g->plan->aug.on) {
+    /* run on the GPU for every path, the CPU share included (its tile is
+     * finished here without them) */
+    s->augs[j] = smp.aug;
+    it->aug = &s->augs[j];
+  }
   /* What the hardware engines cannot decode would be decoded on the
    * submitting thread, one file after another: decode it here instead. */
   const stk__image_info *in = &smp.info;
@@ -122,6 +130,10 @@ static void gpu_move(stk__sink *k, int slot, int from, int to) {
   gpu_slot *s = &g->slots[slot];
   s->items[to] = s->items[from];
   s->items[to].dst = to;
+  if (s->items[to].aug) {
+    s->augs[to] = s->augs[from];
+    s->items[to].aug = &s->augs[to];
+  }
 }
 
 /* Spread evenly: round(share * n) of the first n positions. */
@@ -251,6 +263,7 @@ static void gpu_close(stk__sink *k) {
       free(s->items);
       free(s->from);
       free(s->rgb8);
+      free(s->augs);
     }
   free(g->slots);
   stk__gpu_close(g->gpu); /* after the workers: none is inside run_batch */
@@ -302,6 +315,7 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   cfg.slots = c->nslots;
   cfg.max_pixels = o->max_pixels;
   cfg.planners = o->threads; /* as many header parsers as workers (resolved by now) */
+  cfg.aug = g->plan->aug.on ? &g->plan->aug : NULL;
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)

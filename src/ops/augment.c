@@ -414,19 +414,25 @@ static void op_hue(uint8_t *t, size_t npx, float hue) {
 
 /* ---- Gaussian blur (F_t.gaussian_blur: reflect padding, float32) ---- */
 
+void stk__blur_taps(int ks, float sigma, float *kern) {
+  double sum = 0;
+  for (int i = 0; i < ks; i++) {
+    float x = stk__linspace(-(ks - 1) * 0.5, (ks - 1) * 0.5, ks, i);
+    float z = x / sigma;
+    kern[i] = expf(-0.5f * (z * z));
+    sum += kern[i];
+  }
+  for (int i = 0; i < ks; i++) kern[i] = kern[i] / (float)sum;
+}
+
+/* The two passes of stk__blur_px (augment_px.h) over the whole tile: the
+ * same float32 sums in the same order, so the same values, in ks rather
+ * than ks * ks operations per pixel. */
 static void op_blur(uint8_t *t, int w, int h, int ks, float sigma, float *buf) {
   if (ks < 1 || sigma <= 0) return;
   float kern[256];
   int half = ks / 2;
-  double sum = 0;
-  float pdf[256];
-  for (int i = 0; i < ks; i++) {
-    float x = stk__linspace(-(ks - 1) * 0.5, (ks - 1) * 0.5, ks, i);
-    float z = x / sigma;
-    pdf[i] = expf(-0.5f * (z * z));
-    sum += pdf[i];
-  }
-  for (int i = 0; i < ks; i++) kern[i] = pdf[i] / (float)sum;
+  stk__blur_taps(ks, sigma, kern);
   /* reflect padding, as torch's "reflect" (the edge pixel is not repeated) */
 #define REFL(i, n) ((i) < 0 ? -(i) : (i) >= (n) ? 2 * (n) - 2 - (i) : (i))
   size_t row = (size_t)w * 3;

@@ -32,36 +32,7 @@
 #include "ops/augment_px.h"
 #include "stoker.h"
 
-/* The ops, in the order of torchvision's TrivialAugmentWide space first
- * (its op index is the enum value), then the rest. */
-typedef enum {
-  STK__OP_IDENTITY,
-  STK__OP_SHEAR_X,
-  STK__OP_SHEAR_Y,
-  STK__OP_TRANSLATE_X,
-  STK__OP_TRANSLATE_Y,
-  STK__OP_ROTATE,
-  STK__OP_BRIGHTNESS,
-  STK__OP_COLOR,
-  STK__OP_CONTRAST,
-  STK__OP_SHARPNESS,
-  STK__OP_POSTERIZE,
-  STK__OP_SOLARIZE,
-  STK__OP_AUTOCONTRAST,
-  STK__OP_EQUALIZE,
-  STK__OP_INVERT,
-  /* the rest: magnitudes are factors, as torchvision's functional takes them */
-  STK__OP_ADJ_BRIGHTNESS, /* F.adjust_brightness(img, mag) */
-  STK__OP_ADJ_CONTRAST,   /* F.adjust_contrast(img, mag) */
-  STK__OP_ADJ_SATURATION, /* F.adjust_saturation(img, mag) */
-  STK__OP_ADJ_HUE,        /* F.adjust_hue(img, mag), mag in [-0.5, 0.5] */
-  STK__OP_ADJ_SHARPNESS,  /* F.adjust_sharpness(img, mag) */
-  STK__OP_GRAYSCALE,      /* rgb_to_grayscale, 3 channels */
-  STK__OP_BLUR,           /* F.gaussian_blur(img, ksize, mag = sigma) */
-  STK__OP_VFLIP,
-  STK__OP_HFLIP,
-  STK__OP_COUNT
-} stk__op_kind;
+/* The ops: stk__op_kind, in augment_px.h (the kernels use it too). */
 
 /* The policy spaces: TrivialAugmentWide's 14 ops, RandAugment's 14 ops (the
  * same names), AutoAugment's 14 (plus Invert). */
@@ -134,6 +105,10 @@ int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, in
 /* The float32 grid coefficients of a geometric op (ShearX/Y, TranslateX/Y,
  * Rotate) at magnitude mag on a w x h tile, as torchvision computes them. */
 void stk__warp_of(int kind, float mag, int w, int h, stk__warp *g);
+
+/* GaussianBlur's 1-D kernel of ks taps for sigma, as torchvision computes it
+ * (float32). */
+void stk__blur_taps(int ks, float sigma, float *kern);
 
 /* One op on a tile, with an explicit warp mode and fill (fill NULL: zeros). */
 int stk__op_apply(const stk__op *op, uint8_t *tile, int w, int h, int nearest,

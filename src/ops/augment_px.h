@@ -16,6 +16,37 @@
 
 #include "ops/window.h" /* STK_HD */
 
+/* The ops, in the order of torchvision's TrivialAugmentWide space first
+ * (its op index is the enum value), then the rest. */
+typedef enum {
+  STK__OP_IDENTITY,
+  STK__OP_SHEAR_X,
+  STK__OP_SHEAR_Y,
+  STK__OP_TRANSLATE_X,
+  STK__OP_TRANSLATE_Y,
+  STK__OP_ROTATE,
+  STK__OP_BRIGHTNESS,
+  STK__OP_COLOR,
+  STK__OP_CONTRAST,
+  STK__OP_SHARPNESS,
+  STK__OP_POSTERIZE,
+  STK__OP_SOLARIZE,
+  STK__OP_AUTOCONTRAST,
+  STK__OP_EQUALIZE,
+  STK__OP_INVERT,
+  /* the rest: magnitudes are factors, as torchvision's functional takes them */
+  STK__OP_ADJ_BRIGHTNESS, /* F.adjust_brightness(img, mag) */
+  STK__OP_ADJ_CONTRAST,   /* F.adjust_contrast(img, mag) */
+  STK__OP_ADJ_SATURATION, /* F.adjust_saturation(img, mag) */
+  STK__OP_ADJ_HUE,        /* F.adjust_hue(img, mag), mag in [-0.5, 0.5] */
+  STK__OP_ADJ_SHARPNESS,  /* F.adjust_sharpness(img, mag) */
+  STK__OP_GRAYSCALE,      /* rgb_to_grayscale, 3 channels */
+  STK__OP_BLUR,           /* F.gaussian_blur(img, ksize, mag = sigma) */
+  STK__OP_VFLIP,
+  STK__OP_HFLIP,
+  STK__OP_COUNT
+} stk__op_kind;
+
 /* .clamp(0, 255).to(uint8): the cast truncates toward zero */
 STK_HD uint8_t stk__trunc8(float v) {
   if (!(v > 0.0f)) return 0;
