@@ -11,13 +11,18 @@ Recipes (both loaders run the same transforms and produce float32 NCHW batches):
   classic  RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize
 
   torchvision: DataLoader(ImageFolder(root, transform), batch_size, shuffle=True,
-               num_workers=N, persistent_workers=True, drop_last=True), MixUp/CutMix in
+               num_workers=N, persistent_workers=True), MixUp/CutMix in
                the collate_fn (as torchvision's classification reference does). The
                torchvision here may predate transforms.v2, so MixUp and CutMix are
                implemented below with v2's semantics in torch ops: roll(1) pairing, one
                lambda ~ Beta(alpha, alpha) per batch, CutMix's box and lambda correction.
   stoker:      stoker.ImageLoader(root, batch_size, pipeline=[...], threads=N,
-               drop_last=True, mix=RandomChoice([MixUp, CutMix]))
+               mix=RandomChoice([MixUp, CutMix]))
+
+Neither drops the last, partial batch (torchvision's reference does not): DataLoader
+hands out an epoch's batches to its workers in turn, so an epoch of 3 batches with
+drop_last and 2 workers would leave one worker idle a third of the time (1,000 files
+in batches of 256 are 4 batches, 2 for each worker). --drop-last drops it on both.
 
 Each measurement takes one warm-up batch (worker start-up, the first decode), then times
 --images images (crossing epochs as needed). Rounds alternate the loaders; the best
@@ -141,7 +146,7 @@ class MixCollate:
 
 # ---- the two loaders -----------------------------------------------------------------------
 
-def torchvision_loader(root, recipe, workers, batch):
+def torchvision_loader(root, recipe, workers, batch, drop_last):
     import torch
     import torchvision.transforms as T
     from torchvision.datasets import ImageFolder
@@ -159,11 +164,11 @@ def torchvision_loader(root, recipe, workers, batch):
     if recipe == "new":
         collate = MixCollate(BatchMix(len(ds.classes), mixup_alpha=0.2, cutmix_alpha=1.0))
     return torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
-                                       persistent_workers=workers > 0, drop_last=True,
+                                       persistent_workers=workers > 0, drop_last=drop_last,
                                        collate_fn=collate)
 
 
-def stoker_loader(root, recipe, workers, batch):
+def stoker_loader(root, recipe, workers, batch, drop_last):
     import stoker
     from stoker import transforms as T
 
@@ -175,8 +180,8 @@ def stoker_loader(root, recipe, workers, batch):
     else:
         pipeline = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                     T.Normalize(MEAN, STD)]
-    return stoker.ImageLoader(root, batch, pipeline=pipeline, threads=workers, drop_last=True,
-                              mix=mix)
+    return stoker.ImageLoader(root, batch, pipeline=pipeline, threads=workers,
+                              drop_last=drop_last, mix=mix)
 
 
 def measure(make, images_wanted):
@@ -218,6 +223,8 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=2,
                    help="DataLoader worker processes = stoker threads")
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--drop-last", action="store_true",
+                   help="drop each epoch's last, partial batch (both loaders)")
     p.add_argument("--images", type=int, default=2000, help="images timed per measurement")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--recipes", nargs="+", choices=["new", "classic"], default=["new", "classic"])
@@ -238,14 +245,16 @@ def main(argv=None):
     print(f"{a.data}: {nfiles} files, {nbytes / 1e6:.1f} MB (in the page cache); "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; torch "
           f"{torch.__version__}; batch {a.batch}, {a.workers} workers/threads, "
-          f"{a.images} images per measurement after 1 warm-up batch, {a.rounds} rounds",
+          f"{a.images} images per measurement after 1 warm-up batch, {a.rounds} rounds, "
+          f"drop_last={a.drop_last}",
           flush=True)
     makers = {"torchvision": torchvision_loader, "stoker": stoker_loader}
     results = {}
     for rnd in range(a.rounds):
         for recipe in a.recipes:
             for name in a.loaders:
-                r = measure(lambda: makers[name](a.data, recipe, a.workers, a.batch), a.images)
+                r = measure(lambda: makers[name](a.data, recipe, a.workers, a.batch,
+                                                   a.drop_last), a.images)
                 results.setdefault((recipe, name), []).append(r)
                 print(f"round {rnd + 1} {recipe:7s} {name:11s} {r['images_per_s']:8.1f} img/s "
                       f"({r['images']} images in {r['seconds']:.2f} s; warm-up "
