@@ -348,8 +348,18 @@ def stoker_mix(args):
 
 
 def _not_available(what, err):
-    sys.exit(f"{what} is not available in this build of stoker ({err}); "
+    sys.exit(f"{what} is not available in this build of stoker: {err}; "
              f"--loader torchvision runs it")
+
+
+def _interpolation_refused(args, err):
+    """Exits naming what of --interpolation stoker refused (the resize or the policy)."""
+    what = f"--interpolation {args.interpolation}"
+    policy = {"ta_wide": "TrivialAugmentWide", "ra": "RandAugment",
+              "imagenet": "AutoAugment"}.get(args.auto_augment)
+    if policy and str(err).startswith(policy):
+        what += f" for the --auto-augment {args.auto_augment} policy's warps"
+    _not_available(what, err)
 
 
 def build_stoker(args, device, dtype, workers, world_size):
@@ -379,7 +389,7 @@ def build_stoker(args, device, dtype, workers, world_size):
         raise
     except ValueError as e:
         if args.interpolation != "bilinear" and args.interpolation in str(e).lower():
-            _not_available(f"--interpolation {args.interpolation}", e)
+            _interpolation_refused(args, e)
         sys.exit(f"stoker cannot run this recipe: {e}")
     return loader, None, len(loader.classes)
 
@@ -531,7 +541,7 @@ def build_stoker_val(args, device, dtype, workers, world_size):
                                     channels_last=args.channels_last, shuffle=False)
     except ValueError as e:
         if args.interpolation != "bilinear" and args.interpolation in str(e).lower():
-            _not_available(f"--interpolation {args.interpolation}", e)
+            _interpolation_refused(args, e)
         sys.exit(f"stoker cannot run this validation pipeline: {e}")
 
     def batches():

@@ -198,6 +198,26 @@ def test_new_recipe_flags_train_on_torchvision(recipe_dataset, tmp_path):
     recipe_run(recipe_dataset, tmp_path, "torchvision")
 
 
+def test_bicubic_flag_reaches_both_loaders(dataset, tmp_path):
+    base_args = [dataset, "-a", "tiny", "-b", "6", "--epochs", "1", "--device", "cpu", "-j",
+                 "1", "-p", "0", "--json", "--image-size", "32", "--interpolation", "bicubic"]
+    for loader in ("stoker", "torchvision"):
+        res, _ = run(sys.executable, base_args + ["--loader", loader], tmp_path)
+        assert res["steps"] == 4 and math.isfinite(res["final_loss"])
+        assert "RandomResizedCrop(32, bicubic)" in res["recipe"]
+    # a policy gets the recipe's interpolation too (as torchvision's reference passes it):
+    # stoker runs it or says that this build cannot, naming the policy
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    env.pop("WORLD_SIZE", None)
+    r = subprocess.run([sys.executable, TRAIN] + base_args + ["--auto-augment", "ta_wide"],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert ("--interpolation bicubic for the --auto-augment ta_wide policy's warps is not "
+                "available in this build of stoker: TrivialAugmentWide") in r.stderr, r.stderr
+
+
 def load_train_module():
     spec = importlib.util.spec_from_file_location("stoker_train_example", TRAIN)
     mod = importlib.util.module_from_spec(spec)
