@@ -165,6 +165,7 @@ def parse_args(argv=None):
     a.val_crop_size = a.val_crop_size if a.val_crop_size is not None else size
     if a.val_resize_size is None:
         a.val_resize_size = eval_resize_size(a.val_crop_size)
+    a.image_size = a.train_crop_size  # the train size, for builders added to LOADERS
     for name in ("train_crop_size", "val_crop_size", "val_resize_size", "ra_reps"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")

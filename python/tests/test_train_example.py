@@ -244,6 +244,7 @@ def test_recipe_sizes_and_eval_resize_rounding():
                           "232", "--auto-augment", "ra", "--ra-magnitude", "7",
                           "--random-erase", "0.25", "--interpolation", "bicubic"])
     assert (a.train_crop_size, a.val_resize_size, a.val_crop_size) == (176, 232, 224)
+    assert a.image_size == 176  # what loaders added to LOADERS (bench/dali_*.py) read
     for T in (TV, ST):
         steps = train.recipe_transforms(a, T, train=True)
         names = [type(t).__name__ for t in steps]
