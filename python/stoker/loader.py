@@ -464,12 +464,14 @@ class ImageLoader:
             _stoker._mix_apply(images.data_ptr(), n, self._DTYPE_CODES[self._dtype_name],
                                self._layout, side, side, mode, lam, box)
         elif mode == 1:
-            mixed = images.roll(1, 0).mul_(1.0 - lam).add_(images.mul(lam))
-            images.copy_(mixed)
+            # v2's roll(1).mul_(1 - lam).add_(x.mul(lam)), in place: the sum is
+            # the same either way round, and one copy of the batch is made
+            rolled = images.roll(1, 0).mul_(1.0 - lam)
+            images.mul_(lam).add_(rolled)
         elif mode == 2:
             x1, y1, x2, y2 = box
-            rolled = images.roll(1, 0)
-            images[..., y1:y2, x1:x2] = rolled[..., y1:y2, x1:x2]
+            # only the box moves: roll a copy of it
+            images[..., y1:y2, x1:x2] = images[..., y1:y2, x1:x2].roll(1, 0)
         onehot = torch.nn.functional.one_hot(labels.long(), num_classes).float()
         soft = onehot.roll(1, 0).mul_(1.0 - lam).add_(onehot.mul(lam))
         return images, soft

@@ -64,7 +64,7 @@ typedef struct {
   int w, h, dtype, layout, tiles_x, n;
 } stk__kaugparams;
 
-#define STK_AUG_THREADS 256
+#define STK_AUG_THREADS 1024 /* one block per item: all of an SM for it */
 
 #define STK_TILE_W 32
 #define STK_TILE_H 8

@@ -189,8 +189,18 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
 
 #include "ops/augment_px.h"
 
-__device__ static void tile_copy(const uint8_t *src, uint8_t *dst, size_t n) {
-  for (size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+/* 32-bit indices throughout: 64-bit division and modulo are slow on the
+ * device, and a tile is far below 2**31 bytes (size <= 8192). The copy
+ * moves 4 bytes a thread where the tile allows (w * h * 3 is a multiple of
+ * 4 when w * h is). */
+__device__ static void tile_copy(const uint8_t *src, uint8_t *dst, int n) {
+  if ((n & 3) == 0) {
+    const uint32_t *s4 = (const uint32_t *)src;
+    uint32_t *d4 = (uint32_t *)dst;
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) d4[i] = s4[i];
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  }
   __syncthreads();
 }
 
@@ -201,9 +211,9 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
   __shared__ unsigned long long sum;
   const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.x;
   const int W = p.w, H = p.h;
-  const size_t npx = (size_t)W * H, n = npx * 3;
-  uint8_t *t = (uint8_t *)p.tiles + (size_t)a->dst * n;
-  uint8_t *sc = (uint8_t *)p.scratch + (size_t)a->dst * n;
+  const int npx = W * H, n = npx * 3;
+  uint8_t *t = (uint8_t *)p.tiles + (size_t)a->dst * (size_t)n;
+  uint8_t *sc = (uint8_t *)p.scratch + (size_t)a->dst * (size_t)n;
   const int tid = threadIdx.x, nt = blockDim.x;
   const float *fill = a->has_fill ? a->fill : NULL;
   for (int k = 0; k < a->n; k++) {
@@ -217,22 +227,22 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
       case STK__OP_ROTATE: {
         tile_copy(t, sc, n);
         const stk__warp *m = (const stk__warp *)op->m;
-        for (size_t i = tid; i < npx; i += nt)
-          stk__warp_px(m, sc, W, H, (int)(i % W), (int)(i / W), a->nearest, fill, t + i * 3);
+        for (int i = tid; i < npx; i += nt)
+          stk__warp_px(m, sc, W, H, i % W, i / W, a->nearest, fill, t + i * 3);
         break;
       }
       case STK__OP_BRIGHTNESS:
       case STK__OP_ADJ_BRIGHTNESS: {
         double f = op->kind == STK__OP_BRIGHTNESS ? 1.0 + mag : mag;
         float r = (float)f, r1 = (float)(1.0 - f);
-        for (size_t i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], 0.0f);
+        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], 0.0f);
         break;
       }
       case STK__OP_COLOR:
       case STK__OP_ADJ_SATURATION: {
         double f = op->kind == STK__OP_COLOR ? 1.0 + mag : mag;
         float r = (float)f, r1 = (float)(1.0 - f);
-        for (size_t i = tid; i < npx; i += nt) {
+        for (int i = tid; i < npx; i += nt) {
           uint8_t *q = t + i * 3;
           float g = stk__gray8(q[0], q[1], q[2]);
           for (int c = 0; c < 3; c++) q[c] = stk__blend8(r, r1, q[c], g);
@@ -244,14 +254,14 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         if (tid == 0) sum = 0;
         __syncthreads();
         unsigned long long part = 0;
-        for (size_t i = tid; i < npx; i += nt) part += stk__gray8(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
+        for (int i = tid; i < npx; i += nt) part += stk__gray8(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
         atomicAdd(&sum, part);
         __syncthreads();
         /* an integer sum: exact in any order, as on the CPU */
         float mean = (float)((float)(double)sum / (float)npx);
         double f = op->kind == STK__OP_CONTRAST ? 1.0 + mag : mag;
         float r = (float)f, r1 = (float)(1.0 - f);
-        for (size_t i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], mean);
+        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], mean);
         break;
       }
       case STK__OP_SHARPNESS:
@@ -260,14 +270,14 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         tile_copy(t, sc, n);
         double f = op->kind == STK__OP_SHARPNESS ? 1.0 + mag : mag;
         float r = (float)f, r1 = (float)(1.0 - f);
-        const size_t row = (size_t)W * 3;
-        for (size_t i = tid; i < n; i += nt) {
-          int x = (int)((i / 3) % W), y = (int)(i / row);
+        const int row = W * 3;
+        for (int i = tid; i < n; i += nt) {
+          int x = (i / 3) % W, y = i / row;
           if (x == 0 || y == 0 || x == W - 1 || y == H - 1) continue; /* the border stays */
           const uint8_t *q = sc + i;
           int s = 4 * q[0];
           for (int dy = -1; dy <= 1; dy++)
-            for (int dx = -1; dx <= 1; dx++) s += q[(ptrdiff_t)dy * (ptrdiff_t)row + dx * 3];
+            for (int dx = -1; dx <= 1; dx++) s += q[dy * row + dx * 3];
           t[i] = stk__blend8(r, r1, q[0], (float)stk__sharp_blur(s));
         }
         break;
@@ -276,21 +286,21 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         int bits = (int)mag;
         bits = bits < 0 ? 0 : bits > 8 ? 8 : bits;
         uint8_t mask = (uint8_t)(0xffu << (8 - bits));
-        for (size_t i = tid; i < n; i += nt) t[i] &= mask;
+        for (int i = tid; i < n; i += nt) t[i] &= mask;
         break;
       }
       case STK__OP_SOLARIZE:
-        for (size_t i = tid; i < n; i += nt)
+        for (int i = tid; i < n; i += nt)
           if ((float)t[i] >= op->mag) t[i] = (uint8_t)(255 - t[i]);
         break;
       case STK__OP_INVERT:
-        for (size_t i = tid; i < n; i += nt) t[i] = (uint8_t)(255 - t[i]);
+        for (int i = tid; i < n; i += nt) t[i] = (uint8_t)(255 - t[i]);
         break;
       case STK__OP_AUTOCONTRAST: {
         if (tid < 3) lo[tid] = 255, hi[tid] = 0;
         __syncthreads();
         int l[3] = {255, 255, 255}, h[3] = {0, 0, 0};
-        for (size_t i = tid; i < npx; i += nt)
+        for (int i = tid; i < npx; i += nt)
           for (int c = 0; c < 3; c++) {
             int v = t[i * 3 + c];
             l[c] = v < l[c] ? v : l[c];
@@ -303,8 +313,8 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         __syncthreads();
         float mn[3], scale[3];
         for (int c = 0; c < 3; c++) scale[c] = stk__autocontrast_scale(lo[c], hi[c], &mn[c]);
-        for (size_t i = tid; i < n; i += nt) {
-          int c = (int)(i % 3);
+        for (int i = tid; i < n; i += nt) {
+          int c = i % 3;
           t[i] = stk__autocontrast8(t[i], mn[c], scale[c]);
         }
         break;
@@ -312,42 +322,41 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
       case STK__OP_EQUALIZE: {
         for (int q = tid; q < 3 * 256; q += nt) hist[q / 256][q % 256] = 0;
         __syncthreads();
-        for (size_t i = tid; i < n; i += nt) atomicAdd(&hist[i % 3][t[i]], 1ULL);
+        for (int i = tid; i < n; i += nt) atomicAdd(&hist[i % 3][t[i]], 1ULL);
         __syncthreads();
         if (tid < 3) lutok[tid] = stk__equalize_lut((const int64_t *)hist[tid], lut[tid]);
         __syncthreads();
-        for (size_t i = tid; i < n; i += nt) {
-          int c = (int)(i % 3);
+        for (int i = tid; i < n; i += nt) {
+          int c = i % 3;
           if (lutok[c]) t[i] = lut[c][t[i]];
         }
         break;
       }
       case STK__OP_ADJ_HUE:
-        for (size_t i = tid; i < npx; i += nt) stk__hue_px(t + i * 3, op->mag);
+        for (int i = tid; i < npx; i += nt) stk__hue_px(t + i * 3, op->mag);
         break;
       case STK__OP_GRAYSCALE:
-        for (size_t i = tid; i < npx; i += nt) {
+        for (int i = tid; i < npx; i += nt) {
           uint8_t *q = t + i * 3;
           q[0] = q[1] = q[2] = stk__gray8(q[0], q[1], q[2]);
         }
         break;
       case STK__OP_BLUR:
         tile_copy(t, sc, n);
-        for (size_t i = tid; i < n; i += nt)
-          t[i] = stk__blur_px(sc, W, H, (int)((i / 3) % W), (int)(i / ((size_t)W * 3)), (int)(i % 3),
-                              a->blur, op->ksize);
+        for (int i = tid; i < n; i += nt)
+          t[i] = stk__blur_px(sc, W, H, (i / 3) % W, i / (W * 3), i % 3, a->blur, op->ksize);
         break;
       case STK__OP_VFLIP: {
         tile_copy(t, sc, n);
-        const size_t row = (size_t)W * 3;
-        for (size_t i = tid; i < n; i += nt) t[i] = sc[(size_t)(H - 1 - (int)(i / row)) * row + i % row];
+        const int row = W * 3;
+        for (int i = tid; i < n; i += nt) t[i] = sc[(H - 1 - i / row) * row + i % row];
         break;
       }
       case STK__OP_HFLIP: {
         tile_copy(t, sc, n);
-        const size_t row = (size_t)W * 3;
-        for (size_t i = tid; i < n; i += nt) {
-          size_t y = i / row, x = (i % row) / 3, c = i % 3;
+        const int row = W * 3;
+        for (int i = tid; i < n; i += nt) {
+          int y = i / row, x = (i % row) / 3, c = i % 3;
           t[i] = sc[y * row + (W - 1 - x) * 3 + c];
         }
         break;

@@ -1,0 +1,144 @@
+"""The modern recipe on a GPU: the loader alone and a model fed by it, with and
+without the augmentations, from JPEGs and from a pre-decoded cache, side by
+side in one run.
+
+    python3 bench/augment_gpu.py DATA CACHE [--threads 14] [--json]
+
+DATA is an ImageFolder tree of JPEGs, CACHE a cache packed from it
+(stoker pack DATA CACHE --cache --max-side 256). Rows:
+
+* loader alone: images/s of ImageLoader(device="cuda"), batch 256, for the
+  classic train pipeline (RandomResizedCrop(176) + flip + normalise) and for
+  torchvision's new recipe (+ TrivialAugmentWide, RandomErasing(0.1),
+  RandomChoice(MixUp(0.2), CutMix(1.0)));
+* fed: a ResNet training step (bf16 autocast, channels_last, SGD, batch 256)
+  fed by each loader, as a share of the same step fed by one synthetic batch
+  already on the GPU (the ceiling).
+"""
+import argparse
+import json
+import time
+
+import torch
+import torchvision
+
+import stoker
+from stoker import transforms as T
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def recipe(new, size=176):
+    steps = [T.RandomResizedCrop(size), T.RandomHorizontalFlip()]
+    if new:
+        steps.append(T.TrivialAugmentWide())
+    steps += [T.ToTensor(), T.Normalize(MEAN, STD)]
+    if new:
+        steps.append(T.RandomErasing(0.1))
+    mix = T.RandomChoice([T.MixUp(alpha=0.2), T.CutMix(alpha=1.0)]) if new else None
+    return steps, mix
+
+
+def loader(root, new, threads, size=176):
+    steps, mix = recipe(new, size)
+    return stoker.ImageLoader(root, 256, pipeline=steps, mix=mix, device="cuda", threads=threads,
+                              drop_last=True, channels_last=True, dtype="bfloat16")
+
+
+def loader_alone(root, new, threads, batches):
+    ld = loader(root, new, threads)
+    n, seen, t0 = 0, 0, None
+    while n < batches:
+        for x, _ in ld:
+            seen += 1
+            if seen == 3:  # after the warm-up
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            elif seen > 3:
+                n += 1
+                if n == batches:
+                    break
+    torch.cuda.synchronize()
+    rate = n * 256 / (time.perf_counter() - t0)
+    ld.close()
+    return rate
+
+
+def step_fn(arch, classes):
+    model = getattr(torchvision.models, arch)(num_classes=classes).cuda().to(
+        memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    lossf = torch.nn.CrossEntropyLoss()
+
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = lossf(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def fed(root, new, threads, arch, steps, classes):
+    step = step_fn(arch, classes)
+    if root is None:
+        x = torch.randn(256, 3, 176, 176, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, classes, (256,), device="cuda")
+        src = iter(lambda: (x, y), None)
+    else:
+        ld = loader(root, new, threads)
+
+        def gen():
+            while True:
+                for b in ld:
+                    yield b
+        src = gen()
+    n, t0 = 0, None
+    for x, y in src:
+        if y.dtype != torch.int64 and y.dim() == 1:
+            y = y.long()
+        step(x, y)
+        n += 1
+        if n == 15:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        if n == 15 + steps:
+            break
+    torch.cuda.synchronize()
+    return steps * 256 / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("cache")
+    ap.add_argument("--threads", type=int, default=14)
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--arch", default="resnet18,resnet50")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    out = {"device": torch.cuda.get_device_name(), "threads": a.threads}
+    classes = len(stoker.ImageLoader(a.data, 256, threads=1).classes)
+    for src, root in (("jpeg", a.data), ("cache", a.cache)):
+        for new in (False, True):
+            key = f"alone_{src}_{'new' if new else 'classic'}"
+            out[key] = round(loader_alone(root, new, a.threads, a.batches))
+            print(key, out[key], flush=True)
+    for arch in a.arch.split(","):
+        syn = fed(None, False, 0, arch, a.steps, classes)
+        out[f"{arch}_synthetic"] = round(syn)
+        print(f"{arch}_synthetic", round(syn), flush=True)
+        for src, root, threads in (("jpeg", a.data, a.threads), ("cache", a.cache, 2)):
+            for new in (False, True):
+                r = fed(root, new, threads, arch, a.steps, classes)
+                key = f"{arch}_{src}_{'new' if new else 'classic'}"
+                out[key] = round(r)
+                out[key + "_share"] = round(r / syn, 4)
+                print(key, round(r), f"{r / syn:.1%}", flush=True)
+    if a.json:
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
