@@ -120,11 +120,45 @@ def test_quarter_turns_of_square_tiles_are_exact():
         assert (ours("Rotate", a, mag)[1:-1, 1:-1] == np.rot90(a, 1 if mag > 0 else -1)[1:-1, 1:-1]).all()
 
 
+def hue_v2(t, hue):
+    """torchvision v2's adjust_hue for uint8 images: its own function where this
+    torchvision has v2, else the same float32 steps written with torch ops."""
+    try:
+        from torchvision.transforms.v2 import functional as F2
+        return F2.adjust_hue(t, hue)
+    except ImportError:
+        pass
+    x = t.to(torch.float32).mul_(1.0 / 255)
+    r, g, b = x.unbind(0)
+    maxc, minc = x.max(0).values, x.min(0).values
+    eqc = maxc == minc
+    ones = torch.ones_like(maxc)
+    s = (maxc - minc) / torch.where(eqc, ones, maxc)
+    div = torch.where(eqc, ones, maxc - minc)
+    rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
+    hr = (bc - gc) * (maxc == r)
+    hg = (rc + 2.0 - bc) * ((maxc == g) & (maxc != r))
+    hb = (gc + 4.0 - rc) * ((maxc != g) & (maxc != r))
+    h = (hr + hg + hb).mul_(1.0 / 6.0).add_(1.0).fmod_(1.0)
+    h = (h + hue).remainder_(1.0)
+    h6 = h * 6
+    i = torch.floor(h6)
+    f = h6 - i
+    i = i.to(torch.int32).remainder_(6)
+    sxf = s * f
+    q = ((1.0 - sxf) * maxc).clamp_(0, 1)
+    tt = ((sxf + (1.0 - s)) * maxc).clamp_(0, 1)
+    p = ((1.0 - s) * maxc).clamp_(0, 1)
+    vpqt = torch.stack((maxc, p, q, tt))
+    sel = torch.tensor([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]])[:, i.long()]
+    return vpqt.gather(0, sel).mul(255.999).to(torch.uint8)
+
+
 @pytest.mark.parametrize("name,fn,mags", [
     ("adjust_brightness", F.adjust_brightness, [0.3, 1.7, 0.0]),
     ("adjust_contrast", F.adjust_contrast, [0.3, 1.7, 0.0]),
     ("adjust_saturation", F.adjust_saturation, [0.0, 1.7, 0.6]),
-    ("adjust_hue", F.adjust_hue, [0.1, -0.5, 0.37, 0.5, 0.0]),
+    ("adjust_hue", hue_v2, [0.1, -0.5, 0.37, 0.5, 0.0]),
     ("adjust_sharpness", F.adjust_sharpness, [0.0, 2.0, 0.5]),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_colour_ops_match_torchvision(name, fn, mags):
@@ -223,7 +257,7 @@ def test_loader_jitter_grayscale_blur_vflip(folder):
     opts.pop("pipeline")
     fns = {"vflip": lambda t, m: F.vflip(t), "adjust_brightness": F.adjust_brightness,
            "adjust_contrast": F.adjust_contrast, "adjust_saturation": F.adjust_saturation,
-           "adjust_hue": F.adjust_hue, "rgb_to_grayscale": lambda t, m: F.rgb_to_grayscale(t, 3),
+           "adjust_hue": hue_v2, "rgb_to_grayscale": lambda t, m: F.rgb_to_grayscale(t, 3),
            "gaussian_blur": lambda t, m: F.gaussian_blur(t, [5, 5], [m, m])}
     seen = set()
     for (x0, _, idx, epoch), (x1, _, _, _) in zip(base, aug):

@@ -119,32 +119,37 @@ STK_HD int stk__equalize_lut(const int64_t *hist, uint8_t *lut) {
  * summation (s / 13 is never within 1/26 of a tie) */
 STK_HD int stk__sharp_blur(int s) { return (2 * s + 13) / 26; }
 
-/* adjust_hue at one pixel (F_t: /255 to float32, _rgb2hsv, h + hue mod 1,
- * _hsv2rgb, * 255 truncated) */
+/* adjust_hue at one pixel, as torchvision v2 computes it for uint8 images:
+ * to float32 by * (1/255), _rgb_to_hsv (h * (1/6) + 1, fmod 1), h + hue
+ * remainder 1, _hsv_to_rgb (q = (1 - s f) v, t = (s f + (1 - s)) v,
+ * p = (1 - s) v, clamped), back to uint8 by * 255.999 truncated (v2's
+ * float-to-integer scale). */
 STK_HD void stk__hue_px(uint8_t *p, float hue) {
-  float r = (float)p[0] / 255.0f, g = (float)p[1] / 255.0f, b = (float)p[2] / 255.0f;
+  const float k = (float)(1.0 / 255.0);
+  float r = (float)p[0] * k, g = (float)p[1] * k, b = (float)p[2] * k;
   float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
   int eqc = maxc == minc;
   float cr = maxc - minc;
   float s = cr / (eqc ? 1.0f : maxc);
   float crd = eqc ? 1.0f : cr;
   float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-  float hr = (maxc == r) ? (bc - gc) : 0.0f;
-  float hg = (maxc == g && maxc != r) ? ((2.0f + rc) - bc) : 0.0f;
-  float hb = (maxc != g && maxc != r) ? ((4.0f + gc) - rc) : 0.0f;
+  float hr = maxc == r ? bc - gc : 0.0f;
+  float hg = (maxc == g && maxc != r) ? (rc + 2.0f) - bc : 0.0f;
+  float hb = (maxc != g && maxc != r) ? (gc + 4.0f) - rc : 0.0f;
   float hh = (hr + hg) + hb;
-  hh = fmodf(hh / 6.0f + 1.0f, 1.0f);
-  /* (h + hue_factor) % 1.0: the result takes the sign of 1 */
-  hh = hh + hue;
-  hh = hh - floorf(hh);
-  if (hh >= 1.0f) hh -= 1.0f;
+  hh = fmodf(hh * (float)(1.0 / 6.0) + 1.0f, 1.0f);
+  /* remainder(h + hue, 1): fmod, then + 1 where negative */
+  hh = fmodf(hh + hue, 1.0f);
+  if (hh < 0.0f) hh = hh + 1.0f;
   float v = maxc;
-  float fi = floorf(hh * 6.0f);
-  float f = hh * 6.0f - fi;
+  float h6 = hh * 6.0f;
+  float fi = floorf(h6);
+  float f = h6 - fi;
   int ii = ((int)fi % 6 + 6) % 6;
-  float pp = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
-  float q = fminf(fmaxf(v * (1.0f - s * f), 0.0f), 1.0f);
-  float tt = fminf(fmaxf(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
+  float sxf = s * f, oms = 1.0f - s;
+  float q = fminf(fmaxf((1.0f - sxf) * v, 0.0f), 1.0f);
+  float tt = fminf(fmaxf((sxf + oms) * v, 0.0f), 1.0f);
+  float pp = fminf(fmaxf(oms * v, 0.0f), 1.0f);
   float o0, o1, o2;
   switch (ii) {
     case 0: o0 = v, o1 = tt, o2 = pp; break;
@@ -154,9 +159,9 @@ STK_HD void stk__hue_px(uint8_t *p, float hue) {
     case 4: o0 = tt, o1 = pp, o2 = v; break;
     default: o0 = v, o1 = pp, o2 = q; break;
   }
-  p[0] = stk__trunc8(o0 * 255.0f);
-  p[1] = stk__trunc8(o1 * 255.0f);
-  p[2] = stk__trunc8(o2 * 255.0f);
+  p[0] = stk__trunc8(o0 * 255.999f);
+  p[1] = stk__trunc8(o1 * 255.999f);
+  p[2] = stk__trunc8(o2 * 255.999f);
 }
 
 /* An affine warp's grid, as torchvision builds it: the float32 inverse
