@@ -728,6 +728,16 @@ int stk__mix_apply(const stk__mix *m, void *data, int64_t n, stk_dtype dtype, st
     for (int64_t i = n - 1; i >= 0; i--) {
       uint8_t *cur = base + (size_t)i * bytes;
       const uint8_t *prev = i ? cur - bytes : spare->p;
+      if (dtype == STK_DTYPE_FLOAT32) {
+        /* the common case as a plain loop the compiler vectorises */
+        float *c = (float *)cur;
+        const float *q = (const float *)prev;
+        for (size_t e = 0; e < elems; e++) {
+          float v = q[e] * b;
+          c[e] = v + c[e] * a;
+        }
+        continue;
+      }
       for (size_t e = 0; e < elems; e++) {
         float v = load_value(dtype, prev + e * es) * b;
         v = v + load_value(dtype, cur + e * es) * a;
