@@ -533,3 +533,40 @@ def test_gpu_random_erasing_and_mix(folder):
         # the normal values go through the device's log and cos
         assert (a - b.cpu()).abs().max() < 1e-3
         assert torch.allclose(la, lb.cpu())
+
+
+def test_functional_api_replays_given_parameters():
+    """stoker.functional: the parameters come from outside (here torchvision's own
+    draw), and the result is torchvision's."""
+    from stoker import functional as SF
+
+    a = IMAGES[0]
+    t = tensor(a)
+    torch.manual_seed(3)
+    # torchvision draws an op and a magnitude; stoker applies exactly that
+    op_meta = {"Rotate": torch.linspace(0.0, 135.0, 31), "Solarize": torch.linspace(255.0, 0.0, 31)}
+    for name, mags in op_meta.items():
+        mag = float(mags[torch.randint(31, (1,))].item())
+        ref = _apply_op(t, name, mag, interpolation=InterpolationMode.NEAREST, fill=None)
+        out = SF.apply_ops(t, [(name, mag)])
+        assert out.dtype == torch.uint8 and out.shape == t.shape
+        compare(hwc(out), hwc(ref), name == "Solarize", f"functional {name}({mag})")
+    # numpy in, numpy out; a chain is the ops in order
+    chain = SF.apply_ops(a, [("Invert", 0), ("Invert", 0), ("vflip", 0)])
+    assert (chain == a[::-1]).all()
+    with pytest.raises(ValueError, match="unknown op"):
+        SF.apply_ops(a, [("Wobble", 1.0)])
+    with pytest.raises(ValueError, match="uint8"):
+        SF.apply_ops(a.astype(np.float32), [("Invert", 0)])
+
+
+def test_functional_draws_are_the_loaders():
+    from stoker import functional as SF
+
+    pipe = [T.RandomResizedCrop(64), T.TrivialAugmentWide(), T.ToTensor(), T.RandomErasing(1.0)]
+    ops, box = SF.draws(pipe, seed=2, epoch=1, index=5)
+    mine, (ex, ey, ew, eh) = _draws(1, 5, seed=2, **{k: v for k, v in
+                                                     stoker.transforms.pipeline_options(pipe).items()
+                                                     if k not in ("pipeline", "interpolation")})
+    assert ops == mine and box == (ex, ey, ew, eh) and ew > 0
+    assert SF.draws(pipe, seed=2, epoch=2, index=5) != (ops, box)
