@@ -22,7 +22,10 @@ v1 or v2, are accepted too):
   ``RandomErasing``. The batch transforms ``MixUp``, ``CutMix`` and
   ``RandomChoice`` of them go to the loader's ``mix=`` instead.
 * eval: ``Resize(r)`` (``r`` an int: the shorter side), ``CenterCrop(s)``,
-  optionally ``ToTensor()``/``PILToTensor()``, optionally ``Normalize``.
+  optionally ``ToTensor()``/``PILToTensor()``/``ToImage()`` + ``ToDtype(float32,
+  scale=True)``, optionally ``Normalize``; or torchvision's weight preset
+  ``ImageClassification`` alone (``ResNet50_Weights.IMAGENET1K_V2.transforms()``:
+  its resize_size, crop_size, mean, std and interpolation).
 
 Without ``Normalize`` a float output holds ``ToTensor()`` values in [0, 1]
 (mean 0, std 1). Anything else raises ``ValueError`` naming what is not
@@ -361,9 +364,13 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
     ``resize_size``, ``scale``, ``ratio``, ``flip_prob``, ``mean``, ``std``
     (``mean``/``std`` are absent when the list has no Normalize).
     """
+    if _name(spec) == "ImageClassification":
+        return _preset_options(spec)
     steps = list(getattr(spec, "transforms", spec))
     if not steps:
         raise ValueError("the transform list is empty")
+    if len(steps) == 1 and _name(steps[0]) == "ImageClassification":
+        return _preset_options(steps[0])
     names = [_name(t) for t in steps]
     opts: Dict[str, Any] = {}
     rest = steps
@@ -424,6 +431,23 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
         if bad in ("MixUp", "CutMix", "RandomChoice"):
             raise ValueError(f"{bad} is a batch transform: give it as ImageLoader(mix=...)")
         raise ValueError(f"{bad} is not supported yet")
+    return opts
+
+
+def _preset_options(t):
+    """torchvision's weight preset ImageClassification (what
+    ``ResNet50_Weights.IMAGENET1K_V2.transforms()`` returns): Resize(resize_size,
+    interpolation), CenterCrop(crop_size), to float in [0, 1], Normalize(mean, std),
+    which is the eval pipeline."""
+    what = "ImageClassification"
+    opts: Dict[str, Any] = {"interpolation": _check_resampling(t, what)}
+    resize = list(getattr(t, "resize_size", None) or [])
+    if len(resize) != 1 or not isinstance(resize[0], numbers.Integral):
+        raise ValueError(f"{what}: resize_size {t.resize_size!r} is not supported yet: the "
+                         "shorter side as one int")
+    opts.update(pipeline="eval", resize_size=int(resize[0]),
+                size=_square(list(t.crop_size), f"{what} crop_size"),
+                mean=_triple(t.mean, f"{what} mean"), std=_triple(t.std, f"{what} std"))
     return opts
 
 
