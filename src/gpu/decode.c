@@ -288,6 +288,20 @@ static int launch(stk__gpu *g, glane *L, gslot *s, int base, int n, int kxm, int
                   size_t msglen);
 static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_item *items, int *naug,
                       char *msg, size_t msglen);
+
+/* The slot's stream waits for what the lane queued so far (the decoders, the
+ * uploads) and, once per batch, for the consumer to have let go of the
+ * slot's images. */
+static int slot_after_lane(stk__gpu *g, glane *L, gslot *s, char *msg, size_t msglen) {
+  CU(stk__cu.EventRecord(L->decoded, L->stream));
+  CU(stk__cu.StreamWaitEvent(s->stream, L->decoded, 0));
+  pthread_mutex_lock(&g->mu);
+  int wait_freed = s->freed_pending;
+  s->freed_pending = 0;
+  pthread_mutex_unlock(&g->mu);
+  if (wait_freed) CU(stk__cu.StreamWaitEvent(s->stream, s->freed, 0));
+  return STK_OK;
+}
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen);
 
 /* Decodes the sources of items chunk[0..k) into the arena (places already
@@ -489,13 +503,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[1], L->stream));
   /* 5. on the slot's stream: after the decoders, and after the consumer has
    * let go of the slot, the kernel and the copies of finished images */
-  CU(stk__cu.EventRecord(L->decoded, L->stream));
-  CU(stk__cu.StreamWaitEvent(s->stream, L->decoded, 0));
-  pthread_mutex_lock(&g->mu);
-  int wait_freed = s->freed_pending;
-  s->freed_pending = 0;
-  pthread_mutex_unlock(&g->mu);
-  if (wait_freed) CU(stk__cu.StreamWaitEvent(s->stream, s->freed, 0));
+  if ((rc = slot_after_lane(g, L, s, msg, msglen))) return rc;
   if (run_kernel && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen))) return rc;
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
@@ -576,13 +584,8 @@ static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_ite
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen) {
   /* the upload (on the lane's stream) before the kernels, whatever the
    * chunks did; and the consumer done with the slot's images */
-  CU(stk__cu.EventRecord(L->decoded, L->stream));
-  CU(stk__cu.StreamWaitEvent(s->stream, L->decoded, 0));
-  pthread_mutex_lock(&g->mu);
-  int wait_freed = s->freed_pending;
-  s->freed_pending = 0;
-  pthread_mutex_unlock(&g->mu);
-  if (wait_freed) CU(stk__cu.StreamWaitEvent(s->stream, s->freed, 0));
+  int rc = slot_after_lane(g, L, s, msg, msglen);
+  if (rc) return rc;
   stk__kaugparams kp;
   memset(&kp, 0, sizeof kp);
   kp.items = s->aug_dev;

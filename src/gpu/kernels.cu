@@ -47,6 +47,17 @@ __device__ void axis_coeffs(int filter, double in0_abs, double scale, int lo, in
   *count = n;
 }
 
+/* The normalisation tables (stk__store) into shared memory, by the block's
+ * threads (t of STK_TILE_W * STK_TILE_H). */
+__device__ static void load_luts(unsigned long long lut, float *lutf, unsigned short *lut16, int t) {
+  const float *gl = (const float *)lut;
+  const unsigned short *g16 = (const unsigned short *)(gl + 768);
+  for (int q = t; q < 768; q += STK_TILE_W * STK_TILE_H) {
+    lutf[q] = gl[q];
+    lut16[q] = g16[q];
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
     stk_resample_kernel(stk__kparams p) {
   extern __shared__ int smem[];
@@ -74,14 +85,7 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
       axis_coeffs(it->filter, it->in0y, it->scaley, it->loy, it->hiy, j, p.ky, ky + r * p.ky,
                   &by[2 * r], &by[2 * r + 1]);
   }
-  if (p.dtype != DT_U8) {
-    const float *gl = (const float *)p.lut;
-    const unsigned short *g16 = (const unsigned short *)(gl + 768);
-    for (int q = t; q < 768; q += STK_TILE_W * STK_TILE_H) {
-      lutf[q] = gl[q];
-      lut16[q] = g16[q];
-    }
-  }
+  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, t);
   if (blockIdx.x == 0 && t == 0 && p.labels) ((long long *)p.labels)[it->dst] = it->label;
   __syncthreads();
 
@@ -375,14 +379,7 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
   __shared__ float lutf[768];
   __shared__ unsigned short lut16[768];
   const int t = threadIdx.y * STK_TILE_W + threadIdx.x;
-  if (p.dtype != DT_U8) {
-    const float *gl = (const float *)p.lut;
-    const unsigned short *g16 = (const unsigned short *)(gl + 768);
-    for (int q = t; q < 768; q += STK_TILE_W * STK_TILE_H) {
-      lutf[q] = gl[q];
-      lut16[q] = g16[q];
-    }
-  }
+  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, t);
   __syncthreads();
   const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.y;
   const int W = p.w, H = p.h;
