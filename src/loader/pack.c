@@ -2,12 +2,16 @@
  * pack.c: stk_pack, which turns an image folder or a list file into a
  * pre-decoded cache (here) or tar shards (sources/tar.c).
  *
- * A cache is written by `threads` workers and the calling thread: workers
- * claim files in order, decode them in full, bound their size, encode them
- * (raw RGB8, or JPEG) and leave the result in a small reorder ring; the
- * calling thread writes the ring's results strictly in sample order, so the
- * file is the same whatever the thread count, and reports progress and bad
- * files. Memory stays bounded by the ring (4 results per worker).
+ * Both are written by `threads` workers and the calling thread: workers
+ * claim files in order, read them (each read bounded by read_timeout, see
+ * bounded_read.h), decode them in full, bound their size and encode them
+ * (raw RGB8, or JPEG) for a cache, or check them for tar shards (the
+ * header, or with `check` the whole image), and leave the result in a small
+ * reorder ring; the calling thread writes the ring's results strictly in
+ * sample order, so the output is the same whatever the thread count, and
+ * reports progress and bad files. Memory stays bounded by the ring (4
+ * results per worker). A cache and a tar pack give a bad file the same
+ * reason, as both come from here.
  *
  * The file is written under a temporary name beside the output, its header
  * last, then synced and renamed: a pack that is interrupted or fails leaves
@@ -23,9 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "codecs/encode.h"
+#include "loader/bounded_read.h"
+#include "loader/pack.h"
 #include "loader/pipeline.h"
 #include "sources/cache_format.h"
 #include "sources/source.h"
@@ -40,6 +47,18 @@ void stk_pack_options_init(stk_pack_options *o) {
   o->shard_bytes = 1ULL << 30;
   o->max_pixels = 178956970ULL;
   o->max_file_bytes = 256ULL << 20;
+}
+
+void stk__pack_extra_init(stk__pack_extra *x) {
+  memset(x, 0, sizeof *x);
+  x->read_timeout = 300; /* the loader's default */
+}
+
+int stk__pack_tmp_path(const char *output, long pid, char *buf, size_t n) {
+  size_t ol = strlen(output);
+  while (ol > 1 && output[ol - 1] == '/') ol--;
+  int w = snprintf(buf, n, "%.*s.tmp-%ld", (int)ol, output, pid);
+  return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
 void stk__bound_size(int w, int h, int max_side, int *nw, int *nh) {
@@ -63,15 +82,17 @@ typedef struct {
   int state; /* 0 free, 1 claimed, 2 done */
   int rc;
   char msg[256];
-  uint8_t *data; /* malloc'd (jpeg) or in buf (raw) */
+  uint8_t *data; /* malloc'd (jpeg) or in buf (raw, tar) */
   size_t len;
   stk__buf buf;
   int w, h;
+  int png; /* tar: the file is a PNG */
   uint64_t hash;
 } result;
 
 typedef struct {
   const stk_pack_options *o;
+  const stk__pack_extra *x;
   const stk__dataset *ds;
   result *ring;
   int64_t nring;
@@ -81,17 +102,47 @@ typedef struct {
   int stop;
 } packer;
 
-/* Decodes sample i in full and bounds it into r: the work of one file. */
-static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, int64_t i, result *r) {
+/* The decoder's reason for a file it does not recognise, made to say what
+ * a PPM or PGM file (in torchvision's ImageFolder extensions) is. */
+static void name_unsupported(const uint8_t *p, size_t n, int rc, char *msg, size_t msglen) {
+  if (rc == STK_EFORMAT && n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '6' &&
+      (p[2] == ' ' || p[2] == '\n' || p[2] == '\r' || p[2] == '\t'))
+    snprintf(msg, msglen, "PPM/PGM images are not decoded by this build (only JPEG and PNG)");
+}
+
+/* Reads file i and decodes it in full (a cache, or tar shards with
+ * `check`) or its header (tar shards), then for a cache bounds and encodes
+ * it into r: the work of one file. */
+static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, stk__bounded_reader *br,
+                     int64_t i, result *r) {
   const stk_pack_options *o = pk->o;
+  int tar = o->format == STK_PACK_TAR;
   const char *path = stk__dataset_path(pk->ds, i);
-  stk__bytes b;
-  r->rc = stk__read_whole_file(path, &w->file, o->max_file_bytes, &b, r->msg, sizeof r->msg);
+  stk__bytes b = {0};
+  r->rc = stk__bounded_read_file(br, path, o->max_file_bytes, &b, r->msg, sizeof r->msg);
   stk__image_info info;
   if (!r->rc) r->rc = stk__decoder_header(w->dec, b.data, b.len, &info, r->msg, sizeof r->msg);
+  if (!r->rc && tar && b.len > 077777777777ULL)
+    r->rc = stk__fail(r->msg, sizeof r->msg, STK_ELIMIT, "file is %zu bytes, too large for a tar "
+                      "member", b.len);
   stk__region reg;
-  if (!r->rc) r->rc = stk__decoder_decode(w->dec, b.data, b.len, NULL, 1, &reg, r->msg, sizeof r->msg);
-  if (r->rc) return;
+  if (!r->rc && (!tar || pk->x->check))
+    r->rc = stk__decoder_decode(w->dec, b.data, b.len, NULL, 1, &reg, r->msg, sizeof r->msg);
+  if (r->rc) {
+    name_unsupported(b.data, b.len, r->rc, r->msg, sizeof r->msg);
+    return;
+  }
+  if (tar) { /* the file's own bytes go into the shard */
+    if (stk__buf_reserve(&r->buf, b.len ? b.len : 1)) {
+      r->rc = stk__fail(r->msg, sizeof r->msg, STK_ENOMEM, "out of memory");
+      return;
+    }
+    memcpy(r->buf.p, b.data, b.len);
+    r->data = r->buf.p;
+    r->len = b.len;
+    r->png = stk__sniff(b.data, b.len) == STK__FMT_PNG;
+    return;
+  }
   int nw, nh;
   stk__bound_size(reg.w, reg.h, o->max_side, &nw, &nh);
   size_t raw = (size_t)nw * nh * 3;
@@ -155,6 +206,8 @@ static void *pack_main(void *arg) {
   int ok = stk__worker_init(&w, &plan) == STK_OK;
   stk__resampler rs;
   memset(&rs, 0, sizeof rs);
+  stk__bounded_reader br;
+  stk__bounded_init(&br, pk->x->read_timeout);
   pthread_mutex_lock(&pk->mu);
   for (;;) {
     /* claim only within the ring: the writer is at most nring behind */
@@ -167,7 +220,7 @@ static void *pack_main(void *arg) {
     pthread_mutex_unlock(&pk->mu);
     r->data = NULL;
     if (ok)
-      pack_one(pk, &w, &rs, i, r);
+      pack_one(pk, &w, &rs, &br, i, r);
     else
       r->rc = stk__fail(r->msg, sizeof r->msg, STK_ENOMEM, "out of memory for decoder state");
     pthread_mutex_lock(&pk->mu);
@@ -175,6 +228,7 @@ static void *pack_main(void *arg) {
     pthread_cond_broadcast(&pk->cv);
   }
   pthread_mutex_unlock(&pk->mu);
+  stk__bounded_free(&br);
   stk__resampler_free(&rs);
   if (ok) stk__worker_free(&w);
   return NULL;
@@ -201,19 +255,100 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
   return 0;
 }
 
-static int pack_cache(const stk_pack_options *o, const stk__source *src, const char *kind,
-                      const char *where, const char *base, stk_pack_result *res, char *err,
-                      size_t errlen) {
-  const stk__dataset *ds = &src->ds;
-  size_t olen = strlen(o->output);
-  char *tmp = malloc(olen + 32);
-  if (!tmp) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-  snprintf(tmp, olen + 32, "%s.tmp-%ld", o->output, (long)getpid());
-  int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int rc = stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    free(tmp);
-    return rc;
+/* Raw cache: the output's size from the headers of up to 256 files spread
+ * over the list (pixels bounded to max_side, 64-byte aligned, plus the
+ * index entry and the name of each), scaled to all n. Reading a header
+ * means reading the file, so 256 keep this within a second or two even on
+ * network storage. Returns 0 when no sampled header could be read. */
+static uint64_t estimate_raw(const stk_pack_options *o, const stk__pack_extra *x,
+                             const stk__dataset *ds, int64_t *sampled) {
+  int64_t n = ds->n, ns = n < 256 ? n : 256, ok = 0;
+  stk__decoder *dec = stk__decoder_create();
+  if (!dec) return 0;
+  stk__decoder_set_limits(dec, o->max_pixels);
+  stk__bounded_reader br;
+  stk__bounded_init(&br, x->read_timeout);
+  double sum = 0;
+  char msg[256];
+  for (int64_t k = 0; k < ns; k++) {
+    int64_t i = ns > 1 ? k * (n - 1) / (ns - 1) : 0;
+    stk__bytes b;
+    stk__image_info info;
+    if (stk__bounded_read_file(&br, stk__dataset_path(ds, i), o->max_file_bytes, &b, msg,
+                               sizeof msg) ||
+        stk__decoder_header(dec, b.data, b.len, &info, msg, sizeof msg))
+      continue;
+    int nw, nh;
+    stk__bound_size(info.width, info.height, o->max_side, &nw, &nh);
+    uint64_t px = (uint64_t)nw * (uint64_t)nh * 3;
+    sum += (double)((px + STK__CACHE_ALIGN - 1) / STK__CACHE_ALIGN * STK__CACHE_ALIGN);
+    sum += sizeof(stk__cache_entry) + strlen(stk__dataset_path(ds, i)) + 1;
+    ok++;
+  }
+  stk__bounded_free(&br);
+  stk__decoder_destroy(dec);
+  *sampled = ok;
+  if (!ok) return 0;
+  return STK__CACHE_DATA_OFF + (uint64_t)(sum / (double)ok * (double)n);
+}
+
+/* Bytes free to this process in the folder that holds `path`. */
+static uint64_t free_bytes_at(const char *path) {
+  char *dir = strdup(path);
+  if (!dir) return UINT64_MAX;
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    strcpy(dir, ".");
+  else
+    slash[slash == dir ? 1 : 0] = '\0';
+  struct statvfs sv;
+  uint64_t avail = statvfs(dir, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize : UINT64_MAX;
+  free(dir);
+  return avail;
+}
+
+static void human(char *buf, size_t n, uint64_t b) {
+  if (b >= 1000000000ULL)
+    snprintf(buf, n, "%.1f GB", b / 1e9);
+  else
+    snprintf(buf, n, "%.1f MB", b / 1e6);
+}
+
+/* Packs ds into a cache (kind, where and base describe its source) or tar
+ * shards. */
+static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const stk__dataset *ds,
+                    const char *kind, const char *where, const char *base, stk_pack_result *res,
+                    char *err, size_t errlen) {
+  int tar = o->format == STK_PACK_TAR;
+  if (!tar && o->encoding == STK_CACHE_RAW) {
+    /* Say how large the cache will be before writing it, and refuse at
+     * once what the disk cannot hold rather than after filling it. */
+    int64_t sampled = 0;
+    uint64_t est = estimate_raw(o, x, ds, &sampled);
+    uint64_t avail = free_bytes_at(o->output);
+    if (x->estimate && est) x->estimate(o->user, est, avail, sampled, ds->n);
+    if (est && avail != UINT64_MAX && est > avail) {
+      char e[32], a[32];
+      human(e, sizeof e, est);
+      human(a, sizeof a, avail);
+      return stk__fail(err, errlen, STK_EIO,
+                       "not enough room for %s: the raw cache of %lld images needs about %s "
+                       "(estimated from the headers of %lld), and %s is free there; free some "
+                       "space, pack with a smaller max_side or with the jpeg encoding",
+                       o->output, (long long)ds->n, e, (long long)sampled, a);
+    }
+  }
+  stk__tar_writer *tw = NULL;
+  char tmp[4200];
+  int fd = -1;
+  if (tar) {
+    int rc = stk__tar_writer_open(&tw, o, err, errlen);
+    if (rc) return rc;
+  } else {
+    if (stk__pack_tmp_path(o->output, (long)getpid(), tmp, sizeof tmp))
+      return stk__fail(err, errlen, STK_EINVAL, "output path too long");
+    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tmp, strerror(errno));
   }
   int threads = o->threads;
   if (threads <= 0) {
@@ -223,15 +358,16 @@ static int pack_cache(const stk_pack_options *o, const stk__source *src, const c
   packer pk;
   memset(&pk, 0, sizeof pk);
   pk.o = o;
+  pk.x = x;
   pk.ds = ds;
   pk.nring = (int64_t)threads * 4;
   pk.ring = calloc((size_t)pk.nring, sizeof *pk.ring);
-  stk__cache_entry *ent = calloc((size_t)ds->n, sizeof *ent);
+  stk__cache_entry *ent = tar ? NULL : calloc((size_t)ds->n, sizeof *ent);
   pack_thread *th = calloc((size_t)threads, sizeof *th);
   stk__buf meta = {0}, names = {0};
   size_t names_len = 0;
   int rc = STK_OK, started = 0;
-  if (!pk.ring || !ent || !th) rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  if (!pk.ring || (!tar && !ent) || !th) rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   pthread_mutex_init(&pk.mu, NULL);
   pthread_cond_init(&pk.cv, NULL);
   for (int t = 0; rc == STK_OK && t < threads; t++) {
@@ -255,6 +391,9 @@ static int pack_cache(const stk_pack_options *o, const stk__source *src, const c
     if (r->rc) {
       res->failed++;
       if (o->bad_file) o->bad_file(o->user, path, r->msg);
+    } else if (tar) {
+      rc = stk__tar_writer_add(tw, i, path, r->png, r->data, r->len, ds->labels[i], res, err,
+                               errlen);
     } else {
       if (pwrite_all(fd, r->data, r->len, off)) {
         rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tmp, strerror(errno));
@@ -286,6 +425,10 @@ static int pack_cache(const stk_pack_options *o, const stk__source *src, const c
   pthread_mutex_unlock(&pk.mu);
   for (int t = 0; t < started; t++) pthread_join(th[t].t, NULL);
 
+  if (tar) {
+    rc = stk__tar_writer_finish(tw, rc, ds, res, err, errlen);
+    goto out;
+  }
   if (rc == STK_OK && nout == 0)
     rc = stk__fail(err, errlen, STK_EEMPTY, "none of the %lld files could be packed",
                    (long long)ds->n);
@@ -344,6 +487,7 @@ static int pack_cache(const stk_pack_options *o, const stk__source *src, const c
     res->packed = nout;
     res->bytes = off + mlen;
   }
+out:
   for (int64_t k = 0; pk.ring && k < pk.nring; k++) stk__buf_free(&pk.ring[k].buf);
   free(pk.ring);
   free(ent);
@@ -352,12 +496,33 @@ static int pack_cache(const stk_pack_options *o, const stk__source *src, const c
   stk__buf_free(&names);
   pthread_mutex_destroy(&pk.mu);
   pthread_cond_destroy(&pk.cv);
-  free(tmp);
   return rc;
+}
+
+int stk__pack_dataset(const stk_pack_options *o, const stk__pack_extra *x, const stk__dataset *ds,
+                      stk_pack_result *res, char *err, size_t errlen) {
+  stk__pack_extra def;
+  if (!x) {
+    stk__pack_extra_init(&def);
+    x = &def;
+  }
+  const char *where = o->root ? o->root : o->list_file ? o->list_file : "";
+  return pack_run(o, x, ds, o->root ? "folder" : "list", where, o->list_base ? o->list_base : "",
+                  res, err, errlen);
 }
 
 int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *res, char *err,
              size_t errlen) {
+  return stk__pack_ex(opt, NULL, header_version, res, err, errlen);
+}
+
+int stk__pack_ex(const stk_pack_options *opt, const stk__pack_extra *x, int header_version,
+                 stk_pack_result *res, char *err, size_t errlen) {
+  stk__pack_extra def;
+  if (!x) {
+    stk__pack_extra_init(&def);
+    x = &def;
+  }
   stk_pack_result dummy;
   if (!res) res = &dummy;
   memset(res, 0, sizeof *res);
@@ -372,16 +537,18 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
   stk_pack_options o;
   stk_pack_options_init(&o);
   memcpy(&o, opt, opt->struct_size);
+  /* (no "pack:" prefix: the CLI and Python name the command themselves) */
 #define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
-  if (!o.root == !o.list_file) BAD("pack: set exactly one of root and list_file");
-  if (!o.output || !*o.output) BAD("pack: output must be set");
-  if (o.format != STK_PACK_CACHE && o.format != STK_PACK_TAR) BAD("pack: unknown format %d", (int)o.format);
+  if (!o.root == !o.list_file) BAD("set exactly one of root and list_file");
+  if (!o.output || !*o.output) BAD("output must be set");
+  if (o.format != STK_PACK_CACHE && o.format != STK_PACK_TAR) BAD("unknown format %d", (int)o.format);
   if (o.encoding != STK_CACHE_RAW && o.encoding != STK_CACHE_JPEG)
-    BAD("pack: unknown encoding %d", (int)o.encoding);
-  if (o.max_side < 0 || o.max_side > 65500) BAD("pack: max_side must be in 0..65500, got %d", o.max_side);
-  if (o.quality < 1 || o.quality > 100) BAD("pack: quality must be in 1..100, got %d", o.quality);
-  if (o.shard_bytes < 1) BAD("pack: shard_bytes must be at least 1");
-  if (o.threads < 0 || o.threads > 1024) BAD("pack: threads must be in 0..1024, got %d", o.threads);
+    BAD("unknown encoding %d", (int)o.encoding);
+  if (o.max_side < 0 || o.max_side > 65500) BAD("max_side must be in 0..65500, got %d", o.max_side);
+  if (o.quality < 1 || o.quality > 100) BAD("quality must be in 1..100, got %d", o.quality);
+  if (o.shard_bytes < 1) BAD("shard_bytes must be at least 1");
+  if (o.threads < 0 || o.threads > 1024) BAD("threads must be in 0..1024, got %d", o.threads);
+  if (!(x->read_timeout >= 0)) BAD("read_timeout must be >= 0 seconds");
 #undef BAD
   /* The source is opened by its real path, so that the fingerprint the
    * cache keeps is that of the list a later check sees. */
@@ -399,6 +566,7 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
   stk_options_init(&lo);
   lo.max_pixels = o.max_pixels;
   lo.max_file_bytes = o.max_file_bytes;
+  lo.read_timeout = (float)x->read_timeout; /* a FIFO or pipe list */
   stk__source src;
   memset(&src, 0, sizeof src);
   int rc;
@@ -417,11 +585,8 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
     rc = stk__list_open(&src, &lo, err, errlen);
   }
   if (rc) goto done;
-  if (o.format == STK_PACK_TAR)
-    rc = stk__tar_pack(&o, &src.ds, res, err, errlen);
-  else
-    rc = pack_cache(&o, &src, o.root ? "folder" : "list", real, real_base ? real_base : "", res,
-                    err, errlen);
+  rc = pack_run(&o, x, &src.ds, o.root ? "folder" : "list", real, real_base ? real_base : "", res,
+                err, errlen);
 done:
   stk__source_close(&src);
   free(real);

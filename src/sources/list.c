@@ -22,37 +22,27 @@
 #define LIST_PATH_MAX 4096 /* PATH_MAX on Linux */
 #define LIST_LINE_MAX (LIST_PATH_MAX + 64)
 
+/* Milliseconds from now to the monotonic time t (stk__now()), for poll. */
+static int ms_until(double t) {
+  double ms = (t - stk__now()) * 1e3;
+  return ms <= 0 ? 0 : ms < 2e9 ? (int)ms + 1 : 2000000000;
+}
+
 /* The list file's bytes, read to the end (a pipe too, as getline did). A
- * named FIFO is opened without waiting for its writer; then up to wait_s
- * seconds (0: no limit) for the first bytes or the writer's end, so that a
- * FIFO nothing will ever write fails with a message instead of hanging. */
+ * named FIFO is opened without waiting for its writer. A FIFO or a pipe is
+ * then read within wait_s seconds (0: no limit) as a whole: a writer that
+ * never comes, or that sends some lines and stalls, fails with a message
+ * naming the list instead of hanging whoever opens it. */
 static int read_list(const char *list, double wait_s, char **out, size_t *outlen, char *msg,
                      size_t msglen) {
   struct stat st;
   char why[256];
   int fd = stk__open_input(list, 1, &st, why, sizeof why);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, why);
-  if (S_ISFIFO(st.st_mode)) {
-    /* (Linux: a FIFO no writer has opened yet is not readable, not hung up) */
-    struct pollfd pf = {fd, POLLIN, 0};
-    int ms = wait_s > 0 ? (wait_s * 1e3 < 2e9 ? (int)(wait_s * 1e3) : 2000000000) : -1;
-    int r;
-    while ((r = poll(&pf, 1, ms)) < 0 && errno == EINTR) {
-    }
-    if (r == 0) {
-      close(fd);
-      return stk__fail(msg, msglen, STK_ETIMEDOUT,
-                       "list file %s: nothing was written to the FIFO within %g s", list, wait_s);
-    }
-  }
-  FILE *f = fdopen(fd, "r");
-  if (!f) {
-    int e = errno;
-    close(fd);
-    return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, strerror(e));
-  }
+  int fifo = S_ISFIFO(st.st_mode);
+  double deadline = fifo && wait_s > 0 ? stk__now() + wait_s : 0;
   char *b = NULL;
-  size_t len = 0, cap = 0;
+  size_t len = 0, cap = 0, lines = 0;
   int rc = STK_OK;
   for (;;) {
     if (len == cap) {
@@ -65,15 +55,39 @@ static int read_list(const char *list, double wait_s, char **out, size_t *outlen
       b = nb;
       cap = nc;
     }
-    size_t r = fread(b + len, 1, cap - len, f);
-    len += r;
-    if (r == 0) {
-      if (ferror(f))
-        rc = stk__fail(msg, msglen, STK_EIO, "cannot read list file %s: %s", list, strerror(errno));
+    if (deadline > 0) {
+      /* (Linux: a FIFO no writer has opened yet is not readable, not hung
+       * up, so the wait for the first writer is bounded too) */
+      struct pollfd pf = {fd, POLLIN, 0};
+      int r;
+      while ((r = poll(&pf, 1, ms_until(deadline))) < 0 && errno == EINTR) {
+      }
+      if (r == 0 && len == 0) {
+        rc = stk__fail(msg, msglen, STK_ETIMEDOUT,
+                       "list file %s: nothing was written to the FIFO within %g s", list, wait_s);
+        break;
+      }
+      if (r == 0) {
+        rc = stk__fail(msg, msglen, STK_ETIMEDOUT,
+                       "list file %s: not read to its end within %g s: its writer sent %zu "
+                       "bytes (%zu lines), then stalled; a slow writer needs a longer "
+                       "read_timeout (0 = no limit)",
+                       list, wait_s, len, lines);
+        break;
+      }
+    }
+    ssize_t r = read(fd, b + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      rc = stk__fail(msg, msglen, STK_EIO, "cannot read list file %s: %s", list, strerror(errno));
       break;
     }
+    if (r == 0) break;
+    if (fifo) /* for the message of a stalled writer */
+      for (ssize_t k = 0; k < r; k++) lines += b[len + (size_t)k] == '\n';
+    len += (size_t)r;
   }
-  fclose(f);
+  close(fd);
   if (rc) {
     free(b);
     return rc;
@@ -191,7 +205,7 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
 
 int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msglen) {
   s->ops = &stk__list_ops;
-  /* a FIFO's writer gets as long as a stalled read does */
+  /* a FIFO or pipe list is read within the time a file read may take */
   int rc = stk__dataset_from_list(&s->ds, opt->list_file, opt->list_base, opt->read_timeout, msg,
                                   msglen);
   int nc = s->ds.nclasses;

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "codecs/codec.h"
+#include "loader/pack.h"
 
 #define BLOCK 512
 
@@ -1051,112 +1052,100 @@ static int dir_is_empty(const char *path) {
   return empty;
 }
 
-int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
-                  char *err, size_t errlen) {
-  memset(res, 0, sizeof *res);
-  if (!o->output || !*o->output) return stk__fail(err, errlen, STK_EINVAL, "pack: no output folder");
-  char out[4096], tmp[4200];
+struct stk__tar_writer {
+  const stk_pack_options *o;
+  char out[4096], tmp[4200], path[4300];
+  uint64_t shard_bytes;
+  shard_out so;
+  int shards;
+};
+
+int stk__tar_writer_open(stk__tar_writer **twp, const stk_pack_options *o, char *err,
+                         size_t errlen) {
+  *twp = NULL;
+  if (!o->output || !*o->output) return stk__fail(err, errlen, STK_EINVAL, "no output folder");
+  stk__tar_writer *tw = calloc(1, sizeof *tw);
+  if (!tw) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  tw->o = o;
   size_t ol = strlen(o->output);
   while (ol > 1 && o->output[ol - 1] == '/') ol--;
-  if (ol >= sizeof out) return stk__fail(err, errlen, STK_EINVAL, "pack: output path too long");
-  memcpy(out, o->output, ol);
-  out[ol] = '\0';
+  if (ol >= sizeof tw->out) {
+    free(tw);
+    return stk__fail(err, errlen, STK_EINVAL, "output path too long");
+  }
+  memcpy(tw->out, o->output, ol);
+  tw->out[ol] = '\0';
   struct stat st;
-  if (stat(out, &st) == 0 && (!S_ISDIR(st.st_mode) || !dir_is_empty(out)))
-    return stk__fail(err, errlen, STK_EINVAL, "pack: %s exists and is not an empty folder", out);
+  if (stat(tw->out, &st) == 0 && (!S_ISDIR(st.st_mode) || !dir_is_empty(tw->out))) {
+    int rc = stk__fail(err, errlen, STK_EINVAL, "%s exists and is not an empty folder", tw->out);
+    free(tw);
+    return rc;
+  }
   /* Everything goes into OUTPUT.tmp-PID, renamed to OUTPUT at the end: an
    * interrupted pack leaves no half-written shard folder under the name. */
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
-  if (mkdir(tmp, 0755) != 0)
-    return stk__fail(err, errlen, STK_EIO, "pack: cannot create %s: %s", tmp, strerror(errno));
-  uint64_t shard_bytes = o->shard_bytes ? o->shard_bytes : 1ULL << 30;
-  stk__decoder *dec = stk__decoder_create();
-  if (!dec) {
-    rmdir(tmp);
-    return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  snprintf(tw->tmp, sizeof tw->tmp, "%s.tmp-%ld", tw->out, (long)getpid());
+  if (mkdir(tw->tmp, 0755) != 0) {
+    int rc = stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tw->tmp, strerror(errno));
+    free(tw);
+    return rc;
   }
-  stk__decoder_set_limits(dec, o->max_pixels);
-  stk__buf buf = {0};
-  shard_out so = {0};
-  int rc = STK_OK, shards = 0;
-  char path[4300], msg[512], key[128], member[160];
-  for (int64_t i = 0; rc == STK_OK && i < ds->n; i++) {
-    const char *file = stk__dataset_path(ds, i);
-    stk__bytes b;
-    int frc = stk__read_whole_file(file, &buf, o->max_file_bytes, &b, msg, sizeof msg);
-    stk__format fmt = STK__FMT_UNKNOWN;
-    if (frc == STK_OK) {
-      fmt = stk__sniff(b.data, b.len);
-      stk__image_info info;
-      if (fmt != STK__FMT_JPEG && fmt != STK__FMT_PNG) {
-        frc = STK_EFORMAT;
-        snprintf(msg, sizeof msg, "not a JPEG or PNG image (%s)",
-                 fmt == STK__FMT_UNKNOWN ? "unknown format" : stk__format_name(fmt));
-      } else if (b.len > 077777777777ULL) {
-        frc = STK_ELIMIT;
-        snprintf(msg, sizeof msg, "too large for a ustar member");
-      } else {
-        /* the header only: a file whose header is unreadable or over the
-         * pixel limit would fail every epoch */
-        frc = stk__decoder_header(dec, b.data, b.len, &info, msg, sizeof msg);
-      }
-    }
-    if (frc != STK_OK) {
-      res->failed++;
-      if (o->bad_file) o->bad_file(o->user, file, msg);
-    } else {
-      if (!so.f) {
-        snprintf(path, sizeof path, "%s/shard-%06d.tar", tmp, shards);
-        so.f = fopen(path, "wbx");
-        if (!so.f) {
-          rc = stk__fail(err, errlen, STK_EIO, "pack: cannot create %s: %s", path, strerror(errno));
-          break;
-        }
-        shards++;
-        so.bytes = 0;
-      }
-      make_key(key, sizeof key, i, file, o->root);
-      snprintf(member, sizeof member, "%s.%s", key, fmt == STK__FMT_JPEG ? "jpg" : "png");
-      put_member(&so, member, b.data, b.len);
-      char lab[16];
-      int ll = snprintf(lab, sizeof lab, "%d", (int)ds->labels[i]);
-      snprintf(member, sizeof member, "%s.cls", key);
-      put_member(&so, member, lab, (uint64_t)ll);
-      res->packed++;
-      if (so.err) {
-        rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(so.err));
-        break;
-      }
-      if (so.bytes >= shard_bytes) {
-        uint64_t before = so.bytes;
-        if (close_shard(&so)) {
-          rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(so.err));
-          break;
-        }
-        res->bytes += before + 2 * BLOCK;
-      }
-    }
-    if (o->progress && ((i + 1) % 64 == 0 || i + 1 == ds->n)) o->progress(o->user, i + 1, ds->n);
+  tw->shard_bytes = o->shard_bytes ? o->shard_bytes : 1ULL << 30;
+  *twp = tw;
+  return STK_OK;
+}
+
+int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, int png,
+                        const uint8_t *data, size_t len, int32_t label, stk_pack_result *res,
+                        char *err, size_t errlen) {
+  char key[128], member[160];
+  if (!tw->so.f) {
+    snprintf(tw->path, sizeof tw->path, "%s/shard-%06d.tar", tw->tmp, tw->shards);
+    tw->so.f = fopen(tw->path, "wbx");
+    if (!tw->so.f)
+      return stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tw->path, strerror(errno));
+    tw->shards++;
+    tw->so.bytes = 0;
   }
-  if (so.f) {
+  make_key(key, sizeof key, i, file, tw->o->root);
+  snprintf(member, sizeof member, "%s.%s", key, png ? "png" : "jpg");
+  put_member(&tw->so, member, data, len);
+  char lab[16];
+  int ll = snprintf(lab, sizeof lab, "%d", (int)label);
+  snprintf(member, sizeof member, "%s.cls", key);
+  put_member(&tw->so, member, lab, (uint64_t)ll);
+  res->packed++;
+  if (tw->so.err)
+    return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(tw->so.err));
+  if (tw->so.bytes >= tw->shard_bytes) {
+    uint64_t before = tw->so.bytes;
+    if (close_shard(&tw->so))
+      return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path,
+                       strerror(tw->so.err));
+    res->bytes += before + 2 * BLOCK;
+  }
+  return STK_OK;
+}
+
+int stk__tar_writer_finish(stk__tar_writer *tw, int rc, const stk__dataset *ds,
+                           stk_pack_result *res, char *err, size_t errlen) {
+  if (tw->so.f) {
     if (rc == STK_OK) {
-      uint64_t before = so.bytes;
-      if (close_shard(&so))
-        rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(so.err));
+      uint64_t before = tw->so.bytes;
+      if (close_shard(&tw->so))
+        rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path,
+                       strerror(tw->so.err));
       res->bytes += before + 2 * BLOCK;
     } else {
-      fclose(so.f);
+      fclose(tw->so.f);
     }
   }
-  stk__buf_free(&buf);
-  stk__decoder_destroy(dec);
   if (rc == STK_OK && res->packed == 0)
-    rc = stk__fail(err, errlen, STK_EEMPTY, "pack: none of the %lld files could be packed",
+    rc = stk__fail(err, errlen, STK_EEMPTY, "none of the %lld files could be packed",
                    (long long)ds->n);
   if (rc == STK_OK) {
     /* class i on line i; a line break inside a name would shift the rest */
-    snprintf(path, sizeof path, "%s/classes.txt", tmp);
-    FILE *f = fopen(path, "wx");
+    snprintf(tw->path, sizeof tw->path, "%s/classes.txt", tw->tmp);
+    FILE *f = fopen(tw->path, "wx");
     int bad = !f;
     for (int c = 0; f && c < ds->nclasses; c++) {
       for (const char *p = ds->classes[c]; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);
@@ -1164,20 +1153,27 @@ int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_re
     }
     if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0)) bad = 1;
     if (f && fclose(f) != 0) bad = 1;
-    if (bad) rc = stk__fail(err, errlen, STK_EIO, "pack: cannot write %s: %s", path, strerror(errno));
+    if (bad) rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(errno));
   }
-  if (rc == STK_OK) {
-    /* rename() replaces an empty folder of that name */
-    if (rename(tmp, out) != 0)
-      rc = stk__fail(err, errlen, STK_EIO, "pack: cannot rename %s to %s: %s", tmp, out,
-                     strerror(errno));
-  }
+  /* rename() replaces an empty folder of that name */
+  if (rc == STK_OK && rename(tw->tmp, tw->out) != 0)
+    rc = stk__fail(err, errlen, STK_EIO, "cannot rename %s to %s: %s", tw->tmp, tw->out,
+                   strerror(errno));
   if (rc != STK_OK) {
-    remove_tmp(tmp, shards);
+    remove_tmp(tw->tmp, tw->shards);
     res->packed = 0;
     res->bytes = 0;
-    shards = 0;
+    tw->shards = 0;
   }
-  res->shards = shards;
+  res->shards = tw->shards;
+  free(tw);
   return rc;
+}
+
+/* The shards of ds, through stk_pack's workers (loader/pack.c): each file
+ * read and its header checked. */
+int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
+                  char *err, size_t errlen) {
+  memset(res, 0, sizeof *res);
+  return stk__pack_dataset(o, NULL, ds, res, err, errlen);
 }
