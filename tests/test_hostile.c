@@ -14,6 +14,7 @@
  * (relative path, kind, width, height), for the Python tests of the GPU path.
  * Under valgrind (make test-valgrind) this is the memcheck pass.
  */
+#define _DEFAULT_SOURCE /* wait4 */
 #include "util.h"
 
 #include <sys/resource.h>
@@ -482,6 +483,7 @@ static void test_bombs_stay_small(void) {
     o.threads = 2;
     o.on_error = STK_ON_ERROR_SKIP;
     o.max_consecutive_failures = 0;
+    o.max_skipped_fraction = 1; /* most of the matrix is bad on purpose */
     stk_loader *l = NULL;
     char err[512];
     if (STK_LOADER_CREATE(&o, &l, err, sizeof err)) _exit(3);
@@ -509,6 +511,164 @@ static void test_bombs_stay_small(void) {
   printf("bomb child: peak RSS %ld KiB\n", ru.ru_maxrss);
 }
 
+/* ---- memory budget per decode: tiny files that ask for gigabytes ---------- */
+
+/* A zlib stream of n zeros in fixed-Huffman blocks (RFC 1951): literal 0,
+ * then (length 258, distance 1) pairs of 13 bits, about 159:1. */
+typedef struct { uint8_t *p; size_t len, cap; uint32_t bits; int nb; } bitw;
+static void bw_put(bitw *w, uint32_t v, int n) { /* LSB first */
+  for (int i = 0; i < n; i++) {
+    w->bits |= ((v >> i) & 1u) << w->nb;
+    if (++w->nb == 8) {
+      if (w->len == w->cap) w->p = realloc(w->p, w->cap = w->cap ? 2 * w->cap : 4096);
+      w->p[w->len++] = (uint8_t)w->bits, w->bits = 0, w->nb = 0;
+    }
+  }
+}
+static void bw_huff(bitw *w, uint32_t code, int n) { /* Huffman codes go MSB first */
+  for (int i = n - 1; i >= 0; i--) bw_put(w, (code >> i) & 1u, 1);
+}
+static uint8_t *zeros_zlib(uint64_t pairs, size_t *n) {
+  bitw w = {0};
+  bw_put(&w, 0x78, 8), bw_put(&w, 0x01, 8); /* zlib header, FCHECK ok */
+  bw_put(&w, 1, 1), bw_put(&w, 1, 2);       /* final block, fixed Huffman */
+  bw_huff(&w, 0x30, 8);                     /* literal 0 */
+  for (uint64_t i = 0; i < pairs; i++) bw_huff(&w, 0xC5, 8), bw_huff(&w, 0, 5); /* 285, dist 1 */
+  bw_huff(&w, 0, 7);                        /* end of block */
+  while (w.nb) bw_put(&w, 0, 1);
+  uint64_t total = 1 + pairs * 258;         /* Adler-32 of zeros: a = 1, b = n */
+  uint32_t adler = (uint32_t)(total % 65521) << 16 | 1u;
+  for (int i = 3; i >= 0; i--) bw_put(&w, adler >> (8 * i) & 0xFF, 8);
+  *n = w.len;
+  return w.p;
+}
+
+/* A valid 8x8 PNG with one ancillary chunk before IDAT whose zlib stream
+ * inflates to `pairs * 258` bytes: zTXt ("k\0" method 0) or iCCP. */
+static uint8_t *png_zbomb(const char *type, uint64_t pairs, size_t *n) {
+  size_t nz, np;
+  uint8_t *z = zeros_zlib(pairs, &nz);
+  uint8_t px[8 * 8 * 3] = {0};
+  uint8_t *png = png_of(px, 8, 8, STK__PNG_RGB, 8, NULL, 0, &np);
+  uint8_t *out = malloc(np + nz + 64), *d = malloc(nz + 3);
+  memcpy(d, "k\0\0", 3), memcpy(d + 3, z, nz);
+  size_t at = 33;
+  memcpy(out, png, at);
+  png_chunk(out, &at, type, d, nz + 3);
+  memcpy(out + at, png + 33, np - 33);
+  *n = at + np - 33;
+  free(z), free(d), free(png);
+  return out;
+}
+
+/* A progressive side x side JPEG of about 200 bytes: one DC scan holding
+ * two bytes, then EOI. libjpeg pads the missing data with zeros (a warning)
+ * and decodes the whole image from its coefficient buffer. */
+static size_t jpeg_prog_bomb(uint8_t *q, int side, int h_samp) {
+  size_t k = 0;
+  q[k++] = 0xFF, q[k++] = 0xD8;
+  q[k++] = 0xFF, q[k++] = 0xDB, q[k++] = 0, q[k++] = 67, q[k++] = 0;
+  for (int i = 0; i < 64; i++) q[k++] = 1;
+  q[k++] = 0xFF, q[k++] = 0xC2, q[k++] = 0, q[k++] = 17, q[k++] = 8;
+  q[k++] = (uint8_t)(side >> 8), q[k++] = (uint8_t)side, q[k++] = (uint8_t)(side >> 8), q[k++] = (uint8_t)side;
+  q[k++] = 3;
+  for (int c = 1; c <= 3; c++) q[k++] = (uint8_t)c, q[k++] = c == 1 ? (uint8_t)(h_samp << 4 | h_samp) : 0x11, q[k++] = 0;
+  q[k++] = 0xFF, q[k++] = 0xC4, q[k++] = 0, q[k++] = 20, q[k++] = 0x00, q[k++] = 1;
+  for (int i = 1; i < 16; i++) q[k++] = 0;
+  q[k++] = 0;                                /* one code, length 1: DC diff 0 */
+  q[k++] = 0xFF, q[k++] = 0xDA, q[k++] = 0, q[k++] = 12, q[k++] = 3;
+  for (int c = 1; c <= 3; c++) q[k++] = (uint8_t)c, q[k++] = 0;
+  q[k++] = 0, q[k++] = 0, q[k++] = 0;        /* Ss 0, Se 0, Ah Al 0 */
+  q[k++] = 0, q[k++] = 0;
+  q[k++] = 0xFF, q[k++] = 0xD9;
+  return k;
+}
+
+/* The issue's four bombs: a 3.4 MB PNG whose zTXt inflates to 540 MB, the
+ * same as iCCP, and 200-byte progressive 13000x13000 JPEGs in 4:4:4 (1 GB of
+ * coefficients) and 4:2:0 (0.5 GB). Each must be refused with STK_ELIMIT
+ * naming max_decode_bytes, fast; a loader of 2 threads over them must stay
+ * under 512 MB; and with max_decode_bytes = 0 (no budget) they decode past
+ * it, so the check can fail. */
+static void write_bombs(const char *dir) {
+  char p[4300];
+  snprintf(p, sizeof p, "%s/b", dir);
+  tu_mkdir(dir), tu_mkdir(p);
+  size_t n;
+  uint8_t *b = png_zbomb("zTXt", 2u << 20, &n);
+  snprintf(p, sizeof p, "%s/b/ztxt.png", dir), tu_write_bytes(p, b, n), free(b);
+  b = png_zbomb("iCCP", 2u << 20, &n);
+  snprintf(p, sizeof p, "%s/b/iccp.png", dir), tu_write_bytes(p, b, n), free(b);
+  uint8_t q[512];
+  n = jpeg_prog_bomb(q, 13000, 1);
+  snprintf(p, sizeof p, "%s/b/prog444.jpg", dir), tu_write_bytes(p, q, n);
+  n = jpeg_prog_bomb(q, 13000, 2);
+  snprintf(p, sizeof p, "%s/b/prog420.jpg", dir), tu_write_bytes(p, q, n);
+}
+
+static long bomb_loader_rss_kb(const char *dir, uint64_t budget, int *bad) {
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    stk_options o;
+    stk_options_init(&o);
+    o.root = dir;
+    o.size = 16;
+    o.batch_size = 2;
+    o.threads = 2;
+    o.pipeline = STK_PIPELINE_EVAL;
+    o.on_error = STK_ON_ERROR_SKIP;
+    o.max_skipped_fraction = 1;
+    o.max_decode_bytes = budget;
+    stk_loader *l = NULL;
+    char err[512];
+    if (STK_LOADER_CREATE(&o, &l, err, sizeof err)) _exit(3);
+    stk_batch b;
+    int rc;
+    while ((rc = stk_loader_next(l, &b)) == STK_OK) stk_batch_release(l, &b);
+    int wrong = rc != STK_EEND && rc != STK_ETOOMANY;
+    for (uint64_t i = 0; i < stk_loader_skipped_count(l); i++) {
+      const char *path, *why;
+      if (stk_loader_skipped(l, i, &path, &why) == STK_OK && budget && !strstr(why, "max_decode_bytes"))
+        wrong = 1;
+    }
+    stk_loader_destroy(l);
+    _exit(wrong ? 2 : 0);
+  }
+  int status = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  wait4(pid, &status, 0, &ru);
+  *bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return ru.ru_maxrss;
+}
+
+static void test_decode_budget(void) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/bombs", g_tmp);
+  write_bombs(dir);
+  static const char *names[] = {"ztxt.png", "iccp.png", "prog444.jpg", "prog420.jpg"};
+  for (int i = 0; i < 4; i++) {
+    char p[4300], msg[512];
+    snprintf(p, sizeof p, "%s/b/%s", dir, names[i]);
+    double t0 = stk__now();
+    int rc = stk_check_file(p, NULL, NULL, NULL, msg, sizeof msg);
+    double dt = stk__now() - t0;
+    CHECK_MSG(rc == STK_ELIMIT && strstr(msg, "max_decode_bytes"), "%s: rc %d: %s", names[i], rc, msg);
+    printf("decode budget: %s refused in %.3f s: %s\n", names[i], dt, msg);
+  }
+  if (STK_SANITIZED || getenv("STK_TEST_VALGRIND")) return; /* RSS is the tools' there */
+  int bad = 0;
+  long kb = bomb_loader_rss_kb(dir, (uint64_t)128 << 20, &bad);
+  printf("decode budget: 2 threads over the 4 bombs: peak RSS %ld KiB\n", kb);
+  CHECK_MSG(!bad, "budget child failed");
+  CHECK_MSG(kb < 512L << 10, "peak RSS %ld KiB with the default budget", kb);
+  if (getenv("STK_BOMB_NO_BUDGET")) { /* the figure before: no budget at all */
+    kb = bomb_loader_rss_kb(dir, 0, &bad);
+    printf("decode budget: the same with max_decode_bytes=0: peak RSS %ld KiB\n", kb);
+  }
+}
+
 /* ---- the loader ---------------------------------------------------------- */
 
 static void base_opts(stk_options *o, const char *root) {
@@ -518,6 +678,7 @@ static void base_opts(stk_options *o, const char *root) {
   o->threads = 2;
   o->seed = 5;
   o->max_consecutive_failures = 0;
+  o->max_skipped_fraction = 1; /* most of the matrix is bad on purpose */
 }
 
 /* Under raise, batch i of an unshuffled epoch of batch size 1 is sample i:
@@ -830,6 +991,7 @@ int main(int argc, char **argv) {
   write_matrix();
   test_each_file();
   test_bombs_stay_small();
+  test_decode_budget();
   check_raise(g_root, "folder raise");
   check_skip(g_root, "folder skip");
   check_cli(g_root, "folder", 0);

@@ -60,6 +60,9 @@ void stk__decoder_destroy(stk__decoder *d);
 
 /* Limits applied by both calls below; 0 means no limit. */
 void stk__decoder_set_limits(stk__decoder *d, uint64_t max_pixels);
+/* The memory one decode may take beside its pixels (stk_options.
+ * max_decode_bytes; 128 MiB until set); 0 = none. Over it: STK_ELIMIT. */
+void stk__decoder_set_max_bytes(stk__decoder *d, uint64_t max_bytes);
 
 /* Reads the header only. Returns STK_OK, or STK_EFORMAT / STK_EDECODE /
  * STK_ELIMIT with a reason (no file name) in msg. */

@@ -19,6 +19,7 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
 int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int scale_denom,
                         stk__region *out, char *msg, size_t msglen);
 void stk__jpegdec_abort(stk__jpegdec *j);
+void stk__jpegdec_set_budget(stk__jpegdec *j, uint64_t max_bytes);
 
 /* png.c */
 typedef struct stk__pngdec stk__pngdec;
@@ -29,9 +30,13 @@ int stk__pngdec_header(stk__pngdec *p, const uint8_t *buf, size_t n, uint32_t ma
                        stk__image_info *info, char *msg, size_t msglen);
 int stk__pngdec_decode(stk__pngdec *p, stk__region *out, char *msg, size_t msglen);
 void stk__pngdec_abort(stk__pngdec *p);
+void stk__pngdec_set_budget(stk__pngdec *p, uint64_t max_bytes);
 
 /* PIL's decompression-bomb limit, until stk__decoder_set_limits() says otherwise. */
 #define DEFAULT_MAX_PIXELS 178956970u
+/* stk_options.max_decode_bytes's default, for every decoder (check, pack,
+ * the GPU's fallback) until stk__decoder_set_max_bytes() says otherwise. */
+#define DEFAULT_MAX_DECODE_BYTES ((uint64_t)128 << 20)
 
 struct stk__decoder {
   uint64_t max_pixels;
@@ -50,6 +55,7 @@ stk__decoder *stk__decoder_create(void) {
     stk__decoder_destroy(d);
     return NULL;
   }
+  stk__decoder_set_max_bytes(d, DEFAULT_MAX_DECODE_BYTES);
   return d;
 }
 
@@ -62,6 +68,11 @@ void stk__decoder_destroy(stk__decoder *d) {
 }
 
 void stk__decoder_set_limits(stk__decoder *d, uint64_t max_pixels) { d->max_pixels = max_pixels; }
+
+void stk__decoder_set_max_bytes(stk__decoder *d, uint64_t max_bytes) {
+  stk__jpegdec_set_budget(d->jpeg, max_bytes);
+  stk__pngdec_set_budget(d->png, max_bytes);
+}
 
 size_t stk__decoder_scratch_bytes(const stk__decoder *d) {
   return stk__jpegdec_scratch_bytes(d->jpeg) + stk__pngdec_scratch_bytes(d->png);

@@ -4,6 +4,7 @@
  * steps (header, then pixels) so that it can apply its limits in between,
  * before libjpeg allocates anything for the image.
  */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ typedef struct stk__jpegdec {
   stk__buf rows;            /* row pointers into `pixels` */
   struct jpeg_progress_mgr progress;
   int too_many_scans;       /* set by the progress monitor before it bails out */
+  uint64_t max_bytes;       /* libjpeg's budget per image; 0 = none */
 } stk__jpegdec;
 
 /* A progressive JPEG may hold any number of scans, and a crafted one with
@@ -71,6 +73,11 @@ static int lib_failure(stk__jpegdec *j, char *msg, size_t msglen) {
   e->format_message((j_common_ptr)&j->cinfo, text);
   int code = e->msg_code == JERR_OUT_OF_MEMORY ? STK_ENOMEM : STK_EDECODE;
   jpeg_abort_decompress(&j->cinfo);
+  /* libjpeg asks for backing store when its arrays exceed max_memory_to_use */
+  if (e->msg_code == JERR_NO_BACKING_STORE)
+    return stk__fail(msg, msglen, STK_ELIMIT,
+                     "JPEG needs more memory than the decode's budget (max_decode_bytes=%llu)",
+                     (unsigned long long)j->max_bytes);
   if (j->too_many_scans)
     return stk__fail(msg, msglen, STK_ELIMIT, "progressive JPEG with over %d scans", MAX_SCANS);
   if (e->msg_code == JWRN_JPEG_EOF)
@@ -107,6 +114,29 @@ void stk__jpegdec_destroy(stk__jpegdec *j) {
   free(j);
 }
 
+void stk__jpegdec_set_budget(stk__jpegdec *j, uint64_t max_bytes) { j->max_bytes = max_bytes; }
+
+/* Bytes of the whole-image coefficient buffer libjpeg allocates at
+ * jpeg_start_decompress() for a file of several scans (progressive, or
+ * components in separate scans): 64 coefficients of 2 bytes per block of
+ * every component, the image rounded up to whole MCUs; 0 for a single-scan
+ * file, which is decoded one MCU row at a time. A 250-byte progressive
+ * 13000x13000 file asks 1 GB of it. */
+static uint64_t coef_buffer_bytes(const struct jpeg_decompress_struct *c) {
+  if (!c->progressive_mode && c->comps_in_scan >= c->num_components)
+    return 0;
+  uint64_t total = 0;
+  for (int i = 0; i < c->num_components; i++) {
+    const jpeg_component_info *cp = &c->comp_info[i];
+    uint64_t w = (cp->width_in_blocks + (JDIMENSION)cp->h_samp_factor - 1) /
+                 (JDIMENSION)cp->h_samp_factor * (uint64_t)cp->h_samp_factor;
+    uint64_t h = (cp->height_in_blocks + (JDIMENSION)cp->v_samp_factor - 1) /
+                 (JDIMENSION)cp->v_samp_factor * (uint64_t)cp->v_samp_factor;
+    total += w * h * sizeof(JBLOCK);
+  }
+  return total;
+}
+
 size_t stk__jpegdec_scratch_bytes(const stk__jpegdec *j) { return j->pixels.cap + j->rows.cap; }
 
 void stk__jpegdec_abort(stk__jpegdec *j) { jpeg_abort_decompress(&j->cinfo); }
@@ -126,6 +156,10 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
   jpeg_destroy_decompress(cinfo);
   jpeg_create_decompress(cinfo);
   cinfo->progress = &j->progress;
+  /* The backstop: libjpeg's arrays beyond this would need backing store,
+   * which this build of libjpeg refuses (JERR_NO_BACKING_STORE). */
+  if (j->max_bytes)
+    cinfo->mem->max_memory_to_use = j->max_bytes < LONG_MAX ? (long)j->max_bytes : LONG_MAX;
   j->err.pub.num_warnings = 0;
   j->too_many_scans = 0;
   j->data = buf;
@@ -137,6 +171,18 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
   info->format = STK__FMT_JPEG;
   info->components = cinfo->num_components;
   info->progressive = cinfo->progressive_mode ? 1 : 0;
+  /* Refused from the header, before libjpeg allocates it (it would take
+   * the memory even for a file whose scans hold nothing). */
+  uint64_t coef = coef_buffer_bytes(cinfo);
+  if (j->max_bytes && coef > j->max_bytes) {
+    jpeg_abort_decompress(cinfo);
+    return stk__fail(msg, msglen, STK_ELIMIT,
+                     "%s %dx%d JPEG needs %llu MiB of coefficient buffers, over the decode's "
+                     "budget of %llu MiB (max_decode_bytes)",
+                     cinfo->progressive_mode ? "progressive" : "multi-scan", info->width,
+                     info->height, (unsigned long long)(coef >> 20),
+                     (unsigned long long)(j->max_bytes >> 20));
+  }
   return STK_OK;
 }
 

@@ -14,9 +14,21 @@
 typedef struct stk__pngdec {
   spng_ctx *ctx;  /* one per image, between header and decode */
   stk__buf pixels;
+  uint64_t max_bytes; /* the decode's budget beside the pixels; 0 = none */
 } stk__pngdec;
 
 stk__pngdec *stk__pngdec_create(void) { return calloc(1, sizeof(stk__pngdec)); }
+
+void stk__pngdec_set_budget(stk__pngdec *p, uint64_t max_bytes) { p->max_bytes = max_bytes; }
+
+/* libspng keeps every ancillary chunk it reads, zTXt, iTXt and iCCP inflated,
+ * and by default without a limit: a 1.5 MB zTXt inflates to 1 GB before the
+ * first row. Pillow keeps at most 64 MiB of text per image (MAX_TEXT_MEMORY)
+ * and refuses a compressed chunk that inflates past 1 MiB (MAX_TEXT_CHUNK);
+ * the cache limit here is the first, and it also bounds each inflation
+ * (libspng inflates into what is left of it). No single chunk may be larger
+ * than the budget either, IDAT excepted (libspng reads those in pieces). */
+#define PNG_CACHE_LIMIT ((uint64_t)64 << 20)
 
 void stk__pngdec_abort(stk__pngdec *p) {
   spng_ctx_free(p->ctx);
@@ -39,6 +51,10 @@ static int spng_failure(stk__pngdec *p, int e, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_ENOMEM, "PNG: %s", spng_strerror(e));
   if (e == SPNG_EUSER_WIDTH || e == SPNG_EUSER_HEIGHT)
     return stk__fail(msg, msglen, STK_ELIMIT, "PNG: %s", spng_strerror(e));
+  if (e == SPNG_ECHUNK_LIMITS)
+    return stk__fail(msg, msglen, STK_ELIMIT,
+                     "PNG: ancillary chunks (text, ICC profile) over the decode's memory "
+                     "budget (max_decode_bytes=%llu)", (unsigned long long)p->max_bytes);
   if (e == SPNG_EOF)
     return stk__fail(msg, msglen, STK_EDECODE, "truncated PNG file");
   return stk__fail(msg, msglen, STK_EDECODE, "PNG: %s", spng_strerror(e));
@@ -57,6 +73,11 @@ int stk__pngdec_header(stk__pngdec *p, const uint8_t *buf, size_t n, uint32_t ma
   int e = spng_set_crc_action(p->ctx, SPNG_CRC_ERROR, SPNG_CRC_ERROR);
   if (!e)
     e = spng_set_image_limits(p->ctx, max_side, max_side);
+  if (!e && p->max_bytes) {
+    uint64_t cache = p->max_bytes < PNG_CACHE_LIMIT ? p->max_bytes : PNG_CACHE_LIMIT;
+    /* libspng wants the chunk limit no larger than the cache's */
+    e = spng_set_chunk_limits(p->ctx, (size_t)cache, (size_t)cache);
+  }
   if (!e)
     e = spng_set_png_buffer(p->ctx, buf, n);
   struct spng_ihdr ihdr;

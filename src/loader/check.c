@@ -21,6 +21,8 @@ static int check_worker(stk__worker *wk, const stk_options *opt, char *msg, size
   stk__plan plan;
   memset(&plan, 0, sizeof plan);
   plan.max_pixels = opt->max_pixels;
+  plan.max_decode_bytes = opt->max_decode_bytes;
+  plan.max_decode_bytes_set = 1;
   if (msg && msglen) msg[0] = '\0';
   if (stk__worker_init(wk, &plan)) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   return STK_OK;

@@ -22,6 +22,8 @@ void stk__plan_init(stk__plan *p, const stk_options *o) {
   p->seed = o->seed;
   p->max_file_bytes = o->max_file_bytes;
   p->max_pixels = o->max_pixels;
+  p->max_decode_bytes = o->max_decode_bytes;
+  p->max_decode_bytes_set = 1;
   stk__store_init(&p->store, o->dtype, o->layout, o->size, o->size, o->mean, o->std);
   stk__store_init(&p->store_rgb8, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, o->size, o->size, o->mean,
                   o->std);
@@ -34,6 +36,7 @@ int stk__worker_init(stk__worker *w, const stk__plan *p) {
   w->dec = stk__decoder_create();
   if (!w->dec) return STK_ENOMEM;
   stk__decoder_set_limits(w->dec, p->max_pixels);
+  if (p->max_decode_bytes_set) stk__decoder_set_max_bytes(w->dec, p->max_decode_bytes);
   return STK_OK;
 }
 

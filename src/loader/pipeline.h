@@ -24,6 +24,9 @@ typedef struct {
   int filter;                /* stk_interpolation: the resampling filter */
   uint64_t seed;
   uint64_t max_file_bytes, max_pixels;
+  uint64_t max_decode_bytes; /* the decoder's budget, when max_decode_bytes_set
+                                (a zeroed plan keeps the decoder's default) */
+  int max_decode_bytes_set;
   stk__store store;
   size_t image_bytes;        /* one output image */
   stk__store store_rgb8;     /* GPU loaders: images the workers finish on the
