@@ -4,7 +4,8 @@
 #   make test    build and run every test, also under AddressSanitizer and UBSan (gcc and clang)
 #   make test-tsan, make test-valgrind  the rest of the sanitizer matrix (docs/RELIABILITY.md)
 #   make test-gpu the GPU tests alone (they skip without a GPU)
-#   make test-wheel  the wheel: built, repaired by auditwheel, tested installed in a fresh venv
+#   make test-wheel  the sdist, and the wheel built from it: repaired by auditwheel, tested installed in a fresh venv
+#   make test-scripts  scripts/install-deps.sh and docker/build-steps.sh against stand-in apt commands
 #   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
 #   make fuzz SECONDS=N [FUZZ_TARGETS=...] [FUZZ_JOBS=J]  run the fuzz targets for N seconds each (clang, libFuzzer; J processes per target)
 BUILD      ?= build
@@ -105,7 +106,10 @@ test-gpu: all
 # The wheel as users get it: built by pip from the declared build
 # dependencies, repaired by auditwheel (libjpeg-turbo and libspng inside),
 # installed into fresh virtualenvs and tested from outside the tree. Needs PyPI.
-.PHONY: test-wheel install
+.PHONY: test-wheel test-scripts install
+test-scripts:
+	bash tests/test_install_deps.sh
+
 test-wheel:
 	PYTHON=$(PYTHON) scripts/test-wheel.sh
 
@@ -117,6 +121,7 @@ install: all
 
 test:
 	@scripts/install-deps.sh --python
+	@$(MAKE) --no-print-directory test-scripts
 	@$(MAKE) --no-print-directory test-c
 	@$(MAKE) --no-print-directory test-asan
 	@scripts/install-deps.sh --sanitizers
