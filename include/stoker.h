@@ -256,6 +256,20 @@ typedef struct stk_options {
                                 times in a row over the ranks, cut to
                                 n // 256 * 256 / world_size per rank;
                                 copies are augmented apart. 0 = off */
+
+  /* bounds on hostile input (fields added in 0.4) */
+  uint64_t max_decode_bytes; /* memory one decode may take beside the image's
+                                own pixels (max_pixels bounds those): PNG
+                                ancillary chunks (at most 64 MiB of them,
+                                zTXt/iTXt/iCCP as inflated; Pillow's bound on
+                                text) and libjpeg's allocations, the whole-
+                                image coefficient buffers of progressive and
+                                arithmetic JPEGs included. 128 MiB; 0 = none */
+  float max_skipped_fraction;/* under skip, an epoch whose failed samples
+                                exceed this share of it ends with
+                                STK_ETOOMANY. 0.1; 1 = no bound */
+  int verify;                /* caches: check each image's checksum as it
+                                is read (STK_EDECODE naming it). 0 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

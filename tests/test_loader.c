@@ -25,6 +25,7 @@ static void base_opts(stk_options *o) {
   o->batch_size = 5;
   o->threads = 2;
   o->seed = 11;
+  o->max_skipped_fraction = 1; /* the bad folders here are a quarter bad on purpose */
 }
 
 static int64_t run_epoch(stk_loader *l, stk__buf *pix, size_t *npix, int64_t *idx, int64_t *lab) {
@@ -619,6 +620,75 @@ static void test_skip_list_per_epoch(void) {
   free(root);
 }
 
+/* The issue's repro: 1,000 files, 240 contiguous ones deleted after the
+ * first batch. Refills from the end of the epoch used to reset the
+ * consecutive-failure count, so the epoch gave 760 images and no error. */
+static int64_t deleted_block_epoch(const char *root, int max_consec, float frac, int *rc_out,
+                                   char *msg, size_t msglen) {
+  char p[4096];
+  for (int i = 0; i < 1000; i++) { /* (re)write what an earlier run deleted */
+    snprintf(p, sizeof p, "%s/c0/f%04d.jpg", root, i);
+    if (access(p, F_OK) != 0) tu_write_jpeg(p, 16, 16, (uint64_t)i, 80);
+  }
+  stk_options o;
+  stk_options_init(&o);
+  o.root = root;
+  o.size = 8;
+  o.batch_size = 10;
+  o.threads = 2;
+  o.pipeline = STK_PIPELINE_EVAL;
+  o.on_error = STK_ON_ERROR_SKIP;
+  o.max_consecutive_failures = max_consec;
+  o.max_skipped_fraction = frac;
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
+  if (!l) return -1;
+  int64_t images = 0;
+  stk_batch b;
+  int rc;
+  while ((rc = stk_loader_next(l, &b)) == STK_OK) {
+    if (images == 0)
+      for (int i = 100; i < 340; i++) {
+        snprintf(p, sizeof p, "%s/c0/f%04d.jpg", root, i);
+        unlink(p);
+      }
+    images += b.n;
+    stk_batch_release(l, &b);
+  }
+  *rc_out = rc;
+  snprintf(msg, msglen, "%s", stk_loader_error(l));
+  stk_loader_destroy(l);
+  return images;
+}
+
+static void test_skip_bounds(void) {
+  char *root = tu_tempdir();
+  char p[4096];
+  snprintf(p, sizeof p, "%s/c0", root);
+  tu_mkdir(p);
+  int rc;
+  char msg[1024];
+  /* the defaults: 100 in a row, 10% of the epoch */
+  int64_t n = deleted_block_epoch(root, 100, 0.1f, &rc, msg, sizeof msg);
+  printf("skip bounds: defaults: %lld images, rc %d: %s\n", (long long)n, rc, msg);
+  CHECK_EQ_INT(rc, STK_ETOOMANY);
+  CHECK(n < 760);
+  /* the consecutive count alone: it survives the refills */
+  n = deleted_block_epoch(root, 100, 1.0f, &rc, msg, sizeof msg);
+  CHECK_EQ_INT(rc, STK_ETOOMANY);
+  CHECK_MSG(strstr(msg, "100 files in a row") != NULL, "%s", msg);
+  /* the fraction alone, naming the count */
+  n = deleted_block_epoch(root, 0, 0.1f, &rc, msg, sizeof msg);
+  CHECK_EQ_INT(rc, STK_ETOOMANY);
+  CHECK_MSG(strstr(msg, "101 of the 1000 files") != NULL && strstr(msg, "max_skipped_fraction"),
+            "%s", msg);
+  /* both off: what used to happen, now only when asked for */
+  n = deleted_block_epoch(root, 0, 1.0f, &rc, msg, sizeof msg);
+  CHECK_EQ_INT(rc, STK_EEND);
+  CHECK_EQ_INT(n, 760);
+  tu_rmtree(root);
+  free(root);
+}
+
 int main(void) {
   g_root = tu_tempdir();
   CHECK_EQ_INT(tu_make_folder(g_root, CLASSES, PER_CLASS, 60, 45), STK_OK);
@@ -642,6 +712,7 @@ int main(void) {
   test_stats_while_loading();
   test_raise_then_end();
   test_skip_list_per_epoch();
+  test_skip_bounds();
   tu_rmtree(g_root);
   free(g_root);
   return CHECK_DONE();

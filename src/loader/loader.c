@@ -189,6 +189,7 @@ struct stk_loader {
   int epoch_err;
   char epoch_errmsg[MSG_LEN * 2];
   uint64_t epoch_images, epoch_failed;
+  uint64_t epoch_noted; /* skip: this epoch's failures as finalised, refills included */
 
   /* statistics */
   double t0, wait_s, read_s, decode_s, augment_s;
@@ -270,6 +271,7 @@ static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->consec_fail = 0;
   l->epoch_err = 0;
   l->epoch_images = l->epoch_failed = 0;
+  l->epoch_noted = 0;
   pthread_cond_broadcast(&l->work_cv);
 }
 
@@ -341,12 +343,27 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
     return;
   }
   l->consec_fail++;
+  l->epoch_noted++;
   if (l->opt.max_consecutive_failures && l->consec_fail >= l->opt.max_consecutive_failures &&
       !l->epoch_err) {
     l->epoch_err = STK_ETOOMANY;
     snprintf(l->epoch_errmsg, sizeof l->epoch_errmsg,
              "%d files in a row failed to load (is the dataset corrupt?); the last: %s: %s",
              l->consec_fail, path, reason);
+  }
+  /* A block of lost files that refills keep interrupting (a deleted
+   * folder), or failures spread thinly, must not shrink an epoch without a
+   * word: past the fraction, the epoch ends with an error as soon as the
+   * count is over it (it can only grow). */
+  int64_t n = l->sampler.num_samples;
+  double frac = (double)l->opt.max_skipped_fraction;
+  if (frac < 1.0 && (double)l->epoch_noted > frac * (double)n && !l->epoch_err) {
+    l->epoch_err = STK_ETOOMANY;
+    snprintf(l->epoch_errmsg, sizeof l->epoch_errmsg,
+             "%llu of the %lld files of epoch %llu failed to load, more than "
+             "max_skipped_fraction=%g allows (is the dataset damaged?); the last: %s: %s",
+             (unsigned long long)l->epoch_noted, (long long)n, (unsigned long long)l->epoch, frac,
+             path, reason);
   }
 }
 
@@ -431,7 +448,8 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
       s->labels[j] = l->src.ds.labels[idx];
       s->indices[j] = idx;
       s->codes[j] = 0;
-      l->consec_fail = 0;
+      /* consec_fail stays: a refill comes from the end of the epoch, and
+       * resetting here let a block of deleted files run on for ever */
       return 1;
     }
     note_failure(l, s, idx, rc, wc->reason);
@@ -1088,6 +1106,7 @@ static int advance_epoch_locked(stk_loader *l) {
   l->consec_fail = 0;
   l->epoch_err = 0;
   l->epoch_images = l->epoch_failed = 0;
+  l->epoch_noted = 0;
   /* batches of the new epoch that completed with failed files wait for
    * finalisation, and no worker may be about to run it */
   l->need_finalize = 1;
