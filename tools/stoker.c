@@ -12,8 +12,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@
 
 #include "core/common.h"
 #include "core/options.h"
+#include "loader/bounded_read.h"
+#include "loader/pack.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"
 #include "stoker.h"
@@ -42,6 +46,7 @@ static void usage_main(FILE *f) {
           "  pack SRC OUT   pack an image folder into a pre-decoded cache or tar shards\n"
           "  synth DIR      write a deterministic, ImageNet-like JPEG dataset\n"
           "  info           print the version, SIMD level and what this build can decode\n\n"
+          "`stoker -V` (--version) prints the version.\n"
           "`stoker <command> --help` describes each command.\n");
 }
 
@@ -70,6 +75,22 @@ static void json_string(FILE *f, const char *s) {
       fputc(c, f);
   }
   fputc('"', f);
+}
+
+/* The library names options by their field (allow_stale_cache); a CLI
+ * user sets them by flag, so a message that tells what to pass names the
+ * flag. */
+static const char *cli_words(char *msg) {
+  static const char *const fields[][2] = {{"pass allow_stale_cache", "pass --allow-stale-cache"},
+                                          {"longer read_timeout", "longer --read-timeout"}};
+  for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+    char *p = strstr(msg, fields[k][0]);
+    size_t fl = strlen(fields[k][0]), tl = strlen(fields[k][1]), ml = strlen(msg);
+    if (!p || ml + tl - fl >= 1024) continue; /* every caller's buffer holds 1024 */
+    memmove(p + tl, p + fl, ml - (size_t)(p - msg) - fl + 1);
+    memcpy(p, fields[k][1], tl);
+  }
+  return msg;
 }
 
 static void progress_bar(int64_t done, int64_t total, double secs, const char *unit) {
@@ -227,7 +248,7 @@ static int cmd_bench(int argc, char **argv) {
   double t_build = stk__now();
   int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "stoker bench: %s (%s)\n", err, stk_strerror(rc));
+    fprintf(stderr, "stoker bench: %s (%s)\n", cli_words(err), stk_strerror(rc));
     return 1;
   }
   t_build = stk__now() - t_build;
@@ -318,7 +339,7 @@ static int cmd_bench(int argc, char **argv) {
 static int check_flag(const stk__option *d) {
   static const char *const names[] = {"list_file", "list_base", "index", "index_dir",
                                       "allow_stale_cache", "max_pixels", "max_file_bytes",
-                                      "threads"};
+                                      "threads", "read_timeout"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(d->name, names[i])) return 1;
   return 0;
@@ -348,13 +369,18 @@ typedef struct {
 
 static void *check_worker(void *arg) {
   check_job *j = arg;
+  stk__bounded_reader br;
+  stk__bounded_init(&br, j->opt->read_timeout);
   for (;;) {
     pthread_mutex_lock(&j->mu);
     int64_t i = j->next++;
     pthread_mutex_unlock(&j->mu);
     if (i >= j->src->ds.n) break;
-    j->codes[i] = stk__check_sample(j->src, i, j->opt, NULL, NULL, j->msgs[i], sizeof j->msgs[i]);
+    /* the read through a helper that is left behind past read_timeout */
+    j->codes[i] = stk__check_sample_bounded(j->src, i, j->opt, &br, NULL, NULL, j->msgs[i],
+                                            sizeof j->msgs[i]);
   }
+  stk__bounded_free(&br);
   return NULL;
 }
 
@@ -391,7 +417,7 @@ static int cmd_check(int argc, char **argv) {
   int rc = stk__options_validate(&o, err, sizeof err);
   if (!rc) rc = stk__source_open(&src, &o, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "stoker check: %s (%s)\n", err, stk_strerror(rc));
+    fprintf(stderr, "stoker check: %s (%s)\n", cli_words(err), stk_strerror(rc));
     stk__source_close(&src); /* a failed open may hold part of its table */
     return 2;
   }
@@ -443,7 +469,8 @@ static int cmd_check(int argc, char **argv) {
   free(job.msgs);
   free(th);
   pthread_mutex_destroy(&job.mu);
-  stk__source_close(&src);
+  /* a read left behind may still use the source: the exit frees it */
+  if (stk__bounded_stuck() == 0) stk__source_close(&src);
   return bad ? 1 : 0;
 }
 
@@ -458,14 +485,21 @@ static void usage_pack(FILE *f) {
           "into one pre-decoded cache file OUT, or into WebDataset tar shards in OUTDIR.\n"
           "Either is read by `stoker bench`, `stoker check` and the loader wherever an\n"
           "image folder is. Files that cannot be read or decoded are left out and listed\n"
-          "with their reason. Exits 0 when the output was written (also with files left\n"
-          "out), 1 when the pack failed, 2 on a usage error.\n\n"
+          "with their reason (tar: decoded with --check only). A raw cache's size is\n"
+          "estimated first and the pack refused when the disk has less room. Ctrl-C\n"
+          "removes the temporary output. Exits 0 when the output was written (also with\n"
+          "files left out), 1 when the pack failed, 2 on a usage error.\n\n"
           "  --cache               write a cache file\n"
           "  --tar                 write tar shards\n"
           "  --encoding raw|jpeg   cache: raw RGB8 pixels, or re-encoded JPEG (raw)\n"
           "  --max-side N          cache: bound the longer side to N pixels, 0 = keep (512)\n"
           "  --quality Q           cache, jpeg: encoder quality 1..100 (90)\n"
           "  --shard-size BYTES    tar: close a shard at this size; K, M, G suffixes (1G)\n"
+          "  --check               tar: decode every image in full, as --cache does, and\n"
+          "                        leave out the ones that fail (without it only each\n"
+          "                        file's header is read: a truncated JPEG is packed)\n"
+          "  --read-timeout S      seconds a file read (or a FIFO or pipe list) may take\n"
+          "                        before the file is left out; 0 = no limit (300)\n"
           "  --threads N           worker threads, 0 = all CPUs (0)\n"
           "  --max-pixels N        leave out images over N pixels, 0 = no limit (178956970)\n"
           "  --max-file-bytes B    leave out files over B bytes, 0 = no limit (256M)\n"
@@ -478,7 +512,62 @@ typedef struct {
   int64_t n, cap;
   int tty, oom;
   double t0;
+  uint64_t estimate;
 } pack_ui;
+
+static void pack_estimate(void *user, uint64_t bytes, uint64_t avail, int64_t sampled,
+                          int64_t files) {
+  pack_ui *u = user;
+  u->estimate = bytes;
+  char size_s[32], free_s[64] = "";
+  snprintf(size_s, sizeof size_s, bytes >= 1000000000ULL ? "%.1f GB" : "%.1f MB",
+           bytes >= 1000000000ULL ? bytes / 1e9 : bytes / 1e6);
+  if (avail != UINT64_MAX) snprintf(free_s, sizeof free_s, "; %.1f GB free there", avail / 1e9);
+  fprintf(stderr, "stoker pack: the raw cache of %" PRId64 " files will take about %s "
+                  "(estimated from the headers of %" PRId64 ")%s\n",
+          files, size_s, sampled, free_s);
+}
+
+/* Ctrl-C (SIGINT) and SIGTERM during a pack: a thread that waits for them
+ * (blocked in every other thread) removes the temporary output, which the
+ * library would have renamed or removed had it finished, then ends the
+ * process with the signal, as the shell expects of an interrupted command.
+ * Done outside a signal handler, so it may list the shard folder. */
+static char g_pack_tmp[4300];
+static int g_pack_tar;
+static sigset_t g_pack_sigs;
+
+static void remove_pack_tmp(void) {
+  if (!g_pack_tar) {
+    unlink(g_pack_tmp);
+    return;
+  }
+  /* the writer may add a shard meanwhile: try a few times */
+  for (int tries = 0; tries < 20; tries++) {
+    DIR *d = opendir(g_pack_tmp);
+    if (!d) return;
+    struct dirent *e;
+    char p[8600];
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(p, sizeof p, "%s/%s", g_pack_tmp, e->d_name);
+      unlink(p);
+    }
+    closedir(d);
+    if (rmdir(g_pack_tmp) == 0 || errno == ENOENT) return;
+  }
+}
+
+static void *pack_signal_thread(void *arg) {
+  (void)arg;
+  int sig = 0;
+  if (sigwait(&g_pack_sigs, &sig) != 0) return NULL;
+  remove_pack_tmp();
+  signal(sig, SIG_DFL);
+  pthread_sigmask(SIG_UNBLOCK, &g_pack_sigs, NULL);
+  raise(sig); /* blocked elsewhere, so delivered here: the default action */
+  _exit(128 + sig);
+}
 
 static void pack_progress(void *user, int64_t done, int64_t total) {
   pack_ui *u = user;
@@ -514,8 +603,10 @@ static int cmd_pack(int argc, char **argv) {
   }
   stk_pack_options po;
   stk_pack_options_init(&po);
+  stk__pack_extra px;
+  stk__pack_extra_init(&px);
   int json = 0, cache = 0, tar = 0, cache_only = 0, tar_only = 0;
-  const char *pos[2] = {NULL, NULL}, *cache_flag = NULL;
+  const char *pos[2] = {NULL, NULL}, *cache_flag = NULL, *tar_flag = "--shard-size";
   int npos = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -540,9 +631,20 @@ static int cmd_pack(int argc, char **argv) {
                         "1G, 256M or 1048576, got '%s'\n", v ? v : "");
         return 2;
       }
-      i++, tar_only = 1;
+      i++, tar_only = 1, tar_flag = a;
     } else if (!strcmp(a, "--threads")) {
       po.threads = (int)parse_int(a, v, 0, 1024), i++;
+    } else if (!strcmp(a, "--check")) {
+      px.check = 1, tar_only = 1, tar_flag = a;
+    } else if (!strcmp(a, "--read-timeout")) {
+      char *end = NULL;
+      double t = v ? strtod(v, &end) : -1;
+      if (!v || !end || *end || !(t >= 0) || t > 1e9) {
+        fprintf(stderr, "stoker pack: --read-timeout expects seconds >= 0, got '%s'\n",
+                v ? v : "");
+        return 2;
+      }
+      px.read_timeout = t, i++;
     } else if (!strcmp(a, "--max-pixels") || !strcmp(a, "--max-file-bytes")) {
       uint64_t x;
       if (!v || stk__parse_size(v, &x)) {
@@ -580,7 +682,8 @@ static int cmd_pack(int argc, char **argv) {
     return 2;
   }
   if (cache && tar_only) {
-    fprintf(stderr, "stoker pack: --shard-size applies to --tar only\n");
+    fprintf(stderr, "stoker pack: %s applies to --tar only (a cache pack decodes every file)\n",
+            tar_flag);
     return 2;
   }
   int want = po.list_file ? 1 : 2;
@@ -602,16 +705,29 @@ static int cmd_pack(int argc, char **argv) {
   po.progress = pack_progress;
   po.bad_file = pack_bad_file;
   po.user = &ui;
+  px.estimate = pack_estimate;
+  if (stk__pack_tmp_path(po.output, (long)getpid(), g_pack_tmp, sizeof g_pack_tmp) == 0) {
+    g_pack_tar = tar;
+    sigemptyset(&g_pack_sigs);
+    sigaddset(&g_pack_sigs, SIGINT);
+    sigaddset(&g_pack_sigs, SIGTERM);
+    /* blocked before any pack thread starts, so each inherits the mask */
+    pthread_t st;
+    if (pthread_sigmask(SIG_BLOCK, &g_pack_sigs, NULL) == 0 &&
+        pthread_create(&st, NULL, pack_signal_thread, NULL) == 0)
+      pthread_detach(st);
+  }
   stk_pack_result res;
   memset(&res, 0, sizeof res);
   char err[1024] = "";
-  int rc = STK_PACK(&po, &res, err, sizeof err);
+  int rc = stk__pack_ex(&po, &px, STK_VERSION, &res, err, sizeof err);
   double secs = stk__now() - ui.t0;
   if (ui.tty) fputc('\n', stderr);
   for (int64_t i = 0; i < ui.n; i++) printf("left out: %s: %s\n", ui.paths[i], ui.reasons[i]);
   if (ui.oom) fprintf(stderr, "stoker pack: out of memory: not every file left out is listed\n");
   if (rc)
-    fprintf(stderr, "stoker pack: %s (%s)\n", err[0] ? err : "packing failed", stk_strerror(rc));
+    fprintf(stderr, "stoker pack: %s (%s)\n", err[0] ? cli_words(err) : "packing failed",
+            stk_strerror(rc));
   else if (tar)
     printf("packed %" PRId64 " samples into %s (tar shards), %" PRId64 " left out, %" PRIu64
            " bytes in %d shard%s, in %.1f s\n",
@@ -626,8 +742,9 @@ static int cmd_pack(int argc, char **argv) {
            tar ? "tar" : "cache");
     json_string(stdout, po.output);
     printf(", \"packed\": %" PRId64 ", \"failed\": %" PRId64 ", \"bytes\": %" PRIu64
-           ", \"shards\": %d, \"seconds\": %.6f, \"left_out\": [",
-           res.packed, res.failed, res.bytes, res.shards, secs);
+           ", \"shards\": %d, \"seconds\": %.6f, \"estimated_bytes\": %" PRIu64
+           ", \"left_out\": [",
+           res.packed, res.failed, res.bytes, res.shards, secs, ui.estimate);
     for (int64_t i = 0; i < ui.n; i++) {
       printf("%s{\"path\": ", i ? ", " : "");
       json_string(stdout, ui.paths[i]);
@@ -723,7 +840,7 @@ int main(int argc, char **argv) {
     usage_main(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (!strcmp(argv[1], "--version")) {
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version")) {
     printf("stoker %s\n", stk_version_string());
     return 0;
   }

@@ -1,6 +1,8 @@
 /* check.c: whole-image decodes used to vet files (stoker check). */
+#include <stdio.h>
 #include <string.h>
 
+#include "loader/bounded_read.h"
 #include "loader/pipeline.h"
 
 /* Decodes `data` in full; its size goes to *w, *h. */
@@ -10,6 +12,11 @@ static int check_bytes(stk__worker *wk, const uint8_t *data, size_t len, int *w,
   int rc = stk__decoder_header(wk->dec, data, len, &info, msg, msglen);
   stk__region reg;
   if (!rc) rc = stk__decoder_decode(wk->dec, data, len, NULL, 1, &reg, msg, msglen);
+  /* PPM and PGM are among ImageFolder's extensions: say what they are (the
+   * wording of stk_pack) rather than "unrecognised content" */
+  if (rc == STK_EFORMAT && len >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6' &&
+      (data[2] == ' ' || data[2] == '\n' || data[2] == '\r' || data[2] == '\t'))
+    snprintf(msg, msglen, "PPM/PGM images are not decoded by this build (only JPEG and PNG)");
   if (!rc) {
     if (w) *w = reg.image_w;
     if (h) *h = reg.image_h;
@@ -47,6 +54,11 @@ int stk_check_file(const char *path, const stk_options *opt, int *w, int *h, cha
 
 int stk__check_sample(const stk__source *src, int64_t i, const stk_options *opt, int *w, int *h,
                       char *msg, size_t msglen) {
+  return stk__check_sample_bounded(src, i, opt, NULL, w, h, msg, msglen);
+}
+
+int stk__check_sample_bounded(const stk__source *src, int64_t i, const stk_options *opt,
+                              stk__bounded_reader *br, int *w, int *h, char *msg, size_t msglen) {
   stk__worker wk;
   int rc = check_worker(&wk, opt, msg, msglen);
   if (rc) return rc;
@@ -58,7 +70,8 @@ int stk__check_sample(const stk__source *src, int64_t i, const stk_options *opt,
     if (!rc && h) *h = px.h;
   } else if (!rc) {
     stk__bytes b;
-    rc = src->ops->read(src, i, &wk.file, opt->max_file_bytes, &b, msg, msglen);
+    rc = br ? stk__bounded_read_sample(br, src, i, opt->max_file_bytes, &b, msg, msglen)
+            : src->ops->read(src, i, &wk.file, opt->max_file_bytes, &b, msg, msglen);
     if (!rc) rc = check_bytes(&wk, b.data, b.len, w, h, msg, msglen);
   }
   stk__worker_free(&wk);
