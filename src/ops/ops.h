@@ -116,7 +116,20 @@ typedef struct {
   stk__geom g;
   int src_x0, src_x1;    /* source columns read */
   int src_y0, src_y1;    /* source rows read */
+  /* The SIMD horizontal pass (resample.c): every window widened to hks taps
+   * and kept inside the source row, so that a fixed-size kernel handles
+   * output pixels [0, hvec) four at a time; their weights, repeated per
+   * channel, follow the table in kx and their byte offsets follow the pairs
+   * in bx. hvec is 0 where the scalar pass does the whole row. */
+  int hks, hvec;
 } stk__resampler;
+
+/* The instruction set the resampler's row functions use: 0 portable C (what
+ * compilers vectorise for NEON too), 1 AVX2, 2 AVX-512 (F, BW, VL, VBMI).
+ * want < 0 only asks; a level the CPU lacks is lowered to what it has. The
+ * tests use it to compare every path with the scalar reference. Returns the
+ * level in force. Plan after changing it. */
+int stk__resample_isa(int want);
 
 /* Computes the weights for `g` and the source rectangle the resampler will
  * read (`need`, in the coordinates g refers to). */

@@ -11,12 +11,51 @@
  * resampled value is one of 256 levels).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "ops/ops.h"
 #include "ops/window.h"
 
 #define PRECISION_BITS STK_PRECISION_BITS
+
+/* The horizontal pass and the store have AVX2 and AVX-512 versions, chosen
+ * at run time with __builtin_cpu_supports (not ifuncs, so that they also run
+ * under the sanitizers). Everywhere else, or built with STK_RESAMPLE_PORTABLE,
+ * the portable C versions run: plain loops that compilers vectorise (NEON
+ * included) where the access pattern allows. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(STK_RESAMPLE_PORTABLE)
+#define STK__X86 1
+#include <immintrin.h>
+#define STK__AVX2 __attribute__((target("avx2")))
+#define STK__AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi")))
+#else
+#define STK__X86 0
+#endif
+
+static int isa_supported(void) {
+#if STK__X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi"))
+    return 2;
+  if (__builtin_cpu_supports("avx2")) return 1;
+#endif
+  return 0;
+}
+
+/* Relaxed atomics: worker threads read it, tests set it between runs. */
+static _Atomic int isa_level = -1;
+
+int stk__resample_isa(int want) {
+  int l = atomic_load_explicit(&isa_level, memory_order_relaxed);
+  if (l < 0 || want >= 0) {
+    int have = isa_supported();
+    l = want < 0 || want > have ? have : want;
+    atomic_store_explicit(&isa_level, l, memory_order_relaxed);
+  }
+  return l;
+}
 
 /* Not under the sanitizers: the clones' load-time resolvers run before the
  * sanitizer runtimes are up and crash there. */
@@ -130,6 +169,65 @@ static int plan_axis(const stk__axis *a, stk__buf *kb, stk__buf *bb, int *ksize_
   return STK_OK;
 }
 
+/* The SIMD horizontal pass reads a window's pixels 16 bytes (5 pixels) at a
+ * time and computes 4 output pixels per step, one 32-bit lane per channel
+ * (R, G, B, 0) and pixel: Pillow's 22-bit weights times 8-bit levels need
+ * 32-bit products, so 16-bit lanes (Pillow-SIMD's) would change the output. */
+#define HV_TAPS 5   /* taps per 16-byte load */
+#define HV_MAXKS 20 /* wider windows (downscales over ~8x) stay scalar */
+
+static size_t hvec_table_offset(const stk__resampler *r) {
+  /* after the ksize-wide table, 64-byte aligned within the buffer */
+  return ((size_t)r->g.x.out * r->ksx * sizeof(int32_t) + 63) & ~(size_t)63;
+}
+
+/* Widens every window of the x axis to hks taps (the axis's widest count),
+ * moved left where it would pass the end of the row (src_x1), its weights
+ * shifted to match and zero elsewhere: a zero weight adds nothing, so the
+ * sums, and the output, are the scalar pass's. Output pixels whose 16-byte
+ * loads would pass the row's end are left to the scalar pass. */
+static int plan_hvec(stk__resampler *r) {
+  r->hks = r->hvec = 0;
+  if (stk__resample_isa(-1) == 0) return STK_OK;
+  int W = r->g.x.out, ksx = r->ksx, cols = r->src_x1 - r->src_x0;
+  const int32_t *bx = r->bx.p;
+  int ks = 1;
+  for (int x = 0; x < W; x++)
+    if (bx[x * 2 + 1] > ks) ks = bx[x * 2 + 1];
+  if (ks > HV_MAXKS || cols < ks) return STK_OK;
+  int nch = (ks + HV_TAPS - 1) / HV_TAPS, base = bx[0];
+  int nv = 0; /* windows start in order, so the safe pixels are a prefix */
+  while (nv < W) {
+    int a = bx[nv * 2] - base;
+    if (a > cols - ks) a = cols - ks;
+    if ((a + HV_TAPS * (nch - 1)) * 3 + 16 > cols * 3) break;
+    nv++;
+  }
+  nv &= ~3;
+  if (!nv) return STK_OK;
+  size_t koff = hvec_table_offset(r), ksize = (size_t)nv * ks * 4 * sizeof(int32_t);
+  if (stk__buf_reserve(&r->kx, koff + ksize) ||
+      stk__buf_reserve(&r->bx, ((size_t)W * 2 + nv) * sizeof(int32_t)))
+    return STK_ENOMEM;
+  bx = r->bx.p;
+  const int32_t *kx = r->kx.p;
+  int32_t *kv = (int32_t *)((uint8_t *)r->kx.p + koff), *off = (int32_t *)r->bx.p + (size_t)W * 2;
+  for (int x = 0; x < nv; x++) {
+    int b = bx[x * 2] - base, n = bx[x * 2 + 1], a = b > cols - ks ? cols - ks : b;
+    off[x] = a * 3;
+    /* group x / 4, tap t: 4 pixels of 4 lanes (R, G, B, unused) */
+    int32_t *g = kv + (size_t)(x / 4) * ks * 16 + (x % 4) * 4;
+    for (int t = 0; t < ks; t++) {
+      int i = t - (b - a);
+      int32_t k = i >= 0 && i < n ? kx[(size_t)x * ksx + i] : 0;
+      for (int l = 0; l < 4; l++) g[t * 16 + l] = k;
+    }
+  }
+  r->hks = ks;
+  r->hvec = nv;
+  return STK_OK;
+}
+
 int stk__resampler_plan(stk__resampler *r, const stk__geom *g, stk__rect *need) {
   if (g->x.out <= 0 || g->y.out <= 0 || g->x.hi <= g->x.lo || g->y.hi <= g->y.lo)
     return STK_EINVAL;
@@ -153,87 +251,269 @@ int stk__resampler_plan(stk__resampler *r, const stk__geom *g, stk__rect *need) 
   need->y = r->src_y0;
   need->w = r->src_x1 - r->src_x0;
   need->h = r->src_y1 - r->src_y0;
-  return STK_OK;
+  return plan_hvec(r);
 }
 
 static inline uint8_t clip8(int32_t v) { return (uint8_t)stk__clip8(v); }
 
-/* Writes one output row of 8-bit levels into the batch image. The switch
- * is outside the loops so that each case is a plain loop. */
-static void store_row(const stk__store *st, const uint8_t *lv, int y, int flip, void *dst) {
+/* ---- store: one output row of 8-bit levels into the batch image ----
+ * Rows arrive already mirrored when the image is flipped (the horizontal
+ * pass writes them mirrored), so every store runs forwards. */
+
+/* Portable: plain forward loops, which compilers vectorise (the uint8 and
+ * float16 deinterleaves; the float32 lookups where the target has gathers). */
+static void store_row_c(const stk__store *st, const uint8_t *restrict lv, int y, void *dst) {
   int W = st->w;
   size_t plane = (size_t)W * st->h;
-  int step = flip ? -1 : 1, x0 = flip ? W - 1 : 0;
   if (st->layout == STK_LAYOUT_NCHW) {
     for (int c = 0; c < 3; c++) {
-      size_t o = c * plane + (size_t)y * W + x0;
+      size_t o = c * plane + (size_t)y * W;
       switch (st->dtype) {
         case STK_DTYPE_FLOAT32: {
-          float *d = (float *)dst + o;
+          float *restrict d = (float *)dst + o;
           const float *lut = st->lut_f32[c];
-          for (int x = 0; x < W; x++) d[x * step] = lut[lv[x * 3 + c]];
+          for (int x = 0; x < W; x++) d[x] = lut[lv[x * 3 + c]];
           break;
         }
         case STK_DTYPE_FLOAT16:
         case STK_DTYPE_BFLOAT16: {
-          uint16_t *d = (uint16_t *)dst + o;
+          uint16_t *restrict d = (uint16_t *)dst + o;
           const uint16_t *lut = st->lut_u16[c];
-          for (int x = 0; x < W; x++) d[x * step] = lut[lv[x * 3 + c]];
+          for (int x = 0; x < W; x++) d[x] = lut[lv[x * 3 + c]];
           break;
         }
         case STK_DTYPE_UINT8: {
-          uint8_t *d = (uint8_t *)dst + o;
-          for (int x = 0; x < W; x++) d[x * step] = lv[x * 3 + c];
+          uint8_t *restrict d = (uint8_t *)dst + o;
+          for (int x = 0; x < W; x++) d[x] = lv[x * 3 + c];
           break;
         }
       }
     }
     return;
   }
-  size_t o = ((size_t)y * W + x0) * 3;
+  size_t o = (size_t)y * W * 3;
   switch (st->dtype) {
     case STK_DTYPE_FLOAT32: {
-      float *d = (float *)dst + o;
-      for (int x = 0; x < W; x++, d += 3 * step) {
-        d[0] = st->lut_f32[0][lv[x * 3]];
-        d[1] = st->lut_f32[1][lv[x * 3 + 1]];
-        d[2] = st->lut_f32[2][lv[x * 3 + 2]];
+      float *restrict d = (float *)dst + o;
+      for (int x = 0; x < W; x++) {
+        d[x * 3] = st->lut_f32[0][lv[x * 3]];
+        d[x * 3 + 1] = st->lut_f32[1][lv[x * 3 + 1]];
+        d[x * 3 + 2] = st->lut_f32[2][lv[x * 3 + 2]];
       }
       break;
     }
     case STK_DTYPE_FLOAT16:
     case STK_DTYPE_BFLOAT16: {
-      uint16_t *d = (uint16_t *)dst + o;
-      for (int x = 0; x < W; x++, d += 3 * step) {
-        d[0] = st->lut_u16[0][lv[x * 3]];
-        d[1] = st->lut_u16[1][lv[x * 3 + 1]];
-        d[2] = st->lut_u16[2][lv[x * 3 + 2]];
+      uint16_t *restrict d = (uint16_t *)dst + o;
+      for (int x = 0; x < W; x++) {
+        d[x * 3] = st->lut_u16[0][lv[x * 3]];
+        d[x * 3 + 1] = st->lut_u16[1][lv[x * 3 + 1]];
+        d[x * 3 + 2] = st->lut_u16[2][lv[x * 3 + 2]];
       }
       break;
     }
-    case STK_DTYPE_UINT8: {
-      uint8_t *d = (uint8_t *)dst + o;
-      if (!flip) {
-        memcpy(d, lv, (size_t)W * 3);
-      } else {
-        for (int x = 0; x < W; x++, d -= 3) d[0] = lv[x * 3], d[1] = lv[x * 3 + 1], d[2] = lv[x * 3 + 2];
-      }
-      break;
-    }
+    case STK_DTYPE_UINT8: memcpy((uint8_t *)dst + o, lv, (size_t)W * 3); break;
   }
 }
 
-void stk__store_tile(const stk__store *st, const uint8_t *tile, void *dst) {
-  for (int y = 0; y < st->h; y++) store_row(st, tile + (size_t)y * st->w * 3, y, 0, dst);
+#if STK__X86
+/* The float16/bfloat16 tables are gathered 32 bits at a time from 2 bytes
+ * before the entry, which puts the entry in the high half: every read stays
+ * inside the store (lut_f32 lies before lut_u16, the last entry ends it). */
+#define U16_GATHER_BASE(st) ((const void *)((const uint8_t *)(st)->lut_u16 - 2))
+
+/* AVX2: 8 pixels (24 levels) a step, the channels split with byte shuffles,
+ * the tables read with gathers; the row's last few pixels go to the
+ * portable code, whose results are the same. */
+STK__AVX2 static void store_row_avx2(const stk__store *st, const uint8_t *lv, int y, void *dst) {
+  int W = st->w, x = 0, W8 = W & ~7;
+  size_t plane = (size_t)W * st->h;
+  const void *u16 = U16_GATHER_BASE(st);
+  if (st->layout == STK_LAYOUT_NCHW) {
+    size_t o = (size_t)y * W;
+    __m128i sl[3], sh[3]; /* channel c of 8 pixels from bytes 0-15 and 16-23 */
+    for (int c = 0; c < 3; c++) {
+      uint8_t ml[16], mh[16];
+      for (int j = 0; j < 16; j++) {
+        int b = j * 3 + c;
+        ml[j] = j < 8 && b < 16 ? (uint8_t)b : 0x80;
+        mh[j] = j < 8 && b >= 16 ? (uint8_t)(b - 16) : 0x80;
+      }
+      sl[c] = _mm_loadu_si128((const __m128i *)ml);
+      sh[c] = _mm_loadu_si128((const __m128i *)mh);
+    }
+    for (; x < W8; x += 8) {
+      __m128i lo = _mm_loadu_si128((const __m128i *)(lv + x * 3));
+      __m128i hi = _mm_loadl_epi64((const __m128i *)(lv + x * 3 + 16));
+      for (int c = 0; c < 3; c++) {
+        __m128i v8 = _mm_or_si128(_mm_shuffle_epi8(lo, sl[c]), _mm_shuffle_epi8(hi, sh[c]));
+        __m256i vi = _mm256_cvtepu8_epi32(v8);
+        size_t at = c * plane + o + x;
+        switch (st->dtype) {
+          case STK_DTYPE_FLOAT32:
+            _mm256_storeu_ps((float *)dst + at, _mm256_i32gather_ps(st->lut_f32[c], vi, 4));
+            break;
+          case STK_DTYPE_FLOAT16:
+          case STK_DTYPE_BFLOAT16: {
+            __m256i g = _mm256_i32gather_epi32((const int *)u16, _mm256_add_epi32(vi, _mm256_set1_epi32(c * 256)), 2);
+            g = _mm256_srli_epi32(g, 16);
+            g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), 0x08);
+            _mm_storeu_si128((__m128i *)((uint16_t *)dst + at), _mm256_castsi256_si128(g));
+            break;
+          }
+          case STK_DTYPE_UINT8: _mm_storel_epi64((__m128i *)((uint8_t *)dst + at), v8); break;
+        }
+      }
+    }
+    for (int c = 0; c < 3 && x < W; c++) {
+      size_t at = c * plane + o;
+      for (int i = x; i < W; i++) {
+        uint8_t v = lv[i * 3 + c];
+        switch (st->dtype) {
+          case STK_DTYPE_FLOAT32: ((float *)dst)[at + i] = st->lut_f32[c][v]; break;
+          case STK_DTYPE_FLOAT16:
+          case STK_DTYPE_BFLOAT16: ((uint16_t *)dst)[at + i] = st->lut_u16[c][v]; break;
+          case STK_DTYPE_UINT8: ((uint8_t *)dst)[at + i] = v; break;
+        }
+      }
+    }
+    return;
+  }
+  /* NHWC: the row is 3W values in order; value i reads table i % 3, so the
+   * table offsets repeat every 24 values (3 steps of 8). */
+  size_t o = (size_t)y * W * 3;
+  int n = W * 3, n24 = n / 24 * 24, i = 0;
+  if (st->dtype == STK_DTYPE_UINT8) {
+    memcpy((uint8_t *)dst + o, lv, (size_t)n);
+    return;
+  }
+  __m256i toff[3];
+  for (int k = 0; k < 3; k++) {
+    int32_t t[8];
+    for (int j = 0; j < 8; j++) t[j] = ((k * 8 + j) % 3) * 256;
+    toff[k] = _mm256_loadu_si256((const __m256i *)t);
+  }
+  for (; i < n24; i += 24)
+    for (int k = 0; k < 3; k++) {
+      __m256i vi = _mm256_add_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lv + i + k * 8))), toff[k]);
+      if (st->dtype == STK_DTYPE_FLOAT32) {
+        _mm256_storeu_ps((float *)dst + o + i + k * 8, _mm256_i32gather_ps(&st->lut_f32[0][0], vi, 4));
+      } else {
+        __m256i g = _mm256_srli_epi32(_mm256_i32gather_epi32((const int *)u16, vi, 2), 16);
+        g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), 0x08);
+        _mm_storeu_si128((__m128i *)((uint16_t *)dst + o + i + k * 8), _mm256_castsi256_si128(g));
+      }
+    }
+  for (; i < n; i++) {
+    if (st->dtype == STK_DTYPE_FLOAT32)
+      ((float *)dst)[o + i] = st->lut_f32[i % 3][lv[i]];
+    else
+      ((uint16_t *)dst)[o + i] = st->lut_u16[i % 3][lv[i]];
+  }
 }
 
-/* One row of the horizontal pass: W output pixels from an RGB row whose
- * pixel 0 is window offset `base`. Windows are 2 to 5 taps for the usual scale
- * factors (bilinear; bicubic's are 4 to 9, the loop); those get unrolled
- * bodies. */
-static void hpass_row(const uint8_t *in, int base, uint8_t *out, int W, const int32_t *kx,
-                      const int32_t *bx, int ksx) {
-  for (int xx = 0; xx < W; xx++) {
+/* AVX-512: 16 pixels (48 levels) a step, split into channels with one byte
+ * permute; masked loads, gathers and stores finish the row, so no tail
+ * loop. */
+STK__AVX512 static void store_row_avx512(const stk__store *st, const uint8_t *lv, int y, void *dst) {
+  int W = st->w;
+  size_t plane = (size_t)W * st->h;
+  const void *u16 = U16_GATHER_BASE(st);
+  if (st->layout == STK_LAYOUT_NCHW) {
+    size_t o = (size_t)y * W;
+    uint8_t perm[64];
+    for (int i = 0; i < 64; i++) perm[i] = i < 48 ? (uint8_t)((i % 16) * 3 + i / 16) : 0;
+    const __m512i split = _mm512_loadu_si512(perm);
+    float *f0 = (float *)dst + o;
+    uint16_t *h0 = (uint16_t *)dst + o;
+    uint8_t *b0 = (uint8_t *)dst + o;
+    for (int x = 0; x < W; x += 16) {
+      int m = W - x < 16 ? W - x : 16;
+      __mmask16 k = (__mmask16)((1u << m) - 1);
+      __m512i v = _mm512_permutexvar_epi8(split, _mm512_maskz_loadu_epi8((1ull << (m * 3)) - 1, lv + x * 3));
+#define STK__CH(c)                                                                                \
+  do {                                                                                            \
+    __m128i v8 = _mm512_extracti32x4_epi32(v, c);                                                 \
+    switch (st->dtype) {                                                                          \
+      case STK_DTYPE_FLOAT32:                                                                     \
+        _mm512_mask_storeu_ps(f0 + c * plane + x, k,                                              \
+                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu8_epi32(v8), \
+                                                       st->lut_f32[c], 4));                       \
+        break;                                                                                    \
+      case STK_DTYPE_FLOAT16:                                                                     \
+      case STK_DTYPE_BFLOAT16: {                                                                  \
+        __m512i vi = _mm512_add_epi32(_mm512_cvtepu8_epi32(v8), _mm512_set1_epi32(c * 256));     \
+        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, vi, u16, 2);           \
+        _mm256_mask_storeu_epi16(h0 + c * plane + x, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))); \
+        break;                                                                                    \
+      }                                                                                           \
+      case STK_DTYPE_UINT8: _mm_mask_storeu_epi8(b0 + c * plane + x, k, v8); break;              \
+    }                                                                                             \
+  } while (0)
+      STK__CH(0);
+      STK__CH(1);
+      STK__CH(2);
+#undef STK__CH
+    }
+    return;
+  }
+  size_t o = (size_t)y * W * 3;
+  int n = W * 3;
+  if (st->dtype == STK_DTYPE_UINT8) {
+    memcpy((uint8_t *)dst + o, lv, (size_t)n);
+    return;
+  }
+  __m512i toff[3];
+  for (int c = 0; c < 3; c++) {
+    int32_t t[16];
+    for (int j = 0; j < 16; j++) t[j] = ((c * 16 + j) % 3) * 256;
+    toff[c] = _mm512_loadu_si512(t);
+  }
+  for (int i = 0; i < n; i += 48) {
+    int m = n - i < 48 ? n - i : 48;
+    __m512i v = _mm512_maskz_loadu_epi8(m == 48 ? 0xffffffffffffull : (1ull << m) - 1, lv + i);
+    for (int c = 0; c < 3; c++) {
+      int mc = m - c * 16;
+      if (mc <= 0) break;
+      __mmask16 k = (__mmask16)(mc >= 16 ? 0xffff : (1u << mc) - 1);
+      __m512i vi = _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(v)), toff[c]);
+      v = _mm512_alignr_epi64(v, v, 2); /* the next 16 levels down to lane 0 */
+      if (st->dtype == STK_DTYPE_FLOAT32) {
+        _mm512_mask_storeu_ps((float *)dst + o + i + c * 16, k,
+                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, vi, &st->lut_f32[0][0], 4));
+      } else {
+        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, vi, u16, 2);
+        _mm256_mask_storeu_epi16((uint16_t *)dst + o + i + c * 16, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+      }
+    }
+  }
+}
+#endif
+
+static void store_row(const stk__store *st, const uint8_t *lv, int y, void *dst) {
+#if STK__X86
+  switch (stk__resample_isa(-1)) {
+    case 2: store_row_avx512(st, lv, y, dst); return;
+    case 1: store_row_avx2(st, lv, y, dst); return;
+    default: break;
+  }
+#endif
+  store_row_c(st, lv, y, dst);
+}
+
+void stk__store_tile(const stk__store *st, const uint8_t *tile, void *dst) {
+  for (int y = 0; y < st->h; y++) store_row(st, tile + (size_t)y * st->w * 3, y, dst);
+}
+
+/* ---- horizontal pass: one row of W output pixels from an RGB row ---- */
+
+/* Scalar: output pixels [from, W) of a row whose pixel 0 is window offset
+ * `base`, written mirrored when flip is set. Windows are 2 to 5 taps for the
+ * usual scale factors (bilinear; bicubic's are 4 to 9, the loop); those get
+ * unrolled bodies. */
+static void hpass_row_c(const uint8_t *in, int base, uint8_t *out, int W, const int32_t *kx,
+                        const int32_t *bx, int ksx, int flip, int from) {
+  for (int xx = from; xx < W; xx++) {
     const int32_t *k = kx + (size_t)xx * ksx;
     int n = bx[xx * 2 + 1];
     const uint8_t *p = in + (size_t)(bx[xx * 2] - base) * 3;
@@ -248,10 +528,134 @@ static void hpass_row(const uint8_t *in, int base, uint8_t *out, int W, const in
         for (int i = 0; i < n; i++) TAP(i);
     }
 #undef TAP
-    out[xx * 3] = clip8(s0);
-    out[xx * 3 + 1] = clip8(s1);
-    out[xx * 3 + 2] = clip8(s2);
+    uint8_t *o = out + (size_t)(flip ? W - 1 - xx : xx) * 3;
+    o[0] = clip8(s0);
+    o[1] = clip8(s1);
+    o[2] = clip8(s2);
   }
+}
+
+#if STK__X86
+/* Byte shuffles: tap t of a 16-byte load (its bytes 3t..3t+2) into the three
+ * 32-bit lanes R, G, B; the fourth lane 0. */
+static const uint8_t HV_TAP_SHUF[HV_TAPS][16] = {
+#define S(t) {3 * t, 0x80, 0x80, 0x80, 3 * t + 1, 0x80, 0x80, 0x80, 3 * t + 2, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}
+    S(0), S(1), S(2), S(3), S(4)
+#undef S
+};
+/* 4 pixels of 4 bytes (R, G, B, 0) to 12 bytes, in order or mirrored */
+static const uint8_t HV_PACK[2][16] = {
+    {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 0x80, 0x80, 0x80, 0x80},
+    {12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, 0x80, 0x80, 0x80, 0x80}};
+
+/* The sums of 4 output pixels from their widened windows (plan_hvec):
+ * 16-byte loads of each window, one byte shuffle and one 32-bit multiply-add
+ * per tap. KS is a constant in the common cases, so the loops unroll. */
+static inline __attribute__((always_inline, target("avx2"))) void
+hv4_avx2(const uint8_t *in, const int32_t *off, const int32_t *kv, int ks, __m256i *a01, __m256i *a23) {
+  const __m256i r = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+  __m256i s01 = r, s23 = r;
+  for (int c0 = 0; c0 < ks; c0 += HV_TAPS) {
+    const uint8_t *p = in + c0 * 3;
+    __m256i w01 = _mm256_loadu2_m128i((const __m128i *)(p + off[1]), (const __m128i *)(p + off[0]));
+    __m256i w23 = _mm256_loadu2_m128i((const __m128i *)(p + off[3]), (const __m128i *)(p + off[2]));
+    for (int t = c0; t < ks && t < c0 + HV_TAPS; t++) {
+      __m256i sh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)HV_TAP_SHUF[t - c0]));
+      const int32_t *k = kv + t * 16;
+      s01 = _mm256_add_epi32(s01, _mm256_mullo_epi32(_mm256_shuffle_epi8(w01, sh), _mm256_loadu_si256((const __m256i *)k)));
+      s23 = _mm256_add_epi32(s23, _mm256_mullo_epi32(_mm256_shuffle_epi8(w23, sh), _mm256_loadu_si256((const __m256i *)(k + 8))));
+    }
+  }
+  *a01 = s01;
+  *a23 = s23;
+}
+
+static inline __attribute__((always_inline, target("avx2"))) void
+hv_avx2_loop(const uint8_t *in, uint8_t *out, int W, const int32_t *off, const int32_t *kv, int ks, int nv, int flip) {
+  const __m128i pack = _mm_loadu_si128((const __m128i *)HV_PACK[flip]);
+  for (int x = 0; x < nv; x += 4, off += 4, kv += ks * 16) {
+    __m256i a, b;
+    hv4_avx2(in, off, kv, ks, &a, &b);
+    /* clip8: >> 22, then the two saturating packs clamp to 0..255 */
+    a = _mm256_srai_epi32(a, PRECISION_BITS);
+    b = _mm256_srai_epi32(b, PRECISION_BITS);
+    __m256i p = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_setzero_si256());
+    /* lanes hold pixels (0, 2) and (1, 3): interleave to 0, 1, 2, 3 */
+    __m128i q = _mm_unpacklo_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    q = _mm_shuffle_epi8(q, pack);
+    uint8_t *o = out + (size_t)(flip ? W - 4 - x : x) * 3;
+    _mm_storel_epi64((__m128i *)o, q);
+    uint32_t last = (uint32_t)_mm_extract_epi32(q, 2);
+    memcpy(o + 8, &last, 4);
+  }
+}
+
+STK__AVX2 static void hpass_avx2(const uint8_t *in, uint8_t *out, int W, const int32_t *off,
+                                 const int32_t *kv, int ks, int nv, int flip) {
+  switch (ks) { /* fixed sizes for the common windows: the tap loops unroll */
+    case 2: hv_avx2_loop(in, out, W, off, kv, 2, nv, flip); break;
+    case 3: hv_avx2_loop(in, out, W, off, kv, 3, nv, flip); break;
+    case 4: hv_avx2_loop(in, out, W, off, kv, 4, nv, flip); break;
+    case 5: hv_avx2_loop(in, out, W, off, kv, 5, nv, flip); break;
+    default: hv_avx2_loop(in, out, W, off, kv, ks, nv, flip); break;
+  }
+}
+
+static inline __attribute__((always_inline, target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi"))) void
+hv_avx512_loop(const uint8_t *in, uint8_t *out, int W, const int32_t *off, const int32_t *kv, int ks, int nv, int flip) {
+  const __m128i pack = _mm_loadu_si128((const __m128i *)HV_PACK[flip]);
+  const __m512i r = _mm512_set1_epi32(1 << (PRECISION_BITS - 1)), zero = _mm512_setzero_si512();
+  for (int x = 0; x < nv; x += 4, off += 4, kv += ks * 16) {
+    __m512i s = r;
+    for (int c0 = 0; c0 < ks; c0 += HV_TAPS) {
+      const uint8_t *p = in + c0 * 3;
+      __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + off[0])));
+      w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + off[1])), 1);
+      w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + off[2])), 2);
+      w = _mm512_inserti32x4(w, _mm_loadu_si128((const __m128i *)(p + off[3])), 3);
+      for (int t = c0; t < ks && t < c0 + HV_TAPS; t++) {
+        __m512i sh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)HV_TAP_SHUF[t - c0]));
+        s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_shuffle_epi8(w, sh), _mm512_loadu_si512(kv + t * 16)));
+      }
+    }
+    /* clip8: >> 22, at least 0, then the unsigned saturating narrow caps 255 */
+    s = _mm512_max_epi32(_mm512_srai_epi32(s, PRECISION_BITS), zero);
+    __m128i q = _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(s), pack);
+    _mm_mask_storeu_epi8(out + (size_t)(flip ? W - 4 - x : x) * 3, 0x0fff, q);
+  }
+}
+
+STK__AVX512 static void hpass_avx512(const uint8_t *in, uint8_t *out, int W, const int32_t *off,
+                                     const int32_t *kv, int ks, int nv, int flip) {
+  switch (ks) {
+    case 2: hv_avx512_loop(in, out, W, off, kv, 2, nv, flip); break;
+    case 3: hv_avx512_loop(in, out, W, off, kv, 3, nv, flip); break;
+    case 4: hv_avx512_loop(in, out, W, off, kv, 4, nv, flip); break;
+    case 5: hv_avx512_loop(in, out, W, off, kv, 5, nv, flip); break;
+    default: hv_avx512_loop(in, out, W, off, kv, ks, nv, flip); break;
+  }
+}
+#endif
+
+/* One row of the horizontal pass with the resampler's x tables; `in` is the
+ * row's pixel src_x0. The SIMD pass does pixels [0, hvec), the scalar one
+ * the rest. */
+static void hpass_row(const stk__resampler *r, const uint8_t *in, uint8_t *out, int flip) {
+  int W = r->g.x.out, from = 0;
+  const int32_t *kx = r->kx.p, *bx = r->bx.p;
+#if STK__X86
+  int isa = stk__resample_isa(-1);
+  if (r->hvec && isa) {
+    const int32_t *kv = (const int32_t *)((const uint8_t *)r->kx.p + hvec_table_offset(r));
+    const int32_t *off = bx + (size_t)W * 2;
+    if (isa == 2)
+      hpass_avx512(in, out, W, off, kv, r->hks, r->hvec, flip);
+    else
+      hpass_avx2(in, out, W, off, kv, r->hks, r->hvec, flip);
+    from = r->hvec;
+  }
+#endif
+  hpass_row_c(in, bx[0], out, W, kx, bx, r->ksx, flip, from);
 }
 
 /* One row of the vertical pass: a weighted sum of n whole rows `pitch`
@@ -276,13 +680,13 @@ int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int
   if (W != st->w || H != st->h) return STK_EINVAL;
   if (sx > r->src_x0 || sy > r->src_y0) return STK_EINVAL;
   int rows = r->src_y1 - r->src_y0, cols = r->src_x1 - r->src_x0;
-  const int32_t *kx = r->kx.p, *bx = r->bx.p, *ky = r->ky.p, *by = r->by.p;
-  int ksx = r->ksx, ksy = r->ksy;
+  const int32_t *ky = r->ky.p, *by = r->by.p;
+  int ksy = r->ksy;
   size_t trow = (size_t)W * 3;
   /* Pillow runs the horizontal pass first, over every source row the
    * vertical pass reads. When the geometry does not ask for Pillow's exact
    * order, the vertical pass goes first whenever that leaves the
-   * (unvectorised) horizontal pass fewer rows: crops taller than the output
+   * horizontal pass (costlier per pixel) fewer rows: crops taller than the output
    * (bilinear only: stk__geom_vfirst). */
   int vfirst = stk__geom_vfirst(g, rows);
   size_t mid_row = vfirst ? (size_t)cols * 3 : trow;
@@ -298,18 +702,19 @@ int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int
    * (lo) may lie before the decoded region, and a pointer before the
    * buffer is undefined even when never dereferenced. */
   const uint8_t *corner = src + (size_t)(r->src_y0 - sy) * stride + (size_t)(r->src_x0 - sx) * 3;
-  int xbase = r->src_x0 - g->x.lo; /* window offset of column src_x0 */
+  /* A flip is done by the horizontal pass, which writes its rows mirrored:
+   * the vertical pass treats columns alike, so the output is the same. */
 
   if (!vfirst) {
     /* horizontal: source rows [src_y0, src_y1) -> W pixels each */
     for (int y = 0; y < rows; y++)
-      hpass_row(corner + (size_t)y * stride, xbase, tmp + (size_t)y * trow, W, kx, bx, ksx);
+      hpass_row(r, corner + (size_t)y * stride, tmp + (size_t)y * trow, g->flip);
     /* vertical, row by row into the batch */
     int yoff = g->y.lo - r->src_y0;
     for (int yy = 0; yy < H; yy++) {
       vpass_row(tmp + (size_t)(by[yy * 2] + yoff) * trow, trow, trow, ky + (size_t)yy * ksy,
                 by[yy * 2 + 1], acc, levels);
-      store_row(st, levels, yy, g->flip, dst);
+      store_row(st, levels, yy, dst);
     }
   } else {
     /* vertical: source columns [src_x0, src_x1) -> H rows */
@@ -317,10 +722,10 @@ int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int
     for (int yy = 0; yy < H; yy++)
       vpass_row(corner + (size_t)(by[yy * 2] + yoff) * stride, stride, mid_row, ky + (size_t)yy * ksy,
                 by[yy * 2 + 1], acc, tmp + (size_t)yy * mid_row);
-    /* horizontal, row by row into the batch; windows start at src_x0 */
+    /* horizontal, row by row into the batch */
     for (int yy = 0; yy < H; yy++) {
-      hpass_row(tmp + (size_t)yy * mid_row, xbase, levels, W, kx, bx, ksx);
-      store_row(st, levels, yy, g->flip, dst);
+      hpass_row(r, tmp + (size_t)yy * mid_row, levels, g->flip);
+      store_row(st, levels, yy, dst);
     }
   }
   return STK_OK;
