@@ -195,6 +195,21 @@ def _default_threads():
     return max(1, _cpu_count() // max(1, local))
 
 
+
+def _check_list_file(path: str) -> None:
+    """A list file may be a regular file, a FIFO or a pipe (``/dev/fd/N``, as
+    ``<(command)`` gives): the library reads FIFOs and pipes within
+    ``read_timeout``. Anything else is refused here with what it is."""
+    import stat as _stat
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such list file: {path!r}") from None
+    if _stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"list file {path!r} is a folder (give a folder as root)")
+    if not (_stat.S_ISREG(mode) or _stat.S_ISFIFO(mode)):
+        raise ValueError(f"list file {path!r} is not a regular file, a FIFO or a pipe")
+
 class ImageLoader:
     """Batches of decoded, augmented, normalised images from a folder, a list
     file, a pre-decoded cache or tar shards (``stoker.pack``).
@@ -290,8 +305,7 @@ class ImageLoader:
         else:
             # (not None: exactly one of root and list_file is given)
             list_file = os.fspath(list_file)  # type: ignore[arg-type]
-            if not os.path.isfile(list_file):
-                raise FileNotFoundError(f"no such list file: {list_file!r}")
+            _check_list_file(list_file)
             if list_base is not None:
                 list_base = os.fspath(list_base)
 

@@ -64,7 +64,7 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     ``threads=None`` uses the CPUs this process may run on. ``progress``:
     False, True (a bar on stderr) or a callable ``f(done, total)``.
     """
-    from .loader import _default_threads, _int
+    from .loader import _check_list_file, _default_threads, _int
 
     if format not in ("cache", "tar"):
         raise ValueError(f"format must be 'cache' or 'tar', got {format!r}")
@@ -82,8 +82,7 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     else:
         # (not None: exactly one of source and list_file is given)
         list_file = os.fspath(list_file)  # type: ignore[arg-type]
-        if not os.path.isfile(list_file):
-            raise FileNotFoundError(f"no such list file: {list_file!r}")
+        _check_list_file(list_file)
     if progress is True:
         progress = _bar
     elif progress is False or progress is None:
