@@ -3,6 +3,9 @@
 #include "util.h"
 
 #include <math.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <stdio.h>
 
@@ -689,6 +692,91 @@ static void test_skip_bounds(void) {
   free(root);
 }
 
+/* The unclear errors, each refused or read as it should be. */
+static void test_clear_errors(void) {
+  stk_options o;
+  stk_loader *l = NULL;
+  char err[512];
+  /* ratio (inf, inf) passed, then every file was blamed */
+  base_opts(&o);
+  o.ratio[0] = o.ratio[1] = INFINITY;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  CHECK_MSG(strstr(err, "ratio") != NULL, "%s", err);
+  /* std 1e-45: infinite outputs; float16 overflows at 65504 */
+  base_opts(&o);
+  o.std[0] = 1e-45f;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  CHECK_MSG(strstr(err, "std[0]") != NULL, "%s", err);
+  base_opts(&o);
+  o.std[1] = 1e-6f;
+  o.dtype = STK_DTYPE_FLOAT16;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  CHECK_MSG(strstr(err, "std[1]") != NULL && strstr(err, "float16"), "%s", err);
+  o.dtype = STK_DTYPE_FLOAT32; /* 1e6 is a float32's */
+  l = CHECK_CREATE(&o, STK_OK);
+  stk_loader_destroy(l);
+  /* threads: 0 = every CPU, as the message's range says */
+  base_opts(&o);
+  o.threads = 0;
+  l = CHECK_CREATE(&o, STK_OK);
+  stk_loader_destroy(l);
+  o.threads = 1025;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  CHECK_MSG(strstr(err, "0..1024") != NULL, "%s", err);
+  /* list files: "+1" is not a label; a lone CR ends a line */
+  char *dir = tu_tempdir(), p[4096];
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/i%d.jpg", dir, i);
+    tu_write_jpeg(p, 16, 16, (uint64_t)i, 80);
+  }
+  snprintf(p, sizeof p, "%s/plus.txt", dir);
+  tu_write_bytes(p, "i0.jpg 0\ni1.jpg +1\n", 19);
+  base_opts(&o);
+  o.root = NULL;
+  o.list_file = p;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_EINVAL);
+  CHECK_MSG(strstr(err, ":2:") != NULL, "%s", err);
+  static const char *ends[] = {"\r", "\r\n", "\n"};
+  for (int k = 0; k < 3; k++) {
+    char text[128];
+    snprintf(text, sizeof text, "i0.jpg 0%si1.jpg 1%s%si2.jpg 2%s", ends[k], ends[k], ends[k], ends[k]);
+    snprintf(p, sizeof p, "%s/list%d.txt", dir, k);
+    tu_write_bytes(p, text, strlen(text));
+    o.list_file = p;
+    l = CHECK_CREATE(&o, STK_OK);
+    if (l) CHECK_MSG(run_epoch(l, NULL, NULL, NULL, NULL) == 3, "line end %d", k);
+    stk_loader_destroy(l);
+  }
+  /* a folder that cannot be opened: STK_EIO naming it and the reason (as
+   * a user other than root, whom permissions do not stop) */
+  snprintf(p, sizeof p, "%s/tree/c0", dir);
+  tu_mkdir(strrchr(p, '/') ? (*strrchr(p, '/') = 0, p) : p);
+  snprintf(p, sizeof p, "%s/tree/c0", dir);
+  tu_mkdir(p);
+  snprintf(p, sizeof p, "%s/tree/c0/a.jpg", dir);
+  tu_write_jpeg(p, 16, 16, 1, 80);
+  snprintf(p, sizeof p, "%s/tree/c0", dir);
+  chmod(dir, 0755);
+  chmod(p, 0);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && setuid(65534) != 0) _exit(9);
+    base_opts(&o);
+    snprintf(p, sizeof p, "%s/tree", dir);
+    o.root = p;
+    int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
+    printf("folder without permission: rc %d: %s\n", rc, err);
+    _exit(rc == STK_EIO && strstr(err, strerror(EACCES)) && strstr(err, "tree/c0") ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "permission child: %d", status);
+  chmod(p, 0755);
+  tu_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   g_root = tu_tempdir();
   CHECK_EQ_INT(tu_make_folder(g_root, CLASSES, PER_CLASS, 60, 45), STK_OK);
@@ -713,6 +801,7 @@ int main(void) {
   test_raise_then_end();
   test_skip_list_per_epoch();
   test_skip_bounds();
+  test_clear_errors();
   tu_rmtree(g_root);
   free(g_root);
   return CHECK_DONE();

@@ -30,6 +30,15 @@
 #include "stoker.h"
 #include "synth/synth.h"
 
+/* The code's words after a message, unless the message says why itself:
+ * STK_EIO messages carry the system's reason ("Permission denied"), and
+ * "(input/output error)" after it only misled. */
+static const char *code_words(int rc, char *buf, size_t len) {
+  if (rc == STK_EIO) return "";
+  snprintf(buf, len, " (%s)", stk_strerror(rc));
+  return buf;
+}
+
 static int wants_help(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
@@ -248,7 +257,7 @@ static int cmd_bench(int argc, char **argv) {
   double t_build = stk__now();
   int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "stoker bench: %s (%s)\n", cli_words(err), stk_strerror(rc));
+    { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
     return 1;
   }
   t_build = stk__now() - t_build;
@@ -266,7 +275,7 @@ static int cmd_bench(int argc, char **argv) {
       if (rc == STK_EEND) break;
       if (rc) {
         if (tty) fputc('\n', stderr);
-        fprintf(stderr, "stoker bench: %s (%s)\n", stk_loader_error(l), stk_strerror(rc));
+        { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", stk_loader_error(l), code_words(rc, cw, sizeof cw)); }
         failed = 1;
         break;
       }
@@ -417,7 +426,7 @@ static int cmd_check(int argc, char **argv) {
   int rc = stk__options_validate(&o, err, sizeof err);
   if (!rc) rc = stk__source_open(&src, &o, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "stoker check: %s (%s)\n", cli_words(err), stk_strerror(rc));
+    { char cw[64]; fprintf(stderr, "stoker check: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
     stk__source_close(&src); /* a failed open may hold part of its table */
     return 2;
   }

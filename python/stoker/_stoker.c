@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -465,7 +466,20 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
   Py_END_ALLOW_THREADS
   if (rc != STK_OK) {
     free(ref);
-    raise_code(rc, err, 0);
+    if (rc == STK_EIO) {
+      /* A folder, list or cache that cannot be opened is an OSError of the
+       * kind open() raises, not a DecodeError: the message holds the
+       * system's reason. */
+      PyObject *type = strstr(err, strerror(EACCES))  ? PyExc_PermissionError
+                       : strstr(err, strerror(ENOENT)) ? PyExc_FileNotFoundError
+                       : strstr(err, strerror(ENOTDIR)) ? PyExc_NotADirectoryError
+                                                        : PyExc_OSError;
+      PyObject *m = decode_message(err);
+      if (m) PyErr_SetObject(type, m);
+      Py_XDECREF(m);
+    } else {
+      raise_code(rc, err, 0);
+    }
     goto fail;
   }
   Py_CLEAR(keep);

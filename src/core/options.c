@@ -3,6 +3,7 @@
 #include "core/options.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <limits.h>
 #include <stdio.h>
@@ -236,9 +237,26 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
     BAD("resize_size must be 0 or at least size (%d), got %d", o->size, o->resize_size);
   if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->scale[1] <= 1.0f))
     BAD("scale must satisfy 0 < scale[0] <= scale[1] <= 1");
-  if (!(o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1])) BAD("ratio must satisfy 0 < ratio[0] <= ratio[1]");
-  for (int c = 0; c < 3; c++)
+  /* an infinite ratio passed the range and then failed every file's crop */
+  if (!(o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1] && isfinite(o->ratio[1])))
+    BAD("ratio must satisfy 0 < ratio[0] <= ratio[1] < inf, got (%g, %g)", (double)o->ratio[0],
+        (double)o->ratio[1]);
+  for (int c = 0; c < 3; c++) {
     if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
+    if (!isfinite(o->mean[c]) || !isfinite(o->std[c]))
+      BAD("mean[%d] and std[%d] must be finite, got %g and %g", c, c, (double)o->mean[c],
+          (double)o->std[c]);
+    /* A tiny std made every output infinite without a word: the pixel
+     * range 0..1, normalised, must stay finite in the output's type. */
+    double top = o->dtype == STK_DTYPE_FLOAT16 ? 65504.0 : (double)FLT_MAX;
+    float inv = 1.0f / o->std[c];
+    double lo = fabs((0.0 - o->mean[c]) * (double)inv), hi = fabs((1.0 - o->mean[c]) * (double)inv);
+    if (o->dtype != STK_DTYPE_UINT8 && (!isfinite(inv) || !(lo <= top) || !(hi <= top)))
+      BAD("std[%d] = %g normalises pixels to +-%g, beyond what %s holds: use a std near the "
+          "data's (ImageNet's is 0.229, 0.224, 0.225)",
+          c, (double)o->std[c], isfinite(inv) ? (lo > hi ? lo : hi) : INFINITY,
+          o->dtype == STK_DTYPE_FLOAT16 ? "float16" : "float32");
+  }
   if (o->rank >= o->world_size)
     BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
   if (o->ra_reps > 0 && o->shard_drop_last)

@@ -131,8 +131,11 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
   /* Each line is copied out NUL-terminated, newline included, as getline
    * gives it, so that the parsing below works on a C string. */
   while (rc == STK_OK && pos < n) {
-    const char *nl = memchr(text + pos, '\n', n - pos);
-    size_t len = nl ? (size_t)(nl - (text + pos)) + 1 : n - pos;
+    /* A line ends at LF, CRLF or a lone CR (a list saved by an old Mac
+     * editor used to parse as one path holding every line). */
+    size_t len = 0;
+    while (pos + len < n && text[pos + len] != '\n' && text[pos + len] != '\r') len++;
+    if (pos + len < n) len += text[pos + len] == '\r' && pos + len + 1 < n && text[pos + len + 1] == '\n' ? 2 : 1;
     if (len > LIST_LINE_MAX) {
       rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: line of %zu bytes, over the limit of %d",
                      list, (long long)lineno + 1, len, LIST_LINE_MAX);
@@ -162,7 +165,9 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
     char *end = NULL;
     errno = 0;
     long lab = sp > s ? strtol(sp, &end, 10) : -1;
-    if (sp == s || errno || !end || *end || lab < 0 || lab > INT32_MAX) {
+    /* digits only: strtol also takes "+1" and " 1" */
+    if (sp == s || !isdigit((unsigned char)*sp) || errno || !end || *end || lab < 0 ||
+        lab > INT32_MAX) {
       rc = stk__fail(msg, msglen, STK_EINVAL,
                      "%s:%lld: expected \"path label\" with a non-negative integer label",
                      list, (long long)lineno);
