@@ -1,10 +1,12 @@
 /* binding.c: opening the CUDA driver and nvJPEG (binding.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* dladdr: the path of the nvJPEG copy opened */
 #include "gpu/binding.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -98,7 +100,7 @@ static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
 cuda_api stk__cu;
 nvjpeg_api stk__nj;
 int stk__cu_ok, stk__nj_ok;
-char stk__cu_why[256], stk__nj_why[256], stk__nj_lib[32];
+char stk__cu_why[256], stk__nj_why[256], stk__nj_lib[1024];
 
 static int load_syms(void *lib, const sym_entry *tab, size_t n, void *api, char *why, size_t wl) {
   for (size_t i = 0; i < n; i++) {
@@ -110,6 +112,110 @@ static int load_syms(void *lib, const sym_entry *tab, size_t n, void *api, char 
     memcpy((char *)api + tab[i].off, &p, sizeof p);
   }
   return 1;
+}
+
+/* ---- nvJPEG: where it is looked for -------------------------------------
+ * In this order, the first copy that opens, has every symbol and suits the
+ * driver is used:
+ *   1. STOKER_NVJPEG: one library file, named explicitly;
+ *   2. the sonames libnvjpeg.so.13, .12, .11, .so on the dynamic loader's
+ *      path (a copy already loaded, LD_LIBRARY_PATH, ldconfig: a system
+ *      CUDA toolkit);
+ *   3. the directories of STOKER_NVJPEG_PATH (':'-separated), each for those
+ *      sonames and then any libnvjpeg*.so* (torchvision.libs' copy carries a
+ *      hash in its name), newest name first. The Python package sets it on
+ *      import to the nvidia-nvjpeg wheels' and torchvision's library folders
+ *      of its environment (stoker/__init__.py), so a pip-only environment
+ *      needs no LD_LIBRARY_PATH.
+ * A copy newer than the driver (nvJPEG 13 on a CUDA 12 driver) is passed
+ * over. stk__nj_lib holds the path of the copy used (`stoker info`). */
+static const char *nj_sonames[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
+                                   "libnvjpeg.so"};
+
+static int nj_try(const char *name, char *tried, size_t tl) {
+  void *nj = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!nj) return 0;
+  nvjpeg_api api;
+  char why[256] = "";
+  if (!load_syms(nj, nvjpeg_syms, sizeof nvjpeg_syms / sizeof *nvjpeg_syms, &api, why,
+                 sizeof why)) {
+    size_t at = strlen(tried);
+    snprintf(tried + at, tl - at, "%s%s: %s", at ? "; " : "", name, why);
+    dlclose(nj);
+    return 0;
+  }
+  int major = 0, drv = 0;
+  if (stk__cu_ok && api.GetProperty(NVJPEG_PROP_MAJOR, &major) == NVJPEG_STATUS_SUCCESS &&
+      stk__cu.DriverGetVersion(&drv) == CUDA_SUCCESS && drv > 0 && major * 1000 > drv) {
+    size_t at = strlen(tried);
+    snprintf(tried + at, tl - at, "%s%s: nvJPEG %d needs a CUDA %d driver (this one: %d.%d)",
+             at ? "; " : "", name, major, major, drv / 1000, drv % 1000 / 10);
+    dlclose(nj);
+    return 0;
+  }
+  stk__nj = api;
+  Dl_info info;
+  void *sym;
+  memcpy(&sym, &api.GetProperty, sizeof sym);
+  const char *path = dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/'
+                         ? info.dli_fname
+                         : name;
+  snprintf(stk__nj_lib, sizeof stk__nj_lib, "%s", path);
+  stk__nj_ok = 1;
+  return 1;
+}
+
+static int nj_name_cmp(const void *a, const void *b) {
+  return -strcmp(*(char *const *)a, *(char *const *)b); /* newest (.13 > .12) first */
+}
+
+/* One directory of STOKER_NVJPEG_PATH: the sonames, then any libnvjpeg*.so*. */
+static int nj_try_dir(const char *dir, size_t dl, char *tried, size_t tl) {
+  char path[1024];
+  for (size_t i = 0; i < sizeof nj_sonames / sizeof *nj_sonames; i++) {
+    snprintf(path, sizeof path, "%.*s/%s", (int)dl, dir, nj_sonames[i]);
+    if (nj_try(path, tried, tl)) return 1;
+  }
+  snprintf(path, sizeof path, "%.*s", (int)dl, dir);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  char *names[64];
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < sizeof names / sizeof *names) {
+    if (strncmp(e->d_name, "libnvjpeg", 9) == 0 && strstr(e->d_name, ".so") &&
+        (names[n] = strdup(e->d_name)))
+      n++;
+  }
+  closedir(d);
+  qsort(names, n, sizeof *names, nj_name_cmp);
+  int ok = 0;
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%.*s/%s", (int)dl, dir, names[i]);
+    if (!ok) ok = nj_try(path, tried, tl);
+    free(names[i]);
+  }
+  return ok;
+}
+
+static void open_nvjpeg(void) {
+  char tried[256] = "";
+  const char *file = getenv("STOKER_NVJPEG");
+  if (file && *file && nj_try(file, tried, sizeof tried)) return;
+  for (size_t i = 0; i < sizeof nj_sonames / sizeof *nj_sonames; i++)
+    if (nj_try(nj_sonames[i], tried, sizeof tried)) return;
+  const char *dirs = getenv("STOKER_NVJPEG_PATH");
+  for (const char *p = dirs; p && *p;) {
+    const char *end = strchr(p, ':');
+    size_t dl = end ? (size_t)(end - p) : strlen(p);
+    if (dl && nj_try_dir(p, dl, tried, sizeof tried)) return;
+    p = end ? end + 1 : p + dl;
+  }
+  snprintf(stk__nj_why, sizeof stk__nj_why,
+           "libnvjpeg.so.* cannot be opened%s%s%s (looked on the loader's path%s; pip install "
+           "nvidia-nvjpeg-cu12, or a CUDA toolkit)",
+           tried[0] ? " (" : "", tried, tried[0] ? ")" : "",
+           dirs && *dirs ? " and in STOKER_NVJPEG_PATH" : "");
 }
 
 static void load_libs(void) {
@@ -125,21 +231,8 @@ static void load_libs(void) {
                        sizeof stk__cu_why)) {
     stk__cu_ok = 1;
   }
-  static const char *names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
-                                "libnvjpeg.so"};
-  void *nj = NULL;
-  for (size_t i = 0; i < sizeof names / sizeof *names && !nj; i++) {
-    nj = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (nj) snprintf(stk__nj_lib, sizeof stk__nj_lib, "%s", names[i]);
-  }
-  if (!nj) {
-    snprintf(stk__nj_why, sizeof stk__nj_why, "libnvjpeg.so.* cannot be opened");
-  } else if (load_syms(nj, nvjpeg_syms, sizeof nvjpeg_syms / sizeof *nvjpeg_syms, &stk__nj, stk__nj_why,
-                       sizeof stk__nj_why)) {
-    stk__nj_ok = 1;
-  }
+  open_nvjpeg();
 }
-
 void stk__gpu_load(void) { pthread_once(&g_load_once, load_libs); }
 
 const char *stk__cu_name(CUresult r) {

@@ -7,6 +7,23 @@
 #include "gpu/binding.h"
 #include "gpu/gpu.h"
 
+/* Without a driver: why, and which nvJPEG copy a GPU loader would use (its
+ * version needs no driver). */
+__attribute__((noinline)) static void no_driver_lines(char *out, size_t n) {
+  int w = snprintf(out, n, "gpu: %s\n", stk__cu_why);
+  if (w < 0 || (size_t)w >= n) return;
+  out += w, n -= (size_t)w;
+  if (stk__nj_ok) {
+    int a = 0, b = 0, c = 0;
+    stk__nj.GetProperty(NVJPEG_PROP_MAJOR, &a);
+    stk__nj.GetProperty(NVJPEG_PROP_MINOR, &b);
+    stk__nj.GetProperty(NVJPEG_PROP_PATCH, &c);
+    snprintf(out, n, "nvjpeg: %d.%d.%d (%s)\n", a, b, c, stk__nj_lib);
+  } else {
+    snprintf(out, n, "nvjpeg: not available (%s)\n", stk__nj_why);
+  }
+}
+
 int stk__gpu_probe(char *buf, size_t len) {
   if (!buf || !len) return STK_EINVAL;
   buf[0] = '\0';
@@ -22,7 +39,7 @@ int stk__gpu_probe(char *buf, size_t len) {
                                          : "not built (nvcc was not found at build time)");
   stk__gpu_load();
   if (!stk__cu_ok) {
-    OUT("gpu: %s\n", stk__cu_why);
+    if (at < len) no_driver_lines(buf + at, len - at);
     return STK_ENODEV;
   }
   CUresult r = stk__cu.Init(0);
