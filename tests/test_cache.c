@@ -13,6 +13,7 @@
 #include "epoch.h"
 #include "core/common.h"
 #include "loader/pipeline.h"
+#include "sources/cache_format.h"
 #include "sources/source.h"
 
 #define CLASSES 3
@@ -574,6 +575,63 @@ static void test_changing_file(void) {
   unlink(live);
 }
 
+/* verify: one flipped byte in a sample's pixels (raw) or bytes (JPEG) fails
+ * that sample, naming it, when verify is on; without it the loader hands
+ * the damaged pixels on without a word (what `stoker check` alone caught). */
+static int verify_epoch(const char *path, int verify, char *err, size_t errlen) {
+  stk_options o;
+  opts(&o, path);
+  o.pipeline = STK_PIPELINE_EVAL;
+  o.batch_size = 1;
+  o.verify = verify;
+  stk_loader *l = CHECK_CREATE(&o, STK_OK);
+  if (!l) return -1;
+  int failed = 0;
+  err[0] = '\0';
+  for (;;) {
+    stk_batch b;
+    int rc = stk_loader_next(l, &b);
+    if (rc == STK_EEND) break;
+    if (rc == STK_OK) {
+      stk_batch_release(l, &b);
+      continue;
+    }
+    failed++;
+    CHECK_EQ_INT(rc, STK_EDECODE);
+    snprintf(err, errlen, "%s", stk_loader_error(l));
+  }
+  stk_loader_destroy(l);
+  return failed;
+}
+
+static void test_verify(const char *raw) {
+  char jpg[1024], err[1024];
+  stk_pack_result r;
+  bad_log log = {0};
+  snprintf(jpg, sizeof jpg, "%s/verify-src.stkc", g_dir);
+  CHECK_EQ_INT(pack(g_root, jpg, STK_CACHE_JPEG, 0, 2, &r, &log, err, sizeof err), STK_OK);
+  const char *srcs[] = {raw, jpg};
+  for (int k = 0; k < 2; k++) {
+    size_t n;
+    uint8_t *b = slurp(srcs[k], &n);
+    if (!b) continue;
+    stk__cache_header hd;
+    memcpy(&hd, b, sizeof hd);
+    const stk__cache_entry *e = (const stk__cache_entry *)(b + hd.meta_off);
+    b[e[5].off + e[5].len / 2] ^= 0x5A; /* sample 5, in its middle */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/flipped%d.stkc", g_dir, k);
+    tu_write_bytes(path, b, n);
+    free(b);
+    CHECK_EQ_INT(verify_epoch(path, 0, err, sizeof err), k ? verify_epoch(path, 0, err, sizeof err) : 0);
+    int failed = verify_epoch(path, 1, err, sizeof err);
+    CHECK_MSG(failed == 1 && strstr(err, "checksum") && strstr(err, path), "%s: %d failed: %s",
+              k ? "jpeg" : "raw", failed, err);
+    unlink(path);
+  }
+  unlink(jpg);
+}
+
 int main(void) {
   g_dir = tu_tempdir();
   if (!g_dir) return 1;
@@ -596,6 +654,7 @@ int main(void) {
   test_damaged(cache);
   test_bad_files_left_out();
   test_changing_file();
+  test_verify(cache);
   tu_rmtree(g_dir);
   free(g_dir);
   return CHECK_DONE();

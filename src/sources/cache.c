@@ -50,6 +50,7 @@ typedef struct {
   char *path;
   atomic_int changed;     /* CH_*, set by the SIGBUS handler or a stat */
   int guard;              /* slot in the mapping registry, or -1 */
+  int verify;             /* stk_options.verify: each sample's checksum as it is read */
   stk__cache_header hd;
   const stk__cache_entry *ent; /* n entries, inside the map */
 } cache_impl;
@@ -186,6 +187,12 @@ static int cache_pixels(const stk__source *s, int64_t i, stk__pixels *out, char 
   stk__cache_entry e;
   int rc = entry(s, i, &e, msg, msglen);
   if (rc) return rc;
+  /* verify: the hash reads the pixels once more, from the page cache */
+  if (c->verify && stk__hash64(c->map + e.off, (size_t)e.len, 0) != e.hash) {
+    if ((rc = file_unchanged((cache_impl *)c, msg, msglen))) return rc;
+    return stk__fail(msg, msglen, STK_EDECODE,
+                     "the cached pixels do not match their checksum (the cache file is corrupt)");
+  }
   out->px = c->map + e.off;
   out->stride = (size_t)e.w * 3;
   out->w = (int)e.w;
@@ -226,6 +233,9 @@ static int cache_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t m
     atomic_store(&c->changed, CH_STAT);
     return file_unchanged(c, msg, msglen);
   }
+  if (c->verify && stk__hash64(buf->p, (size_t)e.len, 0) != e.hash)
+    return stk__fail(msg, msglen, STK_EDECODE,
+                     "the cached bytes do not match their checksum (the cache file is corrupt)");
   out->data = buf->p;
   out->len = (size_t)e.len;
   return STK_OK;
@@ -329,6 +339,7 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
   if (!c) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   c->fd = -1;
   c->guard = -1;
+  c->verify = opt && opt->verify;
   s->impl = c;
   if (!(c->path = strdup(path))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   s->ops = &raw_ops; /* close() until the encoding is known */
