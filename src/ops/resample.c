@@ -57,15 +57,6 @@ int stk__resample_isa(int want) {
   return l;
 }
 
-/* Not under the sanitizers: the clones' load-time resolvers run before the
- * sanitizer runtimes are up and crash there. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define STK__CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define STK__CLONES
-#endif
-
 size_t stk__dtype_size(stk_dtype t) {
   switch (t) {
     case STK_DTYPE_FLOAT32: return 4;
@@ -659,11 +650,30 @@ static void hpass_row(const stk__resampler *r, const uint8_t *in, uint8_t *out, 
 }
 
 /* One row of the vertical pass: a weighted sum of n whole rows `pitch`
- * bytes apart, which the compiler vectorises. Built twice, for AVX2 and for
- * the x86-64 baseline, and picked at load time: its 32-bit multiplies are
- * native in AVX2 and emulated in SSE2; the arithmetic is the same. */
-STK__CLONES static void vpass_row(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n,
-                      int32_t *acc, uint8_t *out) {
+ * bytes apart. With n a constant (the common 2 to 5 taps) each output byte
+ * is one register sum, which the compiler vectorises across the row with no
+ * accumulator in memory; other n go through `acc`. The arithmetic is the
+ * same either way. */
+static inline __attribute__((always_inline)) void vpass_body(const uint8_t *restrict first, size_t pitch,
+                                                             size_t len, const int32_t *k, int n,
+                                                             int32_t *restrict acc, uint8_t *restrict out) {
+  if (n <= 5) {
+    int32_t k0 = k[0], k1 = n > 1 ? k[1] : 0, k2 = n > 2 ? k[2] : 0, k3 = n > 3 ? k[3] : 0, k4 = n > 4 ? k[4] : 0;
+    const uint8_t *r0 = first, *r1 = first + pitch, *r2 = first + 2 * pitch, *r3 = first + 3 * pitch,
+                  *r4 = first + 4 * pitch;
+    switch (n) {
+#define ROW(expr)                                                                         \
+  for (size_t j = 0; j < len; j++) out[j] = clip8((1 << (PRECISION_BITS - 1)) + (expr)); \
+  return
+      case 1: ROW(r0[j] * k0);
+      case 2: ROW(r0[j] * k0 + r1[j] * k1);
+      case 3: ROW(r0[j] * k0 + r1[j] * k1 + r2[j] * k2);
+      case 4: ROW(r0[j] * k0 + r1[j] * k1 + r2[j] * k2 + r3[j] * k3);
+      case 5: ROW(r0[j] * k0 + r1[j] * k1 + r2[j] * k2 + r3[j] * k3 + r4[j] * k4);
+#undef ROW
+      default: break;
+    }
+  }
   for (size_t j = 0; j < len; j++) acc[j] = 1 << (PRECISION_BITS - 1);
   for (int i = 0; i < n; i++) {
     const uint8_t *row = first + (size_t)i * pitch;
@@ -671,6 +681,37 @@ STK__CLONES static void vpass_row(const uint8_t *first, size_t pitch, size_t len
     for (size_t j = 0; j < len; j++) acc[j] += row[j] * w;
   }
   for (size_t j = 0; j < len; j++) out[j] = clip8(acc[j]);
+}
+
+/* Built for each ISA level and chosen with the others (32-bit multiplies are
+ * native from AVX2 on, emulated in SSE2). */
+static void vpass_c(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
+                    uint8_t *out) {
+  vpass_body(first, pitch, len, k, n, acc, out);
+}
+#if STK__X86
+STK__AVX2 static void vpass_avx2(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n,
+                                 int32_t *acc, uint8_t *out) {
+  vpass_body(first, pitch, len, k, n, acc, out);
+}
+/* 512-bit vectors: GCC's default tuning stops at 256 */
+__attribute__((target("avx2,avx512f,avx512bw,avx512vl,prefer-vector-width=512"))) static void
+vpass_avx512(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
+             uint8_t *out) {
+  vpass_body(first, pitch, len, k, n, acc, out);
+}
+#endif
+
+static void vpass_row(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
+                      uint8_t *out) {
+#if STK__X86
+  switch (stk__resample_isa(-1)) {
+    case 2: vpass_avx512(first, pitch, len, k, n, acc, out); return;
+    case 1: vpass_avx2(first, pitch, len, k, n, acc, out); return;
+    default: break;
+  }
+#endif
+  vpass_c(first, pitch, len, k, n, acc, out);
 }
 
 int stk__resampler_run(stk__resampler *r, const uint8_t *src, size_t stride, int sx, int sy,
