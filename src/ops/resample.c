@@ -411,40 +411,51 @@ STK__AVX512 static void store_row_avx512(const stk__store *st, const uint8_t *lv
   size_t plane = (size_t)W * st->h;
   const void *u16 = U16_GATHER_BASE(st);
   if (st->layout == STK_LAYOUT_NCHW) {
+    /* One channel at a time. float32 gathers from the table (a tree of
+     * 32-entry permutes measured no faster: the row's stores to the batch,
+     * not the lookups, take the time); the 16-bit table is 8 vectors, looked
+     * up with 64-entry two-table permutes and blends on the index's high
+     * bits, 32 values a step. */
     size_t o = (size_t)y * W;
-    uint8_t perm[64];
-    for (int i = 0; i < 64; i++) perm[i] = i < 48 ? (uint8_t)((i % 16) * 3 + i / 16) : 0;
-    const __m512i split = _mm512_loadu_si512(perm);
-    float *f0 = (float *)dst + o;
-    uint16_t *h0 = (uint16_t *)dst + o;
-    uint8_t *b0 = (uint8_t *)dst + o;
-    for (int x = 0; x < W; x += 16) {
-      int m = W - x < 16 ? W - x : 16;
-      __mmask16 k = (__mmask16)((1u << m) - 1);
-      __m512i v = _mm512_permutexvar_epi8(split, _mm512_maskz_loadu_epi8((1ull << (m * 3)) - 1, lv + x * 3));
-#define STK__CH(c)                                                                                \
-  do {                                                                                            \
-    __m128i v8 = _mm512_extracti32x4_epi32(v, c);                                                 \
-    switch (st->dtype) {                                                                          \
-      case STK_DTYPE_FLOAT32:                                                                     \
-        _mm512_mask_storeu_ps(f0 + c * plane + x, k,                                              \
-                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu8_epi32(v8), \
-                                                       st->lut_f32[c], 4));                       \
-        break;                                                                                    \
-      case STK_DTYPE_FLOAT16:                                                                     \
-      case STK_DTYPE_BFLOAT16: {                                                                  \
-        __m512i vi = _mm512_add_epi32(_mm512_cvtepu8_epi32(v8), _mm512_set1_epi32(c * 256));     \
-        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, vi, u16, 2);           \
-        _mm256_mask_storeu_epi16(h0 + c * plane + x, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))); \
-        break;                                                                                    \
-      }                                                                                           \
-      case STK_DTYPE_UINT8: _mm_mask_storeu_epi8(b0 + c * plane + x, k, v8); break;              \
-    }                                                                                             \
-  } while (0)
-      STK__CH(0);
-      STK__CH(1);
-      STK__CH(2);
-#undef STK__CH
+    for (int c = 0; c < 3; c++) {
+      uint8_t perm[64];
+      for (int i = 0; i < 64; i++) perm[i] = (uint8_t)((i * 3 + c) & 127); /* byte c of pixel i, 2 vectors */
+      const __m512i split = _mm512_loadu_si512(perm);
+      if (st->dtype == STK_DTYPE_FLOAT32) {
+        float *d = (float *)dst + c * plane + o;
+        for (int x = 0; x < W; x += 16) {
+          int m = W - x < 16 ? W - x : 16;
+          __mmask16 k = (__mmask16)((1u << m) - 1);
+          __m512i b = _mm512_maskz_loadu_epi8((1ull << (m * 3)) - 1, lv + x * 3);
+          __m512i vi = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(split, b)));
+          _mm512_mask_storeu_ps(d + x, k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, vi, st->lut_f32[c], 4));
+        }
+      } else if (st->dtype != STK_DTYPE_UINT8) {
+        const uint16_t *lut = st->lut_u16[c];
+        __m512i t[8];
+        for (int i = 0; i < 8; i++) t[i] = _mm512_loadu_si512(lut + i * 32);
+        uint16_t *d = (uint16_t *)dst + c * plane + o;
+        for (int x = 0; x < W; x += 32) {
+          int m = W - x < 32 ? W - x : 32, nb = m * 3;
+          __m512i b0 = _mm512_maskz_loadu_epi8(nb >= 64 ? ~0ull : (1ull << nb) - 1, lv + x * 3);
+          __m512i b1 = _mm512_maskz_loadu_epi8(nb <= 64 ? 0 : (1ull << (nb - 64)) - 1, lv + x * 3 + 64);
+          __m512i vi = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(_mm512_permutex2var_epi8(b0, split, b1)));
+          __m512i r0 = _mm512_permutex2var_epi16(t[0], vi, t[1]), r1 = _mm512_permutex2var_epi16(t[2], vi, t[3]);
+          __m512i r2 = _mm512_permutex2var_epi16(t[4], vi, t[5]), r3 = _mm512_permutex2var_epi16(t[6], vi, t[7]);
+          __mmask32 b6 = _mm512_test_epi16_mask(vi, _mm512_set1_epi16(64));
+          __mmask32 b7 = _mm512_test_epi16_mask(vi, _mm512_set1_epi16(128));
+          r0 = _mm512_mask_blend_epi16(b6, r0, r1);
+          r2 = _mm512_mask_blend_epi16(b6, r2, r3);
+          _mm512_mask_storeu_epi16(d + x, (__mmask32)(m == 32 ? ~0u : (1u << m) - 1), _mm512_mask_blend_epi16(b7, r0, r2));
+        }
+      } else {
+        uint8_t *d = (uint8_t *)dst + c * plane + o;
+        for (int x = 0; x < W; x += 16) {
+          int m = W - x < 16 ? W - x : 16;
+          __m512i b = _mm512_maskz_loadu_epi8((1ull << (m * 3)) - 1, lv + x * 3);
+          _mm_mask_storeu_epi8(d + x, (__mmask16)((1u << m) - 1), _mm512_castsi512_si128(_mm512_permutexvar_epi8(split, b)));
+        }
+      }
     }
     return;
   }
