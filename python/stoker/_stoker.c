@@ -1,5 +1,5 @@
 /*
- * _stoker.c: the CPython binding of libstoker (stable ABI, Python >= 3.11).
+ * _stoker.c: the CPython binding of libstoker (stable ABI, Python >= 3.10).
  *
  * One type, _stoker.Loader, wraps a stk_loader. next() hands out each batch
  * as two DLPack capsules (images, labels) that torch turns into tensors
@@ -22,7 +22,7 @@
  * core/options.h: a new field of stk_options needs no code here.
  */
 #ifndef Py_LIMITED_API
-#define Py_LIMITED_API 0x030B0000
+#define Py_LIMITED_API 0x030A0000 /* the stable ABI of CPython 3.10 and later */
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -942,12 +942,17 @@ static PyObject *rrc_params(PyObject *m, PyObject *args) {
  * _apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) */
 static PyObject *apply_op(PyObject *m, PyObject *args) {
   const char *name;
-  Py_buffer buf;
+  PyObject *data; /* bytes: Py_buffer ("y*") is not in the 3.10 limited API */
   int w, h, nearest = 1, ksize = 0;
   double mag;
   PyObject *fill = Py_None;
-  if (!PyArg_ParseTuple(args, "sy*iid|pOi", &name, &buf, &w, &h, &mag, &nearest, &fill, &ksize))
+  if (!PyArg_ParseTuple(args, "sSiid|pOi", &name, &data, &w, &h, &mag, &nearest, &fill, &ksize))
     return NULL;
+  struct {
+    char *buf;
+    Py_ssize_t len;
+  } buf;
+  if (PyBytes_AsStringAndSize(data, &buf.buf, &buf.len) < 0) return NULL;
   PyObject *out = NULL;
   int kind = stk__op_by_name(name);
   float f[3];
@@ -972,7 +977,6 @@ static PyObject *apply_op(PyObject *m, PyObject *args) {
     }
   }
   stk__buf_free(&scratch);
-  PyBuffer_Release(&buf);
   return out;
 }
 
