@@ -213,9 +213,10 @@ def long_description():
         text = f.read()
 
     def plain(m):
-        label, target = m.group(1), m.group(2)
-        path = os.path.normpath(os.path.join("docs", target.split("#")[0])) if target.split("#")[0] \
-            else "docs/python.md"
+        label, target = m.group(1), m.group(2).split("#")[0]
+        if not target:  # a section of this page
+            return label
+        path = os.path.normpath(os.path.join("docs", target))
         return f"{label} (`{path}` in the source distribution)"
     return re.sub(r"\[([^\]]+)\]\((?![a-zA-Z][a-zA-Z0-9+.-]*:)([^)\s]+)\)", plain, text)
 
