@@ -470,12 +470,12 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
       /* A folder, list or cache that cannot be opened is an OSError of the
        * kind open() raises, not a DecodeError: the message holds the
        * system's reason. */
-      PyObject *type = strstr(err, strerror(EACCES))  ? PyExc_PermissionError
+      PyObject *exc = strstr(err, strerror(EACCES))   ? PyExc_PermissionError
                        : strstr(err, strerror(ENOENT)) ? PyExc_FileNotFoundError
                        : strstr(err, strerror(ENOTDIR)) ? PyExc_NotADirectoryError
                                                         : PyExc_OSError;
       PyObject *m = decode_message(err);
-      if (m) PyErr_SetObject(type, m);
+      if (m) PyErr_SetObject(exc, m);
       Py_XDECREF(m);
     } else {
       raise_code(rc, err, 0);

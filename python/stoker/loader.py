@@ -246,6 +246,8 @@ class ImageLoader:
                  shard_drop_last: bool = False, dct_scaling: Optional[bool] = None,
                  max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
                  max_consecutive_failures: int = 100, max_device_bytes: Optional[int] = None,
+                 max_decode_bytes: Optional[int] = None,
+                 max_skipped_fraction: Optional[float] = None, verify: bool = False,
                  gpu_cpu_share: Optional[float] = None, index: Union[int, bool, None] = None,
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
                  allow_stale_cache: bool = False, ra_reps: int = 0,
@@ -353,6 +355,17 @@ class ImageLoader:
             opts["max_device_bytes"] = _int("max_device_bytes", max_device_bytes, 0)
         if max_file_bytes is not None:
             opts["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
+        if max_decode_bytes is not None:
+            opts["max_decode_bytes"] = _int("max_decode_bytes", max_decode_bytes, 0)
+        if max_skipped_fraction is not None:
+            if (isinstance(max_skipped_fraction, bool)
+                    or not isinstance(max_skipped_fraction, (int, float))
+                    or not 0.0 <= max_skipped_fraction <= 1.0):
+                raise ValueError("max_skipped_fraction must be a number in [0, 1], "
+                                 f"got {max_skipped_fraction!r}")
+            opts["max_skipped_fraction"] = float(max_skipped_fraction)
+        if verify:
+            opts["verify"] = True
         if gpu_cpu_share is not None:
             if (isinstance(gpu_cpu_share, bool) or not isinstance(gpu_cpu_share, (int, float))
                     or not 0.0 <= gpu_cpu_share <= 1.0):
