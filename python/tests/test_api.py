@@ -272,7 +272,8 @@ def test_broken_file_raises_decode_error_naming_it(broken_folder):
 
 
 def test_skip_policy_counts_and_lists(broken_folder):
-    ld = loader(broken_folder, batch_size=4, on_error="skip", pipeline="eval")
+    ld = loader(broken_folder, batch_size=4, on_error="skip", pipeline="eval",
+                max_skipped_fraction=1)
     ref = datasets.ImageFolder(broken_folder)
     bad = {i for i, (p, _) in enumerate(ref.samples) if "_" in os.path.basename(p)}
     assert len(bad) == 2

@@ -105,7 +105,8 @@ def test_raise_names_each_bad_file(matrix, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_skip_yields_every_other_sample_once(matrix, device):
     root, kinds = matrix
-    with stoker.ImageLoader(root, batch_size=4, on_error="skip", seed=3, **_kw(device)) as ld:
+    with stoker.ImageLoader(root, batch_size=4, on_error="skip", seed=3, max_skipped_fraction=1,
+                            **_kw(device)) as ld:
         rels = [_rel(p, kinds) for p, _ in ld.samples]
         listed = set()
         seen = [0] * len(rels)
@@ -133,8 +134,9 @@ def test_gpu_output_matches_cpu(matrix, device):
     rounding)."""
     root, kinds = matrix
     kw = dict(batch_size=1, pipeline="eval", shuffle=False, threads=2, size=64)
-    g = stoker.ImageLoader(root, device="cuda", gpu_cpu_share=0.0, on_error="skip", **kw)
-    c = stoker.ImageLoader(root, device="cpu", on_error="skip", **kw)
+    g = stoker.ImageLoader(root, device="cuda", gpu_cpu_share=0.0, on_error="skip",
+                          max_skipped_fraction=1, **kw)
+    c = stoker.ImageLoader(root, device="cpu", on_error="skip", max_skipped_fraction=1, **kw)
     with g, c:
         rels = [_rel(p, kinds) for p, _ in c.samples]
         cpu = {b.indices[0]: b.images.clone() for b in c.iter_batches()}
