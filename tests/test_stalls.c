@@ -13,16 +13,18 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 
 #include "check.h"
 #include "core/common.h"
 #include "core/fault.h"
+#include "loader/bounded_read.h"
+#include "loader/pack.h"
 
 static char *g_dir;
 
-#ifdef STK_FAULT_INJECTION
 static int nthreads_now(void) { return tu_count_dir("/proc/self/task"); }
 
 /* Waits up to `secs` for the thread count to fall to `want`. */
@@ -32,7 +34,6 @@ static int wait_threads(int want, double secs) {
   while (nthreads_now() > want && stk__now() - t0 < secs) nanosleep(&ts, NULL);
   return nthreads_now();
 }
-#endif
 
 /* A list file of n tiny JPEGs named img<i>.jpg, with `special` (NULL =
  * none) at position `at`; shuffle off, so the order is the list's. */
@@ -210,7 +211,155 @@ static void test_fifo_list(void) {
   waitpid(pid, NULL, 0);
 }
 
+/* A FIFO list whose writer sends some lines and then stalls (holding the
+ * FIFO open) fails after read_timeout, naming the list and what came,
+ * instead of hanging: the timeout covers the whole read, not only the first
+ * bytes. stk_pack's list read is bounded the same way. */
+static void test_fifo_list_stalled_writer(void) {
+  const char *list = make_list(12, NULL, 0);
+  char fifo[4096];
+  snprintf(fifo, sizeof fifo, "%s/list-stall.txt", g_dir);
+  CHECK(mkfifo(fifo, 0644) == 0);
+  for (int pass = 0; pass < 2; pass++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int w = open(fifo, O_WRONLY);
+      if (w < 0) _exit(1);
+      const char *l1 = "img000.jpg 0\nimg001.jpg 1\n";
+      if (write(w, l1, strlen(l1)) < 0) _exit(1);
+      sleep(4); /* stalls with the FIFO open */
+      _exit(0);
+    }
+    char err[1024] = "";
+    alarm(20);
+    double t0 = stk__now();
+    int rc;
+    if (pass == 0) {
+      stk_options o;
+      opts(&o, fifo, 4, 1);
+      o.read_timeout = 0.5f;
+      stk_loader *l = NULL;
+      rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
+      stk_loader_destroy(l);
+    } else {
+      stk_pack_options p;
+      stk_pack_options_init(&p);
+      p.list_file = fifo;
+      char out[4200];
+      snprintf(out, sizeof out, "%s/stall.stkc", g_dir);
+      p.output = out;
+      stk__pack_extra x;
+      stk__pack_extra_init(&x);
+      x.read_timeout = 0.5;
+      stk_pack_result res;
+      rc = stk__pack_ex(&p, &x, STK_VERSION, &res, err, sizeof err);
+      CHECK(access(out, F_OK) != 0);
+    }
+    alarm(0);
+    double dt = stk__now() - t0;
+    CHECK_EQ_INT(rc, STK_ETIMEDOUT);
+    CHECK_MSG(dt >= 0.45 && dt < 2.5, "pass %d: failed after %.2f s", pass, dt);
+    CHECK_MSG(strstr(err, "list-stall.txt") && strstr(err, "not read to its end within 0.5 s") &&
+                  strstr(err, "2 lines"),
+              "%s", err);
+    printf("FIFO list, writer stalled after 2 lines (%s): error after %.2f s\n",
+           pass ? "pack" : "loader", dt);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  unlink(fifo);
+  (void)list;
+}
+
+/* The bounded reader without a timeout reads in the caller's thread, and
+ * with one it gives the same bytes and reasons. */
+static void test_bounded_reader(void) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/img000.jpg", g_dir);
+  for (int k = 0; k < 2; k++) {
+    stk__bounded_reader br;
+    stk__bounded_init(&br, k ? 5 : 0);
+    stk__bytes b;
+    char msg[256] = "";
+    CHECK(stk__bounded_read_file(&br, p, 0, &b, msg, sizeof msg) == STK_OK);
+    CHECK(b.len > 100 && b.data[0] == 0xFF && b.data[1] == 0xD8);
+    CHECK(stk__bounded_read_file(&br, "/nonexistent/x.jpg", 0, &b, msg, sizeof msg) == STK_EIO);
+    CHECK_MSG(strstr(msg, "cannot open"), "%s", msg);
+    CHECK(stk__bounded_read_file(&br, p, 10, &b, msg, sizeof msg) == STK_ELIMIT);
+    CHECK(br.ctx == NULL || k == 1);
+    stk__bounded_free(&br);
+  }
+  /* the helper ends on its own once freed */
+  CHECK_EQ_INT(wait_threads(1, 5), 1);
+}
+
 #ifdef STK_FAULT_INJECTION
+/* stk_pack (cache and tar shards) and stoker check's sample check with a
+ * file whose read stalls: the file fails with "read timed out after T s"
+ * within the timeout while the others are packed or checked; the helper
+ * left behind exits once its read returns. */
+static void test_pack_and_check_stall(void) {
+  /* (the helpers of earlier tests leave asynchronously: only main stays) */
+  int base = wait_threads(1, 5);
+  char stall[4096];
+  snprintf(stall, sizeof stall, "%s/stall.jpg", g_dir);
+  tu_write_jpeg(stall, 16, 16, 99, 85);
+  const char *list = make_list(10, "stall.jpg", 4);
+  for (int tar = 0; tar < 2; tar++) {
+    stk__fault_stall("stall.jpg", 60);
+    stk_pack_options p;
+    stk_pack_options_init(&p);
+    p.list_file = list;
+    p.format = tar ? STK_PACK_TAR : STK_PACK_CACHE;
+    p.threads = 2;
+    char out[4200], err[1024] = "";
+    snprintf(out, sizeof out, "%s/stalled-%s", g_dir, tar ? "shards" : "c.stkc");
+    p.output = out;
+    stk__pack_extra x;
+    stk__pack_extra_init(&x);
+    x.read_timeout = 0.4;
+    stk_pack_result res;
+    alarm(30);
+    double t0 = stk__now();
+    int rc = stk__pack_ex(&p, &x, STK_VERSION, &res, err, sizeof err);
+    double dt = stk__now() - t0;
+    alarm(0);
+    CHECK_MSG(rc == STK_OK, "%s", err);
+    CHECK_MSG(res.packed == 9 && res.failed == 1, "%lld packed, %lld failed",
+              (long long)res.packed, (long long)res.failed);
+    /* the estimate reads headers too: at most two timeouts in all */
+    CHECK_MSG(dt < 2.0, "pack with a stalled file took %.2f s", dt);
+    printf("pack (%s) with a stalled file: %.2f s\n", tar ? "tar" : "cache", dt);
+    stk__fault_unstall();
+    CHECK(wait_threads(base, 5) == base);
+    CHECK(stk__bounded_stuck() == 0);
+  }
+  /* stoker check's path */
+  stk_options o;
+  opts(&o, list, 4, 1);
+  o.read_timeout = 0.3f;
+  stk__source src;
+  char err[1024] = "";
+  CHECK(stk__source_open(&src, &o, err, sizeof err) == STK_OK);
+  stk__bounded_reader br;
+  stk__bounded_init(&br, o.read_timeout);
+  stk__fault_stall("stall.jpg", 60);
+  char msg[256] = "";
+  double t0 = stk__now();
+  CHECK_EQ_INT(stk__check_sample_bounded(&src, 4, &o, &br, NULL, NULL, msg, sizeof msg), STK_EIO);
+  double dt = stk__now() - t0;
+  CHECK_MSG(strstr(msg, "read timed out after 0.3 s"), "%s", msg);
+  CHECK_MSG(dt >= 0.25 && dt < 1.0, "check's read timed out after %.2f s", dt);
+  CHECK(stk__bounded_stuck() == 1 && br.abandoned == 1);
+  /* the next sample gets a new helper */
+  CHECK(stk__check_sample_bounded(&src, 5, &o, &br, NULL, NULL, msg, sizeof msg) == STK_OK);
+  stk__fault_unstall();
+  stk__bounded_free(&br);
+  CHECK(wait_threads(base, 5) == base);
+  CHECK(stk__bounded_stuck() == 0);
+  stk__source_close(&src);
+}
+
 /* A stalled read under raise: the batch fails naming the file, within the
  * timeout; the epoch goes on; destroy returns at once; the stuck thread
  * leaves once released. */
@@ -349,7 +498,10 @@ int main(void) {
   if (!g_dir) return 1;
   test_fifo();
   test_fifo_list();
+  test_fifo_list_stalled_writer();
+  test_bounded_reader();
 #ifdef STK_FAULT_INJECTION
+  test_pack_and_check_stall();
   test_stall_raise(1);
   test_stall_raise(3);
   test_stall_skip();
