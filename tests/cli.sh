@@ -163,5 +163,106 @@ if [ "$(id -u)" -ne 0 ]; then
   chmod 644 "$T/ds2/n0000/added.JPEG"
 fi
 
+# -V and --version print the version
+for v in -V --version; do
+  expect 0 "$v" -- "$STK" $v
+  grep -q "^stoker [0-9]*\.[0-9]*\.[0-9]*" "$T/out" && ok || bad "$v prints the version: $(cat "$T/out" "$T/err")"
+done
+
+# the stale-cache error names the flag a CLI user passes, not the field
+expect 1 "bench stale cache names the flag" -- "$STK" bench "$T/ds2.stkc" --batch 8
+grep -q -e "pass --allow-stale-cache" "$T/err" && ok || bad "stale message names --allow-stale-cache: $(cat "$T/err")"
+# one "stoker pack:" prefix, not "stoker pack: pack:"
+mkdir -p "$T/notempty" && touch "$T/notempty/x"
+expect 1 "pack tar into a non-empty folder" -- "$STK" pack "$T/ds" "$T/notempty" --tar
+grep -q "pack: pack:" "$T/err" && bad "doubled prefix: $(cat "$T/err")" || ok
+grep -q "^stoker pack: .*notempty exists and is not an empty folder" "$T/err" && ok || bad "tar output message: $(cat "$T/err")"
+
+# the same bad file gets the same reason from a cache and a tar pack; PPM
+# and PGM (ImageFolder extensions) are named as such
+printf 'P6\n2 2\n255\n012345678901' >"$T/ds/n0001/image.ppm"
+printf 'P5\n2 2\n255\n0123' >"$T/ds/n0001/image.pgm"
+expect 0 "pack cache with PPM" -- "$STK" pack "$T/ds" "$T/ppm.stkc" --cache
+grep "^left out: " "$T/out" | sort >"$T/cache-left"
+expect 0 "pack tar with PPM" -- "$STK" pack "$T/ds" "$T/ppm-shards" --tar --check
+grep "^left out: " "$T/out" | sort >"$T/tar-left"
+cmp -s "$T/cache-left" "$T/tar-left" && ok || bad "cache and tar --check give the same reasons: $(diff "$T/cache-left" "$T/tar-left")"
+grep -q "image.ppm: PPM/PGM images are not decoded by this build" "$T/cache-left" && ok || bad "PPM named: $(cat "$T/cache-left")"
+grep -q "image.pgm: PPM/PGM images are not decoded by this build" "$T/cache-left" && ok || bad "PGM named: $(cat "$T/cache-left")"
+expect 1 "check with PPM" -- "$STK" check "$T/ds"
+grep -q "image.ppm: PPM/PGM images are not decoded" "$T/out" && ok || bad "check names PPM: $(cat "$T/out")"
+rm -f "$T/ds/n0001/image.ppm" "$T/ds/n0001/image.pgm"
+# tar --check decodes: the truncated JPEG is left out (without it, only the
+# header is read and it goes in, as above)
+grep -q "truncated.jpg: " "$T/tar-left" && ok || bad "tar --check leaves out the truncated JPEG: $(cat "$T/tar-left")"
+expect 2 "--check with --cache" -- "$STK" pack "$T/ds" "$T/x.stkc" --cache --check
+grep -q -e "--check applies to --tar only" "$T/err" && ok || bad "--check --cache message: $(cat "$T/err")"
+
+# the raw cache's size estimate comes before the pack, close to the result
+expect 0 "pack prints its estimate" -- "$STK" pack "$T/ds2" "$T/est.stkc" --cache --json
+grep -q "^stoker pack: the raw cache of 25 files will take about .* (estimated from the headers of 25)" "$T/err" && ok || bad "estimate line: $(cat "$T/err")"
+est=$(tail -n 1 "$T/out" | sed 's/.*"estimated_bytes": \([0-9]*\).*/\1/')
+real=$(wc -c <"$T/est.stkc")
+[ "$est" -gt $((real * 9 / 10)) ] && [ "$est" -lt $((real * 11 / 10)) ] && ok || bad "estimate $est within 10% of $real"
+# a disk smaller than the estimate: refused before writing (needs a mount)
+mkdir -p "$T/tiny"
+if mount -t tmpfs -o size=256k tmpfs "$T/tiny" 2>/dev/null; then
+  expect 1 "pack onto a full disk" -- "$STK" pack "$T/ds2" "$T/tiny/c.stkc" --cache
+  grep -q "not enough room for .*tiny/c.stkc: the raw cache of 25 images needs about .* MB" "$T/err" && ok || bad "room message: $(cat "$T/err")"
+  [ -z "$(ls "$T/tiny")" ] && ok || bad "nothing written: $(ls "$T/tiny")"
+  umount "$T/tiny"
+else
+  echo "cli.sh: full-disk case skipped (no tmpfs mount here)"
+fi
+
+# --read-timeout: a FIFO list whose writer sends a few lines and stalls
+# fails within the timeout in check, pack and bench, instead of hanging
+if command -v mkfifo >/dev/null; then
+  find "$T/ds2" -name '*.JPEG' | head -n 6 | awk '{print $0, 0}' >"$T/six.txt"
+  mkfifo "$T/list.fifo"
+  for cmd in check pack bench; do
+    ( exec 3>"$T/list.fifo"; head -n 3 "$T/six.txt" >&3; sleep 5 ) &
+    wp=$!
+    case $cmd in
+      pack) set -- pack --list "$T/list.fifo" "$T/fifo.stkc" --cache ;;
+      *) set -- $cmd --list "$T/list.fifo" ;;
+    esac
+    t0=$(date +%s%N)
+    "$STK" "$@" --read-timeout 1 >"$T/out" 2>"$T/err"
+    rc=$?
+    dt=$((($(date +%s%N) - t0) / 1000000))
+    [ "$rc" -ne 0 ] && [ "$dt" -lt 4000 ] && ok || bad "$cmd with a stalled FIFO list: exit $rc after $dt ms"
+    grep -q "list.fifo: not read to its end within 1 s: its writer sent .* (3 lines), then stalled; a slow writer needs a longer --read-timeout" "$T/err" && ok || bad "$cmd stalled list message: $(cat "$T/err")"
+    kill $wp 2>/dev/null; wait $wp 2>/dev/null
+  done
+  # a FIFO list that is written in full works with check and pack
+  ( cat "$T/six.txt" >"$T/list.fifo" ) &
+  expect 0 "pack from a FIFO list" -- "$STK" pack --list "$T/list.fifo" "$T/fifo.stkc" --cache --read-timeout 10
+  wait
+  grep -q "packed 6 samples" "$T/out" && ok || bad "pack from a FIFO: $(cat "$T/out")"
+fi
+expect 2 "pack bad read timeout" -- "$STK" pack "$T/ds" "$T/x.stkc" --cache --read-timeout -1
+"$STK" check --help | grep -q -e "--read-timeout" && ok || bad "check --help lists --read-timeout"
+
+# Ctrl-C (SIGINT) or SIGTERM during a pack removes its temporary output and
+# the exit status is the signal's
+"$STK" synth "$T/slow" --images 300 --classes 2 >/dev/null
+for sig in 2 15; do
+  for fmt in cache tar; do
+    if [ $fmt = cache ]; then out="$T/sig.stkc"; set -- --cache --max-side 0; else out="$T/sigshards"; set -- --tar --check --shard-size 1M; fi
+    "$STK" pack "$T/slow" "$out" "$@" --threads 1 >/dev/null 2>&1 &
+    pp=$!
+    for i in 1 2 3 4 5 6 7 8 9 10; do ls -d "$out".tmp-* >/dev/null 2>&1 && break; sleep 0.1; done
+    sleep 0.2
+    kill -s $([ $sig = 2 ] && echo INT || echo TERM) $pp
+    wait $pp
+    rc=$?
+    want=$((128 + sig))
+    [ "$rc" -eq "$want" ] && ok || bad "pack $fmt killed by SIG$sig: exit $rc, want $want"
+    leftovers=$(ls -d "$out"* 2>/dev/null)
+    [ -z "$leftovers" ] && ok || bad "pack $fmt killed by SIG$sig left $leftovers"
+  done
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

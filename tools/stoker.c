@@ -531,7 +531,9 @@ static void pack_estimate(void *user, uint64_t bytes, uint64_t avail, int64_t sa
   char size_s[32], free_s[64] = "";
   snprintf(size_s, sizeof size_s, bytes >= 1000000000ULL ? "%.1f GB" : "%.1f MB",
            bytes >= 1000000000ULL ? bytes / 1e9 : bytes / 1e6);
-  if (avail != UINT64_MAX) snprintf(free_s, sizeof free_s, "; %.1f GB free there", avail / 1e9);
+  if (avail != UINT64_MAX)
+    snprintf(free_s, sizeof free_s, avail >= 1000000000ULL ? "; %.1f GB free there" : "; %.1f MB free there",
+             avail >= 1000000000ULL ? avail / 1e9 : avail / 1e6);
   fprintf(stderr, "stoker pack: the raw cache of %" PRId64 " files will take about %s "
                   "(estimated from the headers of %" PRId64 ")%s\n",
           files, size_s, sampled, free_s);
