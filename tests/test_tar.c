@@ -852,6 +852,7 @@ static void test_random_damage(void) {
       stk_options o;
       base_opts(&o, dir);
       o.on_error = STK_ON_ERROR_SKIP;
+      o.max_skipped_fraction = 1; /* bad on purpose: more than a tenth */
       o.max_consecutive_failures = 0;
       stk_loader *l = NULL;
       rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
@@ -900,6 +901,7 @@ static void test_skip_corrupt_member(void) {
   stk_options o;
   base_opts(&o, dir);
   o.on_error = STK_ON_ERROR_SKIP;
+  o.max_skipped_fraction = 1; /* bad on purpose: more than a tenth */
   o.batch_size = 2;
   stk_loader *l = CHECK_CREATE(&o, STK_OK);
   if (l) {
@@ -981,6 +983,7 @@ static void test_damaged_shard(void) {
   }
   base_opts(&o, dir);
   o.on_error = STK_ON_ERROR_SKIP;
+  o.max_skipped_fraction = 1; /* bad on purpose: more than a tenth */
   o.batch_size = 1;
   l = CHECK_CREATE(&o, STK_OK);
   if (l) {
