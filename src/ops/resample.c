@@ -705,8 +705,14 @@ STK__AVX2 static void vpass_avx2(const uint8_t *first, size_t pitch, size_t len,
                                  int32_t *acc, uint8_t *out) {
   vpass_body(first, pitch, len, k, n, acc, out);
 }
-/* 512-bit vectors: GCC's default tuning stops at 256 */
-__attribute__((target("avx2,avx512f,avx512bw,avx512vl,prefer-vector-width=512"))) static void
+/* 512-bit vectors: GCC's default tuning stops at 256 (clang has no such
+ * target option) */
+#if defined(__clang__)
+#define STK__AVX512_WIDE STK__AVX512
+#else
+#define STK__AVX512_WIDE __attribute__((target("avx2,avx512f,avx512bw,avx512vl,prefer-vector-width=512")))
+#endif
+STK__AVX512_WIDE static void
 vpass_avx512(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
              uint8_t *out) {
   vpass_body(first, pitch, len, k, n, acc, out);
