@@ -246,11 +246,16 @@ expect 2 "pack bad read timeout" -- "$STK" pack "$T/ds" "$T/x.stkc" --cache --re
 
 # Ctrl-C (SIGINT) or SIGTERM during a pack removes its temporary output and
 # the exit status is the signal's
-"$STK" synth "$T/slow" --images 300 --classes 2 >/dev/null
+# (a list of the same 100 files 60 times over: a pack of many seconds, so
+# that the signal always comes while it runs, on a fast machine too)
+"$STK" synth "$T/slow" --images 100 --classes 2 >/dev/null
+find "$T/slow" -type f -name '*.JPEG' | sed 's/$/ 0/' >"$T/slow1.list"
+: >"$T/slow.list"
+for i in $(seq 60); do cat "$T/slow1.list" >>"$T/slow.list"; done
 for sig in 2 15; do
   for fmt in cache tar; do
     if [ $fmt = cache ]; then out="$T/sig.stkc"; set -- --cache --max-side 0; else out="$T/sigshards"; set -- --tar --check --shard-size 1M; fi
-    "$STK" pack "$T/slow" "$out" "$@" --threads 1 >/dev/null 2>&1 &
+    "$STK" pack --list "$T/slow.list" "$out" "$@" --threads 1 >/dev/null 2>&1 &
     pp=$!
     for i in 1 2 3 4 5 6 7 8 9 10; do ls -d "$out".tmp-* >/dev/null 2>&1 && break; sleep 0.1; done
     sleep 0.2

@@ -30,6 +30,10 @@ int main(void) {
 
   CHECK_EQ_INT(sniff("II*\0\x08\0\0\0", 8), STK__FMT_TIFF);
   CHECK_EQ_INT(sniff("MM\0*\0\0\0\x08", 8), STK__FMT_TIFF);
+  CHECK_EQ_INT(sniff("P6\n4 4\n255\n", 11), STK__FMT_PNM);
+  CHECK_EQ_INT(sniff("P5 4 4 255 ", 11), STK__FMT_PNM);
+  CHECK_EQ_INT(sniff("P7\n", 3), STK__FMT_UNKNOWN);
+  CHECK_EQ_INT(sniff("Photo", 5), STK__FMT_UNKNOWN);
   CHECK_EQ_INT(sniff("II\0*", 4), STK__FMT_UNKNOWN);
 
   /* garbage, text and nothing */

@@ -23,6 +23,7 @@ typedef enum {
   STK__FMT_BMP,
   STK__FMT_WEBP,
   STK__FMT_TIFF,
+  STK__FMT_PNM,   /* PPM/PGM/PBM (netpbm): in ImageFolder's extensions, not decoded */
   STK__FMT_RAW,   /* decoded RGB8 from a cache: never sniffed from bytes */
 } stk__format;
 

@@ -107,7 +107,8 @@ static int begin(stk__decoder *d, const uint8_t *buf, size_t n, stk__image_info 
   case STK__FMT_UNKNOWN:
     return stk__fail(msg, msglen, STK_EFORMAT, "not an image (unrecognised content)");
   default:
-    return stk__fail(msg, msglen, STK_EFORMAT, "unsupported image format: %s",
+    return stk__fail(msg, msglen, STK_EFORMAT,
+                     "%s images are not decoded by this build (only JPEG and PNG)",
                      stk__format_name(f));
   }
   if (rc)

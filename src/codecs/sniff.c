@@ -24,6 +24,10 @@ stk__format stk__sniff(const uint8_t *buf, size_t n) {
     return STK__FMT_WEBP;
   if (starts_with(buf, n, "II*\0", 4) || starts_with(buf, n, "MM\0*", 4))
     return STK__FMT_TIFF;
+  /* netpbm: "P1".."P6" then whitespace (ImageFolder lists .ppm and .pgm) */
+  if (n >= 3 && buf[0] == 'P' && buf[1] >= '1' && buf[1] <= '6' &&
+      (buf[2] == ' ' || buf[2] == '\n' || buf[2] == '\r' || buf[2] == '\t'))
+    return STK__FMT_PNM;
   return STK__FMT_UNKNOWN;
 }
 
@@ -35,6 +39,7 @@ const char *stk__format_name(stk__format f) {
   case STK__FMT_BMP: return "BMP";
   case STK__FMT_WEBP: return "WebP";
   case STK__FMT_TIFF: return "TIFF";
+  case STK__FMT_PNM: return "PPM/PGM";
   case STK__FMT_RAW: return "raw RGB8";
   case STK__FMT_UNKNOWN: break;
   }

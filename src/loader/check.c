@@ -12,11 +12,6 @@ static int check_bytes(stk__worker *wk, const uint8_t *data, size_t len, int *w,
   int rc = stk__decoder_header(wk->dec, data, len, &info, msg, msglen);
   stk__region reg;
   if (!rc) rc = stk__decoder_decode(wk->dec, data, len, NULL, 1, &reg, msg, msglen);
-  /* PPM and PGM are among ImageFolder's extensions: say what they are (the
-   * wording of stk_pack) rather than "unrecognised content" */
-  if (rc == STK_EFORMAT && len >= 3 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6' &&
-      (data[2] == ' ' || data[2] == '\n' || data[2] == '\r' || data[2] == '\t'))
-    snprintf(msg, msglen, "PPM/PGM images are not decoded by this build (only JPEG and PNG)");
   if (!rc) {
     if (w) *w = reg.image_w;
     if (h) *h = reg.image_h;

@@ -102,14 +102,6 @@ typedef struct {
   int stop;
 } packer;
 
-/* The decoder's reason for a file it does not recognise, made to say what
- * a PPM or PGM file (in torchvision's ImageFolder extensions) is. */
-static void name_unsupported(const uint8_t *p, size_t n, int rc, char *msg, size_t msglen) {
-  if (rc == STK_EFORMAT && n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '6' &&
-      (p[2] == ' ' || p[2] == '\n' || p[2] == '\r' || p[2] == '\t'))
-    snprintf(msg, msglen, "PPM/PGM images are not decoded by this build (only JPEG and PNG)");
-}
-
 /* Reads file i and decodes it in full (a cache, or tar shards with
  * `check`) or its header (tar shards), then for a cache bounds and encodes
  * it into r: the work of one file. */
@@ -129,7 +121,6 @@ static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, stk__bounde
   if (!r->rc && (!tar || pk->x->check))
     r->rc = stk__decoder_decode(w->dec, b.data, b.len, NULL, 1, &reg, r->msg, sizeof r->msg);
   if (r->rc) {
-    name_unsupported(b.data, b.len, r->rc, r->msg, sizeof r->msg);
     return;
   }
   if (tar) { /* the file's own bytes go into the shard */
