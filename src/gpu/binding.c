@@ -100,7 +100,7 @@ static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
 cuda_api stk__cu;
 nvjpeg_api stk__nj;
 int stk__cu_ok, stk__nj_ok;
-char stk__cu_why[256], stk__nj_why[256], stk__nj_lib[1024];
+char stk__cu_why[256], stk__nj_why[512], stk__nj_lib[1024];
 
 static int load_syms(void *lib, const sym_entry *tab, size_t n, void *api, char *why, size_t wl) {
   for (size_t i = 0; i < n; i++) {
@@ -211,8 +211,9 @@ static void open_nvjpeg(void) {
     if (dl && nj_try_dir(p, dl, tried, sizeof tried)) return;
     p = end ? end + 1 : p + dl;
   }
+  /* the list of what was tried is cut to what fits the message */
   snprintf(stk__nj_why, sizeof stk__nj_why,
-           "libnvjpeg.so.* cannot be opened%s%s%s (looked on the loader's path%s; pip install "
+           "libnvjpeg.so.* cannot be opened%s%.150s%s (looked on the loader's path%s; pip install "
            "nvidia-nvjpeg-cu12, or a CUDA toolkit)",
            tried[0] ? " (" : "", tried, tried[0] ? ")" : "",
            dirs && *dirs ? " and in STOKER_NVJPEG_PATH" : "");

@@ -147,7 +147,7 @@ typedef struct {
 extern cuda_api stk__cu;
 extern nvjpeg_api stk__nj;
 extern int stk__cu_ok, stk__nj_ok;            /* each API complete */
-extern char stk__cu_why[256], stk__nj_why[256]; /* why not, when not */
+extern char stk__cu_why[256], stk__nj_why[512]; /* why not, when not */
 extern char stk__nj_lib[1024];                 /* the path of the nvJPEG library opened */
 
 void stk__gpu_load(void); /* thread-safe, idempotent */
