@@ -245,12 +245,16 @@ static void test_bad_files_left_out(void) {
     CHECK(strstr(stk_loader_note(l), "stale") != NULL);
     stk_loader_destroy(l);
   }
-  /* The folder is gone (the cache moved to another machine): self-contained. */
+  /* The folder is gone (the cache moved to another machine): self-contained,
+   * used, and the note says that it was not checked. */
   o.allow_stale_cache = 0;
   tu_rmtree(src);
   l = CHECK_CREATE(&o, STK_OK);
   if (l) {
-    CHECK(!strcmp(stk_loader_note(l), ""));
+    const char *note = stk_loader_note(l);
+    CHECK_MSG(strstr(note, "no longer exists") && strstr(note, src) && strstr(note, "not checked"),
+              "%s", note);
+    CHECK_EQ_INT(stk_loader_num_samples(l), 6);
     stk_loader_destroy(l);
   }
   unlink(out);
@@ -334,6 +338,147 @@ static void test_damaged(const char *cache) {
   stk_loader_destroy(l);
   unlink(path);
   free(good);
+}
+
+/* ---- source files replaced under the same name ------------------------- */
+
+/* Opens cache (allow_stale_cache as given): the return code, the error or
+ * the note, and with STK_OK the samples of one epoch. */
+static int open_cache(const char *cache, int allow, char *text, size_t textlen, int64_t *got) {
+  stk_options o;
+  opts(&o, cache);
+  o.allow_stale_cache = allow;
+  stk_loader *l = NULL;
+  text[0] = '\0';
+  int rc = STK_LOADER_CREATE(&o, &l, text, textlen);
+  *got = -1;
+  if (rc == STK_OK) {
+    snprintf(text, textlen, "%s", stk_loader_note(l));
+    *got = tu_run_epoch(l, NULL, NULL, NULL, NULL);
+  }
+  stk_loader_destroy(l);
+  return rc;
+}
+
+/* Moves path's mtime by delta_ns, keeping its bytes and size. */
+static void shift_mtime(const char *path, long delta_ns) {
+  struct stat st;
+  CHECK(stat(path, &st) == 0);
+  struct timespec ts[2] = {st.st_atim, st.st_mtim};
+  long long ns = (long long)ts[1].tv_sec * 1000000000 + ts[1].tv_nsec + delta_ns;
+  ts[1].tv_sec = (time_t)(ns / 1000000000);
+  ts[1].tv_nsec = (long)(ns % 1000000000);
+  CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+/* The cache as a build before the per-file stats wrote it: no flag, no
+ * extension in the header's padding, no table after the strings. */
+static void write_old_format(const char *cache, const char *out) {
+  size_t n;
+  uint8_t *b = slurp(cache, &n);
+  if (!b) return;
+  stk__cache_header hd;
+  memcpy(&hd, b, sizeof hd);
+  CHECK(hd.reserved == STK__CACHE_F_STATS);
+  CHECK(n > hd.meta_off + hd.meta_len);
+  hd.reserved = 0;
+  hd.header_hash = stk__hash64(&hd, offsetof(stk__cache_header, header_hash), 0);
+  memset(b, 0, STK__CACHE_DATA_OFF);
+  memcpy(b, &hd, sizeof hd);
+  tu_write_bytes(out, b, (size_t)(hd.meta_off + hd.meta_len));
+  free(b);
+}
+
+static void test_replaced_files(void) {
+  char src[1024], cache[1100], old[1100], p[1200], q[1200], text[2048], err[512];
+  snprintf(src, sizeof src, "%s/replaced", g_dir);
+  snprintf(cache, sizeof cache, "%s/replaced.stkc", g_dir);
+  snprintf(old, sizeof old, "%s/replaced-old.stkc", g_dir);
+  tu_mkdir(src);
+  CHECK_EQ_INT(tu_make_folder(src, 2, 4, 40, 30), STK_OK);
+  stk_pack_result r;
+  bad_log log = {0};
+  CHECK_EQ_INT(pack(src, cache, STK_CACHE_RAW, 0, 2, &r, &log, err, sizeof err), STK_OK);
+  write_old_format(cache, old);
+  int64_t got;
+  /* untouched: both open without a note */
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_OK);
+  CHECK_MSG(!strcmp(text, "") && got == 8, "%s (%lld samples)", text, (long long)got);
+  CHECK_EQ_INT(open_cache(old, 0, text, sizeof text, &got), STK_OK);
+  CHECK_MSG(!strcmp(text, "") && got == 8, "%s (%lld samples)", text, (long long)got);
+
+  /* same name, another size */
+  snprintf(p, sizeof p, "%s/class001/img0002.jpg", src);
+  size_t n0;
+  uint8_t *orig = slurp(p, &n0);
+  CHECK_EQ_INT(tu_write_jpeg(p, 44, 30, 77, 90), STK_OK);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_ESTALE);
+  CHECK_MSG(strstr(text, "is stale: 1 of its 8 files changed") && strstr(text, p) &&
+                strstr(text, "bytes, packed at") && strstr(text, "allow_stale_cache"),
+            "%s", text);
+  /* used as it is under allow_stale_cache, and the note says so */
+  CHECK_EQ_INT(open_cache(cache, 1, text, sizeof text, &got), STK_OK);
+  CHECK_MSG(strstr(text, "is stale: 1 of its 8 files changed") && got == 8, "%s", text);
+  /* an old cache keeps its old check: the list is the same, so it opens */
+  CHECK_EQ_INT(open_cache(old, 0, text, sizeof text, &got), STK_OK);
+  CHECK_MSG(!strcmp(text, "") && got == 8, "%s", text);
+
+  /* the same bytes and size back, a different mtime (1.5 ms later): stale */
+  struct stat st0;
+  tu_write_bytes(p, orig, n0);
+  CHECK(stat(p, &st0) == 0 && (size_t)st0.st_size == n0);
+  shift_mtime(p, 1500000);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_ESTALE);
+  CHECK_MSG(strstr(text, "1 of its 8 files changed") && strstr(text, p) &&
+                strstr(text, "same size, modified"),
+            "%s", text);
+
+  /* a second one changed: counted, the first in sample order named */
+  snprintf(q, sizeof q, "%s/class000/img0001.jpg", src);
+  shift_mtime(q, -2000000000L);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_ESTALE);
+  CHECK_MSG(strstr(text, "2 of its 8 files changed") && strstr(text, q) && !strstr(text, p),
+            "%s", text);
+  free(orig);
+
+  /* an added file: the list check, in the new and the old format alike */
+  snprintf(p, sizeof p, "%s/class000/zz-new.jpg", src);
+  CHECK_EQ_INT(tu_write_jpeg(p, 30, 30, 5, 90), STK_OK);
+  CHECK_EQ_INT(open_cache(old, 0, text, sizeof text, &got), STK_ESTALE);
+  CHECK_MSG(strstr(text, "it now lists 9 samples"), "%s", text);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_ESTALE);
+  CHECK_MSG(strstr(text, "it now lists 9 samples"), "%s", text);
+  unlink(old);
+  unlink(cache);
+
+  /* A list file's cache: a listed file deleted leaves the list as it was,
+   * and only the stats see it. */
+  char list[1100];
+  snprintf(list, sizeof list, "%s/replaced.txt", g_dir);
+  FILE *f = fopen(list, "w");
+  for (int i = 0; f && i < 4; i++) fprintf(f, "%s/class001/img%04d.jpg %d\n", src, i, i % 2);
+  if (f) fclose(f);
+  stk_pack_options po;
+  stk_pack_options_init(&po);
+  po.list_file = list;
+  po.output = cache;
+  po.max_side = 0;
+  CHECK_EQ_INT(STK_PACK(&po, &r, err, sizeof err), STK_OK);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_OK);
+  CHECK_MSG(!strcmp(text, "") && got == 4, "%s", text);
+  snprintf(p, sizeof p, "%s/class001/img0003.jpg", src);
+  unlink(p);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_ESTALE);
+  CHECK_MSG(strstr(text, "1 of its 4 files changed") && strstr(text, p) &&
+                strstr(text, "No such file"),
+            "%s", text);
+  /* the list gone too: used as packed, with the note */
+  unlink(list);
+  CHECK_EQ_INT(open_cache(cache, 0, text, sizeof text, &got), STK_OK);
+  CHECK_MSG(strstr(text, "its source list") && strstr(text, "no longer exists") && got == 4, "%s",
+            text);
+  unlink(cache);
+  tu_rmtree(src);
 }
 
 /* ---- a cache file that changes while it is read ------------------------- */
@@ -653,6 +798,7 @@ int main(void) {
   test_threads_same_bytes(cache);
   test_damaged(cache);
   test_bad_files_left_out();
+  test_replaced_files();
   test_changing_file();
   test_verify(cache);
   tu_rmtree(g_dir);

@@ -2,6 +2,7 @@
 the originals first resized by Pillow to that bound), the JPEG encoding, and
 on a GPU machine the device path against the CPU path."""
 import os
+import warnings
 
 import pytest
 
@@ -99,6 +100,113 @@ def test_stale_cache_is_refused(tmp_path):
     with pytest.warns(UserWarning, match="stale"):
         ld = stoker.ImageLoader(out, allow_stale_cache=True)
     ld.close()
+
+
+# ---- source files replaced under the same name, a removed source -------------------
+
+def _packed(tmp_path):
+    src = make_folder(tmp_path / "src", classes=2, per_class=3, seed=5)
+    out = str(tmp_path / "c.stkc")
+    stoker.pack(src, out, max_side=BOUND)
+    return src, out
+
+
+@pytest.mark.parametrize("change", ["size", "mtime"])
+def test_replaced_file_makes_cache_stale(tmp_path, change):
+    """A file replaced under its name (another size, or the same size with
+    another mtime) makes the cache stale; the message names it and counts."""
+    src, out = _packed(tmp_path)
+    with stoker.ImageLoader(out) as ld:  # untouched: no error, no warning
+        assert ld.note == ""
+    path = os.path.join(src, "class01", "img001.jpg")
+    st = os.stat(path)
+    if change == "size":
+        save_jpeg(path, photo(52, 30, 77))
+        assert os.path.getsize(path) != st.st_size
+    else:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_500_000))
+        assert os.path.getsize(path) == st.st_size
+    with pytest.raises(stoker.StaleCacheError, match="1 of its 6 files changed") as info:
+        stoker.ImageLoader(out)
+    assert path in str(info.value)
+    assert ("bytes, packed at" if change == "size" else "same size, modified") in str(info.value)
+    with pytest.warns(UserWarning, match="stale: 1 of its 6 files changed"):
+        ld = stoker.ImageLoader(out, allow_stale_cache=True, batch_size=2)
+    with ld:
+        assert sum(len(y) for _, y in ld) == 6
+
+
+_M = (1 << 64) - 1
+
+
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & _M
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & _M
+    return z ^ (z >> 31)
+
+
+def _hash64(b):
+    """stk__hash64 (src/core/common.c), seed 0."""
+    import struct
+
+    def rnd(h, w):
+        h ^= (w * 0xc2b2ae3d27d4eb4f) & _M
+        return ((((h << 31) | (h >> 33)) & _M) * 0x9e3779b185ebca87) & _M
+
+    n = len(b)
+    h = _mix64((n * 0x9e3779b97f4a7c15) & _M)
+    h2 = h ^ 0x632be59bd9b4e019
+    i = 0
+    while n - i >= 16:
+        w0, w1 = struct.unpack_from("<QQ", b, i)
+        h, h2 = rnd(h, w0), rnd(h2, w1)
+        i += 16
+    t0, t1 = struct.unpack("<QQ", b[i:] + bytes(16 - (n - i)))
+    return _mix64(h ^ _mix64(h2 ^ t0) ^ _mix64((t1 + n - i) & _M))
+
+
+def test_old_format_cache_keeps_its_old_check(tmp_path):
+    """A cache written before the per-file stats (no flag, no table) still
+    opens, with the list check alone: a replaced file goes unseen, an added
+    one is refused."""
+    import struct
+
+    src, out = _packed(tmp_path)
+    data = bytearray(open(out, "rb").read())
+    hd = data[:120]  # struct stk__cache_header (src/sources/cache_format.h)
+    assert _hash64(bytes(hd[:112])) == struct.unpack_from("<Q", hd, 112)[0]
+    assert struct.unpack_from("<Q", hd, 48)[0] == 2  # STK__CACHE_F_STATS
+    meta_off, meta_len = struct.unpack_from("<QQ", hd, 64)
+    struct.pack_into("<Q", hd, 48, 0)
+    struct.pack_into("<Q", hd, 112, _hash64(bytes(hd[:112])))
+    old = str(tmp_path / "old.stkc")
+    with open(old, "wb") as f:
+        f.write(bytes(hd) + bytes(4096 - 120) + data[4096:meta_off + meta_len])
+    path = os.path.join(src, "class00", "img002.jpg")
+    save_jpeg(path, photo(52, 30, 78))
+    with pytest.raises(stoker.StaleCacheError, match="1 of its 6 files changed"):
+        stoker.ImageLoader(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with stoker.ImageLoader(old, batch_size=3) as ld:
+            assert ld.note == "" and sum(len(y) for _, y in ld) == 6
+    save_jpeg(os.path.join(src, "class00", "added.jpg"), photo(40, 30, 99))
+    with pytest.raises(stoker.StaleCacheError, match="now lists 7 samples"):
+        stoker.ImageLoader(old)
+
+
+def test_removed_source_is_used_with_a_warning(tmp_path):
+    """A cache whose folder is gone is self-contained: it loads, and the
+    warning says it was not checked."""
+    import shutil
+
+    src, out = _packed(tmp_path)
+    shutil.rmtree(src)
+    with pytest.warns(UserWarning, match="no longer exists") as rec:
+        ld = stoker.ImageLoader(out, batch_size=4)
+    assert src in str(rec[0].message) and "not checked" in ld.note
+    with ld:
+        assert sum(len(y) for _, y in ld) == 6
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

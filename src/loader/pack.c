@@ -88,6 +88,7 @@ typedef struct {
   int w, h;
   int png; /* tar: the file is a PNG */
   uint64_t hash;
+  stk__cache_stat fst; /* the source file as it was before the read */
 } result;
 
 typedef struct {
@@ -110,6 +111,17 @@ static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, stk__bounde
   const stk_pack_options *o = pk->o;
   int tar = o->format == STK_PACK_TAR;
   const char *path = stk__dataset_path(pk->ds, i);
+  /* Stat first, read second: a file replaced between the two is recorded
+   * with its old stat and so looks changed at the next open, never the
+   * reverse. A failed stat records what no file has. */
+  struct stat fs;
+  if (!tar && stat(path, &fs) == 0) {
+    r->fst.size = (uint64_t)fs.st_size;
+    r->fst.mtime_ns = (int64_t)fs.st_mtim.tv_sec * 1000000000 + fs.st_mtim.tv_nsec;
+  } else {
+    r->fst.size = UINT64_MAX;
+    r->fst.mtime_ns = INT64_MIN;
+  }
   stk__bytes b = {0};
   r->rc = stk__bounded_read_file(br, path, o->max_file_bytes, &b, r->msg, sizeof r->msg);
   stk__image_info info;
@@ -273,7 +285,8 @@ static uint64_t estimate_raw(const stk_pack_options *o, const stk__pack_extra *x
     stk__bound_size(info.width, info.height, o->max_side, &nw, &nh);
     uint64_t px = (uint64_t)nw * (uint64_t)nh * 3;
     sum += (double)((px + STK__CACHE_ALIGN - 1) / STK__CACHE_ALIGN * STK__CACHE_ALIGN);
-    sum += sizeof(stk__cache_entry) + strlen(stk__dataset_path(ds, i)) + 1;
+    sum += sizeof(stk__cache_entry) + sizeof(stk__cache_stat) + strlen(stk__dataset_path(ds, i)) +
+           1;
     ok++;
   }
   stk__bounded_free(&br);
@@ -354,11 +367,13 @@ static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const s
   pk.nring = (int64_t)threads * 4;
   pk.ring = calloc((size_t)pk.nring, sizeof *pk.ring);
   stk__cache_entry *ent = tar ? NULL : calloc((size_t)ds->n, sizeof *ent);
+  stk__cache_stat *fst = tar ? NULL : calloc((size_t)ds->n, sizeof *fst);
   pack_thread *th = calloc((size_t)threads, sizeof *th);
   stk__buf meta = {0}, names = {0};
   size_t names_len = 0;
   int rc = STK_OK, started = 0;
-  if (!pk.ring || (!tar && !ent) || !th) rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  if (!pk.ring || (!tar && (!ent || !fst)) || !th)
+    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   pthread_mutex_init(&pk.mu, NULL);
   pthread_cond_init(&pk.cv, NULL);
   for (int t = 0; rc == STK_OK && t < threads; t++) {
@@ -396,6 +411,7 @@ static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const s
         e->h = (uint32_t)r->h;
         e->label = ds->labels[i];
         e->hash = r->hash;
+        fst[nout - 1] = r->fst;
         off += (r->len + STK__CACHE_ALIGN - 1) / STK__CACHE_ALIGN * STK__CACHE_ALIGN;
         if (put(&names, &names_len, path, strlen(path) + 1))
           rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
@@ -460,12 +476,25 @@ static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const s
     hd.classes_len = classes_len;
     hd.source_len = source_len;
     hd.meta_hash = stk__hash64(meta.p, mlen, 0);
+    /* the source files' stats, after the strings (see cache_format.h) */
+    hd.reserved = STK__CACHE_F_STATS;
+    stk__cache_ext ext;
+    memset(&ext, 0, sizeof ext);
+    memcpy(ext.magic, STK__CACHE_EXT_MAGIC, 8);
+    ext.stats_off = (off + mlen + 7) / 8 * 8;
+    ext.stats_len = (uint64_t)nout * sizeof *fst;
+    ext.stats_hash = stk__hash64(fst, (size_t)ext.stats_len, 0);
+    ext.ext_hash = stk__hash64(&ext, offsetof(stk__cache_ext, ext_hash), 0);
     hd.header_hash = stk__hash64(&hd, offsetof(stk__cache_header, header_hash), 0);
     uint8_t block[STK__CACHE_DATA_OFF];
     memset(block, 0, sizeof block);
     memcpy(block, &hd, sizeof hd);
-    if (pwrite_all(fd, meta.p, mlen, off) || pwrite_all(fd, block, sizeof block, 0) ||
-        fsync(fd) != 0)
+    memcpy(block + STK__CACHE_EXT_OFF, &ext, sizeof ext);
+    static const uint8_t zeros[8];
+    if (pwrite_all(fd, meta.p, mlen, off) ||
+        pwrite_all(fd, zeros, (size_t)(ext.stats_off - off - mlen), off + mlen) ||
+        pwrite_all(fd, fst, (size_t)ext.stats_len, ext.stats_off) ||
+        pwrite_all(fd, block, sizeof block, 0) || fsync(fd) != 0)
       rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tmp, strerror(errno));
   }
   if (close(fd) != 0 && rc == STK_OK)
@@ -476,12 +505,13 @@ static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const s
   if (rc) unlink(tmp);
   if (rc == STK_OK) {
     res->packed = nout;
-    res->bytes = off + mlen;
+    res->bytes = (off + mlen + 7) / 8 * 8 + (uint64_t)nout * sizeof *fst;
   }
 out:
   for (int64_t k = 0; pk.ring && k < pk.nring; k++) stk__buf_free(&pk.ring[k].buf);
   free(pk.ring);
   free(ent);
+  free(fst);
   free(th);
   stk__buf_free(&meta);
   stk__buf_free(&names);

@@ -53,6 +53,7 @@ typedef struct {
   int verify;             /* stk_options.verify: each sample's checksum as it is read */
   stk__cache_header hd;
   const stk__cache_entry *ent; /* n entries, inside the map */
+  const stk__cache_stat *fst;  /* n entries inside the map, or NULL (an older cache) */
 } cache_impl;
 
 /* ---- the SIGBUS guard ------------------------------------------------------ */
@@ -290,12 +291,122 @@ static const char *next_str(const char **p, const char *end) {
   return s;
 }
 
+/* ---- the source files' stats -------------------------------------------- */
+
+/* Stats every sample's source file and compares size and mtime with what
+ * pack recorded. The work is system calls (round trips on network storage),
+ * so threads help beyond the core count, as in the folder scan: up to 16,
+ * or STOKER_SCAN_THREADS, and one per 2,048 files. */
+typedef struct {
+  const stk__dataset *ds;
+  size_t skip;                 /* the "CACHE#" before each name */
+  const stk__cache_stat *want;
+  int64_t n;
+  atomic_llong next, changed, first;
+} stat_job;
+
+#define STAT_CHUNK 256
+
+static int stat_differs(const char *path, const stk__cache_stat *want, struct stat *st) {
+  if (stat(path, st) != 0) return 1;
+  int64_t ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+  return (uint64_t)st->st_size != want->size || ns != want->mtime_ns;
+}
+
+static void *stat_main(void *arg) {
+  stat_job *j = arg;
+  for (;;) {
+    int64_t from = atomic_fetch_add(&j->next, STAT_CHUNK);
+    if (from >= j->n) break;
+    int64_t to = from + STAT_CHUNK < j->n ? from + STAT_CHUNK : j->n;
+    for (int64_t i = from; i < to; i++) {
+      struct stat st;
+      if (!stat_differs(stk__dataset_path(j->ds, i) + j->skip, &j->want[i], &st)) continue;
+      atomic_fetch_add(&j->changed, 1);
+      long long f = atomic_load(&j->first);
+      while (i < f && !atomic_compare_exchange_weak(&j->first, &f, i)) {
+      }
+    }
+  }
+  return NULL;
+}
+
+static int stat_threads(int64_t n) {
+  long t = 16;
+  const char *e = getenv("STOKER_SCAN_THREADS");
+  if (e && *e) {
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (!*end && v >= 1 && v <= 256) t = v;
+  }
+  int64_t by_n = (n + 2047) / 2048;
+  return (int)(t < by_n ? t : by_n);
+}
+
+/* The number of samples whose file changed since the pack (size, mtime, or
+ * gone), and in `first` the lowest such index. Threads that cannot be
+ * started leave their share to the others. */
+static int64_t changed_files(const stk__source *s, size_t skip, int64_t *first) {
+  const cache_impl *c = s->impl;
+  stat_job j;
+  memset(&j, 0, sizeof j);
+  j.ds = &s->ds;
+  j.skip = skip;
+  j.want = c->fst;
+  j.n = s->ds.n;
+  atomic_init(&j.next, 0);
+  atomic_init(&j.changed, 0);
+  atomic_init(&j.first, (long long)j.n);
+  pthread_t th[256];
+  int nt = stat_threads(j.n), started = 0;
+  for (int t = 1; t < nt; t++) /* this thread is one of them */
+    if (pthread_create(&th[started], NULL, stat_main, &j) == 0) started++;
+  stat_main(&j);
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  *first = (int64_t)atomic_load(&j.first);
+  return (int64_t)atomic_load(&j.changed);
+}
+
+/* What changed about the file of sample i, for the message. */
+static void describe_change(const stk__source *s, size_t skip, int64_t i, char *out,
+                            size_t outlen) {
+  const cache_impl *c = s->impl;
+  const char *path = stk__dataset_path(&s->ds, i) + skip;
+  stk__cache_stat want = c->fst[i];
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    snprintf(out, outlen, "%s: %s", path, strerror(errno));
+    return;
+  }
+  int64_t ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+  if ((uint64_t)st.st_size != want.size)
+    snprintf(out, outlen, "%s: now %lld bytes, packed at %llu", path, (long long)st.st_size,
+             (unsigned long long)want.size);
+  else
+    snprintf(out, outlen, "%s: same size, modified %+.3f s after it was packed", path,
+             (double)(ns - want.mtime_ns) / 1e9);
+}
+
 /* Compares the cache with the folder or list it was packed from, when that
  * still exists: the same names and labels, or the cache is stale. */
 static int check_source(stk__source *s, const char *path, const char *kind, const char *where,
                         const char *base, const stk_options *opt, char *msg, size_t msglen) {
   struct stat st;
-  if (!where || !*where || stat(where, &st) != 0) return STK_OK; /* moved away: self-contained */
+  if (!where || !*where) return STK_OK; /* no source recorded */
+  /* Gone (the cache was copied to another machine, or the originals were
+   * removed once packed, as with FFCV's .beton files): the cache holds all
+   * it needs, so it is used, but not silently, since nothing was checked. */
+  int gone = stat(where, &st) != 0, why_gone = errno;
+  if (gone || (strcmp(kind, "list") && !S_ISDIR(st.st_mode))) {
+    snprintf(s->note, sizeof s->note,
+             "cache %s: its source %s %s %s, so it was not checked for changes; it is used as "
+             "packed",
+             path, kind, where,
+             !gone                                       ? "is no longer a folder"
+             : why_gone == ENOENT || why_gone == ENOTDIR ? "no longer exists"
+                                                         : "cannot be read");
+    return STK_OK;
+  }
   stk_options o = *opt;
   o.root = o.list_file = o.list_base = NULL;
   stk__source src;
@@ -307,7 +418,6 @@ static int check_source(stk__source *s, const char *path, const char *kind, cons
     o.list_base = base && *base ? base : NULL;
     rc = stk__list_open(&src, &o, why, sizeof why);
   } else {
-    if (!S_ISDIR(st.st_mode)) return STK_OK;
     o.root = where;
     rc = stk__folder_open(&src, &o, why, sizeof why);
   }
@@ -316,6 +426,26 @@ static int check_source(stk__source *s, const char *path, const char *kind, cons
   if (!stale) stale = stk__source_list_fp(&src.ds) != c->hd.list_fp;
   int64_t now = rc == STK_OK ? src.ds.n : -1;
   stk__source_close(&src);
+  if (!stale && c->fst) {
+    /* The same list: now the files themselves, replaced under the same
+     * name (size or mtime differ), or gone from under a list file. */
+    size_t skip = strlen(path) + 1;
+    int64_t first = 0, n = changed_files(s, skip, &first);
+    if (n <= 0) return STK_OK;
+    char which[3072], text[3584];
+    describe_change(s, skip, first, which, sizeof which);
+    snprintf(text, sizeof text,
+             "cache %s is stale: %lld of its %lld files changed since it was packed (first: %s)",
+             path, (long long)n, (long long)s->ds.n, which);
+    if (!opt->allow_stale_cache)
+      return stk__fail(msg, msglen, STK_ESTALE,
+                       "%s; pack it again, or pass allow_stale_cache to use it as it is", text);
+    /* the note may be cut short at its 256 bytes: the count comes first */
+    size_t l = strlen(text) < sizeof s->note ? strlen(text) : sizeof s->note - 1;
+    memcpy(s->note, text, l);
+    s->note[l] = '\0';
+    return STK_OK;
+  }
   if (!stale) return STK_OK;
   char what[160];
   if (now >= 0)
@@ -401,6 +531,20 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
         e->w > INT32_MAX || e->h > INT32_MAX ||
         (hd->encoding == STK_CACHE_RAW && e->len != (uint64_t)e->w * e->h * 3))
       BAD("cache %s: index entry %llu is corrupt", path, (unsigned long long)i);
+  }
+  if (hd->reserved & STK__CACHE_F_STATS) {
+    stk__cache_ext x;
+    memcpy(&x, c->map + STK__CACHE_EXT_OFF, sizeof x);
+    if (memcmp(x.magic, STK__CACHE_EXT_MAGIC, 8) ||
+        stk__hash64(&x, offsetof(stk__cache_ext, ext_hash), 0) != x.ext_hash)
+      BAD("cache %s: the header is corrupt (file stats)", path);
+    if (x.stats_off % 8 || x.stats_off < hd->meta_off + hd->meta_len || x.stats_off > c->size ||
+        x.stats_len != hd->n * sizeof(stk__cache_stat) || x.stats_len > c->size - x.stats_off)
+      BAD("cache %s is truncated or corrupt: %zu bytes, its header expects %llu", path, c->size,
+          (unsigned long long)(x.stats_off + x.stats_len));
+    if (stk__hash64(c->map + x.stats_off, (size_t)x.stats_len, 0) != x.stats_hash)
+      BAD("cache %s: the file stats are corrupt (checksum mismatch)", path);
+    c->fst = (const stk__cache_stat *)(c->map + x.stats_off);
   }
   const char *p = (const char *)(meta + hd->n * sizeof(stk__cache_entry));
   const char *names_end = p + hd->names_len, *classes_end = names_end + hd->classes_len;
