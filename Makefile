@@ -8,6 +8,7 @@
 #   make test-scripts  scripts/install-deps.sh and docker/build-steps.sh against stand-in apt commands
 #   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
 #   make fuzz SECONDS=N [FUZZ_TARGETS=...] [FUZZ_JOBS=J]  run the fuzz targets for N seconds each (clang, libFuzzer; J processes per target)
+#   make fuzz-corpus, make fuzz-msan  keep what fuzzing found in fuzz/corpus/; the targets under MemorySanitizer
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -42,7 +43,7 @@ test-c: all
 test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTK_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	cd $(ASAN_BUILD) && $(SAN_ENV) \
 	  ctest --output-on-failure -j $(JOBS)
 
 # The sanitizer matrix (docs/RELIABILITY.md), each in its own build folder:
@@ -56,7 +57,10 @@ test-asan:
 ASAN_CLANG_BUILD ?= build-san-clang
 TSAN_BUILD     ?= build-tsan
 VALGRIND_BUILD ?= build-valgrind
-SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# handle_sigbus=0: the library turns a SIGBUS from a cache truncated under it
+# into an error (src/sources/cache.c); ASan's own handler would take the
+# signal first and end the process.
+SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_sigbus=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp"
 .PHONY: test-asan-clang test-tsan test-valgrind
 
@@ -130,19 +134,44 @@ test:
 	@$(MAKE) --no-print-directory test-wheel
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(ASAN_CLANG_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-fuzz build-wheel
+	rm -rf $(BUILD) $(ASAN_BUILD) $(ASAN_CLANG_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-fuzz build-fuzz-sys build-fuzz-msan build-wheel
 
 # Fuzzing (fuzz/): builds the libFuzzer targets with clang under ASan and
-# UBSan in $(FUZZ_BUILD), then runs each for $(SECONDS) seconds, one at a
-# time. New inputs collect in $(FUZZ_BUILD)/corpus/, crashes in
-# $(FUZZ_BUILD)/crashes/; docs/RELIABILITY.md has the figures.
+# UBSan in $(FUZZ_BUILD), linked with libjpeg-turbo, libspng and zlib built
+# from source under the same instrumentation (fuzz/build-deps.sh, into
+# $(FUZZ_BUILD)/deps-asan/), then runs each for $(SECONDS) seconds, one at a
+# time, with the dictionaries fuzz/*.dict. The seeds are the minimised corpus
+# fuzz/corpus/<target>/; new inputs collect in $(FUZZ_BUILD)/corpus/ (minimised
+# after each run), crashes in $(FUZZ_BUILD)/crashes/; `make fuzz-corpus`
+# merges what was found into fuzz/corpus/. FUZZ_SYSTEM_LIBS=1 links the
+# system's (uninstrumented) libraries instead, in build-fuzz-sys/.
+# `make fuzz-msan` builds and runs the targets under MemorySanitizer in
+# $(FUZZ_BUILD)-msan/ (fuzz/build-msan.sh). docs/RELIABILITY.md has the figures.
+ifeq ($(FUZZ_SYSTEM_LIBS),1)
+FUZZ_BUILD ?= build-fuzz-sys
+else
 FUZZ_BUILD ?= build-fuzz
+endif
 SECONDS    ?= 60
 FUZZ_TARGETS ?= jpeg png markers list tar cache
-.PHONY: fuzz
-fuzz:
-	@scripts/install-deps.sh --fuzz
-	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release -DSTK_FUZZ=ON \
-	  -DSTK_TESTS=OFF -DSTK_PYTHON=OFF -DSTK_GPU=OFF >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
+FUZZ_DEPS   = $(abspath $(FUZZ_BUILD))/deps-asan/install
+FUZZ_DEPS_CMAKE = $(if $(filter 1,$(FUZZ_SYSTEM_LIBS)),,-DJPEG_INCLUDE_DIR=$(FUZZ_DEPS)/include \
+  -DJPEG_LIBRARY=$(FUZZ_DEPS)/lib/libjpeg.a -DSPNG_INCLUDE_DIR=$(FUZZ_DEPS)/include \
+  "-DSPNG_LIBRARY=$(FUZZ_DEPS)/lib/libspng.a;$(FUZZ_DEPS)/lib/libz.a")
+.PHONY: fuzz fuzz-build fuzz-corpus fuzz-msan
+fuzz: fuzz-build
 	@fuzz/run.sh $(FUZZ_BUILD) $(SECONDS) $(FUZZ_TARGETS)
+fuzz-build:
+	@scripts/install-deps.sh --fuzz
+	@$(if $(filter 1,$(FUZZ_SYSTEM_LIBS)),,fuzz/build-deps.sh $(FUZZ_BUILD) asan)
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release -DSTK_FUZZ=ON \
+	  -DSTK_TESTS=OFF -DSTK_PYTHON=OFF -DSTK_GPU=OFF $(FUZZ_DEPS_CMAKE) >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
+# Adds to fuzz/corpus/<target>/ the inputs of $(FUZZ_BUILD)/corpus/<target>/
+# that reach coverage the tree's corpus does not (libFuzzer's -merge=1).
+fuzz-corpus: fuzz-build
+	@fuzz/merge.sh $(FUZZ_BUILD) $(FUZZ_TARGETS)
+fuzz-msan:
+	@scripts/install-deps.sh --fuzz
+	@fuzz/build-msan.sh $(FUZZ_BUILD)-msan $(FUZZ_TARGETS)
+	@fuzz/run.sh $(FUZZ_BUILD)-msan $(SECONDS) $(FUZZ_TARGETS)
