@@ -24,9 +24,10 @@
  *  2. A batch filled by stk_loader_next() points into one of the loader's
  *     batch slots. The caller owns that slot until it passes the batch to
  *     stk_batch_release(); the library never writes into a slot that the caller
- *     still owns. A caller may hold several batches at once, up to
- *     stk_loader_num_slots() - 1; asking for another while holding every slot
- *     returns STK_EBUSY instead of waiting forever.
+ *     still owns. A caller may hold several batches at once, up to all
+ *     stk_loader_num_slots() of them; while it holds every slot the loader
+ *     has none to fill, so asking for another returns STK_EBUSY instead of
+ *     waiting forever.
  *  3. Every pointer inside a stk_batch (data, labels, indices) stays valid
  *     until that batch is released, and no longer.
  *  4. Strings returned by stk_loader_error(), stk_loader_skipped() and

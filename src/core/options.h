@@ -36,6 +36,8 @@
 #include "stoker.h"
 
 #define STK__V(...) {__VA_ARGS__}
+/* the most batches prepared ahead: the loader's arrays of slots are sized by it */
+#define STK__PREFETCH_MAX 64
 #define STK__INF ((double)INFINITY)
 #define STK__INT_MAX 2147483647.0
 #define STK__U64_MAX 18446744073709551616.0 /* 2**64: a double above every uint64_t */
@@ -86,7 +88,7 @@
     "drop the tail instead of padding shards to equal length") \
   X(threads, INT, STK__V(0), 0, 1024, NULL, "--threads", "threads", \
     "worker threads, 0 = all CPUs") \
-  X(prefetch, INT, STK__V(2), 1, 64, NULL, "--prefetch", "prefetch", \
+  X(prefetch, INT, STK__V(2), 1, STK__PREFETCH_MAX, NULL, "--prefetch", "prefetch", \
     "batches prepared ahead") \
   X(device, INT, STK__V(-1), -1, 1023, NULL, "--device", "device", \
     "CUDA device that decodes and augments (nvJPEG + kernels); -1 = CPU") \

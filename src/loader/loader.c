@@ -516,7 +516,7 @@ static int submit_batch(stk_loader *l, slot *s) {
 static void finalize_locked(stk_loader *l, worker_ctx *wc) {
   if (l->finalizing) return;
   l->finalizing = 1;
-  slot *s, *submit[64 + 2]; /* nslots = prefetch + 2 <= 66: room for every slot */
+  slot *s, *submit[STK__PREFETCH_MAX + 2]; /* nslots = prefetch + 2: room for every slot */
   int nsubmit = 0;
   uint64_t gen = l->gen;
   while ((s = slot_of(l, l->epoch, l->next_finalize)) && s->state == SLOT_FILLING && s->complete) {
