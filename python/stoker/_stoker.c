@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/errors.h"
 #include "core/options.h"
 #include "ops/augment.h"
 #include "ops/ops.h"
@@ -148,32 +149,25 @@ static PyObject *decode_message(const char *msg) {
 /* Raises the exception for code `rc` with the library's message. `nslots`
  * is only used to explain STK_EBUSY. Returns NULL. */
 static PyObject *raise_code(int rc, const char *msg, int nslots) {
+  /* keep the library's message when it has one (e.g. a memory cap) */
+  if (rc == STK_ENOMEM && (!msg || !msg[0])) return PyErr_NoMemory();
+  if (rc == STK_EBUSY) {
+    char m[512];
+    snprintf(m, sizeof m,
+             "every batch slot of the loader is held (%d slots = prefetch + 2): the caller keeps "
+             "that many batches alive, so no new batch can be produced. Drop references to "
+             "earlier batches (keep a .clone() of what you need), or pass a larger prefetch=",
+             nslots);
+    PyErr_SetString(PyExc_RuntimeError, m);
+    return NULL;
+  }
   PyObject *type;
-  switch (rc) {
-    case STK_EDECODE:
-    case STK_EIO:
-    case STK_EFORMAT:
-    case STK_ELIMIT:
-    case STK_ETOOMANY: type = DecodeError; break;
-    case STK_EINVAL: type = PyExc_ValueError; break;
-    case STK_ENOMEM:
-      /* keep the library's message when it has one (e.g. a memory cap) */
-      if (!msg || !msg[0]) return PyErr_NoMemory();
-      type = PyExc_MemoryError;
-      break;
-    case STK_EEMPTY: type = PyExc_FileNotFoundError; break; /* as torchvision's ImageFolder */
-    case STK_ESTALE: type = StaleCacheError; break;
-    case STK_EBUSY: {
-      char m[512];
-      snprintf(m, sizeof m,
-               "every batch slot of the loader is held (%d slots = prefetch + 2): the caller keeps "
-               "that many batches alive, so no new batch can be produced. Drop references to "
-               "earlier batches (keep a .clone() of what you need), or pass a larger prefetch=",
-               nslots);
-      PyErr_SetString(PyExc_RuntimeError, m);
-      return NULL;
-    }
-    default: type = PyExc_RuntimeError; break; /* ENODEV, ECUDA, ESTATE, EVERSION */
+  switch (rc) { /* the exception of each code: the table of core/errors.h */
+#define ROW(name, value, pyexc, message) \
+  case STK_##name: type = pyexc; break;
+    STK__ERRORS(ROW)
+#undef ROW
+    default: type = PyExc_RuntimeError; break;
   }
   PyObject *text = decode_message(msg && *msg ? msg : stk_strerror(rc));
   if (!text) return NULL;
@@ -1337,20 +1331,9 @@ PyMODINIT_FUNC PyInit__stoker(void) {
   if (!type || PyModule_AddObjectRef(m, "Loader", type) < 0) goto fail;
   Py_CLEAR(type);
   if (PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0) goto fail;
-  static const struct {
-    const char *name;
-    int code;
-  } codes[] = {
-      {"OK", STK_OK},         {"EINVAL", STK_EINVAL},   {"ENOMEM", STK_ENOMEM},
-      {"EIO", STK_EIO},       {"EDECODE", STK_EDECODE}, {"ELIMIT", STK_ELIMIT},
-      {"EFORMAT", STK_EFORMAT}, {"EEND", STK_EEND},     {"ESTATE", STK_ESTATE},
-      {"EVERSION", STK_EVERSION}, {"EBUSY", STK_EBUSY}, {"EEMPTY", STK_EEMPTY},
-      {"ETOOMANY", STK_ETOOMANY}, {"ENODEV", STK_ENODEV}, {"ECUDA", STK_ECUDA},
-      {"ESTALE", STK_ESTALE},
-      {"ETIMEDOUT", STK_ETIMEDOUT},
-  };
-  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-    if (PyModule_AddIntConstant(m, codes[i].name, codes[i].code) < 0) goto fail;
+  /* the module's constants (_stoker.EINVAL, ...), one per row of errors.h */
+  for (int i = 0; i < stk__num_errors; i++)
+    if (PyModule_AddIntConstant(m, stk__errors[i].name, stk__errors[i].code) < 0) goto fail;
   return m;
 fail:
   Py_XDECREF(type);

@@ -1,6 +1,7 @@
 /* common.c: see common.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "core/common.h"
+#include "core/errors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,25 +52,24 @@ int64_t stk__rng_range(stk__rng *r, int64_t lo, int64_t hi) {
   return lo + (int64_t)(v % span);
 }
 
+/* Each row's value must be the enum's: the enum in stoker.h is what users
+ * read, the table what the library and the extension use. */
+#define CHECK_ROW(name, value, pyexc, msg) \
+  _Static_assert(STK_##name == (value), "STK_" #name " is not " #value " in stoker.h");
+STK__ERRORS(CHECK_ROW)
+#undef CHECK_ROW
+
+#define ROW(name, value, pyexc, msg) {#name, STK_##name, msg},
+const stk__error stk__errors[] = {STK__ERRORS(ROW)};
+#undef ROW
+const int stk__num_errors = (int)(sizeof stk__errors / sizeof stk__errors[0]);
+
 const char *stk_strerror(int code) {
   switch (code) {
-    case STK_OK: return "success";
-    case STK_EINVAL: return "invalid argument";
-    case STK_ENOMEM: return "out of memory";
-    case STK_EIO: return "input/output error";
-    case STK_EDECODE: return "corrupt or truncated image";
-    case STK_ELIMIT: return "limit exceeded";
-    case STK_EFORMAT: return "unsupported format";
-    case STK_EEND: return "end of epoch";
-    case STK_ESTATE: return "loader is in a failed state";
-    case STK_EVERSION: return "header and library versions differ";
-    case STK_EBUSY: return "every batch slot is held by the caller";
-    case STK_EEMPTY: return "dataset is empty";
-    case STK_ETOOMANY: return "too many consecutive failures";
-    case STK_ENODEV: return "no usable GPU";
-    case STK_ECUDA: return "CUDA error";
-    case STK_ESTALE: return "stale cache";
-    case STK_ETIMEDOUT: return "timed out waiting for a batch";
+#define ROW(name, value, pyexc, msg) \
+  case STK_##name: return msg;
+    STK__ERRORS(ROW)
+#undef ROW
     default: return "unknown error";
   }
 }
