@@ -459,6 +459,21 @@ typedef struct stk_pack_options {
   /* Called for every file left out, with the reason (may be NULL). */
   void (*bad_file)(void *user, const char *path, const char *reason);
   void *user;
+
+  /* fields added in 0.4: keep them last */
+  int check;                 /* tar: decode every image in full, as a cache
+                                pack does, so that a truncated file is left
+                                out. 0 = read each file's header only */
+  float read_timeout;        /* seconds a file read may take before the file
+                                is left out ("read timed out"); a list that
+                                is a FIFO or pipe is read whole within it.
+                                300, the loader's; 0 = none */
+  /* Raw cache: called once from the calling thread before anything is
+   * written, with the estimated size of the output, the bytes free where it
+   * goes (UINT64_MAX when unknown), and how many files' headers the
+   * estimate read of how many. When the estimate exceeds the free bytes
+   * the pack then fails. May be NULL. */
+  void (*estimate)(void *user, uint64_t bytes, uint64_t avail, int64_t sampled, int64_t files);
 } stk_pack_options;
 
 typedef struct stk_pack_result {
@@ -477,6 +492,103 @@ STK_API void stk_pack_options_init(stk_pack_options *o);
 STK_API int stk_pack(const stk_pack_options *o, int header_version, stk_pack_result *res,
                      char *err, size_t errlen);
 #define STK_PACK(o, res, err, errlen) stk_pack((o), STK_VERSION, (res), (err), (errlen))
+
+/* The temporary name stk_pack() writes `output` under in this process
+ * until it renames it (OUTPUT.tmp-PID: a file for a cache, a folder for
+ * tar shards), for a front end that removes it when it is interrupted
+ * (the signal handler of `stoker pack`). Writes it into buf[0..n):
+ * STK_OK, or STK_EINVAL when it does not fit. */
+STK_API int stk_pack_temp_path(const char *output, char *buf, size_t n);
+
+/* ---- the source rule ------------------------------------------------- */
+/* The rule on a source that every front end applies (stk_loader_create(),
+ * stk_pack(), stk_check(), the command line, the Python layer): exactly one
+ * of root and list_file is set. STK_OK, or STK_EINVAL with "set exactly
+ * one of root and list_file" in err[0..errlen) (err may be NULL). */
+STK_API int stk_source_check(const char *root, const char *list_file, char *err, size_t errlen);
+
+/* ---- checking a whole source --------------------------------------------- */
+typedef struct stk_check_result {
+  int64_t files;             /* samples checked */
+  int64_t failed;            /* samples that failed, each reported to `bad` */
+  const char *kind;          /* the source's kind, as stk_loader_source_kind()
+                                (static storage) */
+  char note[256];            /* a warning about the source, as
+                                stk_loader_note(); "" if none */
+} stk_check_result;
+
+/* Decodes every sample of the source of `opt` in full, with its limits and
+ * read_timeout, on opt->threads threads (0 = online CPUs); a cache's
+ * checksums are verified too. Of the other options only those that open a
+ * source (list_base, index, index_dir, allow_stale_cache) matter. Once all
+ * are checked, calls bad(user, index, path, code, reason) from the calling
+ * thread for each sample that failed, in sample order (`bad` may be NULL;
+ * the strings are valid during the call). Returns STK_OK when the source
+ * could be read, whatever failed in it, or the error that kept it from
+ * being opened, with a message in err[0..errlen). The options and their
+ * strings are the caller's and must stay valid during the call. */
+STK_API int stk_check(const stk_options *opt, stk_check_result *res,
+                      void (*bad)(void *user, int64_t index, const char *path, int code,
+                                  const char *reason),
+                      void *user, char *err, size_t errlen);
+
+/* ---- the options tables ------------------------------------------------ */
+/* Every field of stk_options and of stk_pack_options, with its range, its
+ * flag on the command line, its Python keyword and a line of help, as the
+ * library checks them: a front end builds its flags and --help from here
+ * instead of repeating them. */
+typedef enum { STK_OPTIONS_LOADER = 0, STK_OPTIONS_PACK = 1 } stk_option_table;
+
+typedef struct stk_option_desc {
+  const char *name;          /* the field: "batch_size" */
+  const char *type;          /* "int", "bool", "enum", "uint64", "float" (a
+                                float or an array of `count`) or "str" */
+  int count;                 /* elements: 1, or the length of a float array */
+  double min, max;           /* inclusive range of each element; +-inf for
+                                none (uint64: 0 and 2**64 are unchecked) */
+  const char *choices;       /* enum: the names of 0, 1, ... as
+                                "train|eval"; NULL for the other types */
+  const char *flag;          /* the command line's flag ("--batch"), or NULL */
+  const char *keyword;       /* the Python keyword, or NULL */
+  const char *doc;           /* one line for --help */
+  const char *only;          /* pack: "cache" or "tar" when the option
+                                applies to that format only; else NULL */
+  char default_text[64];     /* the default as a flag would take it: "224",
+                                "0.08,1", "train", "on"/"off" (bool); "" for
+                                a path */
+} stk_option_desc;
+
+/* Options in table t (0 when t is unknown). */
+STK_API int stk_option_count(stk_option_table t);
+/* Fills *out with option i of table t, 0 <= i < stk_option_count(t); its
+ * strings are static. STK_OK, or STK_EINVAL when i is out of range. */
+STK_API int stk_option_info(stk_option_table t, int i, stk_option_desc *out);
+/* The index of the option of table t whose flag is `flag`, or -1. */
+STK_API int stk_option_find_flag(stk_option_table t, const char *flag);
+
+/* Sets the option whose flag is `flag` from its text `value`, range
+ * included: int an integer; bool 0/1/true/false/yes/no/on/off (NULL = on,
+ * a switch); enum one of its choices; uint64 an integer with an optional
+ * K/M/G/T suffix (powers of 1024); float `count` numbers separated by
+ * commas; str the text itself, which is not copied: it must outlive the
+ * options. STK_OK, or STK_EINVAL with a message naming the field in err
+ * (also for a flag that is in no row). */
+STK_API int stk_options_parse_flag(stk_options *o, const char *flag, const char *value,
+                                   char *err, size_t errlen);
+STK_API int stk_pack_options_parse_flag(stk_pack_options *o, const char *flag,
+                                        const char *value, char *err, size_t errlen);
+
+/* ---- synthetic data ---------------------------------------------------- */
+/* Writes `images` deterministic, photo-like JPEG files (about 500x375,
+ * about 110 KB each) spread round-robin over `classes` class folders
+ * (1 <= classes <= images) as DIR/nCCCC/img_IIIIIIII.JPEG, creating DIR
+ * and its parents when missing. The same arguments give byte-identical
+ * files. progress(user, done, total) is called from the calling thread
+ * after each image (may be NULL). STK_OK, or an error with a message in
+ * err[0..errlen). */
+STK_API int stk_synth(const char *dir, int64_t images, int classes, uint64_t seed,
+                      void (*progress)(void *user, int64_t done, int64_t total), void *user,
+                      char *err, size_t errlen);
 
 /* ---- build information -------------------------------------------------- */
 STK_API int stk_version(void);               /* STK_VERSION of the library */

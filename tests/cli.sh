@@ -43,7 +43,7 @@ expect 2 "pack without a format" -- "$STK" pack "$T" "$T/out.stkc"
 grep -q "choose one of --cache and --tar" "$T/err" && ok || bad "pack format message"
 expect 2 "pack with both formats" -- "$STK" pack "$T" "$T/out" --cache --tar
 expect 2 "pack bad shard size" -- "$STK" pack "$T" "$T/out" --tar --shard-size 12Q
-grep -q "shard-size expects a size" "$T/err" && ok || bad "shard-size message: $(cat "$T/err")"
+grep -q -e "--shard-size 12Q: shard_bytes expects a non-negative integer" "$T/err" && ok || bad "shard-size message: $(cat "$T/err")"
 expect 2 "pack shard size with cache" -- "$STK" pack "$T" "$T/out" --cache --shard-size 1G
 grep -q "applies to --tar only" "$T/err" && ok || bad "shard-size --cache message"
 expect 2 "pack quality with tar" -- "$STK" pack "$T" "$T/out" --tar --quality 80
@@ -51,6 +51,16 @@ grep -q -e "--quality applies to --cache only" "$T/err" && ok || bad "quality --
 expect 2 "pack bad encoding" -- "$STK" pack "$T" "$T/out" --cache --encoding png
 grep -q "raw or jpeg" "$T/err" && ok || bad "encoding message"
 expect 2 "pack bad quality" -- "$STK" pack "$T" "$T/out" --cache --quality 101
+# the flag's range is the library's: 65500 is taken, 65501 refused as a usage error
+expect 2 "pack max-side above the library's" -- "$STK" pack "$T" "$T/out" --cache --max-side 65501
+grep -q -e "--max-side 65501: max_side must be in 0..65500" "$T/err" && ok || bad "max-side message: $(cat "$T/err")"
+expect 1 "pack max-side at the library's bound" -- "$STK" pack "$T/missing" "$T/out" --cache --max-side 65500
+"$STK" pack --help | grep -q -e "^  --check" && ok || bad "pack --help lists --check"
+# the command is an example of the public API: stoker.h and system headers only
+src=$(dirname "$0")/../tools/stoker.c
+if [ -f "$src" ]; then
+  [ -z "$(grep '^#include "' "$src" | grep -v '^#include "stoker.h"')" ] && ok || bad "tools/stoker.c includes internal headers: $(grep '^#include "' "$src")"
+fi
 expect 2 "pack without output" -- "$STK" pack "$T" --cache
 expect 1 "pack of a missing folder" -- "$STK" pack "$T/missing" "$T/out.stkc" --cache
 grep -q "$T/missing" "$T/err" && ok || bad "pack names the missing folder: $(cat "$T/err")"

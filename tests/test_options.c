@@ -275,11 +275,149 @@ static void test_parse(void) {
   CHECK(stk__parse_size(" 5", &v) == -1);
 }
 
+/* The pack table: every field of stk_pack_options but the callbacks has a
+ * row, in order, and the defaults are stoker.h's. */
+static void test_pack_table(void) {
+  static const char *const fields[] = {"root", "list_file", "list_base", "output", "format",
+                                       "encoding", "max_side", "quality", "shard_bytes",
+                                       "threads", "max_pixels", "max_file_bytes", "check",
+                                       "read_timeout"};
+  int n = (int)(sizeof fields / sizeof fields[0]);
+  CHECK_EQ_INT(stk__num_pack_options, n);
+  for (int i = 0; i < n && i < stk__num_pack_options; i++)
+    CHECK_MSG(!strcmp(stk__pack_options[i].name, fields[i]), "row %d is %s, not %s", i,
+              stk__pack_options[i].name, fields[i]);
+  /* every byte up to the callbacks, and past them the added fields */
+  size_t covered = 0;
+  for (int i = 0; i < stk__num_pack_options; i++) covered += stk__pack_options[i].size;
+  size_t fields_bytes = sizeof(stk_pack_options) - sizeof(size_t) - 3 * sizeof(void (*)(void)) -
+                        sizeof(void *);
+  CHECK_MSG(covered + sizeof(void *) > fields_bytes, "%zu of %zu bytes in rows", covered,
+            fields_bytes);
+  stk_pack_options p;
+  memset(&p, 0x5a, sizeof p);
+  stk_pack_options_init(&p);
+  CHECK_EQ_INT(p.struct_size, sizeof p);
+  CHECK(!p.root && !p.list_file && !p.list_base && !p.output);
+  CHECK_EQ_INT(p.format, STK_PACK_CACHE);
+  CHECK_EQ_INT(p.encoding, STK_CACHE_RAW);
+  CHECK_EQ_INT(p.max_side, 512);
+  CHECK_EQ_INT(p.quality, 90);
+  CHECK(p.shard_bytes == 1ULL << 30);
+  CHECK_EQ_INT(p.threads, 0);
+  CHECK(p.max_pixels == 178956970ULL && p.max_file_bytes == 256ULL << 20);
+  CHECK_EQ_INT(p.check, 0);
+  CHECK(p.read_timeout == 300.0f);
+  CHECK(!p.progress && !p.bad_file && !p.user && !p.estimate);
+}
+
+/* The flag parser of `stoker pack` and stk_pack()'s validation are the
+ * same ranges: at each bound of every int row both accept, one past it
+ * both refuse (the CLI once took --max-side up to 65535, which the
+ * library refused above 65500). */
+static void test_pack_flags_agree_with_the_library(void) {
+  char err[256];
+  int rows = 0;
+  for (int i = 0; i < stk__num_pack_options; i++) {
+    const stk__option *d = &stk__pack_options[i];
+    if (d->type != STK__OPT_INT || !d->cli) continue;
+    rows++;
+    double bounds[2] = {d->min, d->max};
+    for (int b = 0; b < 2; b++) {
+      for (int off = 0; off < 2; off++) {
+        long long v = (long long)bounds[b] + (off ? (b ? 1 : -1) : 0);
+        char text[32];
+        snprintf(text, sizeof text, "%lld", v);
+        stk_pack_options p;
+        stk_pack_options_init(&p);
+        p.root = "src", p.output = "out";
+        int cli = stk_pack_options_parse_flag(&p, d->cli, text, err, sizeof err);
+        stk_pack_options q;
+        stk_pack_options_init(&q);
+        q.root = "src", q.output = "out";
+        stk__option_set_int(&q, d, v);
+        int lib = stk__pack_options_validate(&q, err, sizeof err);
+        CHECK_MSG(cli == (off ? STK_EINVAL : STK_OK), "%s %s: flag gives %d", d->cli, text, cli);
+        CHECK_MSG(lib == cli, "%s = %lld: the flag gives %d, the library %d", d->name, v, cli, lib);
+      }
+    }
+  }
+  CHECK(rows >= 3);
+  stk_pack_options p;
+  stk_pack_options_init(&p);
+  CHECK_EQ_INT(stk_pack_options_parse_flag(&p, "--max-side", "65501", err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "max_side must be in 0..65500") != NULL);
+  CHECK_EQ_INT(stk_pack_options_parse_flag(&p, "--shard-size", "0", err, sizeof err), STK_EINVAL);
+  CHECK_EQ_INT(stk_pack_options_parse_flag(&p, "--shard-size", "256M", err, sizeof err), STK_OK);
+  CHECK(p.shard_bytes == 256ULL << 20);
+  CHECK_EQ_INT(stk_pack_options_parse_flag(&p, "--check", NULL, err, sizeof err), STK_OK);
+  CHECK_EQ_INT(p.check, 1);
+  CHECK_EQ_INT(stk_pack_options_parse_flag(&p, "--encoding", "jpeg", err, sizeof err), STK_OK);
+  CHECK_EQ_INT(p.encoding, STK_CACHE_JPEG);
+  CHECK_EQ_INT(stk_pack_options_parse_flag(&p, "--bogus", "1", err, sizeof err), STK_EINVAL);
+}
+
+/* One source rule for the loader, pack and check. */
+static void test_source_rule(void) {
+  char err[256] = "";
+  CHECK_EQ_INT(stk_source_check("a", NULL, err, sizeof err), STK_OK);
+  CHECK_EQ_INT(stk_source_check(NULL, "l", NULL, 0), STK_OK);
+  CHECK_EQ_INT(stk_source_check(NULL, NULL, err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "exactly one of root and list_file") != NULL);
+  CHECK_EQ_INT(stk_source_check("a", "l", NULL, 0), STK_EINVAL);
+  stk_pack_options p;
+  stk_pack_options_init(&p);
+  p.root = "a", p.list_file = "l", p.output = "o";
+  err[0] = '\0';
+  CHECK_EQ_INT(STK_PACK(&p, NULL, err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "exactly one of root and list_file") != NULL);
+  stk_options o;
+  stk_options_init(&o);
+  err[0] = '\0';
+  CHECK_EQ_INT(stk_check(&o, NULL, NULL, NULL, err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "exactly one of root and list_file") != NULL);
+}
+
+/* The tables through the public API: every row, with the flags found. */
+static void test_public_tables(void) {
+  CHECK_EQ_INT(stk_option_count(STK_OPTIONS_LOADER), stk__num_options);
+  CHECK_EQ_INT(stk_option_count(STK_OPTIONS_PACK), stk__num_pack_options);
+  stk_option_desc d;
+  CHECK_EQ_INT(stk_option_info(STK_OPTIONS_LOADER, -1, &d), STK_EINVAL);
+  CHECK_EQ_INT(stk_option_info(STK_OPTIONS_PACK, stk__num_pack_options, &d), STK_EINVAL);
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i < stk_option_count((stk_option_table)t); i++) {
+      CHECK_EQ_INT(stk_option_info((stk_option_table)t, i, &d), STK_OK);
+      if (d.flag) CHECK_EQ_INT(stk_option_find_flag((stk_option_table)t, d.flag), i);
+    }
+  int k = stk_option_find_flag(STK_OPTIONS_LOADER, "--scale");
+  CHECK(k >= 0 && stk_option_info(STK_OPTIONS_LOADER, k, &d) == STK_OK);
+  CHECK(!strcmp(d.name, "scale") && !strcmp(d.type, "float") && d.count == 2);
+  CHECK(!strcmp(d.default_text, "0.08,1"));
+  k = stk_option_find_flag(STK_OPTIONS_PACK, "--quality");
+  CHECK(k >= 0 && stk_option_info(STK_OPTIONS_PACK, k, &d) == STK_OK);
+  CHECK(!strcmp(d.default_text, "90") && d.only && !strcmp(d.only, "cache") && d.max == 100);
+  CHECK_EQ_INT(stk_option_find_flag(STK_OPTIONS_PACK, "--size"), -1);
+  stk_options o;
+  stk_options_init(&o);
+  char err[256];
+  CHECK_EQ_INT(stk_options_parse_flag(&o, "--dtype", "uint8", err, sizeof err), STK_OK);
+  CHECK_EQ_INT(o.dtype, STK_DTYPE_UINT8);
+  CHECK_EQ_INT(stk_options_parse_flag(&o, "--drop-last", NULL, err, sizeof err), STK_OK);
+  CHECK_EQ_INT(o.drop_last, 1);
+  CHECK_EQ_INT(stk_options_parse_flag(&o, "--index", "5", err, sizeof err), STK_EINVAL);
+  CHECK(strstr(err, "index must be in -1..1, got 5") != NULL);
+}
+
 int main(void) {
   test_table_covers_the_struct();
   test_defaults();
   test_ranges();
   test_cross_rules();
   test_parse();
+  test_pack_table();
+  test_pack_flags_agree_with_the_library();
+  test_source_rule();
+  test_public_tables();
   return CHECK_DONE();
 }

@@ -248,11 +248,9 @@ static void test_fifo_list_stalled_writer(void) {
       char out[4200];
       snprintf(out, sizeof out, "%s/stall.stkc", g_dir);
       p.output = out;
-      stk__pack_extra x;
-      stk__pack_extra_init(&x);
-      x.read_timeout = 0.5;
+      p.read_timeout = 0.5f;
       stk_pack_result res;
-      rc = stk__pack_ex(&p, &x, STK_VERSION, &res, err, sizeof err);
+      rc = STK_PACK(&p, &res, err, sizeof err);
       CHECK(access(out, F_OK) != 0);
     }
     alarm(0);
@@ -315,13 +313,11 @@ static void test_pack_and_check_stall(void) {
     char out[4200], err[1024] = "";
     snprintf(out, sizeof out, "%s/stalled-%s", g_dir, tar ? "shards" : "c.stkc");
     p.output = out;
-    stk__pack_extra x;
-    stk__pack_extra_init(&x);
-    x.read_timeout = 0.4;
+    p.read_timeout = 0.4f;
     stk_pack_result res;
     alarm(30);
     double t0 = stk__now();
-    int rc = stk__pack_ex(&p, &x, STK_VERSION, &res, err, sizeof err);
+    int rc = STK_PACK(&p, &res, err, sizeof err);
     double dt = stk__now() - t0;
     alarm(0);
     CHECK_MSG(rc == STK_OK, "%s", err);

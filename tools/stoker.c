@@ -7,8 +7,9 @@
  *   stoker synth DIR        write a deterministic ImageNet-like JPEG dataset
  *   stoker info             version, SIMD level, what this build decodes
  *
- * The loader's flags of `bench` (and their --help lines) come from the
- * options table of core/options.h, so a new option needs no code here.
+ * The flags of `bench`, `check` and `pack` (and their --help lines) come
+ * from the library's options tables (stk_option_info()), so a new option
+ * needs no code here. Only the public header is used.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -19,16 +20,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "core/common.h"
-#include "core/options.h"
-#include "loader/bounded_read.h"
-#include "loader/pack.h"
-#include "loader/pipeline.h"
-#include "sources/source.h"
+/* The public header only: this file is also an example of the API. */
 #include "stoker.h"
-#include "synth/synth.h"
+
+/* Seconds from a monotonic clock. */
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* The code's words after a message, unless the message says why itself:
  * STK_EIO messages carry the system's reason ("Permission denied"), and
@@ -113,56 +116,29 @@ static void progress_bar(int64_t done, int64_t total, double secs, const char *u
   fflush(stderr);
 }
 
-/* ---- the loader's flags, from the options table ------------------------ */
+/* ---- the flags, from the library's options tables ---------------------- */
 
 /* The value's shape in --help: "N", "LO,HI", "train|eval", ... */
-static void flag_metavar(const stk__option *d, char *buf, size_t len) {
-  switch (d->type) {
-    case STK__OPT_ENUM: snprintf(buf, len, "%s", d->choices); break;
-    case STK__OPT_BOOL: buf[0] = '\0'; break;
-    case STK__OPT_U64: snprintf(buf, len, "%s", strstr(d->name, "bytes") ? "BYTES" : "N"); break;
-    case STK__OPT_INT: snprintf(buf, len, "N"); break;
-    case STK__OPT_FLOAT: snprintf(buf, len, d->count == 1 ? "X" : d->count == 2 ? "LO,HI" : d->count == 3 ? "A,B,C" : "A,B,C,D"); break;
-    case STK__OPT_STR: snprintf(buf, len, "PATH"); break;
-  }
+static void flag_metavar(const stk_option_desc *d, char *buf, size_t len) {
+  if (!strcmp(d->type, "enum")) snprintf(buf, len, "%s", d->choices);
+  else if (!strcmp(d->type, "bool")) buf[0] = '\0';
+  else if (!strcmp(d->type, "uint64")) snprintf(buf, len, "%s", strstr(d->name, "bytes") ? "BYTES" : "N");
+  else if (!strcmp(d->type, "int")) snprintf(buf, len, "N");
+  else if (!strcmp(d->type, "float"))
+    snprintf(buf, len, d->count == 1 ? "X" : d->count == 2 ? "LO,HI" : d->count == 3 ? "A,B,C" : "A,B,C,D");
+  else snprintf(buf, len, "PATH");
 }
 
-static void flag_default(const stk__option *d, char *buf, size_t len) {
-  stk_options def;
-  stk_options_init(&def);
-  buf[0] = '\0';
-  switch (d->type) {
-    case STK__OPT_ENUM: stk__option_choice_name(d, (int)stk__option_get_int(&def, d), buf, len); break;
-    case STK__OPT_BOOL: snprintf(buf, len, "%s", stk__option_get_int(&def, d) ? "on" : "off"); break;
-    case STK__OPT_INT: snprintf(buf, len, "%lld", stk__option_get_int(&def, d)); break;
-    case STK__OPT_U64:
-      snprintf(buf, len, "%llu", (unsigned long long)stk__option_get_u64(&def, d));
-      break;
-    case STK__OPT_FLOAT: {
-      size_t k = 0;
-      for (int i = 0; i < d->count && k < len; i++) {
-        int w = snprintf(buf + k, len - k, "%s%g", i ? "," : "",
-                         (double)stk__option_get_float(&def, d, i));
-        if (w < 0) break;
-        k += (size_t)w;
-      }
-      break;
-    }
-    case STK__OPT_STR: break;
-  }
-}
-
-/* One --help line per flag of the table that `accept` lets through. */
-static void print_option_flags(FILE *f, int (*accept)(const stk__option *)) {
-  for (int i = 0; i < stk__num_options; i++) {
-    const stk__option *d = &stk__options[i];
-    if (!d->cli || (accept && !accept(d))) continue;
-    char meta[64], def[64], left[128];
-    flag_metavar(d, meta, sizeof meta);
-    flag_default(d, def, sizeof def);
-    snprintf(left, sizeof left, "%s%s%s", d->cli, meta[0] ? " " : "", meta);
+/* One --help line per flag of table t that `accept` lets through. */
+static void print_option_flags(FILE *f, stk_option_table t, int (*accept)(const stk_option_desc *)) {
+  for (int i = 0; i < stk_option_count(t); i++) {
+    stk_option_desc d;
+    if (stk_option_info(t, i, &d) || !d.flag || (accept && !accept(&d))) continue;
+    char meta[64], left[128];
+    flag_metavar(&d, meta, sizeof meta);
+    snprintf(left, sizeof left, "%s%s%s", d.flag, meta[0] ? " " : "", meta);
     char text[512];
-    snprintf(text, sizeof text, def[0] ? "%s (%s)" : "%s", d->doc, def);
+    snprintf(text, sizeof text, d.default_text[0] ? "%s (%s)" : "%s", d.doc, d.default_text);
     if (strlen(left) <= 26)
       fprintf(f, "  %-26s ", left);
     else
@@ -180,29 +156,48 @@ static void print_option_flags(FILE *f, int (*accept)(const stk__option *)) {
   }
 }
 
-/* If argv[*i] is a flag of the table that `accept` lets through, parses it
- * (and its value) into o and returns 1; 0 when it is no such flag. A bad
- * value ends the program with status 2 and a message naming the flag. */
-static int take_option_flag(const char *cmd, int argc, char **argv, int *i, stk_options *o,
-                            int (*accept)(const stk__option *)) {
-  const stk__option *d = stk__option_by_cli(argv[*i]);
-  if (!d || (accept && !accept(d))) return 0;
+/* If argv[*i] is a flag of table t that `accept` lets through, parses it
+ * (and its value) into opts (a stk_options for the loader's table, a
+ * stk_pack_options for pack's) and returns 1, with its row in *out when
+ * out is not NULL; 0 when it is no such flag. A bad value ends the program
+ * with status 2 and a message naming the flag. */
+static int take_option_flag(const char *cmd, int argc, char **argv, int *i, stk_option_table t,
+                            void *opts, int (*accept)(const stk_option_desc *),
+                            stk_option_desc *out) {
+  int k = stk_option_find_flag(t, argv[*i]);
+  stk_option_desc d;
+  if (k < 0 || stk_option_info(t, k, &d) || (accept && !accept(&d))) return 0;
+  if (out) *out = d;
+  int sw = !strcmp(d.type, "bool"); /* a switch: present = on */
+  const char *v = sw ? NULL : *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (!sw && !v) {
+    fprintf(stderr, "stoker %s: %s needs a value (see --help)\n", cmd, d.flag);
+    exit(2);
+  }
   char err[512];
-  if (d->type == STK__OPT_BOOL) { /* a switch: present = on */
-    stk__option_set_int(o, d, 1);
-    return 1;
-  }
-  const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-  if (!v) {
-    fprintf(stderr, "stoker %s: %s needs a value (see --help)\n", cmd, d->cli);
+  int rc = t == STK_OPTIONS_PACK ? stk_pack_options_parse_flag(opts, d.flag, v, err, sizeof err)
+                                 : stk_options_parse_flag(opts, d.flag, v, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "stoker %s: %s %s: %s\n", cmd, d.flag, v ? v : "", err);
     exit(2);
   }
-  if (stk__option_parse(o, d, v, err, sizeof err)) {
-    fprintf(stderr, "stoker %s: %s %s: %s\n", cmd, d->cli, v, err);
-    exit(2);
-  }
-  (*i)++;
+  if (!sw) (*i)++;
   return 1;
+}
+
+/* The name of value v of an enum option of the loader ("" if none). */
+static void choice_name(const char *option, int v, char *buf, size_t len) {
+  buf[0] = '\0';
+  for (int i = 0; i < stk_option_count(STK_OPTIONS_LOADER); i++) {
+    stk_option_desc d;
+    if (stk_option_info(STK_OPTIONS_LOADER, i, &d) || strcmp(d.name, option) || !d.choices) continue;
+    const char *p = d.choices;
+    for (int k = 0; k < v && p; k++) {
+      p = strchr(p, '|');
+      if (p) p++;
+    }
+    if (p && v >= 0) snprintf(buf, len, "%.*s", (int)strcspn(p, "|"), p);
+  }
 }
 
 /* ---- bench ------------------------------------------------------------- */
@@ -216,7 +211,7 @@ static void usage_bench(FILE *f) {
           "the kind is detected from the content.\n\n"
           "  --epochs N                 epochs to run (1)\n"
           "  --json                     print one JSON object as the last line\n");
-  print_option_flags(f, NULL);
+  print_option_flags(f, STK_OPTIONS_LOADER, NULL);
 }
 
 static int cmd_bench(int argc, char **argv) {
@@ -234,7 +229,7 @@ static int cmd_bench(int argc, char **argv) {
       json = 1;
     } else if (!strcmp(a, "--epochs")) {
       epochs = (int)parse_int(a, v, 1, 1000000), i++;
-    } else if (take_option_flag("bench", argc, argv, &i, &o, NULL)) {
+    } else if (take_option_flag("bench", argc, argv, &i, STK_OPTIONS_LOADER, &o, NULL, NULL)) {
       continue;
     } else if (a[0] == '-') {
       fprintf(stderr, "stoker bench: unknown option %s (see --help)\n", a);
@@ -246,7 +241,7 @@ static int cmd_bench(int argc, char **argv) {
       return 2;
     }
   }
-  if (!dir == !o.list_file) {
+  if (stk_source_check(dir, o.list_file, NULL, 0)) {
     if (dir) fprintf(stderr, "stoker bench: give a SOURCE or --list, not both\n\n");
     usage_bench(stderr);
     return 2;
@@ -254,18 +249,18 @@ static int cmd_bench(int argc, char **argv) {
   o.root = dir;
   char err[1024] = "";
   stk_loader *l = NULL;
-  double t_build = stk__now();
+  double t_build = now();
   int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
   if (rc) {
     { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
     return 1;
   }
-  t_build = stk__now() - t_build;
+  t_build = now() - t_build;
   const char *kind = stk_loader_source_kind(l), *note = stk_loader_note(l);
   if (note[0]) fprintf(stderr, "stoker bench: note: %s\n", note);
   int tty = isatty(STDERR_FILENO) && !json;
   int64_t per_epoch = stk_loader_shard_size(l), images = 0;
-  double t0 = stk__now();
+  double t0 = now();
   int failed = 0;
   for (int e = 0; e < epochs && !failed; e++) {
     stk_loader_set_epoch(l, (uint64_t)e);
@@ -290,15 +285,15 @@ static int cmd_bench(int argc, char **argv) {
       }
       images += b.n;
       stk_batch_release(l, &b);
-      if (tty) progress_bar(images, per_epoch * epochs, stk__now() - t0, "images");
+      if (tty) progress_bar(images, per_epoch * epochs, now() - t0, "images");
     }
   }
-  double secs = stk__now() - t0;
+  double secs = now() - t0;
   if (tty) fputc('\n', stderr);
   stk_stats st;
   stk_loader_stats(l, &st);
   char dtype[32];
-  stk__option_choice_name(stk__option_by_name("dtype"), (int)o.dtype, dtype, sizeof dtype);
+  choice_name("dtype", (int)o.dtype, dtype, sizeof dtype);
   printf("source: %s %s, %" PRId64 " samples, %d classes\n", kind, dir ? dir : o.list_file,
          stk_loader_num_samples(l), stk_loader_num_classes(l));
   printf("%s pipeline, %d threads, batch %d, size %d, %s %s: %" PRId64
@@ -345,7 +340,7 @@ static int cmd_bench(int argc, char **argv) {
 
 /* The loader flags that mean something to check: where the samples are,
  * how a source is opened, the limits, and the thread count. */
-static int check_flag(const stk__option *d) {
+static int check_flag(const stk_option_desc *d) {
   static const char *const names[] = {"list_file", "list_base", "index", "index_dir",
                                       "allow_stale_cache", "max_pixels", "max_file_bytes",
                                       "threads", "read_timeout"};
@@ -364,33 +359,42 @@ static void usage_check(FILE *f) {
           "folder of tar shards. Exits 1 if any sample fails, 2 if the source cannot be\n"
           "opened, 0 otherwise.\n\n"
           "  --json                     print one JSON object\n");
-  print_option_flags(f, check_flag);
+  print_option_flags(f, STK_OPTIONS_LOADER, check_flag);
 }
 
+/* The failures stk_check() reports, kept to be printed after the source's
+ * kind (which the JSON names first). */
 typedef struct {
-  const stk__source *src;
-  const stk_options *opt;
-  int64_t next;
-  pthread_mutex_t mu;
+  char **paths, **reasons;
   int *codes;
-  char (*msgs)[256];
-} check_job;
+  int64_t n, cap;
+  int oom;
+} failures;
 
-static void *check_worker(void *arg) {
-  check_job *j = arg;
-  stk__bounded_reader br;
-  stk__bounded_init(&br, j->opt->read_timeout);
-  for (;;) {
-    pthread_mutex_lock(&j->mu);
-    int64_t i = j->next++;
-    pthread_mutex_unlock(&j->mu);
-    if (i >= j->src->ds.n) break;
-    /* the read through a helper that is left behind past read_timeout */
-    j->codes[i] = stk__check_sample_bounded(j->src, i, j->opt, &br, NULL, NULL, j->msgs[i],
-                                            sizeof j->msgs[i]);
+static void add_failure(void *user, int64_t index, const char *path, int code,
+                        const char *reason) {
+  (void)index;
+  failures *fl = user;
+  if (fl->n == fl->cap) {
+    int64_t cap = fl->cap ? fl->cap * 2 : 16;
+    char **p = realloc(fl->paths, (size_t)cap * sizeof *p);
+    if (p) fl->paths = p;
+    char **r = realloc(fl->reasons, (size_t)cap * sizeof *r);
+    if (r) fl->reasons = r;
+    int *c = realloc(fl->codes, (size_t)cap * sizeof *c);
+    if (c) fl->codes = c;
+    if (p && r && c) fl->cap = cap;
   }
-  stk__bounded_free(&br);
-  return NULL;
+  char *dp = fl->n < fl->cap ? strdup(path) : NULL;
+  char *dr = dp ? strdup(reason) : NULL;
+  if (!dp || !dr) {
+    free(dp);
+    fl->oom = 1;
+    return;
+  }
+  fl->paths[fl->n] = dp;
+  fl->reasons[fl->n] = dr;
+  fl->codes[fl->n++] = code;
 }
 
 static int cmd_check(int argc, char **argv) {
@@ -404,7 +408,8 @@ static int cmd_check(int argc, char **argv) {
   const char *dir = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
-    else if (take_option_flag("check", argc, argv, &i, &o, check_flag)) continue;
+    else if (take_option_flag("check", argc, argv, &i, STK_OPTIONS_LOADER, &o, check_flag, NULL))
+      continue;
     else if (argv[i][0] == '-') {
       fprintf(stderr, "stoker check: unknown option %s (see --help)\n", argv[i]);
       return 2;
@@ -414,72 +419,51 @@ static int cmd_check(int argc, char **argv) {
       return 2;
     }
   }
-  if (!dir == !o.list_file) {
+  if (stk_source_check(dir, o.list_file, NULL, 0)) {
     if (dir) fprintf(stderr, "stoker check: give a SOURCE or --list, not both\n\n");
     usage_check(stderr);
     return 2;
   }
   o.root = dir;
-  stk__source src;
-  memset(&src, 0, sizeof src);
   char err[1024];
-  int rc = stk__options_validate(&o, err, sizeof err);
-  if (!rc) rc = stk__source_open(&src, &o, err, sizeof err);
+  failures fl;
+  memset(&fl, 0, sizeof fl);
+  stk_check_result res;
+  int rc = stk_check(&o, &res, add_failure, &fl, err, sizeof err);
   if (rc) {
     { char cw[64]; fprintf(stderr, "stoker check: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
-    stk__source_close(&src); /* a failed open may hold part of its table */
     return 2;
   }
-  if (src.note[0]) fprintf(stderr, "stoker check: note: %s\n", src.note);
-  int64_t n = src.ds.n;
-  int threads = o.threads;
-  if (threads == 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (threads < 1) threads = 1;
-  check_job job = {.src = &src, .opt = &o};
-  pthread_mutex_init(&job.mu, NULL);
-  job.codes = calloc((size_t)n + 1, sizeof *job.codes);
-  job.msgs = calloc((size_t)n + 1, sizeof *job.msgs);
-  pthread_t *th = calloc((size_t)threads, sizeof *th);
-  if (!job.codes || !job.msgs || !th) {
-    fprintf(stderr, "stoker check: out of memory\n");
-    return 2;
-  }
-  int started = 0;
-  for (int i = 0; i < threads; i++) started += pthread_create(&th[started], NULL, check_worker, &job) == 0;
-  if (!started) check_worker(&job);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  int64_t bad = 0;
+  if (res.note[0]) fprintf(stderr, "stoker check: note: %s\n", res.note);
+  if (fl.oom) fprintf(stderr, "stoker check: out of memory: not every failure is listed\n");
   if (json) {
     printf("{\"source\": ");
-    json_string(stdout, src.ops->kind);
-    printf(", \"files\": %" PRId64 ", \"failures\": [", n);
+    json_string(stdout, res.kind);
+    printf(", \"files\": %" PRId64 ", \"failures\": [", res.files);
   }
-  for (int64_t i = 0; i < n; i++) {
-    if (!job.codes[i]) continue;
-    const char *name = stk__dataset_path(&src.ds, i);
+  for (int64_t i = 0; i < fl.n; i++) {
     if (json) {
-      printf("%s{\"path\": ", bad ? ", " : "");
-      json_string(stdout, name);
+      printf("%s{\"path\": ", i ? ", " : "");
+      json_string(stdout, fl.paths[i]);
       printf(", \"reason\": ");
-      json_string(stdout, job.msgs[i]);
+      json_string(stdout, fl.reasons[i]);
       printf(", \"error\": ");
-      json_string(stdout, stk_strerror(job.codes[i]));
+      json_string(stdout, stk_strerror(fl.codes[i]));
       printf("}");
     } else {
-      printf("%s: %s\n", name, job.msgs[i]);
+      printf("%s: %s\n", fl.paths[i], fl.reasons[i]);
     }
-    bad++;
+    free(fl.paths[i]);
+    free(fl.reasons[i]);
   }
+  free(fl.paths);
+  free(fl.reasons);
+  free(fl.codes);
+  int64_t bad = res.failed;
   if (json)
-    printf("], \"failed\": %" PRId64 ", \"ok\": %" PRId64 "}\n", bad, n - bad);
+    printf("], \"failed\": %" PRId64 ", \"ok\": %" PRId64 "}\n", bad, res.files - bad);
   else
-    printf("%" PRId64 " files checked, %" PRId64 " failed (%s)\n", n, bad, src.ops->kind);
-  free(job.codes);
-  free(job.msgs);
-  free(th);
-  pthread_mutex_destroy(&job.mu);
-  /* a read left behind may still use the source: the exit frees it */
-  if (stk__bounded_stuck() == 0) stk__source_close(&src);
+    printf("%" PRId64 " files checked, %" PRId64 " failed (%s)\n", res.files, bad, res.kind);
   return bad ? 1 : 0;
 }
 
@@ -498,21 +482,10 @@ static void usage_pack(FILE *f) {
           "estimated first and the pack refused when the disk has less room. Ctrl-C\n"
           "removes the temporary output. Exits 0 when the output was written (also with\n"
           "files left out), 1 when the pack failed, 2 on a usage error.\n\n"
-          "  --cache               write a cache file\n"
-          "  --tar                 write tar shards\n"
-          "  --encoding raw|jpeg   cache: raw RGB8 pixels, or re-encoded JPEG (raw)\n"
-          "  --max-side N          cache: bound the longer side to N pixels, 0 = keep (512)\n"
-          "  --quality Q           cache, jpeg: encoder quality 1..100 (90)\n"
-          "  --shard-size BYTES    tar: close a shard at this size; K, M, G suffixes (1G)\n"
-          "  --check               tar: decode every image in full, as --cache does, and\n"
-          "                        leave out the ones that fail (without it only each\n"
-          "                        file's header is read: a truncated JPEG is packed)\n"
-          "  --read-timeout S      seconds a file read (or a FIFO or pipe list) may take\n"
-          "                        before the file is left out; 0 = no limit (300)\n"
-          "  --threads N           worker threads, 0 = all CPUs (0)\n"
-          "  --max-pixels N        leave out images over N pixels, 0 = no limit (178956970)\n"
-          "  --max-file-bytes B    leave out files over B bytes, 0 = no limit (256M)\n"
-          "  --json                print one JSON object as the last line\n");
+          "  --cache                    write a cache file\n"
+          "  --tar                      write tar shards\n"
+          "  --json                     print one JSON object as the last line\n");
+  print_option_flags(f, STK_OPTIONS_PACK, NULL);
 }
 
 typedef struct {
@@ -582,7 +555,7 @@ static void *pack_signal_thread(void *arg) {
 
 static void pack_progress(void *user, int64_t done, int64_t total) {
   pack_ui *u = user;
-  if (u->tty) progress_bar(done, total, stk__now() - u->t0, "files");
+  if (u->tty) progress_bar(done, total, now() - u->t0, "files");
 }
 
 static void pack_bad_file(void *user, const char *path, const char *reason) {
@@ -614,66 +587,19 @@ static int cmd_pack(int argc, char **argv) {
   }
   stk_pack_options po;
   stk_pack_options_init(&po);
-  stk__pack_extra px;
-  stk__pack_extra_init(&px);
-  int json = 0, cache = 0, tar = 0, cache_only = 0, tar_only = 0;
-  const char *pos[2] = {NULL, NULL}, *cache_flag = NULL, *tar_flag = "--shard-size";
+  int json = 0, cache = 0, tar = 0;
+  const char *pos[2] = {NULL, NULL}, *cache_flag = NULL, *tar_flag = NULL;
   int npos = 0;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const char *a = argv[i];
+    stk_option_desc d;
     if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--cache")) cache = 1;
     else if (!strcmp(a, "--tar")) tar = 1;
-    else if (!strcmp(a, "--encoding")) {
-      if (v && !strcmp(v, "raw")) po.encoding = STK_CACHE_RAW;
-      else if (v && !strcmp(v, "jpeg")) po.encoding = STK_CACHE_JPEG;
-      else {
-        fprintf(stderr, "stoker pack: --encoding is raw or jpeg, got '%s'\n", v ? v : "");
-        return 2;
-      }
-      i++, cache_only = 1, cache_flag = a;
-    } else if (!strcmp(a, "--max-side")) {
-      po.max_side = (int)parse_int(a, v, 0, 65535), i++, cache_only = 1, cache_flag = a;
-    } else if (!strcmp(a, "--quality")) {
-      po.quality = (int)parse_int(a, v, 1, 100), i++, cache_only = 1, cache_flag = a;
-    } else if (!strcmp(a, "--shard-size")) {
-      if (!v || stk__parse_size(v, &po.shard_bytes) || po.shard_bytes == 0) {
-        fprintf(stderr, "stoker pack: --shard-size expects a size in bytes above 0, such as "
-                        "1G, 256M or 1048576, got '%s'\n", v ? v : "");
-        return 2;
-      }
-      i++, tar_only = 1, tar_flag = a;
-    } else if (!strcmp(a, "--threads")) {
-      po.threads = (int)parse_int(a, v, 0, 1024), i++;
-    } else if (!strcmp(a, "--check")) {
-      px.check = 1, tar_only = 1, tar_flag = a;
-    } else if (!strcmp(a, "--read-timeout")) {
-      char *end = NULL;
-      double t = v ? strtod(v, &end) : -1;
-      if (!v || !end || *end || !(t >= 0) || t > 1e9) {
-        fprintf(stderr, "stoker pack: --read-timeout expects seconds >= 0, got '%s'\n",
-                v ? v : "");
-        return 2;
-      }
-      px.read_timeout = t, i++;
-    } else if (!strcmp(a, "--max-pixels") || !strcmp(a, "--max-file-bytes")) {
-      uint64_t x;
-      if (!v || stk__parse_size(v, &x)) {
-        fprintf(stderr, "stoker pack: %s expects a non-negative integer (K, M, G suffixes "
-                        "allowed), got '%s'\n", a, v ? v : "");
-        return 2;
-      }
-      if (!strcmp(a, "--max-pixels")) po.max_pixels = x;
-      else po.max_file_bytes = x;
-      i++;
-    } else if (!strcmp(a, "--list") || !strcmp(a, "--list-base")) {
-      if (!v) {
-        fprintf(stderr, "stoker pack: %s needs a value\n", a);
-        return 2;
-      }
-      if (!strcmp(a, "--list")) po.list_file = v;
-      else po.list_base = v;
-      i++;
+    else if (take_option_flag("pack", argc, argv, &i, STK_OPTIONS_PACK, &po, NULL, &d)) {
+      /* the table says which flags belong to one format only */
+      if (d.only && !strcmp(d.only, "cache")) cache_flag = d.flag;
+      if (d.only && !strcmp(d.only, "tar")) tar_flag = d.flag;
     } else if (a[0] == '-') {
       fprintf(stderr, "stoker pack: unknown option %s (see --help)\n", a);
       return 2;
@@ -688,36 +614,37 @@ static int cmd_pack(int argc, char **argv) {
     fprintf(stderr, "stoker pack: choose one of --cache and --tar\n");
     return 2;
   }
-  if (tar && cache_only) {
+  if (tar && cache_flag) {
     fprintf(stderr, "stoker pack: %s applies to --cache only\n", cache_flag);
     return 2;
   }
-  if (cache && tar_only) {
+  if (cache && tar_flag) {
     fprintf(stderr, "stoker pack: %s applies to --tar only (a cache pack decodes every file)\n",
             tar_flag);
     return 2;
   }
-  int want = po.list_file ? 1 : 2;
-  if (npos != want) {
+  /* SRC OUT, or OUT alone with --list: the source rule decides */
+  const char *root = npos == 2 ? pos[0] : NULL;
+  if (npos == 0 || stk_source_check(root, po.list_file, NULL, 0)) {
     fprintf(stderr, po.list_file ? "stoker pack: with --list, give only the output\n\n"
                                  : "stoker pack: give the source and the output\n\n");
     usage_pack(stderr);
     return 2;
   }
-  if (!po.list_file) po.root = pos[0];
+  po.root = root;
   if (po.list_base && !po.list_file) {
     fprintf(stderr, "stoker pack: --list-base needs --list\n");
     return 2;
   }
-  po.output = pos[want - 1];
+  po.output = pos[npos - 1];
   po.format = tar ? STK_PACK_TAR : STK_PACK_CACHE;
-  pack_ui ui = {.tty = isatty(STDERR_FILENO) && !json, .t0 = stk__now()};
+  pack_ui ui = {.tty = isatty(STDERR_FILENO) && !json, .t0 = now()};
   pthread_mutex_init(&ui.mu, NULL);
   po.progress = pack_progress;
   po.bad_file = pack_bad_file;
   po.user = &ui;
-  px.estimate = pack_estimate;
-  if (stk__pack_tmp_path(po.output, (long)getpid(), g_pack_tmp, sizeof g_pack_tmp) == 0) {
+  po.estimate = pack_estimate;
+  if (stk_pack_temp_path(po.output, g_pack_tmp, sizeof g_pack_tmp) == STK_OK) {
     g_pack_tar = tar;
     sigemptyset(&g_pack_sigs);
     sigaddset(&g_pack_sigs, SIGINT);
@@ -731,8 +658,8 @@ static int cmd_pack(int argc, char **argv) {
   stk_pack_result res;
   memset(&res, 0, sizeof res);
   char err[1024] = "";
-  int rc = stk__pack_ex(&po, &px, STK_VERSION, &res, err, sizeof err);
-  double secs = stk__now() - ui.t0;
+  int rc = STK_PACK(&po, &res, err, sizeof err);
+  double secs = now() - ui.t0;
   if (ui.tty) fputc('\n', stderr);
   for (int64_t i = 0; i < ui.n; i++) printf("left out: %s: %s\n", ui.paths[i], ui.reasons[i]);
   if (ui.oom) fprintf(stderr, "stoker pack: out of memory: not every file left out is listed\n");
@@ -822,16 +749,16 @@ static int cmd_synth(int argc, char **argv) {
   }
   int tty = isatty(STDERR_FILENO);
   char err[1024] = "";
-  double t0 = stk__now();
-  int rc = stk__synth_dataset(dir, images, (int)classes, (uint64_t)seed, synth_progress, &tty, err,
-                              sizeof err);
+  double t0 = now();
+  int rc = stk_synth(dir, images, (int)classes, (uint64_t)seed, synth_progress, &tty, err,
+                     sizeof err);
   if (tty) fputc('\n', stderr);
   if (rc) {
     fprintf(stderr, "stoker synth: %s (%s)\n", err, stk_strerror(rc));
     return 1;
   }
   printf("wrote %lld images in %lld classes to %s in %.1f s\n", images, classes, dir,
-         stk__now() - t0);
+         now() - t0);
   return 0;
 }
 

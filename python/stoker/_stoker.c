@@ -207,17 +207,6 @@ static int get_floats(PyObject *o, float *out, Py_ssize_t n, const char *name) {
   return 0;
 }
 
-static int get_u64(PyObject *o, uint64_t *out, const char *name) {
-  if (!o || o == Py_None) return 0;
-  unsigned long long v = PyLong_AsUnsignedLongLong(o);
-  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-    PyErr_Format(PyExc_ValueError, "%s must be an integer in [0, 2**64)", name);
-    return -1;
-  }
-  *out = (uint64_t)v;
-  return 0;
-}
-
 /* str or os.PathLike -> bytes in the file system encoding; None -> NULL. */
 static int get_path(PyObject *o, PyObject **bytes) {
   *bytes = NULL;
@@ -226,10 +215,11 @@ static int get_path(PyObject *o, PyObject **bytes) {
 }
 
 /* Sets the field of row `d` from a Python value (None keeps the default).
- * Paths are converted to bytes that `keep` holds until the loader is
- * built. Values outside the row's range raise ValueError with the
+ * The row is of stk__options (o a stk_options) or of stk__pack_options
+ * (o a stk_pack_options). Paths are converted to bytes that `keep` holds
+ * until the loader is built or the pack done. Values outside the row's range raise ValueError with the
  * library's own wording. */
-static int set_option(stk_options *o, const stk__option *d, PyObject *v, PyObject *keep) {
+static int set_option(void *o, const stk__option *d, PyObject *v, PyObject *keep) {
   if (v == Py_None) return 0;
   char err[256];
   switch (d->type) {
@@ -274,6 +264,10 @@ static int set_option(stk_options *o, const stk__option *d, PyObject *v, PyObjec
       if (!PyLong_Check(v) || (x == (unsigned long long)-1 && PyErr_Occurred())) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "%s must be an integer in [0, 2**64)", d->name);
+        return -1;
+      }
+      if (stk__option_check_u64(d, (uint64_t)x, err, sizeof err)) {
+        PyErr_SetString(PyExc_ValueError, err);
         return -1;
       }
       stk__option_set_u64(o, d, (uint64_t)x);
@@ -1167,55 +1161,50 @@ static void pack_progress(void *user, int64_t done, int64_t total) {
   PyGILState_Release(g);
 }
 
+/* pack(source, output, **keywords): the keywords, and their checks, come
+ * from the pack options table of core/options.h; progress is the one that
+ * is Python's own. */
 static PyObject *pack(PyObject *m, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"source", "output", "format", "encoding", "max_side", "quality",
-                           "shard_bytes", "threads", "list_file", "list_base", "max_pixels",
-                           "max_file_bytes", "progress", NULL};
-  PyObject *source = Py_None, *output = NULL, *shard = NULL, *list_file = Py_None,
-           *list_base = Py_None, *max_pixels = NULL, *max_file_bytes = NULL, *progress = Py_None;
-  const char *format = "cache", *encoding = "raw";
   stk_pack_options po;
   stk_pack_options_init(&po);
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|$ssiiOiOOOOO", kwlist, &source, &output,
-                                   &format, &encoding, &po.max_side, &po.quality, &shard,
-                                   &po.threads, &list_file, &list_base, &max_pixels,
-                                   &max_file_bytes, &progress))
-    return NULL;
-  if (!strcmp(format, "cache")) po.format = STK_PACK_CACHE;
-  else if (!strcmp(format, "tar")) po.format = STK_PACK_TAR;
-  else return PyErr_Format(PyExc_ValueError, "format must be 'cache' or 'tar', got '%s'", format);
-  if (!strcmp(encoding, "raw")) po.encoding = STK_CACHE_RAW;
-  else if (!strcmp(encoding, "jpeg")) po.encoding = STK_CACHE_JPEG;
-  else
-    return PyErr_Format(PyExc_ValueError, "encoding must be 'raw' or 'jpeg', got '%s'", encoding);
-  if (po.max_side < 0)
-    return PyErr_Format(PyExc_ValueError, "max_side must be >= 0 (0 = keep the size), got %d",
-                        po.max_side);
-  if (po.quality < 1 || po.quality > 100)
-    return PyErr_Format(PyExc_ValueError, "quality must be in 1..100, got %d", po.quality);
-  if (po.threads < 0 || po.threads > 1024)
-    return PyErr_Format(PyExc_ValueError, "threads must be in 0..1024, got %d", po.threads);
-  if (get_u64(shard, &po.shard_bytes, "shard_bytes") ||
-      get_u64(max_pixels, &po.max_pixels, "max_pixels") ||
-      get_u64(max_file_bytes, &po.max_file_bytes, "max_file_bytes"))
-    return NULL;
-  if (po.shard_bytes == 0) return PyErr_Format(PyExc_ValueError, "shard_bytes must be > 0");
-  if ((source == Py_None) == (list_file == Py_None))
-    return PyErr_Format(PyExc_ValueError, "give exactly one of source and list_file");
-  if (progress != Py_None && !PyCallable_Check(progress))
-    return PyErr_Format(PyExc_TypeError, "progress must be None or a callable(done, total)");
-  PyObject *src_b = NULL, *out_b = NULL, *list_b = NULL, *base_b = NULL, *result = NULL;
-  if (get_path(source, &src_b) || get_path(output, &out_b) || get_path(list_file, &list_b) ||
-      get_path(list_base, &base_b))
-    goto done;
-  if (!out_b) {
-    PyErr_SetString(PyExc_ValueError, "output must be a path");
+  PyObject *keep = PyList_New(0), *progress = Py_None, *result = NULL;
+  if (!keep) return NULL;
+  static const char *const positional[] = {"source", "output"};
+  Py_ssize_t na = PyTuple_Size(args);
+  if (na < 0) goto done;
+  if (na > 2) {
+    PyErr_Format(PyExc_TypeError, "pack() takes at most 2 positional arguments (%zd given)", na);
     goto done;
   }
-  po.root = src_b ? PyBytes_AsString(src_b) : NULL;
-  po.output = PyBytes_AsString(out_b);
-  po.list_file = list_b ? PyBytes_AsString(list_b) : NULL;
-  po.list_base = base_b ? PyBytes_AsString(base_b) : NULL;
+  for (Py_ssize_t i = 0; i < na; i++) {
+    if (kwds && PyDict_GetItemString(kwds, positional[i])) {
+      PyErr_Format(PyExc_TypeError, "pack() got multiple values for argument '%s'",
+                   positional[i]);
+      goto done;
+    }
+    if (set_option(&po, stk__pack_option_by_py(positional[i]), PyTuple_GetItem(args, i), keep))
+      goto done;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
+    const char *k = PyUnicode_AsUTF8AndSize(key, NULL);
+    if (!k) goto done;
+    if (!strcmp(k, "progress")) {
+      progress = value;
+      continue;
+    }
+    const stk__option *d = stk__pack_option_by_py(k);
+    if (!d) {
+      PyErr_Format(PyExc_TypeError, "pack() got an unexpected keyword argument '%s'", k);
+      goto done;
+    }
+    if (set_option(&po, d, value, keep)) goto done;
+  }
+  if (progress != Py_None && !PyCallable_Check(progress)) {
+    PyErr_Format(PyExc_TypeError, "progress must be None or a callable(done, total)");
+    goto done;
+  }
   pack_ctx c;
   memset(&c, 0, sizeof c);
   pthread_mutex_init(&c.mu, NULL);
@@ -1256,11 +1245,20 @@ static PyObject *pack(PyObject *m, PyObject *args, PyObject *kwds) {
   free(c.reasons);
   pthread_mutex_destroy(&c.mu);
 done:
-  Py_XDECREF(src_b);
-  Py_XDECREF(out_b);
-  Py_XDECREF(list_b);
-  Py_XDECREF(base_b);
+  Py_XDECREF(keep);
   return result;
+}
+
+/* _source_check(root, list_file): the library's source rule, which the
+ * Python layer asks before it looks at the paths themselves. */
+static PyObject *source_check(PyObject *m, PyObject *args) {
+  PyObject *root, *list_file;
+  if (!PyArg_ParseTuple(args, "OO", &root, &list_file)) return NULL;
+  char err[256] = "";
+  int rc = stk_source_check(root == Py_None ? NULL : "", list_file == Py_None ? NULL : "", err,
+                            sizeof err);
+  if (rc) return raise_code(rc, err, 0);
+  Py_RETURN_NONE;
 }
 
 static PyObject *build_info(PyObject *m, PyObject *unused) {
@@ -1298,6 +1296,8 @@ static PyMethodDef module_methods[] = {
      "max_file_bytes=None, progress=None) -> dict of packed, failed, bytes, shards and\n"
      "left_out [(path, reason)]. See stoker.pack."},
     {"strerror", strerror_, METH_O, "strerror(code) -> str: the name of an error code."},
+    {"_source_check", source_check, METH_VARARGS,
+     "_source_check(root, list_file): ValueError unless exactly one of them is given."},
     {NULL, NULL, 0, NULL},
 };
 

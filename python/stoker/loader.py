@@ -296,9 +296,7 @@ class ImageLoader:
             imagefolder = None
         if pipeline is None:
             pipeline = "train"
-        if (root is None) == (list_file is None):
-            raise ValueError("give exactly one of root (an ImageFolder-style folder, a cache "
-                             "file or a folder of tar shards) and list_file")
+        _stoker._source_check(root, list_file)  # the library's rule: exactly one of them
         if root is not None:
             root = os.fspath(root)
             # a folder, a cache file or tar shards: the library tells them apart

@@ -66,15 +66,10 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     """
     from .loader import _check_list_file, _default_threads, _int
 
-    if format not in ("cache", "tar"):
-        raise ValueError(f"format must be 'cache' or 'tar', got {format!r}")
-    if encoding not in ("raw", "jpeg"):
-        raise ValueError(f"encoding must be 'raw' or 'jpeg', got {encoding!r}")
     if format == "tar" and (encoding != "raw" or max_side != 512 or quality != 90):
         raise ValueError("encoding, max_side and quality apply to format='cache' only: tar "
                          "shards keep each file's bytes as they are")
-    if (source is None) == (list_file is None):
-        raise ValueError("give exactly one of source (an image folder) and list_file")
+    _stoker._source_check(source, list_file)  # the library's rule: exactly one of them
     if source is not None:
         source = os.fspath(source)
         if not os.path.isdir(source):

@@ -117,6 +117,7 @@ def test_list_file_source(folder, tmp_path):
     (dict(format="tar", encoding="jpeg"), ValueError, "format='cache' only"),
     (dict(progress="yes"), TypeError, "progress"),
     (dict(list_file="x.txt"), ValueError, "exactly one"),
+    (dict(max_side=65501), ValueError, "max_side must be in 0..65500"),  # the library's bound
 ])
 def test_bad_pack_arguments(folder, tmp_path, kw, exc, match):
     with pytest.raises(exc, match=match):
@@ -270,3 +271,16 @@ def test_pack_result_by_name_key_and_position(folder, tmp_path):
     assert dict(r) == r._asdict() and dict(r)["left_out"] == []
     with pytest.raises(KeyError):
         r["nope"]
+
+
+def test_pack_keywords_come_from_the_library(folder, tmp_path):
+    # the extension's pack() takes the pack table's keywords and ranges
+    with pytest.raises(ValueError, match="max_side must be in 0..65500"):
+        _stoker.pack(folder, str(tmp_path / "o.stkc"), max_side=65501)
+    with pytest.raises(ValueError, match="shard_bytes must be at least 1"):
+        _stoker.pack(folder, str(tmp_path / "o"), format="tar", shard_bytes=0)
+    with pytest.raises(ValueError, match="exactly one of root and list_file"):
+        _stoker.pack(None, str(tmp_path / "o.stkc"))
+    with pytest.raises(TypeError, match="multiple values"):
+        _stoker.pack(folder, str(tmp_path / "o.stkc"), source=folder)
+    assert not os.path.exists(tmp_path / "o.stkc")

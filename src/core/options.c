@@ -26,16 +26,28 @@
                  "stk_options." #name " does not have the table's type " #type);
 STK__OPTIONS(CHECK_ROW)
 #undef CHECK_ROW
+#define CHECK_ROW(name, type, def, lo, hi, choices, cli, py, only, doc)        \
+  _Static_assert(SIZE_OK_##type(sizeof(((stk_pack_options *)0)->name)),        \
+                 "stk_pack_options." #name " does not have the table's type " #type);
+STK__PACK_OPTIONS(CHECK_ROW)
+#undef CHECK_ROW
 
-#define FIELD_SIZE(name) sizeof(((stk_options *)0)->name)
-#define COUNT_OF(name, type) \
-  (STK__OPT_##type == STK__OPT_FLOAT ? (int)(FIELD_SIZE(name) / sizeof(float)) : 1)
-#define ROW(name, type, def, lo, hi, choices, cli, py, doc)                                  \
-  {#name, STK__OPT_##type, offsetof(stk_options, name), FIELD_SIZE(name), COUNT_OF(name, type), \
-   def, lo, hi, choices, cli, py, doc},
+#define FIELD_SIZE(st, name) sizeof(((st *)0)->name)
+#define COUNT_OF(st, name, type) \
+  (STK__OPT_##type == STK__OPT_FLOAT ? (int)(FIELD_SIZE(st, name) / sizeof(float)) : 1)
+#define ROW(name, type, def, lo, hi, choices, cli, py, doc)                             \
+  {#name, STK__OPT_##type, offsetof(stk_options, name), FIELD_SIZE(stk_options, name), \
+   COUNT_OF(stk_options, name, type), def, lo, hi, choices, cli, py, NULL, doc},
 const stk__option stk__options[] = {STK__OPTIONS(ROW)};
 #undef ROW
 const int stk__num_options = (int)(sizeof stk__options / sizeof stk__options[0]);
+#define ROW(name, type, def, lo, hi, choices, cli, py, only, doc)                          \
+  {#name, STK__OPT_##type, offsetof(stk_pack_options, name),                               \
+   FIELD_SIZE(stk_pack_options, name), COUNT_OF(stk_pack_options, name, type), def, lo, hi, \
+   choices, cli, py, only, doc},
+const stk__option stk__pack_options[] = {STK__PACK_OPTIONS(ROW)};
+#undef ROW
+const int stk__num_pack_options = (int)(sizeof stk__pack_options / sizeof stk__pack_options[0]);
 
 const char *stk__option_type_name(stk__opt_type t) {
   switch (t) {
@@ -49,22 +61,34 @@ const char *stk__option_type_name(stk__opt_type t) {
   return "?";
 }
 
+/* The row of `table` whose string at `key` (the offset of name, cli or py)
+ * is `s`. */
+static const stk__option *find(const stk__option *table, int n, size_t key, const char *s) {
+  for (int i = 0; s && i < n; i++) {
+    const char *v;
+    memcpy(&v, (const char *)&table[i] + key, sizeof v);
+    if (v && !strcmp(v, s)) return &table[i];
+  }
+  return NULL;
+}
+
 const stk__option *stk__option_by_name(const char *name) {
-  for (int i = 0; name && i < stk__num_options; i++)
-    if (!strcmp(stk__options[i].name, name)) return &stk__options[i];
-  return NULL;
+  return find(stk__options, stk__num_options, offsetof(stk__option, name), name);
 }
-
 const stk__option *stk__option_by_cli(const char *flag) {
-  for (int i = 0; flag && i < stk__num_options; i++)
-    if (stk__options[i].cli && !strcmp(stk__options[i].cli, flag)) return &stk__options[i];
-  return NULL;
+  return find(stk__options, stk__num_options, offsetof(stk__option, cli), flag);
 }
-
 const stk__option *stk__option_by_py(const char *keyword) {
-  for (int i = 0; keyword && i < stk__num_options; i++)
-    if (stk__options[i].py && !strcmp(stk__options[i].py, keyword)) return &stk__options[i];
-  return NULL;
+  return find(stk__options, stk__num_options, offsetof(stk__option, py), keyword);
+}
+const stk__option *stk__pack_option_by_name(const char *name) {
+  return find(stk__pack_options, stk__num_pack_options, offsetof(stk__option, name), name);
+}
+const stk__option *stk__pack_option_by_cli(const char *flag) {
+  return find(stk__pack_options, stk__num_pack_options, offsetof(stk__option, cli), flag);
+}
+const stk__option *stk__pack_option_by_py(const char *keyword) {
+  return find(stk__pack_options, stk__num_pack_options, offsetof(stk__option, py), keyword);
 }
 
 int stk__option_choice(const stk__option *d, const char *name) {
@@ -113,50 +137,49 @@ static void choices_text(const stk__option *d, char *buf, size_t len) {
 /* Fields are reached through memcpy: the enums and ints share a size (see
  * SIZE_OK_*), and memcpy sidesteps any question of access through the
  * wrong type. */
-static void *field(stk_options *o, const stk__option *d) { return (char *)o + d->offset; }
-static const void *cfield(const stk_options *o, const stk__option *d) {
+static void *field(void *o, const stk__option *d) { return (char *)o + d->offset; }
+static const void *cfield(const void *o, const stk__option *d) {
   return (const char *)o + d->offset;
 }
 
-long long stk__option_get_int(const stk_options *o, const stk__option *d) {
+long long stk__option_get_int(const void *o, const stk__option *d) {
   int v;
   memcpy(&v, cfield(o, d), sizeof v);
   return v;
 }
-void stk__option_set_int(stk_options *o, const stk__option *d, long long v) {
+void stk__option_set_int(void *o, const stk__option *d, long long v) {
   int x = (int)v;
   memcpy(field(o, d), &x, sizeof x);
 }
-uint64_t stk__option_get_u64(const stk_options *o, const stk__option *d) {
+uint64_t stk__option_get_u64(const void *o, const stk__option *d) {
   uint64_t v;
   memcpy(&v, cfield(o, d), sizeof v);
   return v;
 }
-void stk__option_set_u64(stk_options *o, const stk__option *d, uint64_t v) {
+void stk__option_set_u64(void *o, const stk__option *d, uint64_t v) {
   memcpy(field(o, d), &v, sizeof v);
 }
-float stk__option_get_float(const stk_options *o, const stk__option *d, int k) {
+float stk__option_get_float(const void *o, const stk__option *d, int k) {
   float v;
   memcpy(&v, (const char *)cfield(o, d) + (size_t)k * sizeof v, sizeof v);
   return v;
 }
-void stk__option_set_float(stk_options *o, const stk__option *d, int k, float v) {
+void stk__option_set_float(void *o, const stk__option *d, int k, float v) {
   memcpy((char *)field(o, d) + (size_t)k * sizeof v, &v, sizeof v);
 }
-const char *stk__option_get_str(const stk_options *o, const stk__option *d) {
+const char *stk__option_get_str(const void *o, const stk__option *d) {
   const char *v;
   memcpy(&v, cfield(o, d), sizeof v);
   return v;
 }
-void stk__option_set_str(stk_options *o, const stk__option *d, const char *v) {
+void stk__option_set_str(void *o, const stk__option *d, const char *v) {
   memcpy(field(o, d), &v, sizeof v);
 }
 
-void stk_options_init(stk_options *o) {
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  for (int i = 0; i < stk__num_options; i++) {
-    const stk__option *d = &stk__options[i];
+/* Each row's default into its field. */
+static void set_defaults(void *o, const stk__option *table, int n) {
+  for (int i = 0; i < n; i++) {
+    const stk__option *d = &table[i];
     switch (d->type) {
       case STK__OPT_INT:
       case STK__OPT_BOOL:
@@ -168,6 +191,18 @@ void stk_options_init(stk_options *o) {
       case STK__OPT_STR: stk__option_set_str(o, d, NULL); break;
     }
   }
+}
+
+void stk_options_init(stk_options *o) {
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  set_defaults(o, stk__options, stk__num_options);
+}
+
+void stk_pack_options_init(stk_pack_options *o) {
+  memset(o, 0, sizeof *o); /* the callbacks: none */
+  o->struct_size = sizeof *o;
+  set_defaults(o, stk__pack_options, stk__num_pack_options);
 }
 
 int stk__option_check_int(const stk__option *d, long long v, char *err, size_t errlen) {
@@ -201,19 +236,22 @@ int stk__option_check_float(const stk__option *d, int k, double v, char *err, si
                    d->max, v);
 }
 
-static int check_u64(const stk__option *d, uint64_t v, char *err, size_t errlen) {
+int stk__option_check_u64(const stk__option *d, uint64_t v, char *err, size_t errlen) {
   if ((double)v >= d->min && (double)v <= d->max) return STK_OK;
+  if (d->max >= STK__U64_MAX)
+    return stk__fail(err, errlen, STK_EINVAL, "%s must be at least %.0f, got %llu", d->name,
+                     d->min, (unsigned long long)v);
   return stk__fail(err, errlen, STK_EINVAL, "%s must be in [%.0f, %.0f], got %llu", d->name,
                    d->min, d->max, (unsigned long long)v);
 }
 
 /* The range part of the validation of one field. */
-static int check_field(const stk_options *o, const stk__option *d, char *err, size_t errlen) {
+static int check_field(const void *o, const stk__option *d, char *err, size_t errlen) {
   switch (d->type) {
     case STK__OPT_INT:
     case STK__OPT_BOOL:
     case STK__OPT_ENUM: return stk__option_check_int(d, stk__option_get_int(o, d), err, errlen);
-    case STK__OPT_U64: return check_u64(d, stk__option_get_u64(o, d), err, errlen);
+    case STK__OPT_U64: return stk__option_check_u64(d, stk__option_get_u64(o, d), err, errlen);
     case STK__OPT_FLOAT:
       for (int k = 0; k < d->count; k++) {
         int rc = stk__option_check_float(d, k, stk__option_get_float(o, d, k), err, errlen);
@@ -227,7 +265,8 @@ static int check_field(const stk_options *o, const stk__option *d, char *err, si
 
 int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
 #define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
-  if (!o->root == !o->list_file) BAD("set exactly one of root and list_file");
+  int src = stk_source_check(o->root, o->list_file, err, errlen);
+  if (src) return src;
   for (int i = 0; i < stk__num_options; i++) {
     int rc = check_field(o, &stk__options[i], err, errlen);
     if (rc) return rc;
@@ -297,6 +336,25 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   return STK_OK;
 }
 
+int stk_source_check(const char *root, const char *list_file, char *err, size_t errlen) {
+  if (!root == !list_file)
+    return stk__fail(err, errlen, STK_EINVAL, "set exactly one of root and list_file");
+  return STK_OK;
+}
+
+int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errlen) {
+  /* (no "pack:" prefix: the CLI and Python name the command themselves) */
+  int rc = stk_source_check(o->root, o->list_file, err, errlen);
+  if (rc) return rc;
+  if (!o->output || !*o->output)
+    return stk__fail(err, errlen, STK_EINVAL, "output must be set");
+  for (int i = 0; i < stk__num_pack_options; i++) {
+    rc = check_field(o, &stk__pack_options[i], err, errlen);
+    if (rc) return rc;
+  }
+  return STK_OK;
+}
+
 int stk__parse_size(const char *text, uint64_t *out) {
   if (!text || *text < '0' || *text > '9') return -1; /* no sign, no blank */
   char *end = NULL;
@@ -319,7 +377,7 @@ int stk__parse_size(const char *text, uint64_t *out) {
   return 0;
 }
 
-int stk__option_parse(stk_options *o, const stk__option *d, const char *text, char *err,
+int stk__option_parse(void *o, const stk__option *d, const char *text, char *err,
                       size_t errlen) {
   if (!text) return stk__fail(err, errlen, STK_EINVAL, "%s needs a value", d->name);
   switch (d->type) {
@@ -357,7 +415,7 @@ int stk__option_parse(stk_options *o, const stk__option *d, const char *text, ch
         return stk__fail(err, errlen, STK_EINVAL,
                          "%s expects a non-negative integer (K, M, G, T suffixes allowed), got '%s'",
                          d->name, text);
-      int rc = check_u64(d, v, err, errlen);
+      int rc = stk__option_check_u64(d, v, err, errlen);
       if (!rc) stk__option_set_u64(o, d, v);
       return rc;
     }
@@ -389,4 +447,101 @@ int stk__option_parse(stk_options *o, const stk__option *d, const char *text, ch
       return STK_OK;
   }
   return STK_EINVAL;
+}
+
+/* ---- the tables through the public API ---------------------------------- */
+
+static const stk__option *table_of(stk_option_table t, int *n) {
+  switch (t) {
+    case STK_OPTIONS_LOADER: *n = stk__num_options; return stk__options;
+    case STK_OPTIONS_PACK: *n = stk__num_pack_options; return stk__pack_options;
+  }
+  *n = 0;
+  return NULL;
+}
+
+int stk_option_count(stk_option_table t) {
+  int n;
+  table_of(t, &n);
+  return n;
+}
+
+/* The default of row d as a flag would take it, from the struct's init. */
+static void default_text(const void *def, const stk__option *d, char *buf, size_t len) {
+  buf[0] = '\0';
+  switch (d->type) {
+    case STK__OPT_ENUM: stk__option_choice_name(d, (int)stk__option_get_int(def, d), buf, len); break;
+    case STK__OPT_BOOL: snprintf(buf, len, "%s", stk__option_get_int(def, d) ? "on" : "off"); break;
+    case STK__OPT_INT: snprintf(buf, len, "%lld", stk__option_get_int(def, d)); break;
+    case STK__OPT_U64:
+      snprintf(buf, len, "%llu", (unsigned long long)stk__option_get_u64(def, d));
+      break;
+    case STK__OPT_FLOAT: {
+      size_t k = 0;
+      for (int i = 0; i < d->count && k < len; i++) {
+        int w = snprintf(buf + k, len - k, "%s%g", i ? "," : "",
+                         (double)stk__option_get_float(def, d, i));
+        if (w < 0) break;
+        k += (size_t)w;
+      }
+      break;
+    }
+    case STK__OPT_STR: break;
+  }
+}
+
+int stk_option_info(stk_option_table t, int i, stk_option_desc *out) {
+  int n;
+  const stk__option *table = table_of(t, &n);
+  if (!out || i < 0 || i >= n) return STK_EINVAL;
+  const stk__option *d = &table[i];
+  memset(out, 0, sizeof *out);
+  out->name = d->name;
+  out->type = stk__option_type_name(d->type);
+  out->count = d->count;
+  out->min = d->min;
+  out->max = d->max;
+  out->choices = d->choices;
+  out->flag = d->cli;
+  out->keyword = d->py;
+  out->doc = d->doc;
+  out->only = d->only;
+  if (t == STK_OPTIONS_LOADER) {
+    stk_options def;
+    stk_options_init(&def);
+    default_text(&def, d, out->default_text, sizeof out->default_text);
+  } else {
+    stk_pack_options def;
+    stk_pack_options_init(&def);
+    default_text(&def, d, out->default_text, sizeof out->default_text);
+  }
+  return STK_OK;
+}
+
+int stk_option_find_flag(stk_option_table t, const char *flag) {
+  int n;
+  const stk__option *table = table_of(t, &n);
+  const stk__option *d = find(table, n, offsetof(stk__option, cli), flag);
+  return d ? (int)(d - table) : -1;
+}
+
+/* A flag's value into its field; a bool flag without a value is a switch. */
+static int parse_flag(void *o, const stk__option *d, const char *flag, const char *value,
+                      char *err, size_t errlen) {
+  if (!d) return stk__fail(err, errlen, STK_EINVAL, "unknown option %s", flag ? flag : "(null)");
+  if (d->type == STK__OPT_BOOL && !value) {
+    stk__option_set_int(o, d, 1);
+    return STK_OK;
+  }
+  return stk__option_parse(o, d, value, err, errlen);
+}
+
+int stk_options_parse_flag(stk_options *o, const char *flag, const char *value, char *err,
+                           size_t errlen) {
+  return parse_flag(o, stk__option_by_cli(flag), flag, value, err, errlen);
+}
+
+int stk_pack_options_parse_flag(stk_pack_options *o, const char *flag, const char *value,
+                                char *err, size_t errlen) {
+  return parse_flag(o, stk__pack_option_by_cli(flag), flag, value, err, errlen);
 }

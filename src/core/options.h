@@ -17,9 +17,10 @@
  *             const char * path, copied by the loader)
  *   default   STK__V(v) or, for arrays, STK__V(v0, v1, ...)
  *   min, max  inclusive bounds; STK__INF for none (U64: 0 and STK__U64_MAX
- *             mean unchecked). Cross-field rules (exactly one of root and
- *             list_file, resize_size 0 or >= size, scale[0] <= scale[1],
- *             ...) are written by hand in options.c.
+ *             mean unchecked). Cross-field rules (resize_size 0 or >= size,
+ *             scale[0] <= scale[1], ...) are written by hand in options.c;
+ *             the source rule (exactly one of root and list_file) is
+ *             stk_source_check(), shared with every front end.
  *   choices   ENUM: the names of the values 0, 1, ... separated by '|'
  *             ("train|eval"); NULL for the other types
  *   cli_flag  the flag of `stoker bench` ("--size"), or NULL
@@ -163,6 +164,50 @@
     "max_skipped_fraction", "under skip, the share of an epoch that may fail before it raises") \
   X(verify, BOOL, STK__V(0), 0, 1, NULL, "--verify", "verify", \
     "caches: check each image's checksum as it is read")
+/* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
+ * with one more column before doc:
+ *
+ *   X(name, type, default, min, max, choices, cli_flag, py_keyword, only, doc)
+ *
+ *   only      "cache" or "tar" when the option applies to that format only
+ *             (`stoker pack` refuses it with the other), or NULL
+ *
+ * From it come stk_pack_options_init()'s defaults, stk_pack()'s range
+ * checks, the flags and --help lines of `stoker pack` and the keywords of
+ * the extension's pack(). The callbacks (progress, bad_file, user,
+ * estimate) have no row. The command line names the format with --cache
+ * and --tar, and the source and output by position. */
+#define STK__PACK_OPTIONS(X) \
+  X(root, STR, STK__V(0), 0, 0, NULL, NULL, "source", NULL, \
+    "the image folder to pack (SRC/<class>/<image>)") \
+  X(list_file, STR, STK__V(0), 0, 0, NULL, "--list", "list_file", NULL, \
+    "instead of a folder: a file of 'path label' lines (a pipe or FIFO too)") \
+  X(list_base, STR, STK__V(0), 0, 0, NULL, "--list-base", "list_base", NULL, \
+    "folder relative list paths start from (the list's folder)") \
+  X(output, STR, STK__V(0), 0, 0, NULL, NULL, "output", NULL, \
+    "the cache file, or the folder of tar shards, to write") \
+  X(format, ENUM, STK__V(STK_PACK_CACHE), 0, 1, "cache|tar", NULL, "format", NULL, \
+    "a pre-decoded cache file or WebDataset tar shards") \
+  X(encoding, ENUM, STK__V(STK_CACHE_RAW), 0, 1, "raw|jpeg", "--encoding", "encoding", "cache", \
+    "cache: raw RGB8 pixels, or re-encoded JPEG") \
+  X(max_side, INT, STK__V(512), 0, 65500, NULL, "--max-side", "max_side", "cache", \
+    "cache: bound the longer side to N pixels (the most a JPEG holds); 0 = keep") \
+  X(quality, INT, STK__V(90), 1, 100, NULL, "--quality", "quality", "cache", \
+    "cache, jpeg: encoder quality") \
+  X(shard_bytes, U64, STK__V(1024.0 * 1024 * 1024), 1, STK__U64_MAX, NULL, "--shard-size", \
+    "shard_bytes", "tar", "tar: close a shard at this size; K, M, G suffixes") \
+  X(threads, INT, STK__V(0), 0, 1024, NULL, "--threads", "threads", NULL, \
+    "worker threads, 0 = all CPUs") \
+  X(max_pixels, U64, STK__V(178956970), 0, STK__U64_MAX, NULL, "--max-pixels", "max_pixels", \
+    NULL, "leave out images over N pixels; 0 = no limit") \
+  X(max_file_bytes, U64, STK__V(256.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, "--max-file-bytes", \
+    "max_file_bytes", NULL, "leave out files over this size; 0 = no limit") \
+  X(check, BOOL, STK__V(0), 0, 1, NULL, "--check", NULL, "tar", \
+    "tar: decode every image in full, as --cache does, and leave out the ones that fail " \
+    "(without it only each file's header is read: a truncated JPEG is packed)") \
+  X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", NULL, NULL, \
+    "seconds a file read (or a FIFO or pipe list) may take before the file is left out; " \
+    "0 = no limit")
 /* clang-format on */
 
 typedef enum {
@@ -185,11 +230,14 @@ typedef struct {
   const char *choices; /* ENUM: "a|b|c" */
   const char *cli;
   const char *py;
+  const char *only;    /* pack: "cache" or "tar", or NULL */
   const char *doc;
 } stk__option;
 
 extern const stk__option stk__options[];
 extern const int stk__num_options;
+extern const stk__option stk__pack_options[];
+extern const int stk__num_pack_options;
 
 /* "int", "bool", "enum", "uint64", "float", "str". */
 const char *stk__option_type_name(stk__opt_type t);
@@ -198,34 +246,41 @@ const char *stk__option_type_name(stk__opt_type t);
 const stk__option *stk__option_by_name(const char *name);
 const stk__option *stk__option_by_cli(const char *flag);
 const stk__option *stk__option_by_py(const char *keyword);
+/* The same in the table of stk_pack_options. */
+const stk__option *stk__pack_option_by_name(const char *name);
+const stk__option *stk__pack_option_by_cli(const char *flag);
+const stk__option *stk__pack_option_by_py(const char *keyword);
 
 /* ENUM: the value named `name`, or -1. */
 int stk__option_choice(const stk__option *d, const char *name);
 /* ENUM: the name of value v into buf ("" when out of range). */
 void stk__option_choice_name(const stk__option *d, int v, char *buf, size_t len);
 
-/* Typed access to a field (no checks beyond the type). INT, BOOL and ENUM
- * fields are read and written as int; FLOAT element k. */
-long long stk__option_get_int(const stk_options *o, const stk__option *d);
-void stk__option_set_int(stk_options *o, const stk__option *d, long long v);
-uint64_t stk__option_get_u64(const stk_options *o, const stk__option *d);
-void stk__option_set_u64(stk_options *o, const stk__option *d, uint64_t v);
-float stk__option_get_float(const stk_options *o, const stk__option *d, int k);
-void stk__option_set_float(stk_options *o, const stk__option *d, int k, float v);
-const char *stk__option_get_str(const stk_options *o, const stk__option *d);
-void stk__option_set_str(stk_options *o, const stk__option *d, const char *v);
+/* Typed access to a field (no checks beyond the type) of the struct the
+ * row belongs to: stk_options for a row of stk__options, stk_pack_options
+ * for one of stk__pack_options. INT, BOOL and ENUM fields are read and
+ * written as int; FLOAT element k. */
+long long stk__option_get_int(const void *o, const stk__option *d);
+void stk__option_set_int(void *o, const stk__option *d, long long v);
+uint64_t stk__option_get_u64(const void *o, const stk__option *d);
+void stk__option_set_u64(void *o, const stk__option *d, uint64_t v);
+float stk__option_get_float(const void *o, const stk__option *d, int k);
+void stk__option_set_float(void *o, const stk__option *d, int k, float v);
+const char *stk__option_get_str(const void *o, const stk__option *d);
+void stk__option_set_str(void *o, const stk__option *d, const char *v);
 
 /* Is v (an INT/BOOL/ENUM value, or a FLOAT element) inside the row's
  * range? If not, returns STK_EINVAL with "<name> must be ..., got v" in err. */
 int stk__option_check_int(const stk__option *d, long long v, char *err, size_t errlen);
 int stk__option_check_float(const stk__option *d, int k, double v, char *err, size_t errlen);
+int stk__option_check_u64(const stk__option *d, uint64_t v, char *err, size_t errlen);
 
 /* Parses a text value (a CLI argument) into the field, range included:
  * INT an integer; BOOL 0/1/true/false/yes/no; ENUM one of the choices; U64
  * an integer with an optional K/M/G/T suffix (powers of 1024); FLOAT
  * `count` numbers separated by commas; STR the text itself (not copied:
  * it must outlive the options). STK_OK or STK_EINVAL with a message. */
-int stk__option_parse(stk_options *o, const stk__option *d, const char *text, char *err,
+int stk__option_parse(void *o, const stk__option *d, const char *text, char *err,
                       size_t errlen);
 
 /* An unsigned size: digits with an optional K, M, G or T suffix (powers of
@@ -236,5 +291,7 @@ int stk__parse_size(const char *text, uint64_t *out);
 /* Every range of the table, then the cross-field rules. STK_OK or
  * STK_EINVAL with the reason in err. */
 int stk__options_validate(const stk_options *o, char *err, size_t errlen);
+/* The same for stk_pack_options (the source rule, output set, the ranges). */
+int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errlen);
 
 #endif

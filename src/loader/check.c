@@ -1,9 +1,17 @@
-/* check.c: whole-image decodes used to vet files (stoker check). */
+/* check.c: whole-image decodes used to vet files: one file
+ * (stk_check_file) or every sample of a source (stk_check, behind `stoker
+ * check`). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/options.h"
 #include "loader/bounded_read.h"
 #include "loader/pipeline.h"
+#include "sources/source.h"
 
 /* Decodes `data` in full; its size goes to *w, *h. */
 static int check_bytes(stk__worker *wk, const uint8_t *data, size_t len, int *w, int *h, char *msg,
@@ -70,5 +78,97 @@ int stk__check_sample_bounded(const stk__source *src, int64_t i, const stk_optio
     if (!rc) rc = check_bytes(&wk, b.data, b.len, w, h, msg, msglen);
   }
   stk__worker_free(&wk);
+  return rc;
+}
+
+/* ---- a whole source ------------------------------------------------------ */
+
+typedef struct {
+  const stk__source *src;
+  const stk_options *opt;
+  int64_t next;
+  pthread_mutex_t mu;
+  int *codes;
+  char (*msgs)[256];
+} check_job;
+
+static void *check_main(void *arg) {
+  check_job *j = arg;
+  stk__bounded_reader br;
+  stk__bounded_init(&br, j->opt->read_timeout);
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    int64_t i = j->next++;
+    pthread_mutex_unlock(&j->mu);
+    if (i >= j->src->ds.n) break;
+    /* the read through a helper that is left behind past read_timeout */
+    j->codes[i] = stk__check_sample_bounded(j->src, i, j->opt, &br, NULL, NULL, j->msgs[i],
+                                            sizeof j->msgs[i]);
+  }
+  stk__bounded_free(&br);
+  return NULL;
+}
+
+int stk_check(const stk_options *opt, stk_check_result *res,
+              void (*bad)(void *user, int64_t index, const char *path, int code,
+                          const char *reason),
+              void *user, char *err, size_t errlen) {
+  stk_check_result dummy;
+  if (!res) res = &dummy;
+  memset(res, 0, sizeof *res);
+  res->kind = "";
+  if (!opt) return stk__fail(err, errlen, STK_EINVAL, "options must not be NULL");
+  if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
+    return stk__fail(err, errlen, STK_EVERSION,
+                     "options struct of %zu bytes, this library knows %zu: call "
+                     "stk_options_init()",
+                     opt->struct_size, sizeof(stk_options));
+  stk_options o;
+  stk_options_init(&o);
+  memcpy(&o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
+  o.struct_size = sizeof o;
+  stk__source src;
+  memset(&src, 0, sizeof src);
+  int rc = stk__options_validate(&o, err, errlen);
+  if (!rc) rc = stk__source_open(&src, &o, err, errlen);
+  if (rc) {
+    stk__source_close(&src); /* a failed open may hold part of its table */
+    return rc;
+  }
+  res->kind = src.ops->kind;
+  snprintf(res->note, sizeof res->note, "%s", src.note);
+  int64_t n = src.ds.n;
+  int threads = o.threads;
+  if (threads == 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads < 1) threads = 1;
+  check_job job = {.src = &src, .opt = &o};
+  job.codes = calloc((size_t)n + 1, sizeof *job.codes);
+  job.msgs = calloc((size_t)n + 1, sizeof *job.msgs);
+  pthread_t *th = calloc((size_t)threads, sizeof *th);
+  if (!job.codes || !job.msgs || !th) {
+    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for the results of %lld samples",
+                   (long long)n);
+    goto done;
+  }
+  pthread_mutex_init(&job.mu, NULL);
+  int started = 0;
+  for (int i = 0; i < threads; i++)
+    started += pthread_create(&th[started], NULL, check_main, &job) == 0;
+  if (!started) check_main(&job);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&job.mu);
+  res->files = n;
+  for (int64_t i = 0; i < n; i++) {
+    if (!job.codes[i]) continue;
+    res->failed++;
+    if (bad) bad(user, i, stk__dataset_path(&src.ds, i), job.codes[i], job.msgs[i]);
+  }
+done:
+  free(job.codes);
+  free(job.msgs);
+  free(th);
+  /* a read left behind may still use the source: then it is left to the
+   * process's exit, as the loader leaves a stuck worker its memory */
+  if (stk__bounded_stuck() == 0) stk__source_close(&src);
   return rc;
 }

@@ -32,27 +32,11 @@
 
 #include "codecs/encode.h"
 #include "loader/bounded_read.h"
+#include "core/options.h"
 #include "loader/pack.h"
 #include "loader/pipeline.h"
 #include "sources/cache_format.h"
 #include "sources/source.h"
-
-void stk_pack_options_init(stk_pack_options *o) {
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  o->format = STK_PACK_CACHE;
-  o->encoding = STK_CACHE_RAW;
-  o->max_side = 512;
-  o->quality = 90;
-  o->shard_bytes = 1ULL << 30;
-  o->max_pixels = 178956970ULL;
-  o->max_file_bytes = 256ULL << 20;
-}
-
-void stk__pack_extra_init(stk__pack_extra *x) {
-  memset(x, 0, sizeof *x);
-  x->read_timeout = 300; /* the loader's default */
-}
 
 int stk__pack_tmp_path(const char *output, long pid, char *buf, size_t n) {
   size_t ol = strlen(output);
@@ -93,7 +77,6 @@ typedef struct {
 
 typedef struct {
   const stk_pack_options *o;
-  const stk__pack_extra *x;
   const stk__dataset *ds;
   result *ring;
   int64_t nring;
@@ -130,7 +113,7 @@ static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, stk__bounde
     r->rc = stk__fail(r->msg, sizeof r->msg, STK_ELIMIT, "file is %zu bytes, too large for a tar "
                       "member", b.len);
   stk__region reg;
-  if (!r->rc && (!tar || pk->x->check))
+  if (!r->rc && (!tar || pk->o->check))
     r->rc = stk__decoder_decode(w->dec, b.data, b.len, NULL, 1, &reg, r->msg, sizeof r->msg);
   if (r->rc) {
     return;
@@ -210,7 +193,7 @@ static void *pack_main(void *arg) {
   stk__resampler rs;
   memset(&rs, 0, sizeof rs);
   stk__bounded_reader br;
-  stk__bounded_init(&br, pk->x->read_timeout);
+  stk__bounded_init(&br, pk->o->read_timeout);
   pthread_mutex_lock(&pk->mu);
   for (;;) {
     /* claim only within the ring: the writer is at most nring behind */
@@ -263,14 +246,14 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
  * index entry and the name of each), scaled to all n. Reading a header
  * means reading the file, so 256 keep this within a second or two even on
  * network storage. Returns 0 when no sampled header could be read. */
-static uint64_t estimate_raw(const stk_pack_options *o, const stk__pack_extra *x,
+static uint64_t estimate_raw(const stk_pack_options *o,
                              const stk__dataset *ds, int64_t *sampled) {
   int64_t n = ds->n, ns = n < 256 ? n : 256, ok = 0;
   stk__decoder *dec = stk__decoder_create();
   if (!dec) return 0;
   stk__decoder_set_limits(dec, o->max_pixels);
   stk__bounded_reader br;
-  stk__bounded_init(&br, x->read_timeout);
+  stk__bounded_init(&br, o->read_timeout);
   double sum = 0;
   char msg[256];
   for (int64_t k = 0; k < ns; k++) {
@@ -320,7 +303,7 @@ static void human(char *buf, size_t n, uint64_t b) {
 
 /* Packs ds into a cache (kind, where and base describe its source) or tar
  * shards. */
-static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const stk__dataset *ds,
+static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
                     const char *kind, const char *where, const char *base, stk_pack_result *res,
                     char *err, size_t errlen) {
   int tar = o->format == STK_PACK_TAR;
@@ -328,9 +311,9 @@ static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const s
     /* Say how large the cache will be before writing it, and refuse at
      * once what the disk cannot hold rather than after filling it. */
     int64_t sampled = 0;
-    uint64_t est = estimate_raw(o, x, ds, &sampled);
+    uint64_t est = estimate_raw(o, ds, &sampled);
     uint64_t avail = free_bytes_at(o->output);
-    if (x->estimate && est) x->estimate(o->user, est, avail, sampled, ds->n);
+    if (o->estimate && est) o->estimate(o->user, est, avail, sampled, ds->n);
     if (est && avail != UINT64_MAX && est > avail) {
       char e[32], a[32];
       human(e, sizeof e, est);
@@ -362,7 +345,6 @@ static int pack_run(const stk_pack_options *o, const stk__pack_extra *x, const s
   packer pk;
   memset(&pk, 0, sizeof pk);
   pk.o = o;
-  pk.x = x;
   pk.ds = ds;
   pk.nring = (int64_t)threads * 4;
   pk.ring = calloc((size_t)pk.nring, sizeof *pk.ring);
@@ -520,30 +502,21 @@ out:
   return rc;
 }
 
-int stk__pack_dataset(const stk_pack_options *o, const stk__pack_extra *x, const stk__dataset *ds,
-                      stk_pack_result *res, char *err, size_t errlen) {
-  stk__pack_extra def;
-  if (!x) {
-    stk__pack_extra_init(&def);
-    x = &def;
-  }
+int stk__pack_dataset(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
+                      char *err, size_t errlen) {
   const char *where = o->root ? o->root : o->list_file ? o->list_file : "";
-  return pack_run(o, x, ds, o->root ? "folder" : "list", where, o->list_base ? o->list_base : "",
+  return pack_run(o, ds, o->root ? "folder" : "list", where, o->list_base ? o->list_base : "",
                   res, err, errlen);
+}
+
+int stk_pack_temp_path(const char *output, char *buf, size_t n) {
+  if (!output || !buf || stk__pack_tmp_path(output, (long)getpid(), buf, n))
+    return STK_EINVAL;
+  return STK_OK;
 }
 
 int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *res, char *err,
              size_t errlen) {
-  return stk__pack_ex(opt, NULL, header_version, res, err, errlen);
-}
-
-int stk__pack_ex(const stk_pack_options *opt, const stk__pack_extra *x, int header_version,
-                 stk_pack_result *res, char *err, size_t errlen) {
-  stk__pack_extra def;
-  if (!x) {
-    stk__pack_extra_init(&def);
-    x = &def;
-  }
   stk_pack_result dummy;
   if (!res) res = &dummy;
   memset(res, 0, sizeof *res);
@@ -557,20 +530,10 @@ int stk__pack_ex(const stk_pack_options *opt, const stk__pack_extra *x, int head
                      opt->struct_size, sizeof(stk_pack_options));
   stk_pack_options o;
   stk_pack_options_init(&o);
-  memcpy(&o, opt, opt->struct_size);
-  /* (no "pack:" prefix: the CLI and Python name the command themselves) */
-#define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
-  if (!o.root == !o.list_file) BAD("set exactly one of root and list_file");
-  if (!o.output || !*o.output) BAD("output must be set");
-  if (o.format != STK_PACK_CACHE && o.format != STK_PACK_TAR) BAD("unknown format %d", (int)o.format);
-  if (o.encoding != STK_CACHE_RAW && o.encoding != STK_CACHE_JPEG)
-    BAD("unknown encoding %d", (int)o.encoding);
-  if (o.max_side < 0 || o.max_side > 65500) BAD("max_side must be in 0..65500, got %d", o.max_side);
-  if (o.quality < 1 || o.quality > 100) BAD("quality must be in 1..100, got %d", o.quality);
-  if (o.shard_bytes < 1) BAD("shard_bytes must be at least 1");
-  if (o.threads < 0 || o.threads > 1024) BAD("threads must be in 0..1024, got %d", o.threads);
-  if (!(x->read_timeout >= 0)) BAD("read_timeout must be >= 0 seconds");
-#undef BAD
+  memcpy(&o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
+  o.struct_size = sizeof o;
+  int vr = stk__pack_options_validate(&o, err, errlen);
+  if (vr) return vr;
   /* The source is opened by its real path, so that the fingerprint the
    * cache keeps is that of the list a later check sees. */
   const char *given = o.root ? o.root : o.list_file;
@@ -587,7 +550,7 @@ int stk__pack_ex(const stk_pack_options *opt, const stk__pack_extra *x, int head
   stk_options_init(&lo);
   lo.max_pixels = o.max_pixels;
   lo.max_file_bytes = o.max_file_bytes;
-  lo.read_timeout = (float)x->read_timeout; /* a FIFO or pipe list */
+  lo.read_timeout = o.read_timeout; /* a FIFO or pipe list */
   stk__source src;
   memset(&src, 0, sizeof src);
   int rc;
@@ -606,7 +569,7 @@ int stk__pack_ex(const stk_pack_options *opt, const stk__pack_extra *x, int head
     rc = stk__list_open(&src, &lo, err, errlen);
   }
   if (rc) goto done;
-  rc = pack_run(&o, x, &src.ds, o.root ? "folder" : "list", real, real_base ? real_base : "", res,
+  rc = pack_run(&o, &src.ds, o.root ? "folder" : "list", real, real_base ? real_base : "", res,
                 err, errlen);
 done:
   stk__source_close(&src);

@@ -1175,5 +1175,5 @@ int stk__tar_writer_finish(stk__tar_writer *tw, int rc, const stk__dataset *ds,
 int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
                   char *err, size_t errlen) {
   memset(res, 0, sizeof *res);
-  return stk__pack_dataset(o, NULL, ds, res, err, errlen);
+  return stk__pack_dataset(o, ds, res, err, errlen);
 }

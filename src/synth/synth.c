@@ -451,3 +451,9 @@ done:
   free(path);
   return rc;
 }
+
+int stk_synth(const char *dir, int64_t images, int classes, uint64_t seed,
+              void (*progress)(void *user, int64_t done, int64_t total), void *user, char *err,
+              size_t errlen) {
+  return stk__synth_dataset(dir, images, classes, seed, progress, user, err, errlen);
+}
