@@ -18,6 +18,11 @@ int stk__jpeg_scan(const uint8_t *d, size_t n, stk__jpeg_markers *jm) {
       i++;
       continue;
     }
+    /* FF 00 is a stuffed zero, not a marker: libjpeg (next_marker) skips it
+     * and the bytes after it to the next FF, where this scan would read a
+     * length and land elsewhere; and an EOI before the scan ends the image
+     * for libjpeg. Either file stays on the CPU path, which libjpeg decodes. */
+    if (m == 0x00 || m == 0xD9) return 0;
     if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
       i += 2;
       continue;
