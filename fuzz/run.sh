@@ -3,10 +3,16 @@
 # (one process each: the machine's other cores stay free). `make fuzz`
 # calls it. Usage: fuzz/run.sh BUILD SECONDS TARGET...
 #
-# Per target: the seeds of fuzz/corpus/T/ and tests/crashers/T/ are read;
-# new interesting inputs go to BUILD/corpus/T/ (kept between runs, not
-# committed), crashes to BUILD/crashes/T/, the log to BUILD/logs/T.log.
-# A line per target (executions, exec/s, seconds, crashes) is printed and
+# Per target: the seeds of fuzz/corpus/T/ (the minimised corpus kept in the
+# tree) and tests/crashers/T/ are read; new interesting inputs go to
+# BUILD/corpus/T/ (kept between runs, not committed), crashes to
+# BUILD/crashes/T/, the log to BUILD/logs/T.log. The jpeg and markers
+# targets get fuzz/jpeg.dict, png fuzz/png.dict (-dict=). After the run,
+# BUILD/corpus/T/ is minimised (-merge=1 into a fresh folder, which replaces
+# it), so that it stays small between runs; `make fuzz-corpus` merges it into
+# fuzz/corpus/T/ (only inputs that add coverage are added).
+# A line per target (executions, exec/s, seconds, crashes, and libFuzzer's
+# last cov: and ft: counts, coverage edges and features) is printed and
 # appended to BUILD/fuzz-stats.tsv. Exits 1 when any target found a crash.
 #
 # FUZZ_JOBS=N (default 1) runs N fuzzing processes per target at once, on one
@@ -19,7 +25,7 @@ SECS=$2
 shift 2
 mkdir -p "$B" && B=$(cd "$B" && pwd) # jobs run in a folder of their own
 status=0
-printf 'target\texecs\texec/s\tseconds\tcrashes\n'
+printf 'target\texecs\texec/s\tseconds\tcrashes\tcov\tft\n'
 for t in "$@"; do
   case $t in
     jpeg | png | markers) max_len=32768 ;;
@@ -28,6 +34,12 @@ for t in "$@"; do
     cache) max_len=32768 ;;
     *) max_len=16384 ;;
   esac
+  case $t in
+    jpeg | markers) dict=fuzz/jpeg.dict ;;
+    png) dict=fuzz/png.dict ;;
+    *) dict= ;;
+  esac
+  [ -n "$dict" ] && dict=-dict=$(cd "$(dirname "$dict")" && pwd)/$(basename "$dict")
   mkdir -p "$B/corpus/$t" "$B/crashes/$t" "$B/logs"
   seeds=fuzz/corpus/$t
   [ -d tests/crashers/$t ] && seeds="$seeds tests/crashers/$t"
@@ -39,7 +51,7 @@ for t in "$@"; do
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   set -- -max_total_time="$SECS" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
-    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/"
+    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" ${dict:+"$dict"}
   if [ "$JOBS" -le 1 ]; then
     "$B/fuzz_$t" "$@" "$B/corpus/$t" $seeds >"$log" 2>&1
     rc=$?
@@ -62,10 +74,26 @@ for t in "$@"; do
   secs=$(($(date +%s) - start))
   rate=$(awk -v e="${execs:-0}" -v s="$secs" 'BEGIN {if (s > 0) printf "%d", e / s; else print "?"}')
   crashes=$(find "$B/crashes/$t" -type f | wc -l)
+  # the last status line's counts: "#N ... cov: C ft: F corp: ..."
+  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -n 1)
+  ft=${cov##* }
+  cov=$(echo "$cov" | sed -n 's/^cov: \([0-9]*\).*/\1/p')
+  if [ $rc -eq 0 ]; then
+    # minimise the working corpus in place (the seeds stay where they are)
+    rm -rf "$B/corpus/$t.min" && mkdir -p "$B/corpus/$t.min"
+    if "$B/fuzz_$t" -merge=1 -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 ${dict:+"$dict"} \
+      "$B/corpus/$t.min" "$B/corpus/$t" >"$B/logs/$t.merge.log" 2>&1; then
+      rm -rf "$B/corpus/$t" && mv "$B/corpus/$t.min" "$B/corpus/$t"
+    else
+      echo "fuzz: minimising $B/corpus/$t failed; see $B/logs/$t.merge.log" >&2
+      rm -rf "$B/corpus/$t.min"
+    fi
+  fi
   [ $rc -ne 0 ] && status=1
   name=$t
   [ "$JOBS" -gt 1 ] && name="$t x$JOBS"
-  line=$(printf '%s\t%s\t%s\t%s\t%s' "$name" "${execs:-?}" "${rate:-?}" "$secs" "$crashes")
+  line=$(printf '%s\t%s\t%s\t%s\t%s\t%s\t%s' "$name" "${execs:-?}" "${rate:-?}" "$secs" "$crashes" \
+    "${cov:-?}" "${ft:-?}")
   echo "$line"
   printf '%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$line" >>"$B/fuzz-stats.tsv"
   if [ $rc -ne 0 ]; then
