@@ -10,9 +10,10 @@ packages when they are missing).
 
 The GPU kernels are built with nvcc, the first found of: $STOKER_NVCC, nvcc
 on PATH, $CUDA_HOME/$CUDA_PATH/$CUDA_ROOT/bin/nvcc, /usr/local/cuda/bin/nvcc,
-/opt/cuda/bin/nvcc, and the nvcc of the nvidia-cuda-nvcc-cu12 wheel
-(site-packages/nvidia/cuda_nvcc/bin/nvcc) or of its CUDA 13 successor
-(nvidia/cu13/bin/nvcc) in the environment being installed into. Without one
+/opt/cuda/bin/nvcc, and an nvcc inside an NVIDIA wheel in the environment
+being installed into (site-packages/nvidia/cuda_nvcc/bin/nvcc or
+nvidia/cu13/bin/nvcc; the nvidia-cuda-nvcc-cu12 wheels 12.1-12.9 ship only
+ptxas there, so in practice a CUDA toolkit). Without one
 the build fails, unless a CPU-only build is asked for (STOKER_CPU_ONLY=1).
 Kernels from a CUDA 13 nvcc need an R580 driver or later; a CUDA 12 nvcc's
 load on R535 and later (sm_80 and up either way).
@@ -117,9 +118,9 @@ def gpu_cmake_args(environ=None, **kw):
     if nvcc is None:
         raise RuntimeError(
             "stoker: no nvcc found (looked on " + where + "), so the GPU kernels "
-            "(device='cuda') cannot be built. Either install one (a CUDA toolkit, or "
-            "`pip install nvidia-cuda-nvcc-cu12` into this environment: CUDA 12's kernels "
-            "load on R535 drivers and later), or ask for a CPU-only build: "
+            "(device='cuda') cannot be built. Either install a CUDA toolkit (a CUDA 12 "
+            "toolkit's kernels load on R535 drivers and later, CUDA 13's on R580 and "
+            "later; point STOKER_NVCC at its nvcc), or ask for a CPU-only build: "
             "STOKER_CPU_ONLY=1 pip install ...")
     _say(f"nvcc: {nvcc} (from {where})")
     return [f"-DSTK_NVCC={nvcc}"]

@@ -144,7 +144,7 @@ def test_no_nvcc_is_an_error_unless_cpu_only(setup_py):
     kw = dict(which=nowhere, sites=[], isfile=no_system_folders)
     with pytest.raises(RuntimeError, match="STOKER_CPU_ONLY=1") as e:
         setup_py.gpu_cmake_args({"PATH": ""}, **kw)
-    assert "nvidia-cuda-nvcc-cu12" in str(e.value) and "R535" in str(e.value)
+    assert "CUDA toolkit" in str(e.value) and "R535" in str(e.value)
     assert setup_py.gpu_cmake_args({"STOKER_CPU_ONLY": "1"}, **kw) == ["-DSTK_GPU=OFF"]
     assert setup_py.gpu_cmake_args({"STOKER_CMAKE_ARGS": "-DSTK_GPU=OFF"}, **kw) == ["-DSTK_GPU=OFF"]
     assert setup_py.gpu_cmake_args({"STOKER_CMAKE_ARGS": "-DSTK_NVCC=/n/nvcc"}, **kw) == []
