@@ -45,6 +45,7 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
          shard_bytes: int = 1 << 30, threads: Optional[int] = None,
          list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
          max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
+         check: bool = False, read_timeout: Optional[float] = None,
          progress: Union[bool, Callable[[int, int], object], None] = False) -> PackResult:
     """Packs the images of ``source`` into ``output``; returns a PackResult.
 
@@ -60,6 +61,10 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     ``left_out``; the pack fails (``DecodeError``, ``ValueError``, ...) only
     when nothing is left or the output cannot be written. The output is
     written under a temporary name and renamed at the end.
+
+    ``check=True`` (tar) decodes every image in full and leaves out those that
+    fail; without it tar shards read only each file's header. ``read_timeout``
+    (seconds, default 300, 0 = none) bounds each file read and a FIFO list.
 
     ``threads=None`` uses the CPUs this process may run on. ``progress``:
     False, True (a bar on stderr) or a callable ``f(done, total)``.
@@ -94,5 +99,14 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
         kw["max_pixels"] = _int("max_pixels", max_pixels, 0)
     if max_file_bytes is not None:
         kw["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
+    if check:
+        if format != "tar":
+            raise ValueError("check applies to format='tar' (a cache decodes every image anyway)")
+        kw["check"] = True
+    if read_timeout is not None:
+        if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))
+                or not read_timeout >= 0):
+            raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
+        kw["read_timeout"] = float(read_timeout)
     r = _stoker.pack(source, os.fspath(output), **kw)
     return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"])

@@ -86,6 +86,32 @@ def test_tar_round_trip(folder, tmp_path):
         assert sorted(y) == sorted(lab for _, lab in ref.samples)
 
 
+def test_tar_check_decodes_what_it_packs(folder, tmp_path):
+    """Without check a tar pack reads headers only (a PNG whose image data is
+    damaged past its header is packed); with check=True it is decoded and left
+    out, as a cache pack would."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 50, 3), np.uint8)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    data[data.find(b"IDAT") + 40] ^= 0xFF  # the compressed stream, not the header
+    with open(os.path.join(folder, "class01", "zz_damaged.png"), "wb") as f:
+        f.write(bytes(data))
+    r = stoker.pack(folder, tmp_path / "plain", format="tar")
+    assert r.packed == 13 and r.failed == 0
+    r = stoker.pack(folder, tmp_path / "checked", format="tar", check=True, read_timeout=30)
+    assert r.packed == 12 and r.failed == 1
+    assert r.left_out[0][0].endswith("zz_damaged.png")
+    with pytest.raises(ValueError, match="format='tar'"):
+        stoker.pack(folder, tmp_path / "c.stkc", check=True)
+    with pytest.raises(ValueError, match="read_timeout"):
+        stoker.pack(folder, tmp_path / "c.stkc", read_timeout=-1)
+
+
 def test_bad_files_are_left_out_and_listed(folder, tmp_path):
     with open(os.path.join(folder, "class01", "zz_broken.jpg"), "wb") as f:
         f.write(b"not an image at all" * 20)

@@ -202,10 +202,10 @@
     NULL, "leave out images over N pixels; 0 = no limit") \
   X(max_file_bytes, U64, STK__V(256.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, "--max-file-bytes", \
     "max_file_bytes", NULL, "leave out files over this size; 0 = no limit") \
-  X(check, BOOL, STK__V(0), 0, 1, NULL, "--check", NULL, "tar", \
+  X(check, BOOL, STK__V(0), 0, 1, NULL, "--check", "check", "tar", \
     "tar: decode every image in full, as --cache does, and leave out the ones that fail " \
-    "(without it only each file's header is read: a truncated JPEG is packed)") \
-  X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", NULL, NULL, \
+    "(without it only each file's header is read: damage past it is packed)") \
+  X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", NULL, \
     "seconds a file read (or a FIFO or pipe list) may take before the file is left out; " \
     "0 = no limit")
 /* clang-format on */
