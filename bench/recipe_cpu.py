@@ -76,13 +76,7 @@ def make_dataset(src, dst, files, classes, link=False):
     return dst
 
 
-def warm_page_cache(root):
-    n = 0
-    for d, _, fs in os.walk(root, followlinks=True):
-        for f in fs:
-            with open(os.path.join(d, f), "rb") as fh:
-                n += len(fh.read())
-    return n
+from cpu_vs_torchvision import warm_cache as warm_page_cache  # noqa: E402 (bench/ is on the path)
 
 
 # ---- MixUp / CutMix with torchvision v2's semantics, in torch ops -----------------------
