@@ -530,6 +530,8 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   return STK_OK;
 }
 
+_Static_assert(STK_KAUG_OPS == STK__AUG_MAX_OPS, "the kernels' op list holds every drawn op");
+
 /* cfg.aug: each item's draws as the kernels take them (stk__kaug), with
  * what must round as on the CPU computed here: the warps' grid
  * coefficients and the blur taps. Uploaded on the lane's stream once the
@@ -556,7 +558,7 @@ static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_ite
     k->erase_random = ap->erase_random;
     k->erase_key = a->erase_key;
     memcpy(k->erase_value, ap->erase_value, sizeof k->erase_value);
-    k->n = a->n < STK_KAUG_OPS ? a->n : STK_KAUG_OPS;
+    k->n = a->n;
     for (int j = 0; j < k->n; j++) {
       stk__kop *o = &k->op[j];
       o->kind = a->op[j].kind;

@@ -237,19 +237,17 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
       }
       case STK__OP_BRIGHTNESS:
       case STK__OP_ADJ_BRIGHTNESS: {
-        double f = op->kind == STK__OP_BRIGHTNESS ? 1.0 + mag : mag;
-        float r = (float)f, r1 = (float)(1.0 - f);
-        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], 0.0f);
+        const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
+        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(k.r, k.r1, t[i], 0.0f);
         break;
       }
       case STK__OP_COLOR:
       case STK__OP_ADJ_SATURATION: {
-        double f = op->kind == STK__OP_COLOR ? 1.0 + mag : mag;
-        float r = (float)f, r1 = (float)(1.0 - f);
+        const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
         for (int i = tid; i < npx; i += nt) {
           uint8_t *q = t + i * 3;
           float g = stk__gray8(q[0], q[1], q[2]);
-          for (int c = 0; c < 3; c++) q[c] = stk__blend8(r, r1, q[c], g);
+          for (int c = 0; c < 3; c++) q[c] = stk__blend8(k.r, k.r1, q[c], g);
         }
         break;
       }
@@ -263,39 +261,31 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         __syncthreads();
         /* an integer sum: exact in any order, as on the CPU */
         float mean = (float)((float)(double)sum / (float)npx);
-        double f = op->kind == STK__OP_CONTRAST ? 1.0 + mag : mag;
-        float r = (float)f, r1 = (float)(1.0 - f);
-        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(r, r1, t[i], mean);
+        const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
+        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(k.r, k.r1, t[i], mean);
         break;
       }
       case STK__OP_SHARPNESS:
       case STK__OP_ADJ_SHARPNESS: {
         if (W <= 2 || H <= 2) break;
         tile_copy(t, sc, n);
-        double f = op->kind == STK__OP_SHARPNESS ? 1.0 + mag : mag;
-        float r = (float)f, r1 = (float)(1.0 - f);
+        const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
         const int row = W * 3;
         for (int i = tid; i < n; i += nt) {
           int x = (i / 3) % W, y = i / row;
           if (x == 0 || y == 0 || x == W - 1 || y == H - 1) continue; /* the border stays */
           const uint8_t *q = sc + i;
-          int s = 4 * q[0];
-          for (int dy = -1; dy <= 1; dy++)
-            for (int dx = -1; dx <= 1; dx++) s += q[dy * row + dx * 3];
-          t[i] = stk__blend8(r, r1, q[0], (float)stk__sharp_blur(s));
+          t[i] = stk__blend8(k.r, k.r1, q[0], (float)stk__sharp_blur(stk__sharp_sum(q, row)));
         }
         break;
       }
       case STK__OP_POSTERIZE: {
-        int bits = (int)mag;
-        bits = bits < 0 ? 0 : bits > 8 ? 8 : bits;
-        uint8_t mask = (uint8_t)(0xffu << (8 - bits));
+        const uint8_t mask = stk__posterize_mask(mag);
         for (int i = tid; i < n; i += nt) t[i] &= mask;
         break;
       }
       case STK__OP_SOLARIZE:
-        for (int i = tid; i < n; i += nt)
-          if ((float)t[i] >= op->mag) t[i] = (uint8_t)(255 - t[i]);
+        for (int i = tid; i < n; i += nt) t[i] = stk__solarize8(t[i], op->mag);
         break;
       case STK__OP_INVERT:
         for (int i = tid; i < n; i += nt) t[i] = (uint8_t)(255 - t[i]);

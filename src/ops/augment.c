@@ -282,25 +282,16 @@ void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64
 
 /* ---- the ops ---------------------------------------------------------------- */
 
-/* _blend's two factors, as torch casts the Python floats: r = (float)ratio,
- * r1 = (float)(1 - ratio) */
-typedef struct {
-  float r, r1;
-} blend_k;
-static inline blend_k blend_of(double ratio) {
-  blend_k k = {(float)ratio, (float)(1.0 - ratio)};
-  return k;
-}
-static inline uint8_t blend8(blend_k k, float a, float b) { return stk__blend8(k.r, k.r1, a, b); }
+static inline uint8_t blend8(stk__blend k, float a, float b) { return stk__blend8(k.r, k.r1, a, b); }
 static inline uint8_t gray8(const uint8_t *p) { return stk__gray8(p[0], p[1], p[2]); }
 
 static void op_brightness(uint8_t *t, size_t n, double f) {
-  blend_k k = blend_of(f);
+  stk__blend k = stk__blend_of(f);
   for (size_t i = 0; i < n; i++) t[i] = blend8(k, t[i], 0.0f);
 }
 
 static void op_saturation(uint8_t *t, size_t npx, double f) {
-  blend_k k = blend_of(f);
+  stk__blend k = stk__blend_of(f);
   for (size_t i = 0; i < npx; i++) {
     uint8_t *p = t + i * 3;
     float g = gray8(p);
@@ -315,7 +306,7 @@ static void op_contrast(uint8_t *t, size_t npx, double f) {
   double sum = 0;
   for (size_t i = 0; i < npx; i++) sum += gray8(t + i * 3);
   float mean = (float)((float)sum / (float)npx);
-  blend_k k = blend_of(f);
+  stk__blend k = stk__blend_of(f);
   for (size_t i = 0; i < npx * 3; i++) t[i] = blend8(k, t[i], mean);
 }
 
@@ -326,16 +317,13 @@ static void op_gray(uint8_t *t, size_t npx) {
   }
 }
 
-static void op_posterize(uint8_t *t, size_t n, int bits) {
-  if (bits < 0) bits = 0;
-  if (bits > 8) bits = 8;
-  uint8_t mask = (uint8_t)(0xffu << (8 - bits));
+static void op_posterize(uint8_t *t, size_t n, double mag) {
+  uint8_t mask = stk__posterize_mask(mag);
   for (size_t i = 0; i < n; i++) t[i] &= mask;
 }
 
 static void op_solarize(uint8_t *t, size_t n, float thr) {
-  for (size_t i = 0; i < n; i++)
-    if ((float)t[i] >= thr) t[i] = (uint8_t)(255 - t[i]);
+  for (size_t i = 0; i < n; i++) t[i] = stk__solarize8(t[i], thr);
 }
 
 static void op_invert(uint8_t *t, size_t n) {
@@ -373,15 +361,12 @@ static void op_sharpness(uint8_t *t, int w, int h, double f, uint8_t *src) {
   if (w <= 2 || h <= 2) return;
   size_t row = (size_t)w * 3;
   memcpy(src, t, row * h);
-  blend_k k = blend_of(f);
+  stk__blend k = stk__blend_of(f);
   for (int y = 1; y < h - 1; y++)
     for (int x = 1; x < w - 1; x++)
       for (int c = 0; c < 3; c++) {
         const uint8_t *p = src + (size_t)y * row + (size_t)x * 3 + c;
-        int s = 4 * p[0];
-        for (int dy = -1; dy <= 1; dy++)
-          for (int dx = -1; dx <= 1; dx++) s += p[(ptrdiff_t)dy * (ptrdiff_t)row + dx * 3];
-        int blur = stk__sharp_blur(s);
+        int blur = stk__sharp_blur(stk__sharp_sum(p, (int)row));
         t[(size_t)y * row + (size_t)x * 3 + c] = blend8(k, p[0], (float)blur);
       }
 }
@@ -554,22 +539,22 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
       warp(t, w, h, &m, nearest, fill, scratch->p);
       return STK_OK;
     }
-    case STK__OP_BRIGHTNESS: op_brightness(t, n, 1.0 + mag); return STK_OK;
-    case STK__OP_COLOR: op_saturation(t, npx, 1.0 + mag); return STK_OK;
-    case STK__OP_CONTRAST: op_contrast(t, npx, 1.0 + mag); return STK_OK;
+    case STK__OP_BRIGHTNESS:
+    case STK__OP_ADJ_BRIGHTNESS: op_brightness(t, n, stk__op_factor(op->kind, mag)); return STK_OK;
+    case STK__OP_COLOR:
+    case STK__OP_ADJ_SATURATION: op_saturation(t, npx, stk__op_factor(op->kind, mag)); return STK_OK;
+    case STK__OP_CONTRAST:
+    case STK__OP_ADJ_CONTRAST: op_contrast(t, npx, stk__op_factor(op->kind, mag)); return STK_OK;
     case STK__OP_SHARPNESS:
     case STK__OP_ADJ_SHARPNESS:
       if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
-      op_sharpness(t, w, h, op->kind == STK__OP_SHARPNESS ? 1.0 + mag : mag, scratch->p);
+      op_sharpness(t, w, h, stk__op_factor(op->kind, mag), scratch->p);
       return STK_OK;
-    case STK__OP_POSTERIZE: op_posterize(t, n, (int)mag); return STK_OK;
+    case STK__OP_POSTERIZE: op_posterize(t, n, mag); return STK_OK;
     case STK__OP_SOLARIZE: op_solarize(t, n, op->mag); return STK_OK;
     case STK__OP_AUTOCONTRAST: op_autocontrast(t, npx); return STK_OK;
     case STK__OP_EQUALIZE: op_equalize(t, npx); return STK_OK;
     case STK__OP_INVERT: op_invert(t, n); return STK_OK;
-    case STK__OP_ADJ_BRIGHTNESS: op_brightness(t, n, mag); return STK_OK;
-    case STK__OP_ADJ_CONTRAST: op_contrast(t, npx, mag); return STK_OK;
-    case STK__OP_ADJ_SATURATION: op_saturation(t, npx, mag); return STK_OK;
     case STK__OP_ADJ_HUE: op_hue(t, npx, op->mag); return STK_OK;
     case STK__OP_GRAYSCALE: op_gray(t, npx); return STK_OK;
     case STK__OP_BLUR:

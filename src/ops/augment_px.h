@@ -79,6 +79,46 @@ STK_HD uint8_t stk__blend8(float r, float r1, float a, float b) {
   return stk__trunc8(x + y);
 }
 
+/* _blend's two factors, as torch casts the Python floats: r = (float)ratio,
+ * r1 = (float)(1 - ratio) */
+typedef struct {
+  float r, r1;
+} stk__blend;
+
+STK_HD stk__blend stk__blend_of(double ratio) {
+  stk__blend k;
+  k.r = (float)ratio;
+  k.r1 = (float)(1.0 - ratio);
+  return k;
+}
+
+/* The blend factor of a colour op: the policies' ops take 1 + magnitude
+ * (_apply_op), the adjust_* ops their factor as it is. */
+STK_HD double stk__op_factor(int kind, double mag) {
+  return kind <= STK__OP_SHARPNESS ? 1.0 + mag : mag;
+}
+
+/* posterize: the top `bits` bits kept (img & -(2 ** (8 - bits))) */
+STK_HD uint8_t stk__posterize_mask(double mag) {
+  int bits = (int)mag;
+  bits = bits < 0 ? 0 : bits > 8 ? 8 : bits;
+  return (uint8_t)(0xffu << (8 - bits));
+}
+
+/* solarize: inverted where v >= threshold (a float32 comparison) */
+STK_HD uint8_t stk__solarize8(int v, float thr) {
+  return (float)v >= thr ? (uint8_t)(255 - v) : (uint8_t)v;
+}
+
+/* The 3x3 sum of _blurred_degenerate_image's kernel (centre weighted 5) at
+ * the byte p of an inner pixel, rows `row` bytes apart. */
+STK_HD int stk__sharp_sum(const uint8_t *p, int row) {
+  int s = 4 * p[0];
+  for (int dy = -1; dy <= 1; dy++)
+    for (int dx = -1; dx <= 1; dx++) s += p[dy * row + dx * 3];
+  return s;
+}
+
 /* autocontrast: scale = reciprocal(max - min) * 255 (Tensor.__rtruediv__),
  * a flat channel keeps min 0, scale 1 */
 STK_HD float stk__autocontrast_scale(int lo, int hi, float *mn) {
