@@ -108,6 +108,28 @@ def fed(root, new, threads, arch, steps, classes):
     return steps * 256 / (time.perf_counter() - t0)
 
 
+def profile(root, new, classes, steps=10):
+    """Device time per training step of each kernel or copy that is not the
+    model's (torch.profiler, CUDA activities), ResNet-18 fed from `root`."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    ld = loader(root, new, 2)
+    step = step_fn("resnet18", classes)
+    it = iter(ld)
+    for _ in range(10):  # warm-up
+        step(*next(it))
+    torch.cuda.synchronize()
+    with tprofile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step(*next(it))
+        torch.cuda.synchronize()
+    ld.close()
+    rows = [(e.key, e.self_device_time_total / steps) for e in p.key_averages()
+            if e.self_device_time_total > 0 and not e.key.startswith("aten::")]
+    return sorted(rows, key=lambda r: -r[1])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("data")
@@ -117,9 +139,18 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--arch", default="resnet18,resnet50")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead: the device time per step of every kernel and copy that is "
+                         "not torch's own operator, ResNet-18 fed from the cache")
     a = ap.parse_args()
     out = {"device": torch.cuda.get_device_name(), "threads": a.threads}
     classes = len(stoker.ImageLoader(a.data, 256, threads=1).classes)
+    if a.profile:
+        for new in (False, True):
+            print("new recipe" if new else "classic recipe", "(us per step)")
+            for key, us in profile(a.cache, new, classes):
+                print(f"  {us:9.1f}  {key[:90]}")
+        return
     for src, root in (("jpeg", a.data), ("cache", a.cache)):
         for new in (False, True):
             key = f"alone_{src}_{'new' if new else 'classic'}"
