@@ -40,6 +40,7 @@
 #include "core/common.h"
 #include "core/errors.h"
 #include "core/options.h"
+#include "loader/sink.h"
 #include "ops/augment.h"
 #include "ops/ops.h"
 #include "stoker.h"
@@ -850,6 +851,30 @@ static PyObject *Loader_note(PyObject *o, PyObject *unused) {
   return decode_message(stk_loader_note(r->l));
 }
 
+/* mix_gpu(src, dst, labels, soft, n, classes, mode, lam, box, stream): MixUp
+ * or CutMix of a device batch the loader lent (src, labels: its tensors'
+ * addresses) into dst, and the soft labels into soft (0: none), queued on
+ * the consumer's stream; the caller keeps the four tensors alive and
+ * contiguous, dst of the batch's shape and dtype, soft float32[n][classes]. */
+static PyObject *Loader_mix_gpu(PyObject *o, PyObject *args) {
+  unsigned long long src, dst, labels, soft, stream;
+  int n, classes, mode;
+  double lam;
+  stk__mix m = {0};
+  if (!PyArg_ParseTuple(args, "KKKKiiid(iiii)K", &src, &dst, &labels, &soft, &n, &classes, &mode,
+                        &lam, &m.x1, &m.y1, &m.x2, &m.y2, &stream))
+    return NULL;
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  m.mode = mode;
+  m.lam = lam;
+  stk__gpu_mix_io io = {src, dst, labels, soft, n, classes};
+  char msg[STK__SINK_MSG_LEN] = "";
+  int rc = stk__loader_mix(r->l, &m, &io, (void *)(uintptr_t)stream, msg, sizeof msg);
+  if (rc) return raise_code(rc, msg, 0);
+  Py_RETURN_NONE;
+}
+
 static PyObject *Loader_get_closed(PyObject *o, void *unused) {
   return PyBool_FromLong(((LoaderObject *)o)->ref == NULL);
 }
@@ -873,6 +898,9 @@ static PyMethodDef Loader_methods[] = {
      "source_kind() -> 'folder', 'list', 'cache' or 'tar'."},
     {"note", Loader_note, METH_NOARGS,
      "note() -> a warning about the source made at construction ('' if none)."},
+    {"mix_gpu", Loader_mix_gpu, METH_VARARGS,
+     "mix_gpu(src, dst, labels, soft, n, classes, mode, lam, box, stream): MixUp or CutMix\n"
+     "of a device batch into dst, with its soft labels (internal: ImageLoader's mix=)."},
     {"close", Loader_close, METH_NOARGS,
      "close(): drop this object's hold on the loader. Its threads stop at once when no batch\n"
      "is alive, else when the last batch is freed."},

@@ -64,6 +64,22 @@ def _dtype_name(dtype):
     return name
 
 
+_warned_work_queues = False
+
+
+def _warn_work_queues():
+    """Once per process: CUDA started before ``import stoker``, so the
+    process runs with the driver's 8 work queues (see stoker.work_queues)."""
+    global _warned_work_queues
+    from . import work_queues
+    if not _warned_work_queues and work_queues()[1] == "too late":
+        _warned_work_queues = True
+        warnings.warn("CUDA started before `import stoker`: the process keeps 8 GPU work queues "
+                      "(CUDA_DEVICE_MAX_CONNECTIONS), which slows JPEG decoding on the GPU beside "
+                      "a model; import stoker before CUDA starts, or set the variable to 32",
+                      RuntimeWarning, stacklevel=3)
+
+
 def _device_index(device):
     """-1 for the CPU, else the CUDA device index (the C library decides)."""
     if isinstance(device, numbers.Integral) and not isinstance(device, bool):
@@ -419,6 +435,8 @@ class ImageLoader:
         self._pass: Optional["weakref.ReferenceType[_Pass]"] = None  # the live _Pass, if any
         self._from_dlpack = torch.utils.dlpack.from_dlpack
         self._device = opts["device"]
+        if self._device >= 0:
+            _warn_work_queues()
         # pin_memory: CPU batch slots page-locked through the CUDA runtime,
         # each once, the first time it is handed out, so that
         # .cuda(non_blocking=True) is a true asynchronous copy
@@ -488,15 +506,17 @@ class ImageLoader:
             # one pass in place over the slot the batch lives in
             _stoker._mix_apply(images.data_ptr(), n, self._DTYPE_CODES[self._dtype_name],
                                self._layout, side, side, mode, lam, box)
-        elif mode == 1:
-            # v2's roll(1).mul_(1 - lam).add_(x.mul(lam)), in place: the sum is
-            # the same either way round, and one copy of the batch is made
-            rolled = images.roll(1, 0).mul_(1.0 - lam)
-            images.mul_(lam).add_(rolled)
-        elif mode == 2:
-            x1, y1, x2, y2 = box
-            # only the box moves: roll a copy of it
-            images[..., y1:y2, x1:x2] = images[..., y1:y2, x1:x2].roll(1, 0)
+        else:
+            # One kernel of the loader's, on the consumer's stream, into a new
+            # tensor (the slot is the source and is released with `images`):
+            # the CPU's arithmetic, so a device batch equals a host one, and
+            # one read and one write of the batch where torch's roll and
+            # element-wise ops take five passes.
+            out = torch.empty_like(images)
+            soft = torch.empty((n, num_classes), dtype=torch.float32, device=images.device)
+            self._c.mix_gpu(images.data_ptr(), out.data_ptr(), labels.data_ptr(), soft.data_ptr(),
+                            n, num_classes, mode, lam, box, self._stream())
+            return out, soft
         onehot = torch.nn.functional.one_hot(labels.long(), num_classes).float()
         soft = onehot.roll(1, 0).mul_(1.0 - lam).add_(onehot.mul(lam))
         return images, soft
@@ -556,6 +576,9 @@ class ImageLoader:
         """Counters and timings; per-stage seconds are summed over threads."""
         d = self._c.stats()
         d["skipped_files"] = self._c.skipped()
+        if self._device >= 0:
+            from . import work_queues
+            d["work_queues"], d["work_queues_origin"] = work_queues()
         return d
 
     def __repr__(self) -> str:

@@ -535,6 +535,29 @@ def test_gpu_random_erasing_and_mix(folder):
         assert torch.allclose(la, lb.cpu())
 
 
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+@pytest.mark.parametrize("which", ["mixup", "cutmix"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gpu_mix_equals_the_cpu(folder, dtype, which, channels_last):
+    """The device batch is mixed by the loader's kernel with the CPU's
+    arithmetic: on the same pixels (gpu_cpu_share=1) the mixed batches and the
+    soft labels are byte-identical, in every dtype and layout."""
+    mix = T.MixUp(alpha=0.4) if which == "mixup" else T.CutMix(alpha=1.0)
+    pipe = GPU_PIPE[:3] + ([T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+                           if dtype != "uint8" else [])
+    kw = dict(pipeline=pipe, seed=5, threads=2, shuffle=False, mix=mix, dtype=dtype,
+              channels_last=channels_last)
+    cpu = _batches(stoker.ImageLoader(folder, 8, **kw))
+    dev = _batches(stoker.ImageLoader(folder, 8, device="cuda", gpu_cpu_share=1.0, **kw))
+    assert len(cpu) == len(dev) == 3
+    unmixed = _batches(stoker.ImageLoader(folder, 8, **dict(kw, mix=None)))
+    for (a, la, *_), (b, lb, *_), (u, *_) in zip(cpu, dev, unmixed):
+        assert lb.dtype == torch.float32 and lb.shape == la.shape
+        assert torch.equal(a, b.cpu()) and torch.equal(la, lb.cpu())
+        assert not torch.equal(a, u)  # the batch was mixed at all
+
+
 def test_functional_api_replays_given_parameters():
     """stoker.functional: the parameters come from outside (here torchvision's own
     draw), and the result is torchvision's."""

@@ -477,6 +477,7 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     goto fail;
   }
   r = stk__cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
+  if (r == CUDA_SUCCESS) r = stk__cu.ModuleGetFunction(&g->fn_mix, g->mod, "stk_mix_kernel");
   if (r != CUDA_SUCCESS) {
     rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
     goto fail;
@@ -795,6 +796,44 @@ int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *ms
   pthread_mutex_lock(&g->mu);
   s->freed_pending = 1;
   pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
+                 char *msg, size_t msglen) {
+  if (!g || !m || !io || io->n < 1 || io->n > g->cfg.max_batch || !io->src || !io->dst ||
+      (io->soft && (!io->labels || io->classes < 1)) || m->mode < 0 || m->mode > 2)
+    return stk__fail(msg, msglen, STK_EINVAL, "bad arguments for the batch mixing");
+  /* the soft labels' row of blocks covers n * classes floats with 32-bit
+   * indices, as the images' rows cover one image */
+  if (io->soft && (int64_t)io->n * io->classes > INT32_MAX)
+    return stk__fail(msg, msglen, STK_EINVAL, "too many classes for the batch mixing");
+  stk__kmixparams kp;
+  memset(&kp, 0, sizeof kp);
+  kp.src = (unsigned long long)io->src;
+  kp.dst = (unsigned long long)io->dst;
+  kp.labels = (unsigned long long)io->labels;
+  kp.soft = (unsigned long long)io->soft;
+  kp.n = io->n;
+  kp.classes = io->classes;
+  kp.dtype = (int)g->cfg.dtype;
+  kp.layout = (int)g->cfg.layout;
+  kp.mode = m->mode;
+  kp.w = g->cfg.out_w;
+  kp.h = g->cfg.out_h;
+  kp.x1 = m->x1, kp.y1 = m->y1, kp.x2 = m->x2, kp.y2 = m->y2;
+  /* as the CPU's stk__mix_apply and torch's scalar multiplies round them */
+  kp.a = (float)m->lam;
+  kp.b = (float)(1.0 - m->lam);
+  int64_t elems = (int64_t)kp.w * kp.h * 3, row = io->soft ? (int64_t)io->n * io->classes : 0;
+  int64_t most = elems > row ? elems : row;
+  unsigned gx = (unsigned)((most + STK_MIX_THREADS - 1) / STK_MIX_THREADS);
+  void *args[] = {&kp};
+  ENTER();
+  CUresult r = stk__cu.LaunchKernel(g->fn_mix, gx, (unsigned)io->n + 1, 1, STK_MIX_THREADS, 1, 1, 0,
+                                    (CUstream)stream, args, NULL);
+  stk__cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(g, r, "cuLaunchKernel (the batch mixing)", msg, msglen);
   return STK_OK;
 }
 

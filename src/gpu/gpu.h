@@ -269,6 +269,19 @@ size_t stk__gpu_image_bytes(const stk__gpu *g);
  * completes: the next write into the slot waits for that on the device. */
 int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *msg, size_t msglen);
 
+/* MixUp or CutMix (m, as stk__mix_draw drew it) of a finished batch of n
+ * images in the gpu's output shape, dtype and layout: dst = src mixed with
+ * itself rolled by one, as stk__mix_apply mixes a host batch (the same
+ * values); and, when soft is not 0, the soft labels float32[n][classes]
+ * from the int64 labels. All device addresses of this gpu's context; dst
+ * must not overlap src. Queued on `stream` (a CUstream); nothing waits. */
+typedef struct {
+  uint64_t src, dst, labels, soft;
+  int n, classes;
+} stk__gpu_mix_io;
+int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
+                 char *msg, size_t msglen);
+
 /* Makes `stream` (a CUstream; NULL = the legacy default stream) wait on the
  * device for the slot's ready event; the calling thread does not wait. */
 int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t msglen);

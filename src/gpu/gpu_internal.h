@@ -114,7 +114,7 @@ struct stk__gpu {
   CUcontext ctx;
   int ctx_retained;
   CUmodule mod;
-  CUfunction fn, fn_aug, fn_store;
+  CUfunction fn, fn_aug, fn_store, fn_mix;
   stk__store store;
   size_t image_bytes;
   /* what the fused kernel and the CPU-finished ("big") images write: the

@@ -403,3 +403,67 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
     }
   }
 }
+
+/* stk_mix_kernel: MixUp or CutMix of a finished batch, out of place (the
+ * source is the slot, which other images of the batch still read). One
+ * thread per element of image blockIdx.y; the MixUp sum is the CPU's
+ * (stk__mix_apply): in float, image i - 1's product first, rounded once to
+ * the dtype, so the GPU's batch equals the CPU's. Row blockIdx.y == n is the
+ * soft labels, in the same order of operations as one_hot(y).roll(1) *
+ * (1 - lam) + one_hot(y) * lam. */
+__device__ static float mix_load(int dtype, const void *p, unsigned int k) {
+  switch (dtype) {
+    case DT_F32: return ((const float *)p)[k];
+    case DT_F16: return __half2float(__ushort_as_half(((const unsigned short *)p)[k]));
+    case DT_BF16: return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)p)[k]));
+    default: return (float)((const unsigned char *)p)[k];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(STK_MIX_THREADS) stk_mix_kernel(stk__kmixparams p) {
+  const unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = blockIdx.y;
+  if (i == p.n) {
+    if (!p.soft || e >= (unsigned int)p.n * (unsigned int)p.classes) return;
+    const int r = (int)(e / (unsigned int)p.classes), c = (int)(e % (unsigned int)p.classes);
+    const long long *y = (const long long *)p.labels;
+    float prev = y[r == 0 ? p.n - 1 : r - 1] == c ? 1.0f : 0.0f, cur = y[r] == c ? 1.0f : 0.0f;
+    float v = prev * p.b;
+    ((float *)p.soft)[e] = v + cur * p.a;
+    return;
+  }
+  const unsigned int plane = (unsigned int)p.w * (unsigned int)p.h, elems = plane * 3;
+  if (e >= elems) return;
+  const int es = p.dtype == DT_F32 ? 4 : p.dtype == DT_U8 ? 1 : 2;
+  /* image i's element e and image i - 1's, as element indices in the batch */
+  const size_t at = (size_t)i * elems + e, from = (size_t)(i == 0 ? p.n - 1 : i - 1) * elems + e;
+  const char *src = (const char *)p.src;
+  char *dst = (char *)p.dst;
+  if (p.mode == 1) {
+    float v = mix_load(p.dtype, src + from * es, 0) * p.b;
+    v = v + mix_load(p.dtype, src + at * es, 0) * p.a;
+    switch (p.dtype) {
+      case DT_F32: *(float *)(dst + at * 4) = v; break;
+      case DT_F16: *(unsigned short *)(dst + at * 2) = __half_as_ushort(__float2half_rn(v)); break;
+      case DT_BF16: *(unsigned short *)(dst + at * 2) = __bfloat16_as_ushort(__float2bfloat16_rn(v)); break;
+      default: *(unsigned char *)(dst + at) = stk__round8(v); break;
+    }
+    return;
+  }
+  /* CutMix (or none): a copy, from image i - 1 inside the box */
+  unsigned int x, y;
+  if (p.layout == LAYOUT_NCHW) {
+    const unsigned int q = e % plane;
+    x = q % (unsigned int)p.w, y = q / (unsigned int)p.w;
+  } else {
+    const unsigned int q = e / 3;
+    x = q % (unsigned int)p.w, y = q / (unsigned int)p.w;
+  }
+  const int in_box = p.mode == 2 && (int)x >= p.x1 && (int)x < p.x2 && (int)y >= p.y1 && (int)y < p.y2;
+  const size_t s = in_box ? from : at;
+  switch (es) {
+    case 4: *(float *)(dst + at * 4) = *(const float *)(src + s * 4); break;
+    case 2: *(unsigned short *)(dst + at * 2) = *(const unsigned short *)(src + s * 2); break;
+    default: dst[at] = src[s]; break;
+  }
+}

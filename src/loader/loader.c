@@ -1230,6 +1230,14 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   return rc;
 }
 
+int stk__loader_mix(stk_loader *l, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
+                    char *msg, size_t msglen) {
+  if (!l || !m || !io) return STK_EINVAL;
+  if (!l->sink.ops->mix)
+    return stk__fail(msg, msglen, STK_EINVAL, "the loader's batches are in host memory");
+  return l->sink.ops->mix(&l->sink, m, io, stream, msg, msglen);
+}
+
 int stk_batch_release(stk_loader *l, stk_batch *b) { return stk_batch_release_on(l, b, NULL); }
 
 int stk_batch_wait(stk_loader *l, const stk_batch *b) {

@@ -209,6 +209,12 @@ static int gpu_release(stk__sink *k, int slot, void *stream, char *msg, size_t m
   return stk__gpu_slot_release(g->gpu, slot, stream, msg, msglen);
 }
 
+static int gpu_mix(stk__sink *k, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
+                   char *msg, size_t msglen) {
+  gpu_sink *g = k->impl;
+  return stk__gpu_mix(g->gpu, m, io, stream, msg, msglen);
+}
+
 static void gpu_reset(stk__sink *k) {
   gpu_sink *g = k->impl;
   stk__share_restart(&g->share_ctl); /* a refill is no measure of the rate */
@@ -283,6 +289,7 @@ static const stk__sink_ops gpu_ops = {
     .wait = gpu_wait,
     .wait_on = gpu_wait_on,
     .release = gpu_release,
+    .mix = gpu_mix,
     .reset = gpu_reset,
     .stats = gpu_stats,
     .finish = gpu_finish,
