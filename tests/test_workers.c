@@ -264,6 +264,43 @@ static void test_spawn_then_pool(void) {
   free(v);
 }
 
+/* Items that free themselves, in work or in done: the pool must not read
+ * one after it started (AddressSanitizer sees it when it does). */
+static atomic_int g_freed;
+
+typedef struct {
+  stk__work w;
+  char pad[64];
+} heap_item;
+
+static void free_in_work(void *arg) {
+  free(arg);
+  atomic_fetch_add(&g_freed, 1);
+}
+
+static void nothing(void *arg) { (void)arg; }
+
+static void free_in_done(void *arg) {
+  free(arg);
+  atomic_fetch_add(&g_freed, 1);
+}
+
+static void test_self_freeing(void) {
+  atomic_init(&g_freed, 0);
+  stk__workers *p = stk__workers_create(3, "tz", NULL, 0);
+  for (int i = 0; i < 300; i++) {
+    heap_item *h = malloc(sizeof *h);
+    if (i % 3 == 0)
+      stk__workers_submit(p, &h->w, free_in_work, NULL, h);
+    else if (i % 3 == 1)
+      stk__workers_submit(p, &h->w, nothing, free_in_done, h);
+    else
+      CHECK_EQ_INT(stk__workers_spawn(p, &h->w, free_in_work, NULL, h), STK_OK);
+  }
+  stk__workers_destroy(p);
+  CHECK_EQ_INT(atomic_load(&g_freed), 300);
+}
+
 /* ---- affinity ------------------------------------------------------------ */
 
 static atomic_int g_cpu_ok;
@@ -356,6 +393,7 @@ int main(void) {
   test_fanout();
   test_detach();
   test_spawn_then_pool();
+  test_self_freeing();
   test_affinity();
   test_start_failures();
   return CHECK_DONE();

@@ -40,9 +40,12 @@ struct stk__workers {
   int *cpus, ncpus;
 };
 
+/* w is not read once work starts: work or done may free it. */
 static void run_item(stk__work *w) {
-  w->work(w->arg);
-  if (w->done) w->done(w->arg);
+  void (*done)(void *) = w->done;
+  void *arg = w->arg;
+  w->work(arg);
+  if (done) done(arg);
 }
 
 static void name_self(const char *name, int cpu) {

@@ -17,7 +17,8 @@
 typedef struct stk__workers stk__workers;
 
 /* One item. The caller owns it (embedded where it likes) and keeps it
- * until `done` ran; the pool only links it into its queue. */
+ * until it runs; the pool only links it into its queue, and reads it no
+ * more once work starts, so work or done may free it. */
 typedef struct stk__work {
   void (*work)(void *arg);
   void (*done)(void *arg); /* NULL: none; runs after work, on the same thread */
