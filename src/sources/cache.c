@@ -36,6 +36,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/workers.h"
 #include "sources/cache_format.h"
 #include "sources/source.h"
 
@@ -313,7 +314,7 @@ static int stat_differs(const char *path, const stk__cache_stat *want, struct st
   return (uint64_t)st->st_size != want->size || ns != want->mtime_ns;
 }
 
-static void *stat_main(void *arg) {
+static void stat_main(void *arg) {
   stat_job *j = arg;
   for (;;) {
     int64_t from = atomic_fetch_add(&j->next, STAT_CHUNK);
@@ -328,7 +329,6 @@ static void *stat_main(void *arg) {
       }
     }
   }
-  return NULL;
 }
 
 static int stat_threads(int64_t n) {
@@ -357,12 +357,7 @@ static int64_t changed_files(const stk__source *s, size_t skip, int64_t *first) 
   atomic_init(&j.next, 0);
   atomic_init(&j.changed, 0);
   atomic_init(&j.first, (long long)j.n);
-  pthread_t th[256];
-  int nt = stat_threads(j.n), started = 0;
-  for (int t = 1; t < nt; t++) /* this thread is one of them */
-    if (pthread_create(&th[started], NULL, stat_main, &j) == 0) started++;
-  stat_main(&j);
-  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  stk__workers_fanout("stk-cache", stat_threads(j.n), stat_main, &j); /* this thread is one */
   *first = (int64_t)atomic_load(&j.first);
   return (int64_t)atomic_load(&j.changed);
 }

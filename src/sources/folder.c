@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/workers.h"
 #include "sources/index.h"
 #include "sources/source.h"
 
@@ -277,7 +277,7 @@ typedef struct {
 /* Takes classes one at a time. After a failure, classes above the lowest
  * failed one are skipped: a serial scan would have stopped there, and the
  * error reported must be that one, whatever the timing. */
-static void *scan_worker(void *arg) {
+static void scan_worker(void *arg) {
   scan_job *j = arg;
   for (;;) {
     size_t c = atomic_fetch_add(&j->next, 1);
@@ -290,7 +290,6 @@ static void *scan_worker(void *arg) {
       }
     }
   }
-  return NULL;
 }
 
 static int default_threads(size_t nclasses) {
@@ -364,13 +363,8 @@ int stk__folder_scan(stk__dataset *ds, const char *root, int threads, stk__dirsi
   atomic_init(&job.fail_min, SIZE_MAX);
   if (threads <= 0) threads = default_threads(classes.n);
   if ((size_t)threads > classes.n) threads = (int)classes.n;
-  pthread_t th[256]; /* STOKER_SCAN_THREADS is at most 256 */
-  int started = 0;
   /* the calling thread works too; threads that fail to start are not needed */
-  for (int i = 1; i < threads && i < (int)(sizeof th / sizeof th[0]); i++)
-    if (pthread_create(&th[started], NULL, scan_worker, &job) == 0) started++;
-  scan_worker(&job);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  stk__workers_fanout("stk-scan", threads, scan_worker, &job);
 
   size_t fail = atomic_load(&job.fail_min);
   if (fail != SIZE_MAX) {

@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +35,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/workers.h"
 
 #define MAGIC "STKINDEX"
 #define VERSION 1u
@@ -166,7 +166,7 @@ typedef struct {
 
 #define CHECK_CHUNK 64
 
-static void *check_worker(void *arg) {
+static void check_worker(void *arg) {
   check_job *j = arg;
   char *buf = NULL;
   size_t cap = 0;
@@ -205,7 +205,6 @@ static void *check_worker(void *arg) {
     }
   }
   free(buf);
-  return NULL;
 }
 
 static int read_file(const char *path, uint8_t **out, uint64_t *size, char *why, size_t whylen) {
@@ -324,12 +323,7 @@ int stk__index_read(const char *path, const char *root, const char *real, stk__d
   atomic_init(&job.changed, SIZE_MAX);
   size_t nth = (size_t)ndirs / (4 * CHECK_CHUNK);
   if (nth > 16) nth = 16;
-  pthread_t th[16];
-  size_t started = 0;
-  for (size_t i = 1; i < nth; i++)
-    if (pthread_create(&th[started], NULL, check_worker, &job) == 0) started++;
-  check_worker(&job);
-  for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+  stk__workers_fanout("stk-index", (int)nth, check_worker, &job); /* the caller is one */
   if (st) {
     st->check_s = stk__now() - t;
     st->dirs = (int64_t)ndirs;
