@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/workers.h"
+
 struct stk__bread_ctx {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
@@ -46,7 +48,7 @@ static void ctx_release(stk__bread_ctx *c) {
   free(c);
 }
 
-static void *helper_main(void *arg) {
+static void helper_main(void *arg) {
   stk__bread_ctx *c = arg;
   pthread_mutex_lock(&c->mu);
   for (;;) {
@@ -68,7 +70,6 @@ static void *helper_main(void *arg) {
   }
   if (c->abandoned) atomic_fetch_sub(&stuck_, 1);
   ctx_release(c);
-  return NULL;
 }
 
 static stk__bread_ctx *ctx_new(void) {
@@ -81,13 +82,9 @@ static stk__bread_ctx *ctx_new(void) {
   pthread_cond_init(&c->cv, &ca);
   pthread_condattr_destroy(&ca);
   c->refs = 2;
-  pthread_t t;
-  pthread_attr_t ta;
-  pthread_attr_init(&ta);
-  pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED); /* nobody waits for a stuck one */
-  int e = pthread_create(&t, &ta, helper_main, c);
-  pthread_attr_destroy(&ta);
-  if (e) {
+  /* A thread of its own, not a pool's: a stuck read keeps it past its
+   * owner, whom nothing may make wait for it (nobody joins it). */
+  if (stk__workers_detached("stk-read", helper_main, c)) {
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/options.h"
+#include "core/workers.h"
 #include "loader/bounded_read.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"
@@ -92,7 +93,7 @@ typedef struct {
   char (*msgs)[256];
 } check_job;
 
-static void *check_main(void *arg) {
+static void check_main(void *arg) {
   check_job *j = arg;
   stk__bounded_reader br;
   stk__bounded_init(&br, j->opt->read_timeout);
@@ -106,7 +107,6 @@ static void *check_main(void *arg) {
                                             sizeof j->msgs[i]);
   }
   stk__bounded_free(&br);
-  return NULL;
 }
 
 int stk_check(const stk_options *opt, stk_check_result *res,
@@ -144,18 +144,13 @@ int stk_check(const stk_options *opt, stk_check_result *res,
   check_job job = {.src = &src, .opt = &o};
   job.codes = calloc((size_t)n + 1, sizeof *job.codes);
   job.msgs = calloc((size_t)n + 1, sizeof *job.msgs);
-  pthread_t *th = calloc((size_t)threads, sizeof *th);
-  if (!job.codes || !job.msgs || !th) {
+  if (!job.codes || !job.msgs) {
     rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for the results of %lld samples",
                    (long long)n);
     goto done;
   }
   pthread_mutex_init(&job.mu, NULL);
-  int started = 0;
-  for (int i = 0; i < threads; i++)
-    started += pthread_create(&th[started], NULL, check_main, &job) == 0;
-  if (!started) check_main(&job);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  stk__workers_fanout("stk-check", threads, check_main, &job);
   pthread_mutex_destroy(&job.mu);
   res->files = n;
   for (int64_t i = 0; i < n; i++) {
@@ -166,7 +161,6 @@ int stk_check(const stk_options *opt, stk_check_result *res,
 done:
   free(job.codes);
   free(job.msgs);
-  free(th);
   /* a read left behind may still use the source: then it is left to the
    * process's exit, as the loader leaves a stuck worker its memory */
   if (stk__bounded_stuck() == 0) stk__source_close(&src);

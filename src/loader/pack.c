@@ -33,6 +33,7 @@
 #include "codecs/encode.h"
 #include "loader/bounded_read.h"
 #include "core/options.h"
+#include "core/workers.h"
 #include "loader/pack.h"
 #include "loader/pipeline.h"
 #include "sources/cache_format.h"
@@ -178,13 +179,8 @@ static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, stk__bounde
   r->hash = stk__hash64(r->data, r->len, 0);
 }
 
-typedef struct {
-  packer *pk;
-  pthread_t t;
-} pack_thread;
-
-static void *pack_main(void *arg) {
-  packer *pk = ((pack_thread *)arg)->pk;
+static void pack_main(void *arg) {
+  packer *pk = arg;
   stk__worker w;
   stk__plan plan;
   memset(&plan, 0, sizeof plan);
@@ -217,7 +213,6 @@ static void *pack_main(void *arg) {
   stk__bounded_free(&br);
   stk__resampler_free(&rs);
   if (ok) stk__worker_free(&w);
-  return NULL;
 }
 
 /* A growable byte string, for the metadata block. */
@@ -350,22 +345,23 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   pk.ring = calloc((size_t)pk.nring, sizeof *pk.ring);
   stk__cache_entry *ent = tar ? NULL : calloc((size_t)ds->n, sizeof *ent);
   stk__cache_stat *fst = tar ? NULL : calloc((size_t)ds->n, sizeof *fst);
-  pack_thread *th = calloc((size_t)threads, sizeof *th);
+  stk__work *th = calloc((size_t)threads, sizeof *th);
+  stk__workers *pool = stk__workers_create(0, "stk-pack", NULL, 0);
   stk__buf meta = {0}, names = {0};
   size_t names_len = 0;
   int rc = STK_OK, started = 0;
-  if (!pk.ring || (!tar && (!ent || !fst)) || !th)
+  if (!pk.ring || (!tar && (!ent || !fst)) || !th || !pool)
     rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   pthread_mutex_init(&pk.mu, NULL);
   pthread_cond_init(&pk.cv, NULL);
+  /* a decoder each, for the whole pack; those that cannot start are done
+   * without, as long as one did */
   for (int t = 0; rc == STK_OK && t < threads; t++) {
-    th[t].pk = &pk;
-    if (pthread_create(&th[t].t, NULL, pack_main, &th[t]) != 0) {
-      rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start pack thread %d", t);
-      break;
-    }
+    if (stk__workers_spawn(pool, &th[t], pack_main, NULL, &pk)) break;
     started++;
   }
+  if (rc == STK_OK && !started)
+    rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start a pack thread");
 
   /* The writer: results in sample order. */
   uint64_t off = STK__CACHE_DATA_OFF;
@@ -412,7 +408,7 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   pk.stop = 1;
   pthread_cond_broadcast(&pk.cv);
   pthread_mutex_unlock(&pk.mu);
-  for (int t = 0; t < started; t++) pthread_join(th[t].t, NULL);
+  stk__workers_destroy(pool);
 
   if (tar) {
     rc = stk__tar_writer_finish(tw, rc, ds, res, err, errlen);
