@@ -82,6 +82,7 @@
 
 #include "core/common.h"
 #include "core/fault.h"
+#include "core/workers.h"
 #include "loader/pipeline.h"
 #include "loader/sink.h"
 #include "sources/source.h"
@@ -135,8 +136,8 @@ typedef struct {
   uint64_t scratch_bytes;
   int64_t sink_growth; /* growth of the sink's memory for positions (produce's
                           `held`), not yet published */
-  pthread_t thread;
-  int joinable;        /* started, neither joined nor detached (mutex) */
+  stk__work item;      /* its run on the pool: worker_main(this) */
+  int pooled;          /* started, and still the pool's: not detached (mutex) */
   int exited;          /* left worker_main (mutex) */
   atomic_int phase;
   /* The position in progress, for the timeout (mutex): */
@@ -166,6 +167,7 @@ struct stk_loader {
   double submit_s; /* time inside the sink's submit, summed over threads */
   int B, nslots;
   slot *slots;
+  stk__workers *pool;   /* the workers' threads (core/workers.h) */
   worker_ctx **workers; /* live workers, and abandoned ones still running */
   int nworkers, cap_workers;
   int nthreads;         /* the pool's size */
@@ -695,7 +697,7 @@ static void worker_exit(stk_loader *l, worker_ctx *wc) {
   if (last) free_loader(l);
 }
 
-static void *worker_main(void *arg) {
+static void worker_main(void *arg) {
   worker_ctx *wc = arg;
   stk_loader *l = wc->l;
   pthread_mutex_lock(&l->mu);
@@ -741,11 +743,10 @@ static void *worker_main(void *arg) {
     }
   }
   worker_exit(l, wc);
-  return NULL;
 }
 
-/* Starts one more worker thread (mutex held, or before any thread runs).
- * STK_OK or STK_ENOMEM. */
+/* Starts one more worker, on a thread of its own (mutex held, or before any
+ * thread runs). STK_OK or STK_ENOMEM. */
 static int spawn_worker(stk_loader *l) {
   if (l->nworkers == l->cap_workers) {
     int cap = l->cap_workers ? l->cap_workers * 2 : 8;
@@ -766,12 +767,12 @@ static int spawn_worker(stk_loader *l) {
   }
   wc->w.on_read = worker_on_read;
   wc->w.on_read_ctx = wc;
-  if (STK__FAIL() || pthread_create(&wc->thread, NULL, worker_main, wc) != 0) {
+  if (!l->pool || stk__workers_spawn(l->pool, &wc->item, worker_main, NULL, wc)) {
     stk__worker_free(&wc->w);
     free(wc);
     return STK_ENOMEM;
   }
-  wc->joinable = 1;
+  wc->pooled = 1;
   l->workers[l->nworkers++] = wc;
   l->live++;
   return STK_OK;
@@ -780,8 +781,8 @@ static int spawn_worker(stk_loader *l) {
 /* wc's phase was just set to ABANDONED: it is detached, owns itself from
  * now on, and a replacement keeps the pool at its size (mutex held). */
 static void abandon_worker(stk_loader *l, worker_ctx *wc) {
-  if (wc->joinable) pthread_detach(wc->thread);
-  wc->joinable = 0;
+  if (wc->pooled) stk__workers_detach(l->pool, &wc->item);
+  wc->pooled = 0;
   l->live--;
   l->ndetached++;
   if (!l->stop && l->ndetached <= MAX_STUCK) spawn_worker(l); /* best effort */
@@ -959,6 +960,10 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   pthread_mutex_unlock(&l->mu);
 
   l->nthreads = o.threads;
+  if (!(l->pool = stk__workers_create(0, "stk-worker", NULL, 0))) {
+    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+    goto fail;
+  }
   pthread_mutex_lock(&l->mu);
   for (int i = 0; i < l->nthreads && rc == STK_OK; i++)
     if (spawn_worker(l))
@@ -990,7 +995,7 @@ void stk_loader_shutdown(stk_loader *l) {
     int waiting = 0, late = now >= deadline;
     for (int i = 0; i < l->nworkers; i++) {
       worker_ctx *wc = l->workers[i];
-      if (!wc->joinable || wc->exited) continue;
+      if (!wc->pooled || wc->exited) continue;
       int ph = atomic_load(&wc->phase);
       if ((ph == PH_READING || ph == PH_DROPPED) && now - wc->since > SHUTDOWN_SLOW_READ) {
         if (atomic_compare_exchange_strong(&wc->phase, &ph, PH_ABANDONED)) {
@@ -1009,20 +1014,12 @@ void stk_loader_shutdown(stk_loader *l) {
     /* in slices: a read that turns slow is not signalled */
     wait_until(&l->idle_cv, &l->mu, now + 0.02 < deadline ? now + 0.02 : deadline);
   }
-  int n = 0;
-  pthread_t *join = malloc((size_t)(l->nworkers ? l->nworkers : 1) * sizeof *join);
-  for (int i = 0; i < l->nworkers; i++) {
-    worker_ctx *wc = l->workers[i];
-    if (!wc->joinable) continue;
-    wc->joinable = 0; /* joined once, by whoever gets here first */
-    if (join)
-      join[n++] = wc->thread;
-    else
-      pthread_detach(wc->thread); /* it has exited: nothing is lost */
-  }
+  /* the pool joins the rest, once, by whoever gets here first */
+  stk__workers *pool = l->pool;
+  l->pool = NULL;
+  for (int i = 0; i < l->nworkers; i++) l->workers[i]->pooled = 0;
   pthread_mutex_unlock(&l->mu);
-  for (int i = 0; i < n; i++) pthread_join(join[i], NULL);
-  free(join);
+  stk__workers_destroy(pool);
 }
 
 void stk_loader_destroy(stk_loader *l) {
