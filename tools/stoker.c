@@ -649,7 +649,10 @@ static int cmd_pack(int argc, char **argv) {
     sigemptyset(&g_pack_sigs);
     sigaddset(&g_pack_sigs, SIGINT);
     sigaddset(&g_pack_sigs, SIGTERM);
-    /* blocked before any pack thread starts, so each inherits the mask */
+    /* blocked before any pack thread starts, so each inherits the mask.
+     * Not the library's pool (core/workers.h): this thread only waits in
+     * sigwait, for the life of the process, and the command uses the
+     * public API alone. */
     pthread_t st;
     if (pthread_sigmask(SIG_BLOCK, &g_pack_sigs, NULL) == 0 &&
         pthread_create(&st, NULL, pack_signal_thread, NULL) == 0)
