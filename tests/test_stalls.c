@@ -25,16 +25,6 @@
 
 static char *g_dir;
 
-static int nthreads_now(void) { return tu_count_dir("/proc/self/task"); }
-
-/* Waits up to `secs` for the thread count to fall to `want`. */
-static int wait_threads(int want, double secs) {
-  double t0 = stk__now();
-  struct timespec ts = {0, 5000000};
-  while (nthreads_now() > want && stk__now() - t0 < secs) nanosleep(&ts, NULL);
-  return nthreads_now();
-}
-
 /* A list file of n tiny JPEGs named img<i>.jpg, with `special` (NULL =
  * none) at position `at`; shuffle off, so the order is the list's. */
 static char *make_list(int n, const char *special, int at) {
@@ -288,7 +278,7 @@ static void test_bounded_reader(void) {
     stk__bounded_free(&br);
   }
   /* the helper ends on its own once freed */
-  CHECK_EQ_INT(wait_threads(1, 5), 1);
+  CHECK_EQ_INT(tu_wait_threads(1, 5), 1);
 }
 
 #ifdef STK_FAULT_INJECTION
@@ -298,7 +288,7 @@ static void test_bounded_reader(void) {
  * left behind exits once its read returns. */
 static void test_pack_and_check_stall(void) {
   /* (the helpers of earlier tests leave asynchronously: only main stays) */
-  int base = wait_threads(1, 5);
+  int base = tu_wait_threads(1, 5);
   char stall[4096];
   snprintf(stall, sizeof stall, "%s/stall.jpg", g_dir);
   tu_write_jpeg(stall, 16, 16, 99, 85);
@@ -327,7 +317,7 @@ static void test_pack_and_check_stall(void) {
     CHECK_MSG(dt < 2.0, "pack with a stalled file took %.2f s", dt);
     printf("pack (%s) with a stalled file: %.2f s\n", tar ? "tar" : "cache", dt);
     stk__fault_unstall();
-    CHECK(wait_threads(base, 5) == base);
+    CHECK(tu_wait_threads(base, 5) == base);
     CHECK(stk__bounded_stuck() == 0);
   }
   /* stoker check's path */
@@ -351,7 +341,7 @@ static void test_pack_and_check_stall(void) {
   CHECK(stk__check_sample_bounded(&src, 5, &o, &br, NULL, NULL, msg, sizeof msg) == STK_OK);
   stk__fault_unstall();
   stk__bounded_free(&br);
-  CHECK(wait_threads(base, 5) == base);
+  CHECK(tu_wait_threads(base, 5) == base);
   CHECK(stk__bounded_stuck() == 0);
   stk__source_close(&src);
 }
@@ -360,7 +350,7 @@ static void test_pack_and_check_stall(void) {
  * timeout; the epoch goes on; destroy returns at once; the stuck thread
  * leaves once released. */
 static void test_stall_raise(int threads) {
-  int base = nthreads_now();
+  int base = tu_nthreads();
   char stall[4096];
   snprintf(stall, sizeof stall, "%s/stall.jpg", g_dir);
   tu_write_jpeg(stall, 16, 16, 99, 85);
@@ -404,9 +394,9 @@ static void test_stall_raise(int threads) {
   stk_loader_destroy(l);
   double dt = stk__now() - t0;
   CHECK_MSG(dt < 1.0, "destroy with stuck reads took %.2f s", dt);
-  CHECK(nthreads_now() > base); /* the stuck ones are still there */
+  CHECK(tu_nthreads() > base); /* the stuck ones are still there */
   stk__fault_unstall();
-  int left = wait_threads(base, 5);
+  int left = tu_wait_threads(base, 5);
   CHECK_MSG(left == base, "%d threads left after the stalled reads returned, %d before", left, base);
 }
 
@@ -414,7 +404,7 @@ static void test_stall_raise(int threads) {
  * once; a stall in a refill (the last file refills the first batch's hole)
  * is taken over. */
 static void test_stall_skip(void) {
-  int base = nthreads_now();
+  int base = tu_nthreads();
   char bad[4096];
   snprintf(bad, sizeof bad, "%s/bad.jpg", g_dir);
   tu_write_bytes(bad, "not a jpeg", 10);
@@ -458,14 +448,14 @@ static void test_stall_skip(void) {
     printf("stall (skip, refill, %d threads): epoch of 14 in %.2f s\n", threads, dt);
     stk_loader_destroy(l);
     stk__fault_unstall();
-    CHECK(wait_threads(base, 5) == base);
+    CHECK(tu_wait_threads(base, 5) == base);
   }
 }
 
 /* With no timeout a stalled read is waited for: next_timed says so, and
  * destroy still returns at once. */
 static void test_no_timeout(void) {
-  int base = nthreads_now();
+  int base = tu_nthreads();
   stk_options o;
   opts(&o, make_list(8, "stall.jpg", 0), 4, 2);
   o.read_timeout = 0;
@@ -485,7 +475,7 @@ static void test_no_timeout(void) {
   CHECK_MSG(dt < 1.0, "destroy took %.2f s", dt);
   printf("destroy with a read stalled forever: %.3f s\n", dt);
   stk__fault_unstall();
-  CHECK(wait_threads(base, 5) == base);
+  CHECK(tu_wait_threads(base, 5) == base);
 }
 #endif
 

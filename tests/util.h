@@ -17,9 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codecs/encode.h"
+#include "core/common.h"
 #include "stoker.h"
 #include "synth/synth.h"
 
@@ -48,6 +50,17 @@ static inline int tu_count_dir(const char *path) {
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
   closedir(d);
   return n;
+}
+
+/* The threads of this process now; and a wait of up to `secs` for their
+ * count to fall to `want`, as threads left behind end on their own. */
+static inline int tu_nthreads(void) { return tu_count_dir("/proc/self/task"); }
+
+static inline int tu_wait_threads(int want, double secs) {
+  double t0 = stk__now();
+  struct timespec ts = {0, 2000000};
+  while (tu_nthreads() > want && stk__now() - t0 < secs) nanosleep(&ts, NULL);
+  return tu_nthreads();
 }
 
 /* PNG's CRC-32 (ISO 3309), for tests that rewrite chunks. */
