@@ -3,7 +3,7 @@
 
 An ordinary PyTorch training loop in the style of pytorch/examples' ImageNet
 script (CrossEntropyLoss, SGD with momentum and weight decay, the learning
-rate divided by 10 every 30 epochs, optional bf16 autocast and channels-last),
+rate divided by 10 every 30 epochs or --lr-scheduler cosine, optional bf16 autocast and channels-last),
 which also measures what the input pipeline costs: images/s after the warm-up
 steps, and the fraction of the step time spent blocked waiting for the next
 batch. Each epoch ends with a validation pass (top-1/top-5 on val/, stoker's
@@ -131,6 +131,10 @@ def parse_args(argv=None):
                    help="steps left out of the measurement")
     p.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=None,
                    help="default: 0.1 per 256 images of global batch (the linear scaling rule)")
+    p.add_argument("--lr-scheduler", choices=["step", "cosine"], default="step",
+                   help="step: divided by 10 every 30 epochs; cosine: to 0 over --epochs after "
+                        "--lr-warmup-epochs of linear warm-up (torchvision's reference)")
+    p.add_argument("--lr-warmup-epochs", type=int, default=0)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--wd", "--weight-decay", dest="weight_decay", type=float, default=1e-4)
     p.add_argument("--resume", metavar="PATH", help="continue from this checkpoint")
@@ -771,7 +775,16 @@ def main(argv=None):
     lr = args.lr if args.lr is not None else 0.1 * args.batch_size * world_size / 256
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, LR_STEP_EPOCHS, LR_GAMMA)
+    if args.lr_scheduler == "cosine":
+        # torchvision's reference: linear warm-up from lr * 0.01, then cosine to 0, per epoch
+        warm = min(args.lr_warmup_epochs, args.epochs)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(1, args.epochs - warm))
+        if warm:
+            scheduler = torch.optim.lr_scheduler.SequentialLR(optimizer, [
+                torch.optim.lr_scheduler.LinearLR(optimizer, 0.01, total_iters=warm), scheduler],
+                milestones=[warm])
+    else:
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, LR_STEP_EPOCHS, LR_GAMMA)
 
     # --resume: the model, the optimizer, the schedule and where the data stood.
     start_epoch, start_batch, global_step, best_acc1 = 0, 0, 0, None

@@ -786,11 +786,6 @@ int main(int argc, char **argv) {
     return 0;
   }
   const char *cmd = argv[1];
-  /* 32 GPU work queues instead of the driver's 8, before CUDA starts, unless
-   * the user chose: nvJPEG's streams then do not queue behind one another
-   * (docs/gpu.md, "work queues"). Only the command sets it; the library
-   * leaves its host process's environment alone. */
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
   if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);

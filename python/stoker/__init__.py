@@ -47,45 +47,6 @@ def _export_nvjpeg_dirs():
 
 _export_nvjpeg_dirs()
 
-# The GPU's hardware work queues per process (CUDA_DEVICE_MAX_CONNECTIONS,
-# read when the process creates its CUDA context; the driver's default is 8).
-# nvJPEG's internal streams and the loader's own share those queues with the
-# model's stream, so a small per-image copy can wait behind model kernels that
-# happen to sit in its queue; with 32 queues each stream keeps one of its own
-# (docs/gpu.md has the measurements). A value the user set is kept, as is any
-# once CUDA has started in this process: then the stats say it came too late.
-WORK_QUEUES = 32
-
-
-def _set_work_queues():
-    have = _os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if have is not None:
-        return "user"
-    torch = _sys.modules.get("torch")
-    try:
-        started = torch is not None and torch.cuda.is_initialized()
-    except Exception:  # a torch without CUDA support
-        started = False
-    if started:
-        return "too late"
-    _os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(WORK_QUEUES)
-    return "stoker"
-
-
-_work_queues_origin = _set_work_queues()
-
-
-def work_queues():
-    """(queues, origin): the CUDA_DEVICE_MAX_CONNECTIONS this process runs with
-    (None: the driver's default, 8) and who chose it: "stoker" (set at import,
-    before CUDA started), "user" (set before import; kept), or "too late" (CUDA
-    had started before ``import stoker``, so the default stays: import stoker
-    first, or set the variable yourself)."""
-    v = _os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
-    if _work_queues_origin == "too late":
-        v = None
-    return (int(v) if v and v.isdigit() else None), _work_queues_origin
-
 from . import transforms  # noqa: E402
 from ._stoker import DecodeError, StaleCacheError, build_info, check_file  # noqa: E402
 from ._stoker import __version__  # noqa: E402
@@ -93,4 +54,4 @@ from .loader import OPTIONS, Batch, ImageLoader  # noqa: E402
 from .pack import PackResult, pack  # noqa: E402
 
 __all__ = ["ImageLoader", "Batch", "DecodeError", "StaleCacheError", "transforms", "check_file",
-           "build_info", "pack", "PackResult", "OPTIONS", "work_queues", "__version__"]
+           "build_info", "pack", "PackResult", "OPTIONS", "__version__"]

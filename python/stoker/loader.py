@@ -64,22 +64,6 @@ def _dtype_name(dtype):
     return name
 
 
-_warned_work_queues = False
-
-
-def _warn_work_queues():
-    """Once per process: CUDA started before ``import stoker``, so the
-    process runs with the driver's 8 work queues (see stoker.work_queues)."""
-    global _warned_work_queues
-    from . import work_queues
-    if not _warned_work_queues and work_queues()[1] == "too late":
-        _warned_work_queues = True
-        warnings.warn("CUDA started before `import stoker`: the process keeps 8 GPU work queues "
-                      "(CUDA_DEVICE_MAX_CONNECTIONS), which slows JPEG decoding on the GPU beside "
-                      "a model; import stoker before CUDA starts, or set the variable to 32",
-                      RuntimeWarning, stacklevel=3)
-
-
 def _device_index(device):
     """-1 for the CPU, else the CUDA device index (the C library decides)."""
     if isinstance(device, numbers.Integral) and not isinstance(device, bool):
@@ -435,8 +419,6 @@ class ImageLoader:
         self._pass: Optional["weakref.ReferenceType[_Pass]"] = None  # the live _Pass, if any
         self._from_dlpack = torch.utils.dlpack.from_dlpack
         self._device = opts["device"]
-        if self._device >= 0:
-            _warn_work_queues()
         # pin_memory: CPU batch slots page-locked through the CUDA runtime,
         # each once, the first time it is handed out, so that
         # .cuda(non_blocking=True) is a true asynchronous copy
@@ -576,9 +558,6 @@ class ImageLoader:
         """Counters and timings; per-stage seconds are summed over threads."""
         d = self._c.stats()
         d["skipped_files"] = self._c.skipped()
-        if self._device >= 0:
-            from . import work_queues
-            d["work_queues"], d["work_queues_origin"] = work_queues()
         return d
 
     def __repr__(self) -> str:
