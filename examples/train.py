@@ -16,7 +16,8 @@ position, from which --resume continues exactly.
                         on CUDA the batches (images and labels) arrive on the device.
                         --data may also be a pre-decoded cache file (stoker pack
                         --cache) or a folder of WebDataset tar shards: stoker detects
-                        the kind
+                        the kind; --cache PATH trains from a cache of the folder,
+                        packed on first use
   --loader torchvision  DataLoader(ImageFolder(the same recipe in torchvision's
                         transforms)) with worker processes and pinned memory; MixUp and
                         CutMix in the collate_fn, as torchvision's reference does
@@ -82,6 +83,11 @@ def parse_args(argv=None):
     p.add_argument("--data", help="the training set instead of DIR: an ImageFolder root; for "
                                   "--loader stoker also a cache file or a folder of tar shards")
     p.add_argument("--val", help="the validation ImageFolder (default: DIR/val when it exists)")
+    p.add_argument("--cache", metavar="PATH",
+                   help="--loader stoker: train from this pre-decoded cache of the training "
+                        "folder, packed there on first use (ImageLoader(cache=PATH))")
+    p.add_argument("--cache-max-side", type=int, default=512,
+                   help="the longer side the --cache keeps (0: full size)")
     p.add_argument("--loader", choices=sorted(LOADERS), default="stoker")
     p.add_argument("--synthetic", action="store_true",
                    help="feed one fixed batch already on the device (no data loading)")
@@ -209,6 +215,8 @@ def parse_args(argv=None):
         p.error(f"--resume {a.resume}: no such file")
     if a.log_indices and (a.synthetic or a.loader != "stoker"):
         p.error("--log-indices needs --loader stoker (it reports each batch's indices)")
+    if a.cache and (a.synthetic or a.loader != "stoker"):
+        p.error("--cache needs --loader stoker")
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available")
     return a
@@ -374,6 +382,8 @@ def build_stoker(args, device, dtype, workers, world_size):
     from stoker import transforms as T
 
     extra = {}
+    if args.cache:
+        extra.update(cache=args.cache, cache_max_side=args.cache_max_side)
     if args.ra_sampler:
         if "ra_reps" not in inspect.signature(stoker.ImageLoader).parameters:
             _not_available("--ra-sampler", "ImageLoader has no ra_reps")

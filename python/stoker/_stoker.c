@@ -839,6 +839,20 @@ static PyObject *Loader_samples(PyObject *o, PyObject *unused) {
   return list;
 }
 
+/* sample(i) -> (path, label) of one sample, as samples()[i] without the list. */
+static PyObject *Loader_sample(PyObject *o, PyObject *arg) {
+  long long i = PyLong_AsLongLong(arg);
+  if (i == -1 && PyErr_Occurred()) return NULL;
+  loader_ref *r = get_ref((LoaderObject *)o, 0);
+  if (!r) return NULL;
+  if (i < 0 || i >= stk_loader_num_samples(r->l)) {
+    PyErr_SetString(PyExc_IndexError, "sample index out of range");
+    return NULL;
+  }
+  PyObject *p = decode_message(stk_loader_sample_path(r->l, i));
+  return p ? Py_BuildValue("(NL)", p, (long long)stk_loader_sample_label(r->l, i)) : NULL;
+}
+
 static PyObject *Loader_source_kind(PyObject *o, PyObject *unused) {
   loader_ref *r = get_ref((LoaderObject *)o, 0);
   if (!r) return NULL;
@@ -894,6 +908,7 @@ static PyMethodDef Loader_methods[] = {
     {"skipped", Loader_skipped, METH_NOARGS, "skipped() -> [(path, reason), ...]."},
     {"classes", Loader_classes, METH_NOARGS, "classes() -> class names, by label."},
     {"samples", Loader_samples, METH_NOARGS, "samples() -> [(path, label), ...] by index."},
+    {"sample", Loader_sample, METH_O, "sample(i) -> (path, label) of sample i."},
     {"source_kind", Loader_source_kind, METH_NOARGS,
      "source_kind() -> 'folder', 'list', 'cache' or 'tar'."},
     {"note", Loader_note, METH_NOARGS,

@@ -2,6 +2,7 @@
 import inspect
 import numbers
 import os
+import sys
 import warnings
 import weakref
 from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, NamedTuple, Optional,
@@ -62,6 +63,81 @@ def _dtype_name(dtype):
     if name is None:
         raise ValueError(f"dtype must be float32, float16, bfloat16 or uint8, got {dtype!r}")
     return name
+
+
+def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_fraction):
+    """ImageLoader(cache=...): the cache file's path, packed from the folder
+    ``root`` first when it does not exist yet. Under torch.distributed the
+    process of local rank 0 packs and the others wait for it (a barrier that
+    the packer reaches whether it succeeds or fails, so no rank hangs)."""
+    if list_file is not None or root is None:
+        raise ValueError("cache: give root, the image folder the cache is packed from "
+                         "(a list file is packed with stoker.pack(list_file=...))")
+    if not os.path.isdir(root):
+        raise ValueError(f"cache: root must be an image folder, and {root!r} is not one (a "
+                         "cache or tar shards are read as root directly)")
+    cache = os.fspath(cache)
+    torch = _torch()
+    dist = torch.distributed
+    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    local0 = int(os.environ.get("LOCAL_RANK", dist.get_rank() if multi else 0)) == 0
+    err = None
+    if local0 and not os.path.exists(cache):
+        try:
+            _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction)
+        except BaseException as e:  # reach the barrier first: the other ranks wait there
+            err = e
+    if multi:
+        dist.barrier()
+    if err is not None:
+        raise err
+    if not os.path.exists(cache):
+        raise FileNotFoundError(f"cache {cache!r} was not packed: see the error of the process "
+                                "of local rank 0")
+    return cache
+
+
+def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction):
+    """Packs the cache for ImageLoader(cache=...). The files the pack leaves
+    out are the loader's bad files: under on_error="raise" (or past
+    max_skipped_fraction) the pack is removed and DecodeError names them;
+    under "skip" they are listed in a warning."""
+    from . import _stoker as S
+    from .pack import pack
+
+    sys.stderr.write(f"stoker: packing {root} into the cache {cache} (max_side {max_side}); "
+                     "the loader reads the cache from then on\n")
+    r = pack(root, cache, max_side=max_side, threads=threads, progress=True)
+    if not r.left_out:
+        return
+    total = r.packed + r.failed
+    limit = 0.1 if max_skipped_fraction is None else max_skipped_fraction
+    names = "; ".join(f"{p}: {why}" for p, why in r.left_out[:5])
+    more = f" (and {len(r.left_out) - 5} more)" if len(r.left_out) > 5 else ""
+    if on_error == "raise" or r.failed > limit * total:
+        os.unlink(cache)
+        why = ("on_error='raise'" if on_error == "raise" else
+               f"more than max_skipped_fraction={limit} of the files")
+        raise S.DecodeError(f"packing the cache {cache}: {r.failed} of {total} files cannot be "
+                            f"decoded ({why}), so no cache was kept: {names}{more}")
+    warnings.warn(f"the cache {cache} leaves out {r.failed} of {total} files that cannot be "
+                  f"decoded (on_error='skip'): {names}{more}", RuntimeWarning, stacklevel=4)
+
+
+def _check_cache_source(c, cache, root):
+    """A cache= that exists must have been packed from root: its samples'
+    names are CACHE#<the folder it was packed from>/<file>."""
+    if c.counts()["num_samples"] == 0:
+        return
+    path = c.sample(0)[0]
+    src = path[len(cache) + 1:] if path.startswith(cache + "#") else path
+    for r in {os.path.abspath(root), os.path.realpath(root)}:
+        if src.startswith(r.rstrip(os.sep) + os.sep):
+            return
+    c.close()
+    raise ValueError(f"cache {cache!r} was packed from another folder than root {root!r} (its "
+                     f"first file is {src!r}): give another cache path, or remove it to pack "
+                     "it again")
 
 
 def _device_index(device):
@@ -252,7 +328,8 @@ class ImageLoader:
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
                  allow_stale_cache: bool = False, ra_reps: int = 0,
                  read_timeout: Optional[float] = None, pin_memory: bool = False,
-                 mix: Any = None) -> None:
+                 mix: Any = None, cache: Optional[StrPath] = None,
+                 cache_max_side: int = 512) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
         begin preparing the first epoch at once.
 
@@ -282,6 +359,9 @@ class ImageLoader:
             mix: ``MixUp``, ``CutMix`` or ``RandomChoice([MixUp, CutMix])`` (stoker's or
                 torchvision v2's): each batch is mixed with itself rolled by one, and the
                 labels become float ``[B, num_classes]`` soft labels.
+            cache: a pre-decoded cache file for ``root`` (an image folder): used when it
+                exists, else packed there first (``stoker.pack(root, cache,
+                max_side=cache_max_side)``, with a progress bar on stderr), then read.
 
         The other arguments (list files, limits on bad input, folder indexes, tar
         shuffling, caches, the GPU's CPU share, read timeouts) are described in
@@ -309,6 +389,10 @@ class ImageLoader:
             if list_base is not None:
                 list_base = os.fspath(list_base)
 
+        cache_from = None
+        if cache is not None:
+            cache_from, root = root, _cache_for(root, list_file, cache, cache_max_side, threads,
+                                                on_error, max_skipped_fraction)
         try:
             opts, normalised = self._pipeline(pipeline, size)
         except ValueError as e:
@@ -379,6 +463,8 @@ class ImageLoader:
             opts["read_timeout"] = float(read_timeout)
 
         self._c = _stoker.Loader(root=root, list_file=list_file, list_base=list_base, **opts)
+        if cache_from is not None:
+            _check_cache_source(self._c, root, cache_from)
         note = self._c.note()
         if note:
             warnings.warn(note, stacklevel=2)

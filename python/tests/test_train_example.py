@@ -98,6 +98,16 @@ def test_old_flags_still_work(dataset, tmp_path):
     assert syn["loader"] == "synthetic" and syn["steps"] == 3
 
 
+def test_cache_flag_packs_then_trains_from_the_cache(dataset, tmp_path):
+    cache = tmp_path / "train.stkc"
+    res, _ = run(sys.executable, base(dataset) + ["--cache", str(cache)], tmp_path)
+    assert cache.is_file() and res["steps"] == 8 and res["val_images"] == 9
+    stamp = cache.stat().st_mtime_ns
+    again, _ = run(sys.executable, base(dataset) + ["--cache", str(cache)], tmp_path)
+    assert cache.stat().st_mtime_ns == stamp and again["steps"] == 8  # read, not packed again
+    assert again["weights_sha256"] == res["weights_sha256"]  # the same batches both times
+
+
 def test_flags_are_not_abbreviated(dataset, tmp_path):
     # pytorch/examples' --gpu 0 is not a flag of train.py: refused, not read as --gpu-cpu-share 0
     env = dict(os.environ)
