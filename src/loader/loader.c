@@ -718,13 +718,14 @@ static void worker_main(void *arg) {
       continue;
     }
     int j = s->claimed++;
-    int64_t idx = (s->epoch == l->epoch ? l->order : l->order_next)[s->start + j];
+    int64_t pos = s->start + j; /* read under the mutex: a reset may restart s */
+    int64_t idx = (s->epoch == l->epoch ? l->order : l->order_next)[pos];
     uint64_t gen = l->gen, epoch = s->epoch;
     int share = in_share(l, j);
     begin_position(l, wc, s, j, idx, 0);
     pthread_mutex_unlock(&l->mu);
 
-    int rc = produce(l, wc, s, j, idx, s->start + j, epoch, share, wc->reason);
+    int rc = produce(l, wc, s, j, idx, pos, epoch, share, wc->reason);
 
     pthread_mutex_lock(&l->mu);
     int ph = end_position(l, wc);
