@@ -195,10 +195,13 @@ static void test_draws(void) {
   }
 }
 
-/* MixUp and CutMix in place against a direct roll(1) on float copies. */
+/* MixUp and CutMix in place against a direct roll(1) (torchvision) or
+ * flip(0) (timm) on float copies; n odd, so that flip's middle image pairs
+ * with itself. */
 static void test_mix(void) {
   int w = 9, h = 7, n = 5;
   size_t elems = (size_t)w * h * 3;
+  for (int flip = 0; flip < 2; flip++)
   for (int dtype = 0; dtype < 4; dtype++)
     for (int layout = 0; layout < 2; layout++)
       for (int mode = 1; mode <= 2; mode++) {
@@ -210,14 +213,14 @@ static void test_mix(void) {
           stk__store_value((stk_dtype)dtype, (float)(stk__rng_uniform(&r) * 200.0 - 50.0),
                            data + e * es);
         memcpy(orig, data, bytes * n);
-        stk__mix m = {mode, 0.3, 2, 1, 6, 5};
+        stk__mix m = {mode, 0.3, 2, 1, 6, 5, flip};
         stk__buf spare = {0};
         CHECK(stk__mix_apply(&m, data, n, (stk_dtype)dtype, (stk_layout)layout, w, h, &spare) ==
               STK_OK);
         stk__buf_free(&spare);
         int bad = 0;
         for (int i = 0; i < n; i++) {
-          int prev = (i + n - 1) % n;
+          int prev = flip ? n - 1 - i : (i + n - 1) % n;
           for (size_t e = 0; e < elems; e++) {
             uint8_t cur[4], want[4];
             memcpy(cur, data + ((size_t)i * elems + e) * es, es);
@@ -242,7 +245,8 @@ static void test_mix(void) {
             bad += memcmp(cur, want, es) != 0;
           }
         }
-        CHECK_MSG(!bad, "dtype %d layout %d mode %d: %d elements differ", dtype, layout, mode, bad);
+        CHECK_MSG(!bad, "flip %d dtype %d layout %d mode %d: %d elements differ", flip, dtype,
+                  layout, mode, bad);
         free(data);
         free(orig);
       }

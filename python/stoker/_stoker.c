@@ -865,7 +865,8 @@ static PyObject *Loader_note(PyObject *o, PyObject *unused) {
   return decode_message(stk_loader_note(r->l));
 }
 
-/* mix_gpu(src, dst, labels, soft, n, classes, mode, lam, box, stream): MixUp
+/* mix_gpu(src, dst, labels, soft, n, classes, mode, lam, box, stream[, pair_flip,
+ * on, off]): MixUp
  * or CutMix of a device batch the loader lent (src, labels: its tensors'
  * addresses) into dst, and the soft labels into soft (0: none), queued on
  * the consumer's stream; the caller keeps the four tensors alive and
@@ -874,15 +875,16 @@ static PyObject *Loader_mix_gpu(PyObject *o, PyObject *args) {
   unsigned long long src, dst, labels, soft, stream;
   int n, classes, mode;
   double lam;
+  float on = 1.0f, off = 0.0f;
   stk__mix m = {0};
-  if (!PyArg_ParseTuple(args, "KKKKiiid(iiii)K", &src, &dst, &labels, &soft, &n, &classes, &mode,
-                        &lam, &m.x1, &m.y1, &m.x2, &m.y2, &stream))
+  if (!PyArg_ParseTuple(args, "KKKKiiid(iiii)K|pff", &src, &dst, &labels, &soft, &n, &classes,
+                        &mode, &lam, &m.x1, &m.y1, &m.x2, &m.y2, &stream, &m.pair_flip, &on, &off))
     return NULL;
   loader_ref *r = get_ref((LoaderObject *)o, 0);
   if (!r) return NULL;
   m.mode = mode;
   m.lam = lam;
-  stk__gpu_mix_io io = {src, dst, labels, soft, n, classes};
+  stk__gpu_mix_io io = {src, dst, labels, soft, n, classes, on, off};
   char msg[STK__SINK_MSG_LEN] = "";
   int rc = stk__loader_mix(r->l, &m, &io, (void *)(uintptr_t)stream, msg, sizeof msg);
   if (rc) return raise_code(rc, msg, 0);
@@ -1091,8 +1093,28 @@ static PyObject *mix_params(PyObject *m, PyObject *args) {
   return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
 }
 
+/* timm's Mixup for one batch: _mix_params_timm(seed, epoch, batch,
+ * mixup_alpha, cutmix_alpha, prob, switch_prob, correct_lam, w, h) -> (mode,
+ * lam, box), as _mix_params; its pairing is flip(0). */
+static PyObject *mix_params_timm(PyObject *m, PyObject *args) {
+  unsigned long long seed, epoch;
+  long long batch;
+  stk__mix_timm t;
+  int w, h;
+  if (!PyArg_ParseTuple(args, "KKLddddpii", &seed, &epoch, &batch, &t.mixup_alpha,
+                        &t.cutmix_alpha, &t.prob, &t.switch_prob, &t.correct_lam, &w, &h))
+    return NULL;
+  if (w < 1 || h < 1) {
+    PyErr_SetString(PyExc_ValueError, "w and h must be positive");
+    return NULL;
+  }
+  stk__mix x;
+  stk__mix_draw_timm(&t, seed, epoch, batch, w, h, &x);
+  return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
+}
+
 /* Mixes a host batch in place: _mix_apply(address, n, dtype, layout, w, h,
- * mode, lam, box). The address is a tensor's data_ptr(): the caller keeps
+ * mode, lam, box[, pair_flip]). The address is a tensor's data_ptr(): the caller keeps
  * the tensor alive and contiguous. */
 static PyObject *mix_apply(PyObject *m, PyObject *args) {
   unsigned long long addr;
@@ -1100,8 +1122,8 @@ static PyObject *mix_apply(PyObject *m, PyObject *args) {
   int dtype, layout, w, h, mode;
   double lam;
   stk__mix x = {0};
-  if (!PyArg_ParseTuple(args, "KLiiiiid(iiii)", &addr, &n, &dtype, &layout, &w, &h, &mode, &lam,
-                        &x.x1, &x.y1, &x.x2, &x.y2))
+  if (!PyArg_ParseTuple(args, "KLiiiiid(iiii)|p", &addr, &n, &dtype, &layout, &w, &h, &mode, &lam,
+                        &x.x1, &x.y1, &x.x2, &x.y2, &x.pair_flip))
     return NULL;
   if (!addr || n < 0 || dtype < 0 || dtype > 3 || layout < 0 || layout > 1 || w < 1 || h < 1 ||
       mode < 0 || mode > 2 || x.x1 < 0 || x.y1 < 0 || x.x2 > w || x.y2 > h) {
@@ -1322,10 +1344,14 @@ static PyMethodDef module_methods[] = {
      "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests)."},
     {"_aug_draws", (PyCFunction)(void (*)(void))aug_draws, METH_VARARGS | METH_KEYWORDS,
      "_aug_draws(epoch, first, count, **options) -> (kinds, mags, erase boxes) (tests)."},
+    {"_mix_params_timm", mix_params_timm, METH_VARARGS,
+     "_mix_params_timm(seed, epoch, batch, mixup_alpha, cutmix_alpha, prob, switch_prob,\n"
+     "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode)."},
     {"_mix_params", mix_params, METH_VARARGS,
      "_mix_params(seed, epoch, batch, mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, box)."},
     {"_mix_apply", mix_apply, METH_VARARGS,
-     "_mix_apply(address, n, dtype, layout, w, h, mode, lam, box): mixes a host batch in place."},
+     "_mix_apply(address, n, dtype, layout, w, h, mode, lam, box[, pair_flip]): mixes a host\n"
+     "batch in place."},
     {"_op_names", op_names, METH_NOARGS, "_op_names() -> the ops' names by kind (tests)."},
     {"check_file", check_file, METH_O,
      "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},

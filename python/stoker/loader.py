@@ -512,7 +512,7 @@ class ImageLoader:
             raise TypeError(f"pin_memory must be a bool, got {pin_memory!r}")
         self._pin = pin_memory and self._device < 0 and torch.cuda.is_available()
         self._pinned: Dict[int, int] = {}
-        self._mix: Optional[Tuple[float, float, int]] = None
+        self._mix: Optional[Dict[str, Any]] = None
         if mix is not None:
             m = _T.mix_options(mix)
             nc = m["num_classes"] if m["num_classes"] is not None else counts["num_classes"]
@@ -523,7 +523,8 @@ class ImageLoader:
                 self._c.close()
                 raise ValueError("mix: num_classes is unknown for this source: give it to "
                                  "MixUp/CutMix")
-            self._mix = (m["mixup_alpha"], m["cutmix_alpha"], int(nc))
+            m["num_classes"] = int(nc)
+            self._mix = m
             self._layout = 1 if channels_last else 0
 
     @staticmethod
@@ -562,18 +563,28 @@ class ImageLoader:
 
     def _apply_mix(self, images, labels, epoch, batch_index):
         """MixUp or CutMix of one batch, drawn from (seed, epoch, batch index) so that
-        resuming repeats it; torchvision v2's semantics (roll(1) pairing, one lambda
-        per batch, CutMix's lambda adjusted to the box)."""
+        resuming repeats it: torchvision v2's semantics (roll(1) pairing, one lambda
+        per batch, CutMix's lambda adjusted to the box), or timm's Mixup (flip(0)
+        pairing, prob, switch_prob, label smoothing)."""
         torch = _torch()
-        mixup_alpha, cutmix_alpha, num_classes = self._mix
-        side = self.size
-        mode, lam, box = _stoker._mix_params(self._fingerprint["seed"], epoch, batch_index,
-                                             mixup_alpha, cutmix_alpha, side, side)
+        m = self._mix
+        side, num_classes, seed = self.size, m["num_classes"], self._fingerprint["seed"]
+        timm = m.get("timm", False)
+        if timm:
+            mode, lam, box = _stoker._mix_params_timm(
+                seed, epoch, batch_index, m["mixup_alpha"], m["cutmix_alpha"], m["prob"],
+                m["switch_prob"], m["correct_lam"], side, side)
+            off = m["label_smoothing"] / num_classes
+            on = 1.0 - m["label_smoothing"] + off
+        else:
+            mode, lam, box = _stoker._mix_params(seed, epoch, batch_index, m["mixup_alpha"],
+                                                 m["cutmix_alpha"], side, side)
+            on, off = 1.0, 0.0
         n = images.shape[0]
         if images.device.type == "cpu":
             # one pass in place over the slot the batch lives in
             _stoker._mix_apply(images.data_ptr(), n, self._DTYPE_CODES[self._dtype_name],
-                               self._layout, side, side, mode, lam, box)
+                               self._layout, side, side, mode, lam, box, timm)
         else:
             # One kernel of the loader's, on the consumer's stream, into a new
             # tensor (the slot is the source and is released with `images`):
@@ -583,8 +594,13 @@ class ImageLoader:
             out = torch.empty_like(images)
             soft = torch.empty((n, num_classes), dtype=torch.float32, device=images.device)
             self._c.mix_gpu(images.data_ptr(), out.data_ptr(), labels.data_ptr(), soft.data_ptr(),
-                            n, num_classes, mode, lam, box, self._stream())
+                            n, num_classes, mode, lam, box, self._stream(), timm, on, off)
             return out, soft
+        if timm:
+            # timm's mixup_target: one_hot(y, on, off) * lam + one_hot(y.flip(0)) * (1 - lam)
+            onehot = torch.full((n, num_classes), off, device=labels.device).scatter_(
+                1, labels.long().view(-1, 1), on)
+            return images, onehot.flip(0).mul_(1.0 - lam).add_(onehot.mul(lam))
         onehot = torch.nn.functional.one_hot(labels.long(), num_classes).float()
         soft = onehot.roll(1, 0).mul_(1.0 - lam).add_(onehot.mul(lam))
         return images, soft

@@ -57,6 +57,7 @@ __all__ = [
     "RandomErasing",
     "MixUp",
     "CutMix",
+    "Mixup",
     "RandomChoice",
     "ToImage",
     "ToDtype",
@@ -281,6 +282,37 @@ class CutMix(_Transform):
     def __init__(self, *, alpha: float = 1.0, num_classes: Optional[int] = None) -> None:
         self.alpha = alpha
         self.num_classes = num_classes
+
+
+class Mixup(_Transform):
+    """timm's ``timm.data.Mixup`` (mode "batch"), for ``ImageLoader(mix=...)``:
+    with probability ``prob`` a batch is mixed, by CutMix with probability
+    ``switch_prob`` when both alphas are on; image i pairs with image
+    n - 1 - i (``flip(0)``); CutMix's box is timm's ``rand_bbox`` and lambda is
+    corrected to it when ``correct_lam``; the soft labels carry
+    ``label_smoothing``. timm's own Mixup objects are read the same way.
+    ``cutmix_minmax`` and the modes "pair" and "elem" are not supported."""
+
+    _fields = ("mixup_alpha", "cutmix_alpha", "cutmix_minmax", "prob", "switch_prob", "mode",
+               "correct_lam", "label_smoothing", "num_classes")
+
+    def __init__(self, mixup_alpha: float = 1.0, cutmix_alpha: float = 0.0,
+                 cutmix_minmax: Optional[Sequence[float]] = None, prob: float = 1.0,
+                 switch_prob: float = 0.5, mode: str = "batch", correct_lam: bool = True,
+                 label_smoothing: float = 0.1, num_classes: int = 1000) -> None:
+        self.mixup_alpha = mixup_alpha
+        self.cutmix_alpha = cutmix_alpha
+        self.cutmix_minmax = cutmix_minmax
+        self.mix_prob = prob  # timm's attribute name
+        self.switch_prob = switch_prob
+        self.mode = mode
+        self.correct_lam = correct_lam
+        self.label_smoothing = label_smoothing
+        self.num_classes = num_classes
+
+    @property
+    def prob(self) -> float:
+        return self.mix_prob
 
 
 class RandomChoice(_Transform):
@@ -610,6 +642,8 @@ def mix_options(spec: Any) -> Dict[str, Any]:
     """Maps MixUp, CutMix or RandomChoice([MixUp, CutMix]) to the loader's
     batch mixing: {"mixup_alpha", "cutmix_alpha", "num_classes"}."""
     name = _name(spec)
+    if name == "Mixup":
+        return _timm_mix_options(spec)
     parts = list(spec.transforms) if name == "RandomChoice" else [spec]
     if name == "RandomChoice":
         p = getattr(spec, "p", None)
@@ -633,4 +667,32 @@ def mix_options(spec: Any) -> Dict[str, Any]:
             if out["num_classes"] not in (None, int(nc)):
                 raise ValueError("mix: MixUp and CutMix have different num_classes")
             out["num_classes"] = int(nc)
+    return out
+
+
+def _timm_mix_options(spec: Any) -> Dict[str, Any]:
+    """timm's Mixup (stoker's or timm.data.Mixup) as the loader's batch mixing."""
+    def num(attr, lo, hi=None):
+        v = getattr(spec, attr)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (v >= lo) or \
+                (hi is not None and not v <= hi):
+            rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+            raise ValueError(f"Mixup: {attr} must be a number {rng}, got {v!r}")
+        return float(v)
+
+    mode = getattr(spec, "mode", "batch")
+    if mode != "batch":
+        raise ValueError(f"Mixup: mode {mode!r} is not supported (only 'batch': one lambda per "
+                         "batch)")
+    if getattr(spec, "cutmix_minmax", None) is not None:
+        raise ValueError("Mixup: cutmix_minmax is not supported (give cutmix_alpha)")
+    out = {"timm": True, "mixup_alpha": num("mixup_alpha", 0.0),
+           "cutmix_alpha": num("cutmix_alpha", 0.0), "prob": num("mix_prob", 0.0, 1.0),
+           "switch_prob": num("switch_prob", 0.0, 1.0), "correct_lam": bool(spec.correct_lam),
+           "label_smoothing": num("label_smoothing", 0.0, 1.0), "num_classes": None}
+    if not out["mixup_alpha"] and not out["cutmix_alpha"]:
+        raise ValueError("Mixup: mixup_alpha or cutmix_alpha must be positive")
+    nc = getattr(spec, "num_classes", None)
+    if nc is not None:
+        out["num_classes"] = int(nc)
     return out

@@ -353,6 +353,98 @@ def test_mixup_cutmix_follow_torchvision_v2(folder, dtype, channels_last):
     assert modes == {1, 2}
 
 
+def _timm_reference(x0, y0, mode, lam, box, classes, smoothing):
+    """timm's Mixup._mix_batch and mixup_target, written from their definition."""
+    x = x0.float().clone()
+    if mode == 1:
+        x_flipped = x.flip(0).mul_(1.0 - lam)
+        x.mul_(lam).add_(x_flipped)
+    elif mode == 2:
+        x1, y1, x2, y2 = box
+        x[..., y1:y2, x1:x2] = x.flip(0)[..., y1:y2, x1:x2]
+    off = smoothing / classes
+    on = 1.0 - smoothing + off
+    t = y0.long().view(-1, 1)
+    y1h = torch.full((len(t), classes), off).scatter_(1, t, on)
+    y2h = torch.full((len(t), classes), off).scatter_(1, t.flip(0), on)
+    return x, y1h * lam + y2h * (1.0 - lam)
+
+
+@pytest.mark.parametrize("dtype,channels_last", [("float32", False), ("float32", True),
+                                                 ("bfloat16", False), ("uint8", True)])
+def test_timm_mixup_follows_its_definition(folder, dtype, channels_last):
+    pipe = [T.RandomResizedCrop(32)]
+    if dtype != "uint8":
+        pipe += [T.ToTensor(), T.Normalize((0.5,) * 3, (0.25,) * 3)]
+    kw = dict(threads=2, seed=12, dtype=dtype, channels_last=channels_last)
+    mix = T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, prob=0.8, switch_prob=0.4,
+                  label_smoothing=0.1, num_classes=5)
+    ld = stoker.ImageLoader(folder, 7, pipeline=pipe, mix=mix, **kw)  # odd: 7, 7, 7, 3
+    modes = set()
+    for epoch in range(6):  # for both kinds and an unmixed batch
+        plain = _batches_epoch(folder, pipe, kw, epoch)
+        ld.set_epoch(epoch)
+        for (x0, y0, idx, _), b in zip(plain, ld.iter_batches()):
+            mode, lam, box = _stoker._mix_params_timm(12, epoch, b.batch_index, 0.8, 1.0, 0.8,
+                                                      0.4, True, 32, 32)
+            modes.add(mode)
+            ref, soft = _timm_reference(x0, y0, mode, lam, box, 5, 0.1)
+            # float32: exact; bfloat16: timm's float32 sum rounded once; uint8: rounded
+            tol = 0 if dtype == "float32" else 1e-2 if dtype == "bfloat16" else 0.5
+            got = b.images.float()
+            want = ref if dtype != "bfloat16" else ref.to(torch.bfloat16).float()
+            assert torch.allclose(got, want, atol=tol, rtol=tol if dtype == "bfloat16" else 0)
+            assert torch.equal(b.labels, soft)
+            if mode == 2:
+                x1, y1, x2, y2 = box
+                assert lam == pytest.approx(1 - (x2 - x1) * (y2 - y1) / 32 ** 2)
+    assert modes == {0, 1, 2}
+
+
+def _batches_epoch(folder, pipe, kw, epoch):
+    ld = stoker.ImageLoader(folder, 7, pipeline=pipe, **kw)
+    ld.set_epoch(epoch)
+    return _batches(ld)
+
+
+def test_timm_mixup_is_refused_where_unsupported(folder):
+    for bad, match in [(dict(mode="elem"), "mode 'elem'"), (dict(mode="pair"), "mode 'pair'"),
+                       (dict(cutmix_minmax=(0.2, 0.8)), "cutmix_minmax"),
+                       (dict(mixup_alpha=0.0), "must be positive"),
+                       (dict(prob=1.5), "prob"), (dict(switch_prob=-0.1), "switch_prob")]:
+        with pytest.raises(ValueError, match=match):
+            stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32)], dtype="uint8",
+                               mix=T.Mixup(**bad))
+
+
+def test_timm_mixup_draws_in_distribution():
+    pytest.importorskip("scipy")
+    from scipy import stats
+
+    n = 100_000
+    d = [_stoker._mix_params_timm(3, 1, b, 0.8, 1.0, 0.7, 0.3, True, 176, 176) for b in range(n)]
+    modes = np.array([m for m, _, _ in d])
+    lams = np.array([lam for _, lam, _ in d])
+    boxes = np.array([box for _, _, box in d])
+    # mixed with probability prob; of those, CutMix with probability switch_prob
+    assert _chi2_ok([np.sum(modes == 0), np.sum(modes == 1), np.sum(modes == 2)],
+                    [0.3, 0.7 * 0.7, 0.7 * 0.3])
+    assert np.all(lams[modes == 0] == 1.0)
+    assert stats.kstest(lams[modes == 1], stats.beta(0.8, 0.8).cdf).pvalue > 1e-4
+    # rand_bbox: sides int(H * sqrt(1 - lam)), corners centre -/+ side // 2, clipped
+    rng = np.random.default_rng(1)
+    lr = rng.beta(1.0, 1.0, 100_000)
+    cut_ = (176 * np.sqrt(1 - lr)).astype(int)
+    cy, cx = rng.integers(0, 176, 100_000), rng.integers(0, 176, 100_000)
+    yl, yh = np.clip(cy - cut_ // 2, 0, 176), np.clip(cy + cut_ // 2, 0, 176)
+    xl, xh = np.clip(cx - cut_ // 2, 0, 176), np.clip(cx + cut_ // 2, 0, 176)
+    ref_lam = 1 - (xh - xl) * (yh - yl) / 176 ** 2
+    cut = boxes[modes == 2]
+    assert _ks_ok(lams[modes == 2], ref_lam)
+    assert _ks_ok(cut[:, 2] - cut[:, 0], xh - xl)
+    assert _ks_ok(cut[:, 1], yl)
+
+
 def test_mix_and_augment_errors_name_the_problem(folder):
     with pytest.raises(ValueError, match="batch transform"):
         stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32), T.MixUp(alpha=1.0)])
@@ -537,13 +629,16 @@ def test_gpu_random_erasing_and_mix(folder):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
-@pytest.mark.parametrize("which", ["mixup", "cutmix"])
+@pytest.mark.parametrize("which", ["mixup", "cutmix", "timm"])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_gpu_mix_equals_the_cpu(folder, dtype, which, channels_last):
     """The device batch is mixed by the loader's kernel with the CPU's
     arithmetic: on the same pixels (gpu_cpu_share=1) the mixed batches and the
-    soft labels are byte-identical, in every dtype and layout."""
-    mix = T.MixUp(alpha=0.4) if which == "mixup" else T.CutMix(alpha=1.0)
+    soft labels are byte-identical, in every dtype and layout, with
+    torchvision's roll(1) pairing and timm's flip(0) with label smoothing."""
+    mix = {"mixup": T.MixUp(alpha=0.4), "cutmix": T.CutMix(alpha=1.0),
+           "timm": T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
+                           num_classes=4)}[which]
     pipe = GPU_PIPE[:3] + ([T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
                            if dtype != "uint8" else [])
     kw = dict(pipeline=pipe, seed=5, threads=2, shuffle=False, mix=mix, dtype=dtype,

@@ -825,6 +825,9 @@ int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void
   /* as the CPU's stk__mix_apply and torch's scalar multiplies round them */
   kp.a = (float)m->lam;
   kp.b = (float)(1.0 - m->lam);
+  kp.pair = m->pair_flip;
+  kp.on = io->on;
+  kp.off = io->off;
   int64_t elems = (int64_t)kp.w * kp.h * 3, row = io->soft ? (int64_t)io->n * io->classes : 0;
   int64_t most = elems > row ? elems : row;
   unsigned gx = (unsigned)((most + STK_MIX_THREADS - 1) / STK_MIX_THREADS);

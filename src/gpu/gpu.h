@@ -278,6 +278,7 @@ int stk__gpu_slot_release(stk__gpu *g, int slot, void *consumer_stream, char *ms
 typedef struct {
   uint64_t src, dst, labels, soft;
   int n, classes;
+  float on, off; /* the soft labels' one-hot values: 1 and 0, or label smoothing's */
 } stk__gpu_mix_io;
 int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
                  char *msg, size_t msglen);

@@ -65,15 +65,18 @@ typedef struct {
 } stk__kaugparams;
 
 /* ---- MixUp and CutMix of a finished batch (stk_mix_kernel) ----
- * Out of place: image i of dst is image i of src mixed with image i - 1
- * (image 0 with the last: torchvision's roll(1) pairing), with the CPU's
+ * Out of place: image i of dst is image i of src mixed with its partner,
+ * image i - 1 (image 0 with the last: torchvision's roll(1) pairing) or
+ * image n - 1 - i (timm's flip(0)), with the CPU's
  * arithmetic (stk__mix_apply); blockIdx.y == n writes the soft labels. */
 typedef struct {
   unsigned long long src, dst;     /* n images of w * h * 3 elements, dtype and layout */
   unsigned long long labels, soft; /* int64[n] in, float32[n][classes] out; 0: none */
   int n, classes, dtype, layout, mode, w, h;
   int x1, y1, x2, y2;              /* CutMix: the box that comes from image i - 1 */
-  float a, b;                      /* MixUp: image i's weight (lambda) and i - 1's */
+  float a, b;                      /* MixUp: image i's weight (lambda) and the partner's */
+  int pair;                        /* the partner of image i: 0 image i - 1, 1 image n - 1 - i */
+  float on, off;                   /* the soft labels' one-hot values (label smoothing) */
   int pad_;
 } stk__kmixparams;
 
@@ -91,14 +94,14 @@ static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
 static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
 static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
 static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
-static_assert(sizeof(stk__kmixparams) == 88, "stk__kmixparams layout");
+static_assert(sizeof(stk__kmixparams) == 104, "stk__kmixparams layout");
 #else
 _Static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
 _Static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
 _Static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
 _Static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
 _Static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
-_Static_assert(sizeof(stk__kmixparams) == 88, "stk__kmixparams layout");
+_Static_assert(sizeof(stk__kmixparams) == 104, "stk__kmixparams layout");
 #endif
 
 #endif

@@ -406,11 +406,13 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
 
 /* stk_mix_kernel: MixUp or CutMix of a finished batch, out of place (the
  * source is the slot, which other images of the batch still read). One
- * thread per element of image blockIdx.y; the MixUp sum is the CPU's
+ * thread per element of image blockIdx.y; its partner is image i - 1 or,
+ * with p.pair, image n - 1 - i; the MixUp sum is the CPU's
  * (stk__mix_apply): in float, image i - 1's product first, rounded once to
  * the dtype, so the GPU's batch equals the CPU's. Row blockIdx.y == n is the
  * soft labels, in the same order of operations as one_hot(y).roll(1) *
- * (1 - lam) + one_hot(y) * lam. */
+ * (1 - lam) + one_hot(y) * lam (one-hot values on/off: timm's label
+ * smoothing). */
 __device__ static float mix_load(int dtype, const void *p, unsigned int k) {
   switch (dtype) {
     case DT_F32: return ((const float *)p)[k];
@@ -427,7 +429,8 @@ extern "C" __global__ void __launch_bounds__(STK_MIX_THREADS) stk_mix_kernel(stk
     if (!p.soft || e >= (unsigned int)p.n * (unsigned int)p.classes) return;
     const int r = (int)(e / (unsigned int)p.classes), c = (int)(e % (unsigned int)p.classes);
     const long long *y = (const long long *)p.labels;
-    float prev = y[r == 0 ? p.n - 1 : r - 1] == c ? 1.0f : 0.0f, cur = y[r] == c ? 1.0f : 0.0f;
+    const int q = p.pair ? p.n - 1 - r : r == 0 ? p.n - 1 : r - 1;
+    float prev = y[q] == c ? p.on : p.off, cur = y[r] == c ? p.on : p.off;
     float v = prev * p.b;
     ((float *)p.soft)[e] = v + cur * p.a;
     return;
@@ -436,7 +439,8 @@ extern "C" __global__ void __launch_bounds__(STK_MIX_THREADS) stk_mix_kernel(stk
   if (e >= elems) return;
   const int es = p.dtype == DT_F32 ? 4 : p.dtype == DT_U8 ? 1 : 2;
   /* image i's element e and image i - 1's, as element indices in the batch */
-  const size_t at = (size_t)i * elems + e, from = (size_t)(i == 0 ? p.n - 1 : i - 1) * elems + e;
+  const int partner = p.pair ? p.n - 1 - i : i == 0 ? p.n - 1 : i - 1;
+  const size_t at = (size_t)i * elems + e, from = (size_t)partner * elems + e;
   const char *src = (const char *)p.src;
   char *dst = (char *)p.dst;
   if (p.mode == 1) {

@@ -651,6 +651,37 @@ void stk__mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, uint6
   m->lam = 1.0 - (double)(m->x2 - m->x1) * (m->y2 - m->y1) / ((double)w * h);
 }
 
+void stk__mix_draw_timm(const stk__mix_timm *t, uint64_t seed, uint64_t epoch, int64_t batch,
+                        int w, int h, stk__mix *m) {
+  memset(m, 0, sizeof *m);
+  m->pair_flip = 1;
+  m->lam = 1.0;
+  int mix = t->mixup_alpha > 0, cut = t->cutmix_alpha > 0;
+  if (!mix && !cut) return;
+  stk__rng r;
+  stk__rng_init(&r, seed, epoch, (uint64_t)batch);
+  r.key = stk__mix64(r.key ^ 0x74696d6d2d6d6978ULL); /* not torchvision's draws */
+  if (!(stk__rng_uniform(&r) < t->prob)) return;
+  if (mix && cut) cut = stk__rng_uniform(&r) < t->switch_prob;
+  double lam = beta_draw(&r, cut ? t->cutmix_alpha : t->mixup_alpha);
+  if (!cut) {
+    m->mode = 1;
+    m->lam = lam;
+    return;
+  }
+  /* rand_bbox: the sides from sqrt(1 - lambda) whole, the corners half a
+   * side (floored) either way of the centre, then clipped */
+  double ratio = sqrt(1.0 - lam);
+  int ch = (int)(h * ratio), cw = (int)(w * ratio);
+  int cy = (int)stk__rng_range(&r, 0, h), cx = (int)stk__rng_range(&r, 0, w);
+  m->mode = 2;
+  m->y1 = cy - ch / 2 < 0 ? 0 : cy - ch / 2;
+  m->y2 = cy + ch / 2 > h ? h : cy + ch / 2;
+  m->x1 = cx - cw / 2 < 0 ? 0 : cx - cw / 2;
+  m->x2 = cx + cw / 2 > w ? w : cx + cw / 2;
+  m->lam = t->correct_lam ? 1.0 - (double)(m->x2 - m->x1) * (m->y2 - m->y1) / ((double)w * h) : lam;
+}
+
 static float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, x;
   if (exp == 0) {
@@ -698,10 +729,59 @@ static float load_value(stk_dtype dtype, const uint8_t *p) {
   }
 }
 
+/* The CutMix box's bytes of image `from` into image `to` (rows of the box,
+ * per channel plane in NCHW). */
+static void copy_box(const stk__mix *m, const uint8_t *from, uint8_t *to, size_t es,
+                     stk_layout layout, int w, int h) {
+  size_t plane = (size_t)w * h;
+  for (int y = m->y1; y < m->y2; y++) {
+    if (layout == STK_LAYOUT_NHWC) {
+      size_t at = ((size_t)y * w + m->x1) * 3 * es;
+      memcpy(to + at, from + at, (size_t)(m->x2 - m->x1) * 3 * es);
+    } else {
+      for (int c = 0; c < 3; c++) {
+        size_t at = (c * plane + (size_t)y * w + m->x1) * es;
+        memcpy(to + at, from + at, (size_t)(m->x2 - m->x1) * es);
+      }
+    }
+  }
+}
+
+/* timm's flip(0) pairing: images i and n - 1 - i mix with each other, so
+ * each pair is done together, the first image's old values kept in spare. */
+static void mix_pairs(const stk__mix *m, uint8_t *base, int64_t n, stk_dtype dtype,
+                      stk_layout layout, int w, int h, uint8_t *spare) {
+  size_t es = stk__dtype_size(dtype), elems = (size_t)w * h * 3, bytes = elems * es;
+  float a = (float)m->lam, b = (float)(1.0 - m->lam);
+  for (int64_t i = 0; i <= (n - 1) / 2; i++) {
+    uint8_t *x = base + (size_t)i * bytes, *y = base + (size_t)(n - 1 - i) * bytes;
+    memcpy(spare, x, bytes);
+    if (m->mode == 2) {
+      if (x == y) continue; /* an odd batch's middle image pairs with itself */
+      copy_box(m, y, x, es, layout, w, h);
+      copy_box(m, spare, y, es, layout, w, h);
+      continue;
+    }
+    /* x.flip(0).mul_(1 - lam) added to x.mul(lam), in float32 */
+    for (size_t e = 0; e < elems; e++) {
+      float xv = load_value(dtype, spare + e * es), yv = load_value(dtype, y + e * es);
+      float v = yv * b;
+      stk__store_value(dtype, v + xv * a, x + e * es);
+      v = xv * b;
+      stk__store_value(dtype, v + yv * a, y + e * es);
+    }
+  }
+}
+
 int stk__mix_apply(const stk__mix *m, void *data, int64_t n, stk_dtype dtype, stk_layout layout,
                    int w, int h, stk__buf *spare) {
   if (!m->mode || n <= 0) return STK_OK;
   size_t es = stk__dtype_size(dtype), elems = (size_t)w * h * 3, bytes = elems * es;
+  if (m->pair_flip) {
+    if (stk__buf_reserve(spare, bytes)) return STK_ENOMEM;
+    mix_pairs(m, data, n, dtype, layout, w, h, spare->p);
+    return STK_OK;
+  }
   if (stk__buf_reserve(spare, bytes)) return STK_ENOMEM;
   uint8_t *base = data;
   /* image 0 mixes with the last one as it was: keep a copy, then go from the
@@ -731,21 +811,9 @@ int stk__mix_apply(const stk__mix *m, void *data, int64_t n, stk_dtype dtype, st
     }
     return STK_OK;
   }
-  size_t plane = (size_t)w * h;
   for (int64_t i = n - 1; i >= 0; i--) {
     uint8_t *cur = base + (size_t)i * bytes;
-    const uint8_t *prev = i ? cur - bytes : spare->p;
-    for (int y = m->y1; y < m->y2; y++) {
-      if (layout == STK_LAYOUT_NHWC) {
-        size_t at = ((size_t)y * w + m->x1) * 3 * es;
-        memcpy(cur + at, prev + at, (size_t)(m->x2 - m->x1) * 3 * es);
-      } else {
-        for (int c = 0; c < 3; c++) {
-          size_t at = (c * plane + (size_t)y * w + m->x1) * es;
-          memcpy(cur + at, prev + at, (size_t)(m->x2 - m->x1) * es);
-        }
-      }
-    }
+    copy_box(m, i ? cur - bytes : spare->p, cur, es, layout, w, h);
   }
   return STK_OK;
 }

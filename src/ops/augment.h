@@ -132,11 +132,27 @@ void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
 typedef struct {
   int mode;          /* 0 none, 1 MixUp, 2 CutMix */
   double lam;        /* the label weight of image i itself (CutMix: adjusted) */
-  int x1, y1, x2, y2; /* CutMix: columns [x1, x2), rows [y1, y2) come from image i - 1 */
+  int x1, y1, x2, y2; /* CutMix: columns [x1, x2), rows [y1, y2) come from the partner */
+  int pair_flip;     /* the partner of image i: 0 image i - 1 (roll(1)), 1 image n - 1 - i (flip(0)) */
 } stk__mix;
 
 void stk__mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, uint64_t epoch,
                    int64_t batch, int w, int h, stk__mix *out);
+
+/* timm's Mixup in its "batch" mode: with probability `prob` the batch is
+ * mixed, by CutMix with probability switch_prob when both alphas are on
+ * (else the one that is); lambda ~ Beta(alpha, alpha); CutMix's box is
+ * timm's rand_bbox (sides int(H * sqrt(1 - lambda)) and int(W * ...), a
+ * centre anywhere, corners centre -/+ side // 2, clipped), lambda corrected
+ * to the box's area when correct_lam; image i pairs with image n - 1 - i.
+ * mode 0 (lambda 1) when the batch is not mixed. */
+typedef struct {
+  double mixup_alpha, cutmix_alpha, prob, switch_prob;
+  int correct_lam;
+} stk__mix_timm;
+
+void stk__mix_draw_timm(const stk__mix_timm *t, uint64_t seed, uint64_t epoch, int64_t batch,
+                        int w, int h, stk__mix *out);
 
 /* Mixes n images (3 x h x w each, dtype and layout as given) in place.
  * `spare` is scratch of one image. */
