@@ -601,7 +601,7 @@ static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size
   kp.layout = (int)g->cfg.layout;
   kp.tiles_x = (g->cfg.out_w + STK_TILE_W - 1) / STK_TILE_W;
   kp.n = naug;
-  int tiles_y = (g->cfg.out_h + STK_TILE_H - 1) / STK_TILE_H;
+  int rows = STK_TILE_H * STK_STORE_ROWS, tiles_y = (g->cfg.out_h + rows - 1) / rows;
   void *args[] = {&kp};
   CU(stk__cu.LaunchKernel(g->fn_aug, (unsigned)naug, 1, 1, STK_AUG_THREADS, 1, 1, 0, s->stream,
                           args, NULL));

@@ -86,6 +86,7 @@ typedef struct {
 
 #define STK_TILE_W 32
 #define STK_TILE_H 8
+#define STK_STORE_ROWS 8 /* stk_store_kernel: rows of STK_TILE_H per block */
 
 /* (a layout change must be made on both sides at once: it is one file) */
 #if defined(__cplusplus)

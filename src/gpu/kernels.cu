@@ -374,32 +374,38 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
   const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.y;
   const int W = p.w, H = p.h;
   const int i = (blockIdx.x % p.tiles_x) * STK_TILE_W + threadIdx.x;
-  const int j = (blockIdx.x / p.tiles_x) * STK_TILE_H + threadIdx.y;
-  if (i >= W || j >= H) return;
+  const int j0 = (blockIdx.x / p.tiles_x) * (STK_TILE_H * STK_STORE_ROWS) + threadIdx.y;
+  if (i >= W) return;
   const size_t plane = (size_t)W * H, img = (size_t)a->dst * 3 * plane;
-  const uint8_t *px = (const uint8_t *)p.tiles + (size_t)a->dst * plane * 3 + ((size_t)j * W + i) * 3;
-  const int in_box = a->erase && i >= a->ex && i < a->ex + a->ew && j >= a->ey && j < a->ey + a->eh;
-  for (int c = 0; c < 3; c++) {
-    size_t o = p.layout == LAYOUT_NCHW ? img + c * plane + (size_t)j * W + i
-                                       : img + ((size_t)j * W + i) * 3 + c;
-    if (!in_box) {
-      int v = px[c];
-      switch (p.dtype) {
-        case DT_F32: ((float *)p.out)[o] = lutf[c * 256 + v]; break;
-        case DT_F16:
-        case DT_BF16: ((unsigned short *)p.out)[o] = lut16[c * 256 + v]; break;
-        default: ((unsigned char *)p.out)[o] = (unsigned char)v; break;
+  for (int r = 0; r < STK_STORE_ROWS; r++) {
+    const int j = j0 + r * STK_TILE_H;
+    if (j >= H) return;
+    const uint8_t *px = (const uint8_t *)p.tiles + (size_t)a->dst * plane * 3 + ((size_t)j * W + i) * 3;
+    const int in_box = a->erase && i >= a->ex && i < a->ex + a->ew && j >= a->ey && j < a->ey + a->eh;
+    for (int c = 0; c < 3; c++) {
+      size_t o = p.layout == LAYOUT_NCHW ? img + c * plane + (size_t)j * W + i
+                                         : img + ((size_t)j * W + i) * 3 + c;
+      if (!in_box) {
+        int v = px[c];
+        switch (p.dtype) {
+          case DT_F32: ((float *)p.out)[o] = lutf[c * 256 + v]; break;
+          case DT_F16:
+          case DT_BF16: ((unsigned short *)p.out)[o] = lut16[c * 256 + v]; break;
+          default: ((unsigned char *)p.out)[o] = (unsigned char)v; break;
+        }
+        continue;
       }
-      continue;
-    }
-    /* the erase value, numbered channel by channel as on the CPU */
-    unsigned long long e = ((unsigned long long)c * a->eh + (j - a->ey)) * a->ew + (i - a->ex);
-    float v = a->erase_random ? stk__erase_normal(a->erase_key, e) : a->erase_value[c];
-    switch (p.dtype) {
-      case DT_F32: ((float *)p.out)[o] = v; break;
-      case DT_F16: ((unsigned short *)p.out)[o] = __half_as_ushort(__float2half_rn(v)); break;
-      case DT_BF16: ((unsigned short *)p.out)[o] = __bfloat16_as_ushort(__float2bfloat16_rn(v)); break;
-      default: ((unsigned char *)p.out)[o] = stk__round8(v); break;
+      /* the erase value, numbered channel by channel as on the CPU */
+      unsigned long long e = ((unsigned long long)c * a->eh + (j - a->ey)) * a->ew + (i - a->ex);
+      float v = a->erase_random ? stk__erase_normal(a->erase_key, e) : a->erase_value[c];
+      switch (p.dtype) {
+        case DT_F32: ((float *)p.out)[o] = v; break;
+        case DT_F16: ((unsigned short *)p.out)[o] = __half_as_ushort(__float2half_rn(v)); break;
+        case DT_BF16:
+          ((unsigned short *)p.out)[o] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+          break;
+        default: ((unsigned char *)p.out)[o] = stk__round8(v); break;
+      }
     }
   }
 }
