@@ -227,7 +227,8 @@ typedef struct stk_options {
    * normalisation, then random erasing. Semantics and limits:
    * docs/augment.md. */
   int auto_augment;          /* 0 none, 1 TrivialAugmentWide, 2 RandAugment,
-                                3 AutoAugment(IMAGENET). 0 */
+                                3 AutoAugment(IMAGENET), 4 timm's
+                                RandAugment (the timm_ fields). 0 */
   int ra_num_ops;            /* RandAugment: ops per image. 2 */
   int ra_magnitude;          /* RandAugment: magnitude bin. 9 */
   int magnitude_bins;        /* TrivialAugmentWide, RandAugment: bins. 31 */
@@ -271,6 +272,19 @@ typedef struct stk_options {
                                 STK_ETOOMANY. 0.1; 1 = no bound */
   int verify;                /* caches: check each image's checksum as it
                                 is read (STK_EDECODE naming it). 0 */
+
+  /* timm's RandAugment, auto_augment 4 (fields added in 0.4): the options
+   * of its config string ("rand-m9-n2-mstd0.5-mmax10-inc1-p0.5"; n is
+   * ra_num_ops), its ops with PIL's arithmetic as timm runs them, the
+   * warps bilinear (timm also draws bicubic) or nearest, filled with
+   * aug_fill (timm's img_mean; default 128). docs/augment.md. */
+  float timm_magnitude;      /* m. 10 */
+  float timm_mstd;           /* mstd: Gaussian noise on m; > 100: uniform in
+                                [0, m]. 0 */
+  int timm_mmax;             /* mmax: m is clipped to [0, mmax]; 0 = 10 */
+  int timm_increasing;       /* inc: the "Increasing" op variants. 0 */
+  float timm_prob;           /* p: probability of each drawn op. 0.5 */
+  float timm_translate_pct;  /* TranslateXRel/YRel range. 0.45 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

@@ -50,6 +50,7 @@ __all__ = [
     "RandAugment",
     "AutoAugment",
     "AutoAugmentPolicy",
+    "TimmRandAugment",
     "ColorJitter",
     "RandomGrayscale",
     "GaussianBlur",
@@ -195,6 +196,12 @@ class TrivialAugmentWide(_Transform):
 class RandAugment(_Transform):
     _fields = ("num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill")
 
+    @staticmethod
+    def from_timm(config_str: str, hparams: Optional[Dict[str, Any]] = None) -> "TimmRandAugment":
+        """timm's RandAugment from its config string ("rand-m9-mstd0.5-inc1"):
+        a TimmRandAugment."""
+        return TimmRandAugment(config_str, hparams)
+
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
                  interpolation: Union[InterpolationMode, int] = InterpolationMode.NEAREST,
                  fill: Any = None) -> None:
@@ -203,6 +210,136 @@ class RandAugment(_Transform):
         self.num_magnitude_bins = num_magnitude_bins
         self.interpolation = interpolation
         self.fill = fill
+
+
+class TimmRandAugment(_Transform):
+    """timm's RandAugment from its config string, as
+    ``timm.data.auto_augment.rand_augment_transform(config_str, hparams)``
+    builds it (``RandAugment.from_timm(...)`` is the same)::
+
+        T.TimmRandAugment("rand-m9-mstd0.5-inc1")
+        T.TimmRandAugment("rand-m7-n3-mstd1.0", {"img_mean": (124, 116, 104)})
+
+    The config's sections: ``m`` magnitude (int, default 10), ``n`` ops per
+    image (default 2, at most 16), ``mstd`` Gaussian noise on the magnitude
+    (above 100: uniform in [0, m]), ``mmax`` the magnitude's upper bound
+    (default 10), ``inc1`` the "Increasing" ops, ``p`` each op's probability
+    (default 0.5). The 15 ops of timm's ``_RAND_TRANSFORMS`` (or
+    ``_RAND_INCREASING_TRANSFORMS``) are drawn with replacement and run with
+    PIL's arithmetic, as timm runs them on PIL images (bit-exact against
+    Pillow 9.4 in the tests).
+
+    ``hparams``: ``img_mean`` (the warps' fill, default timm's (128, 128,
+    128); timm's ``create_transform`` passes the normalisation mean times
+    255, rounded), ``translate_pct`` (0.45), ``interpolation`` and timm's
+    ``magnitude_std``/``magnitude_max`` (which, as in timm, win over the
+    string's); ``translate_const`` is accepted and unused (these ops
+    translate relative to the size).
+
+    Limits: timm draws each warp's filter at random between bilinear and
+    bicubic unless ``interpolation`` is given; stoker has no bicubic warp and
+    uses bilinear (PIL's) for every warp, so "random" is taken as bilinear
+    and ``interpolation="bicubic"`` is refused. ``t`` sections (the weighted
+    and 3-Augment op sets) are refused. timm reads ``inc0`` as on (it tests
+    ``bool("0")``); stoker refuses it.
+    """
+
+    _fields = ("config_str", "hparams")
+
+    def __init__(self, config_str: str, hparams: Optional[Dict[str, Any]] = None) -> None:
+        self.config_str = config_str
+        self.hparams = dict(hparams or {})
+        self.params = parse_timm_rand_augment(config_str, self.hparams)
+
+
+def parse_timm_rand_augment(config_str: str,
+                            hparams: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """timm's RandAugment config string (and hparams) as its parameters:
+    {"magnitude", "num_ops", "mstd", "mmax", "increasing", "prob",
+    "translate_pct", "fill", "interpolation"}. Raises ValueError naming the
+    part it cannot take."""
+    import re
+
+    hparams = dict(hparams or {})
+    if not isinstance(config_str, str):
+        raise ValueError(f"timm RandAugment: the config must be a string, got {config_str!r}")
+    parts = config_str.split("-")
+    if parts[0] != "rand":
+        raise ValueError(f"timm RandAugment: {config_str!r} must start with 'rand' (got "
+                         f"{parts[0]!r}; AutoAugment and AugMix strings are not supported)")
+    out: Dict[str, Any] = {"magnitude": 10, "num_ops": 2, "mstd": 0.0, "mmax": 0,
+                           "increasing": False, "prob": 0.5}
+    for part in parts[1:]:
+        def bad(why):
+            return ValueError(f"timm RandAugment {config_str!r}: section {part!r}: {why}")
+        if part.startswith("t"):
+            raise bad("timm's other op sets ('tweights', 't3a', ...) are not supported")
+        m = re.fullmatch(r"([a-z]+)(\d.*)", part)
+        if not m:
+            raise bad("not a known section (m, n, mstd, mmax, inc, p followed by a number)")
+        key, val = m.groups()
+        try:
+            if key == "m":
+                out["magnitude"] = int(val)
+            elif key == "n":
+                out["num_ops"] = int(val)
+                if not 0 <= out["num_ops"] <= 16:
+                    raise bad("n must be in [0, 16]")
+            elif key == "mstd":
+                mstd = float(val)
+                if not mstd >= 0:
+                    raise bad("mstd must be >= 0")
+                out["mstd"] = float("inf") if mstd > 100 else mstd
+            elif key == "mmax":
+                out["mmax"] = int(val)
+            elif key == "inc":
+                if int(val) == 0:
+                    raise bad("timm reads inc0 as inc1 (it tests bool('0')): write inc1, or "
+                              "leave the section out")
+                out["increasing"] = True
+            elif key == "p":
+                out["prob"] = float(val)
+                if not 0 <= out["prob"] <= 1:
+                    raise bad("p must be in [0, 1]")
+            else:
+                raise bad(f"unknown key {key!r} (m, n, mstd, mmax, inc, p)")
+        except ValueError as e:
+            if "section" in str(e):
+                raise
+            raise bad(f"{val!r} is not a number of the kind {key!r} takes") from None
+    if not 0 <= out["magnitude"] <= 1000:
+        raise ValueError(f"timm RandAugment {config_str!r}: m must be in [0, 1000]")
+    if not 0 <= out["mmax"] <= 1000:
+        raise ValueError(f"timm RandAugment {config_str!r}: mmax must be in [0, 1000]")
+    known = {"img_mean", "translate_pct", "translate_const", "interpolation", "magnitude_std",
+             "magnitude_max"}
+    unknown = sorted(set(hparams) - known)
+    if unknown:
+        raise ValueError(f"timm RandAugment: hparams {unknown} are not supported "
+                         f"({', '.join(sorted(known))})")
+    if "magnitude_std" in hparams:  # timm: hparams.setdefault, so these win
+        mstd = float(hparams["magnitude_std"])
+        out["mstd"] = float("inf") if mstd > 100 else mstd
+    if hparams.get("magnitude_max") is not None:
+        out["mmax"] = int(hparams["magnitude_max"])
+    out["translate_pct"] = float(hparams.get("translate_pct", 0.45))
+    fill = hparams.get("img_mean", (128, 128, 128))
+    out["fill"] = _triple(fill, "timm RandAugment img_mean")
+    if not all(0 <= v <= 255 for v in out["fill"]):
+        raise ValueError(f"timm RandAugment: img_mean must be in [0, 255], got {fill!r}")
+    interp = hparams.get("interpolation", "random")
+    value = getattr(interp, "value", interp)
+    if isinstance(value, (list, tuple)) or value == "random":
+        out["interpolation"] = "bilinear"  # timm: random bilinear/bicubic; stoker: bilinear
+    elif value in ("bilinear", 2):
+        out["interpolation"] = "bilinear"
+    elif value in ("nearest", 0):
+        out["interpolation"] = "nearest"
+    else:
+        raise ValueError(f"timm RandAugment: interpolation {interp!r} is not supported (stoker's "
+                         "warps are bilinear or nearest; timm's default 'random' runs as "
+                         "bilinear)")
+    return out
 
 
 class AutoAugment(_Transform):
@@ -485,7 +622,8 @@ def _preset_options(t):
 
 _KNOWN = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop", "ToTensor",
           "PILToTensor", "ToImage", "ToDtype", "Normalize", "RandomVerticalFlip",
-          "TrivialAugmentWide", "RandAugment", "AutoAugment", "ColorJitter", "RandomApply",
+          "TrivialAugmentWide", "RandAugment", "AutoAugment", "TimmRandAugment", "ColorJitter",
+          "RandomApply",
           "RandomGrayscale", "GaussianBlur", "RandomErasing")
 
 
@@ -569,7 +707,15 @@ def _augmentations(rest, opts):
     t = take("RandomVerticalFlip")
     if t is not None:
         opts["vflip_prob"] = float(t.p)
-    if rest and _name(rest[0]) in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
+    if rest and (_name(rest[0]) == "TimmRandAugment" or _is_timm_rand_augment(rest[0])):
+        prm = _timm_params(rest[0])
+        rest = rest[1:]
+        opts.update(auto_augment="timm", ra_num_ops=prm["num_ops"],
+                    timm_magnitude=float(prm["magnitude"]), timm_mstd=prm["mstd"],
+                    timm_mmax=prm["mmax"], timm_increasing=prm["increasing"],
+                    timm_prob=prm["prob"], timm_translate_pct=prm["translate_pct"],
+                    aug_interpolation=prm["interpolation"], aug_fill=prm["fill"])
+    elif rest and _name(rest[0]) in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
         t = rest[0]
         rest = rest[1:]
         name = _name(t)
@@ -618,6 +764,50 @@ def _augmentations(rest, opts):
             sigma = (float(sigma), float(sigma))
         opts.update(blur_kernel=int(k), blur_sigma=tuple(float(v) for v in sigma), blur_prob=p)
     return rest
+
+
+_TIMM_RAND = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize",
+              "SolarizeAdd", "Color", "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY",
+              "TranslateXRel", "TranslateYRel")
+_TIMM_RAND_INC = tuple(n + "Increasing" if n in ("Posterize", "Solarize", "Color", "Contrast",
+                                                 "Brightness", "Sharpness") else n
+                       for n in _TIMM_RAND)
+
+
+def _is_timm_rand_augment(t):
+    """timm's own RandAugment object (timm.data.auto_augment.RandAugment)."""
+    return _name(t) == "RandAugment" and hasattr(t, "ops") and hasattr(t, "num_layers")
+
+
+def _timm_params(t):
+    """The parameters of a TimmRandAugment, or of timm's RandAugment object
+    read back from its AugmentOps."""
+    if _name(t) == "TimmRandAugment":
+        return t.params
+    ops = list(t.ops)
+    names = tuple(getattr(o, "name", None) for o in ops)
+    if getattr(t, "choice_weights", None) is not None or names not in (_TIMM_RAND, _TIMM_RAND_INC):
+        raise ValueError("timm RandAugment: only the default op sets (_RAND_TRANSFORMS, "
+                         "_RAND_INCREASING_TRANSFORMS) without weights are supported")
+    first = ops[0]
+    same = all((o.prob, o.magnitude, o.magnitude_std, o.magnitude_max, o.hparams) ==
+               (first.prob, first.magnitude, first.magnitude_std, first.magnitude_max,
+                first.hparams) for o in ops)
+    if not same:
+        raise ValueError("timm RandAugment: ops with different parameters are not supported")
+    hp = {k: v for k, v in first.hparams.items() if k in ("translate_pct", "img_mean")}
+    resample = first.kwargs.get("resample")
+    if not isinstance(resample, (list, tuple)):
+        hp["interpolation"] = int(resample)
+    hp["img_mean"] = first.kwargs.get("fillcolor", (128, 128, 128))
+    mstd = float(first.magnitude_std or 0)
+    cfg = f"rand-m{int(first.magnitude)}-n{int(t.num_layers)}-p{float(first.prob)}"
+    cfg += "-inc1" if names == _TIMM_RAND_INC else ""
+    out = parse_timm_rand_augment(cfg, hp)
+    out["magnitude"] = float(first.magnitude)
+    out["mstd"] = mstd
+    out["mmax"] = int(first.magnitude_max or 0)
+    return out
 
 
 def _erasing(t):

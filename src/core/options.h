@@ -116,10 +116,11 @@
     "use a cache whose source folder changed since it was packed") \
   X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", \
     "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit") \
-  X(auto_augment, ENUM, STK__V(0), 0, 3, "none|ta_wide|ra|imagenet", "--auto-augment", \
-    "auto_augment", "train: TrivialAugmentWide, RandAugment or AutoAugment(IMAGENET) after the flip") \
+  X(auto_augment, ENUM, STK__V(0), 0, 4, "none|ta_wide|ra|imagenet|timm", "--auto-augment", \
+    "auto_augment", "train: TrivialAugmentWide, RandAugment, AutoAugment(IMAGENET) or timm's " \
+    "RandAugment (the timm_ options) after the flip") \
   X(ra_num_ops, INT, STK__V(2), 0, 16, NULL, "--ra-num-ops", "ra_num_ops", \
-    "RandAugment: ops per image") \
+    "RandAugment (torchvision's or timm's n): ops per image") \
   X(ra_magnitude, INT, STK__V(9), 0, 255, NULL, "--ra-magnitude", "ra_magnitude", \
     "RandAugment: magnitude bin, below magnitude_bins") \
   X(magnitude_bins, INT, STK__V(31), 2, 256, NULL, "--magnitude-bins", "magnitude_bins", \
@@ -163,7 +164,19 @@
   X(max_skipped_fraction, FLOAT, STK__V(0.1), 0, 1, NULL, "--max-skipped-fraction", \
     "max_skipped_fraction", "under skip, the share of an epoch that may fail before it raises") \
   X(verify, BOOL, STK__V(0), 0, 1, NULL, "--verify", "verify", \
-    "caches: check each image's checksum as it is read")
+    "caches: check each image's checksum as it is read") \
+  X(timm_magnitude, FLOAT, STK__V(10), 0, 1000, NULL, "--timm-magnitude", "timm_magnitude", \
+    "timm's RandAugment: magnitude m (rand-m9: 9; timm's scale, 10 = full)") \
+  X(timm_mstd, FLOAT, STK__V(0), 0, STK__INF, NULL, "--timm-mstd", "timm_mstd", \
+    "timm's RandAugment: magnitude noise std (mstd); above 100: uniform in [0, m]") \
+  X(timm_mmax, INT, STK__V(0), 0, 1000, NULL, "--timm-mmax", "timm_mmax", \
+    "timm's RandAugment: magnitude upper bound (mmax); 0 = 10") \
+  X(timm_increasing, BOOL, STK__V(0), 0, 1, NULL, "--timm-increasing", "timm_increasing", \
+    "timm's RandAugment: the increasing ops (inc1)") \
+  X(timm_prob, FLOAT, STK__V(0.5), 0, 1, NULL, "--timm-prob", "timm_prob", \
+    "timm's RandAugment: probability of each drawn op (p)") \
+  X(timm_translate_pct, FLOAT, STK__V(0.45), 0, 10, NULL, "--timm-translate-pct", \
+    "timm_translate_pct", "timm's RandAugment: TranslateXRel/YRel's range (hparams' translate_pct)")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *

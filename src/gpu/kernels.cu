@@ -235,6 +235,40 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
           stk__warp_px(m, sc, W, H, i % W, i / W, a->nearest, fill, t + i * 3);
         break;
       }
+      case STK__OP_PIL_SHEAR_X: /* timm's warps: PIL's transform (augment_px.h) */
+      case STK__OP_PIL_SHEAR_Y:
+      case STK__OP_PIL_TRANSLATE_X:
+      case STK__OP_PIL_TRANSLATE_Y:
+      case STK__OP_PIL_ROTATE: {
+        tile_copy(t, sc, n);
+        double pm[6];
+        const float zero[3] = {0, 0, 0};
+        stk__pil_affine(op->kind, mag, W, H, pm);
+        for (int i = tid; i < npx; i += nt)
+          stk__pil_warp_px(pm, sc, W, H, i % W, i / W, a->nearest, fill ? fill : zero, t + i * 3);
+        break;
+      }
+      case STK__OP_SOLARIZE_ADD:
+        for (int i = tid; i < n; i += nt) t[i] = stk__solarize_add8(t[i], op->mag);
+        break;
+      case STK__OP_PIL_COLOR:
+        for (int i = tid; i < npx; i += nt) {
+          uint8_t *q = t + i * 3;
+          int l = stk__pil_luma(q[0], q[1], q[2]);
+          for (int c = 0; c < 3; c++) q[c] = stk__pil_blend8(l, q[c], op->mag);
+        }
+        break;
+      case STK__OP_PIL_CONTRAST: {
+        if (tid == 0) sum = 0;
+        __syncthreads();
+        unsigned long long part = 0;
+        for (int i = tid; i < npx; i += nt) part += stk__pil_luma(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
+        atomicAdd(&sum, part);
+        __syncthreads();
+        const int mean = (int)((double)sum / (double)npx + 0.5);
+        for (int i = tid; i < n; i += nt) t[i] = stk__pil_blend8(mean, t[i], op->mag);
+        break;
+      }
       case STK__OP_BRIGHTNESS:
       case STK__OP_ADJ_BRIGHTNESS: {
         const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
@@ -266,7 +300,8 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         break;
       }
       case STK__OP_SHARPNESS:
-      case STK__OP_ADJ_SHARPNESS: {
+      case STK__OP_ADJ_SHARPNESS:
+      case STK__OP_PIL_SHARPNESS: {
         if (W <= 2 || H <= 2) break;
         tile_copy(t, sc, n);
         const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
@@ -275,7 +310,9 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
           int x = (i / 3) % W, y = i / row;
           if (x == 0 || y == 0 || x == W - 1 || y == H - 1) continue; /* the border stays */
           const uint8_t *q = sc + i;
-          t[i] = stk__blend8(k.r, k.r1, q[0], (float)stk__sharp_blur(stk__sharp_sum(q, row)));
+          const int blur = stk__sharp_blur(stk__sharp_sum(q, row));
+          t[i] = op->kind == STK__OP_PIL_SHARPNESS ? stk__pil_blend8(blur, q[0], op->mag)
+                                                   : stk__blend8(k.r, k.r1, q[0], (float)blur);
         }
         break;
       }
@@ -290,7 +327,8 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
       case STK__OP_INVERT:
         for (int i = tid; i < n; i += nt) t[i] = (uint8_t)(255 - t[i]);
         break;
-      case STK__OP_AUTOCONTRAST: {
+      case STK__OP_AUTOCONTRAST:
+      case STK__OP_PIL_AUTOCONTRAST: {
         if (tid < 3) lo[tid] = 255, hi[tid] = 0;
         __syncthreads();
         int l[3] = {255, 255, 255}, h[3] = {0, 0, 0};
@@ -309,7 +347,8 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         for (int c = 0; c < 3; c++) scale[c] = stk__autocontrast_scale(lo[c], hi[c], &mn[c]);
         for (int i = tid; i < n; i += nt) {
           int c = i % 3;
-          t[i] = stk__autocontrast8(t[i], mn[c], scale[c]);
+          t[i] = op->kind == STK__OP_PIL_AUTOCONTRAST ? stk__pil_autocontrast8(t[i], lo[c], hi[c])
+                                                      : stk__autocontrast8(t[i], mn[c], scale[c]);
         }
         break;
       }
@@ -363,7 +402,10 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
 
 /* stk_store_kernel: the tiles into the batch in its dtype and layout through
  * the normalisation tables (as the fused kernel stores), then each item's
- * erase box. One thread per output pixel, blockIdx.y the item. */
+ * erase box. One thread per output pixel of STK_STORE_ROWS rows (a block
+ * covers STK_TILE_W x STK_TILE_H * STK_STORE_ROWS pixels: the tables a block
+ * loads first, 4.6 KB, are then read for 8 times as many pixels), blockIdx.y
+ * the item. */
 extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
     stk_store_kernel(stk__kaugparams p) {
   __shared__ float lutf[768];

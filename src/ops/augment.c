@@ -24,7 +24,9 @@ static const char *const op_names[STK__OP_COUNT] = {
     "Posterize",    "Solarize",   "AutoContrast",   "Equalize",        "Invert",
     "adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue",
     "adjust_sharpness",  "rgb_to_grayscale", "gaussian_blur",    "vflip",
-    "hflip"};
+    "hflip",        "SolarizeAdd", "pil_autocontrast", "pil_color",     "pil_contrast",
+    "pil_sharpness", "pil_shear_x", "pil_shear_y",     "pil_translate_x", "pil_translate_y",
+    "pil_rotate"};
 
 const char *stk__op_name(int kind) {
   return kind >= 0 && kind < STK__OP_COUNT ? op_names[kind] : NULL;
@@ -102,7 +104,18 @@ void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h) {
   int jit = ap->jitter[0] > 0 || ap->jitter[1] > 0 || ap->jitter[2] > 0 || ap->jitter[3] > 0;
   ap->on = ap->policy != STK__AA_NONE || ap->vflip_prob > 0 || (jit && ap->jitter_prob > 0) ||
            ap->gray_prob > 0 || (ap->blur_ksize > 0 && ap->blur_prob > 0) || ap->erase_prob > 0;
-  if (ap->policy != STK__AA_NONE) {
+  if (ap->policy == STK__AA_TIMM) {
+    ap->timm_magnitude = o->timm_magnitude;
+    ap->timm_mstd = o->timm_mstd;
+    ap->timm_mmax = o->timm_mmax;
+    ap->timm_increasing = o->timm_increasing;
+    ap->timm_prob = o->timm_prob;
+    ap->timm_translate_pct = o->timm_translate_pct;
+    if (!ap->has_fill) { /* timm always fills: its _FILL, (128, 128, 128) */
+      ap->has_fill = 1;
+      ap->fill[0] = ap->fill[1] = ap->fill[2] = 128.0f;
+    }
+  } else if (ap->policy != STK__AA_NONE) {
     ap->nbins = ap->policy == STK__AA_IMAGENET ? 10 : ap->bins;
     fill_space(ap->mags, ap->nbins, ap->policy == STK__AA_TA_WIDE, w, h);
   }
@@ -177,8 +190,84 @@ static const struct {
     {{STK__OP_EQUALIZE, 0.8f, -1}, {STK__OP_EQUALIZE, 0.6f, -1}},
 };
 
+/* timm's RandAugment: _RAND_TRANSFORMS (inc: _RAND_INCREASING_TRANSFORMS),
+ * in timm's order. */
+enum {
+  TIMM_AUTOCONTRAST, TIMM_EQUALIZE, TIMM_INVERT, TIMM_ROTATE, TIMM_POSTERIZE, TIMM_SOLARIZE,
+  TIMM_SOLARIZE_ADD, TIMM_COLOR, TIMM_CONTRAST, TIMM_BRIGHTNESS, TIMM_SHARPNESS, TIMM_SHEAR_X,
+  TIMM_SHEAR_Y, TIMM_TRANSLATE_X, TIMM_TRANSLATE_Y, TIMM_OPS
+};
+
+/* One AugmentOp.__call__ of timm: the probability, the magnitude (with
+ * magnitude_std's noise, clipped to [0, mmax or 10]), then the op's
+ * level-to-argument function (_LEVEL_DENOM = 10) with its random sign. */
+static void draw_timm_op(const stk__aug_plan *ap, stk__rng *r, stk__aug *a, int op) {
+  if (ap->timm_prob < 1.0f && stk__rng_uniform(r) > (double)ap->timm_prob) return;
+  double m = ap->timm_magnitude, sd = ap->timm_mstd;
+  if (sd > 100.0 || isinf(sd)) m = uniform(r, 0.0, m); /* timm: mstd > 100 is uniform */
+  else if (sd > 0) m = m + sd * stk__rng_normal(r);
+  double hi = ap->timm_mmax > 0 ? ap->timm_mmax : 10.0;
+  m = m < 0.0 ? 0.0 : m > hi ? hi : m;
+  double lv = m / 10.0;
+  int inc = ap->timm_increasing;
+  /* _randomly_negate: -v if random() > 0.5 */
+#define NEG(v) (stk__rng_uniform(r) > 0.5 ? -(v) : (v))
+  switch (op) {
+    case TIMM_AUTOCONTRAST: push(a, STK__OP_PIL_AUTOCONTRAST, 0.0f, 0); break;
+    case TIMM_EQUALIZE: push(a, STK__OP_EQUALIZE, 0.0f, 0); break;
+    case TIMM_INVERT: push(a, STK__OP_INVERT, 0.0f, 0); break;
+    case TIMM_ROTATE: push(a, STK__OP_PIL_ROTATE, (float)NEG(lv * 30.0), 0); break;
+    case TIMM_POSTERIZE: {
+      int bits = (int)(lv * 4.0);
+      push(a, STK__OP_POSTERIZE, (float)(inc ? 4 - bits : bits), 0);
+      break;
+    }
+    case TIMM_SOLARIZE: {
+      int t = (int)(lv * 256.0);
+      t = t > 256 ? 256 : t;
+      push(a, STK__OP_SOLARIZE, (float)(inc ? 256 - t : t), 0);
+      break;
+    }
+    case TIMM_SOLARIZE_ADD: {
+      int add = (int)(lv * 110.0);
+      push(a, STK__OP_SOLARIZE_ADD, (float)(add > 128 ? 128 : add), 0);
+      break;
+    }
+    case TIMM_COLOR:
+    case TIMM_CONTRAST:
+    case TIMM_BRIGHTNESS:
+    case TIMM_SHARPNESS: {
+      static const int kinds[4] = {STK__OP_PIL_COLOR, STK__OP_PIL_CONTRAST,
+                                   STK__OP_ADJ_BRIGHTNESS, STK__OP_PIL_SHARPNESS};
+      double f;
+      if (inc) {
+        f = 1.0 + NEG(lv * 0.9);
+        f = f < 0.1 ? 0.1 : f;
+      } else {
+        f = lv * 1.8 + 0.1;
+      }
+      push(a, kinds[op - TIMM_COLOR], (float)f, 0);
+      break;
+    }
+    case TIMM_SHEAR_X: push(a, STK__OP_PIL_SHEAR_X, (float)NEG(lv * 0.3), 0); break;
+    case TIMM_SHEAR_Y: push(a, STK__OP_PIL_SHEAR_Y, (float)NEG(lv * 0.3), 0); break;
+    case TIMM_TRANSLATE_X:
+      push(a, STK__OP_PIL_TRANSLATE_X, (float)(NEG(lv * ap->timm_translate_pct) * ap->w), 0);
+      break;
+    default:
+      push(a, STK__OP_PIL_TRANSLATE_Y, (float)(NEG(lv * ap->timm_translate_pct) * ap->h), 0);
+      break;
+  }
+#undef NEG
+}
+
 static void draw_policy(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
   switch (ap->policy) {
+    case STK__AA_TIMM:
+      /* RandAugment.__call__: num_layers ops drawn with replacement */
+      for (int k = 0; k < ap->ra_num_ops; k++)
+        draw_timm_op(ap, r, a, (int)stk__rng_range(r, 0, TIMM_OPS));
+      break;
     case STK__AA_TA_WIDE: {
       int op = (int)stk__rng_range(r, 0, STK__TA_OPS);
       int bin = has_mag(op) ? (int)stk__rng_range(r, 0, ap->nbins) : -1;
@@ -397,6 +486,73 @@ static void op_hue(uint8_t *t, size_t npx, float hue) {
   for (size_t i = 0; i < npx; i++) stk__hue_px(t + i * 3, hue);
 }
 
+/* ---- timm's ops with PIL's arithmetic ---- */
+
+static void op_solarize_add(uint8_t *t, size_t n, float add) {
+  for (size_t i = 0; i < n; i++) t[i] = stk__solarize_add8(t[i], add);
+}
+
+static void op_pil_autocontrast(uint8_t *t, size_t npx) {
+  for (int c = 0; c < 3; c++) {
+    int lo = 255, hi = 0;
+    for (size_t i = 0; i < npx; i++) {
+      int v = t[i * 3 + c];
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+    uint8_t lut[256];
+    for (int v = 0; v < 256; v++) lut[v] = stk__pil_autocontrast8(v, lo, hi);
+    for (size_t i = 0; i < npx; i++) t[i * 3 + c] = lut[t[i * 3 + c]];
+  }
+}
+
+/* ImageEnhance.Color: the blend with convert("L").convert("RGB") */
+static void op_pil_color(uint8_t *t, size_t npx, float f) {
+  for (size_t i = 0; i < npx; i++) {
+    uint8_t *p = t + i * 3;
+    int l = stk__pil_luma(p[0], p[1], p[2]);
+    for (int c = 0; c < 3; c++) p[c] = stk__pil_blend8(l, p[c], f);
+  }
+}
+
+/* ImageEnhance.Contrast: the blend with the grey image of the luma's mean,
+ * int(mean + 0.5) (ImageStat's mean in double) */
+static void op_pil_contrast(uint8_t *t, size_t npx, float f) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < npx; i++) sum += (uint64_t)stk__pil_luma(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
+  int mean = (int)((double)sum / (double)npx + 0.5);
+  for (size_t i = 0; i < npx * 3; i++) t[i] = stk__pil_blend8(mean, t[i], f);
+}
+
+/* ImageEnhance.Sharpness: the blend with ImageFilter.SMOOTH (the kernel
+ * [1 1 1; 1 5 1; 1 1 1] / 13, rounded; the border copied), the
+ * degenerate image _blurred_degenerate_image also is */
+static void op_pil_sharpness(uint8_t *t, int w, int h, float f, uint8_t *src) {
+  if (w <= 2 || h <= 2) return;
+  size_t row = (size_t)w * 3;
+  memcpy(src, t, row * h);
+  for (int y = 1; y < h - 1; y++)
+    for (int x = 1; x < w - 1; x++)
+      for (int c = 0; c < 3; c++) {
+        const uint8_t *p = src + (size_t)y * row + (size_t)x * 3 + c;
+        int blur = stk__sharp_blur(stk__sharp_sum(p, (int)row));
+        t[(size_t)y * row + (size_t)x * 3 + c] = stk__pil_blend8(blur, p[0], f);
+      }
+}
+
+static void pil_warp(uint8_t *t, int w, int h, int kind, double mag, int nearest,
+                     const float *fill, uint8_t *src) {
+  static const float zeros[3] = {0, 0, 0};
+  double m[6];
+  stk__pil_affine(kind, mag, w, h, m);
+  size_t row = (size_t)w * 3;
+  memcpy(src, t, row * h);
+  for (int yy = 0; yy < h; yy++)
+    for (int xx = 0; xx < w; xx++)
+      stk__pil_warp_px(m, src, w, h, xx, yy, nearest, fill ? fill : zeros,
+                       t + (size_t)yy * row + (size_t)xx * 3);
+}
+
 /* ---- Gaussian blur (F_t.gaussian_blur: reflect padding, float32) ---- */
 
 void stk__blur_taps(int ks, float sigma, float *kern) {
@@ -566,6 +722,22 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
       flip_v(t, w, h, scratch->p);
       return STK_OK;
     case STK__OP_HFLIP: flip_h(t, w, h); return STK_OK;
+    case STK__OP_SOLARIZE_ADD: op_solarize_add(t, n, op->mag); return STK_OK;
+    case STK__OP_PIL_AUTOCONTRAST: op_pil_autocontrast(t, npx); return STK_OK;
+    case STK__OP_PIL_COLOR: op_pil_color(t, npx, op->mag); return STK_OK;
+    case STK__OP_PIL_CONTRAST: op_pil_contrast(t, npx, op->mag); return STK_OK;
+    case STK__OP_PIL_SHARPNESS:
+      if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
+      op_pil_sharpness(t, w, h, op->mag, scratch->p);
+      return STK_OK;
+    case STK__OP_PIL_SHEAR_X:
+    case STK__OP_PIL_SHEAR_Y:
+    case STK__OP_PIL_TRANSLATE_X:
+    case STK__OP_PIL_TRANSLATE_Y:
+    case STK__OP_PIL_ROTATE:
+      if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
+      pil_warp(t, w, h, op->kind, mag, nearest, fill, scratch->p);
+      return STK_OK;
     default: return STK_EINVAL;
   }
 }

@@ -35,7 +35,8 @@
 /* The ops: stk__op_kind, in augment_px.h (the kernels use it too). */
 
 /* The policy spaces: TrivialAugmentWide's 14 ops, RandAugment's 14 ops (the
- * same names), AutoAugment's 14 (plus Invert). */
+ * same names), AutoAugment's 14 (plus Invert); timm's RandAugment draws from
+ * its own 15 (augment.c), run with PIL's arithmetic (the STK__OP_PIL_ ops). */
 #define STK__TA_OPS 14
 
 /* One op to apply. `mag` is the magnitude as torchvision's _apply_op gets
@@ -60,7 +61,13 @@ typedef struct {
   uint64_t erase_key; /* the stream of its normal values ("random") */
 } stk__aug;
 
-typedef enum { STK__AA_NONE, STK__AA_TA_WIDE, STK__AA_RA, STK__AA_IMAGENET } stk__aa_policy;
+typedef enum {
+  STK__AA_NONE,
+  STK__AA_TA_WIDE,
+  STK__AA_RA,
+  STK__AA_IMAGENET,
+  STK__AA_TIMM /* timm's rand_augment_transform ("rand-m9-mstd0.5-inc1") */
+} stk__aa_policy;
 
 /* Everything fixed at build time: options and magnitude tables. */
 typedef struct {
@@ -79,6 +86,10 @@ typedef struct {
   float blur_prob;
   float erase_prob, erase_scale[2], erase_ratio[2], erase_value[3];
   int erase_random;
+  /* timm's RandAugment (ra_num_ops is its n): m, mstd, mmax (0 = 10), inc,
+   * p, hparams' translate_pct */
+  float timm_magnitude, timm_mstd, timm_prob, timm_translate_pct;
+  int timm_mmax, timm_increasing;
   int w, h;        /* the tile */
   /* magnitude tables per op of the policy's space: mags[op][bin] */
   int nbins;       /* bins of the tables (policy bins, or 10 for AutoAugment) */

@@ -44,6 +44,18 @@ typedef enum {
   STK__OP_BLUR,           /* F.gaussian_blur(img, ksize, mag = sigma) */
   STK__OP_VFLIP,
   STK__OP_HFLIP,
+  /* timm's RandAugment ops (PIL's arithmetic, as timm runs them on PIL
+   * images); magnitudes as timm's op functions take them */
+  STK__OP_SOLARIZE_ADD,     /* solarize_add(img, add = mag, thresh = 128) */
+  STK__OP_PIL_AUTOCONTRAST, /* ImageOps.autocontrast(img) */
+  STK__OP_PIL_COLOR,        /* ImageEnhance.Color(img).enhance(mag) */
+  STK__OP_PIL_CONTRAST,     /* ImageEnhance.Contrast(img).enhance(mag) */
+  STK__OP_PIL_SHARPNESS,    /* ImageEnhance.Sharpness(img).enhance(mag) */
+  STK__OP_PIL_SHEAR_X,      /* img.transform(AFFINE, (1, mag, 0, 0, 1, 0)) */
+  STK__OP_PIL_SHEAR_Y,      /* img.transform(AFFINE, (1, 0, 0, mag, 1, 0)) */
+  STK__OP_PIL_TRANSLATE_X,  /* img.transform(AFFINE, (1, 0, mag, 0, 1, 0)): mag pixels */
+  STK__OP_PIL_TRANSLATE_Y,  /* img.transform(AFFINE, (1, 0, 0, 0, 1, mag)) */
+  STK__OP_PIL_ROTATE,       /* img.rotate(mag) (degrees, counter-clockwise) */
   STK__OP_COUNT
 } stk__op_kind;
 
@@ -288,6 +300,128 @@ STK_HD uint8_t stk__blur_px(const uint8_t *src, int w, int h, int x, int y, int 
     acc = acc + t;
   }
   return stk__round8(acc);
+}
+
+/* ---- PIL's arithmetic, for timm's RandAugment ---------------------------- */
+
+/* timm's solarize_add: v + add (at most 255) where v < 128 */
+STK_HD uint8_t stk__solarize_add8(int v, float add) {
+  if (v >= 128) return (uint8_t)v;
+  int a = (int)add;
+  return (uint8_t)(v + a > 255 ? 255 : v + a < 0 ? 0 : v + a);
+}
+
+/* Image.blend(degenerate, image, alpha) for 8-bit images (ImagingBlend):
+ * deg + alpha * (img - deg) in float32, truncated, clipped outside [0, 1] */
+STK_HD uint8_t stk__pil_blend8(int deg, int img, float alpha) {
+  float d = (float)(img - deg);
+  float v = (float)deg + alpha * d;
+  return stk__trunc8(v);
+}
+
+/* convert("L"): ITU-R 601-2 luma in 16-bit fixed point, rounded */
+STK_HD int stk__pil_luma(int r, int g, int b) {
+  return (r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16;
+}
+
+/* ImageOps.autocontrast(cutoff=0) of a channel with extremes lo, hi:
+ * int(v * scale + offset), scale = 255 / (hi - lo), offset = -lo * scale,
+ * in double; a flat channel stays */
+STK_HD uint8_t stk__pil_autocontrast8(int v, int lo, int hi) {
+  if (hi <= lo) return (uint8_t)v;
+  double scale = 255.0 / (double)(hi - lo), offset = -(double)lo * scale;
+  double x = (double)v * scale + offset;
+  return x < 0 ? 0 : x >= 255.0 ? 255 : (uint8_t)(int)x;
+}
+
+/* Python's round(x, 15) for |x| <= 1 (the rotation matrix entries) */
+STK_HD double stk__round15(double x) { return nearbyint(x * 1e15) / 1e15; }
+
+/* The data of PIL's AFFINE transform for timm's geometric ops on a w x h
+ * image: input (x, y) = (m0 X + m1 Y + m2, m3 X + m4 Y + m5) at output
+ * pixel centre (X, Y). Rotate as Image.rotate builds it (angle % 360, the
+ * entries rounded to 15 places, about the centre). */
+STK_HD void stk__pil_affine(int kind, double mag, int w, int h, double *m) {
+  m[0] = 1.0, m[1] = 0.0, m[2] = 0.0, m[3] = 0.0, m[4] = 1.0, m[5] = 0.0;
+  switch (kind) {
+    case STK__OP_PIL_SHEAR_X: m[1] = mag; break;
+    case STK__OP_PIL_SHEAR_Y: m[3] = mag; break;
+    case STK__OP_PIL_TRANSLATE_X: m[2] = mag; break;
+    case STK__OP_PIL_TRANSLATE_Y: m[5] = mag; break;
+    default: {
+      double a = fmod(mag, 360.0); /* Python's %: the sign of 360 */
+      if (a != 0.0 && a < 0.0) a += 360.0;
+      if (a == 0.0) a = 0.0;
+      a = -(a * (3.141592653589793 / 180.0)); /* -math.radians(angle) */
+      double c = stk__round15(cos(a)), s = stk__round15(sin(a)), ns = stk__round15(-sin(a));
+      double cx = (double)w / 2.0, cy = (double)h / 2.0;
+      m[0] = c, m[1] = s, m[3] = ns, m[4] = c;
+      m[2] = c * -cx + s * -cy + 0.0;
+      m[5] = ns * -cx + c * -cy + 0.0;
+      m[2] += cx;
+      m[5] += cy;
+      break;
+    }
+  }
+}
+
+/* Output pixel (xx, yy) of PIL's AFFINE transform of `src` (RGB8, w x h)
+ * with fillcolor `fill` (0..255 per channel): the input point of the pixel
+ * centre in double; outside [0, w) x [0, h) the fill; nearest takes the
+ * pixel under it (in 16.16 fixed point unless the matrix only scales, as
+ * ImagingTransformAffine); bilinear (Geometry.c's) interpolates the 2x2 pixels
+ * around it, clamped to the edge, in double, and truncates. */
+STK_HD void stk__pil_warp_px(const double *m, const uint8_t *src, int w, int h, int xx, int yy,
+                             int nearest, const float *fill, uint8_t *o) {
+  double X = (double)xx + 0.5, Y = (double)yy + 0.5;
+  double xin = m[0] * X + m[1] * Y + m[2];
+  double yin = m[3] * X + m[4] * Y + m[5];
+  size_t row = (size_t)w * 3;
+  if (nearest) {
+    int x = xin < 0.0 ? -1 : (int)xin, y = yin < 0.0 ? -1 : (int)yin;
+    if (m[1] != 0.0 || m[3] != 0.0) {
+      /* affine_fixed: 16.16 fixed point, a2 and a5 at the first pixel's
+       * centre, stepped by the integer a0, a1, a3, a4 */
+      int64_t f[6];
+      f[0] = (int64_t)floor(m[0] * 65536.0 + 0.5), f[1] = (int64_t)floor(m[1] * 65536.0 + 0.5);
+      f[3] = (int64_t)floor(m[3] * 65536.0 + 0.5), f[4] = (int64_t)floor(m[4] * 65536.0 + 0.5);
+      f[2] = (int64_t)floor((m[2] + m[0] * 0.5 + m[1] * 0.5) * 65536.0 + 0.5);
+      f[5] = (int64_t)floor((m[5] + m[3] * 0.5 + m[4] * 0.5) * 65536.0 + 0.5);
+      int64_t fx = f[2] + (int64_t)yy * f[1] + (int64_t)xx * f[0];
+      int64_t fy = f[5] + (int64_t)yy * f[4] + (int64_t)xx * f[3];
+      /* >> 16 of a negative value: the floor */
+      x = (int)(fx >= 0 ? fx / 65536 : -((-fx + 65535) / 65536));
+      y = (int)(fy >= 0 ? fy / 65536 : -((-fy + 65535) / 65536));
+    }
+    for (int c = 0; c < 3; c++)
+      o[c] = (x < 0 || x >= w || y < 0 || y >= h) ? stk__round8(fill[c])
+                                                  : src[(size_t)y * row + (size_t)x * 3 + c];
+    return;
+  }
+  if (!(xin >= 0.0 && xin < (double)w && yin >= 0.0 && yin < (double)h)) {
+    for (int c = 0; c < 3; c++) o[c] = stk__round8(fill[c]);
+    return;
+  }
+  xin -= 0.5;
+  yin -= 0.5;
+  double fx = floor(xin), fy = floor(yin);
+  int x = (int)fx, y = (int)fy;
+  double dx = xin - fx, dy = yin - fy;
+  int x0 = x < 0 ? 0 : x < w ? x : w - 1, x1 = x + 1 < 0 ? 0 : x + 1 < w ? x + 1 : w - 1;
+  int y0 = y < 0 ? 0 : y < h ? y : h - 1;
+  int below = y + 1 >= 0 && y + 1 < h;
+  for (int c = 0; c < 3; c++) {
+    const uint8_t *r0 = src + (size_t)y0 * row + c;
+    double a = r0[x0 * 3], b = r0[x1 * 3];
+    double v1 = a + (b - a) * dx, v2 = v1;
+    if (below) {
+      const uint8_t *r1 = src + (size_t)(y + 1) * row + c;
+      double a1 = r1[x0 * 3], b1 = r1[x1 * 3];
+      v2 = a1 + (b1 - a1) * dx;
+    }
+    v1 = v1 + (v2 - v1) * dy;
+    o[c] = (uint8_t)(int)v1;
+  }
 }
 
 /* The standard normal value number e of an erase box's "random" fill: two

@@ -1,0 +1,411 @@
+"""timm's RandAugment config strings ("rand-m9-mstd0.5-inc1") as a stoker policy.
+
+The expected values come from timm's definition (timm/data/auto_augment.py:
+_LEVEL_DENOM = 10, the level-to-argument functions, AugmentOp's probability and
+magnitude noise, RandAugment's choice with replacement), written out here, and
+each op is compared with the PIL calls timm's op functions make (timm's own
+functions when timm is importable), on the same uint8 images as
+test_augment.py.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+Image = pytest.importorskip("PIL.Image")
+
+import stoker  # noqa: E402
+from stoker import _stoker  # noqa: E402
+from stoker import transforms as T  # noqa: E402
+
+from conftest import make_folder, photo  # noqa: E402
+
+NAMES = _stoker._op_names()
+MAX_OPS = 24  # STK__AUG_MAX_OPS
+
+try:  # timm's own op functions, when timm is there
+    from timm.data import auto_augment as timm_aa
+except Exception:  # noqa: BLE001 - any import failure means: use the PIL calls
+    timm_aa = None
+
+
+# ---- the config string ---------------------------------------------------------
+
+@pytest.mark.parametrize("config,expect", [
+    ("rand-m9-mstd0.5-inc1", dict(magnitude=9, num_ops=2, mstd=0.5, mmax=0, increasing=True,
+                                  prob=0.5)),
+    ("rand-m7-n3-mstd1.0", dict(magnitude=7, num_ops=3, mstd=1.0, mmax=0, increasing=False,
+                                prob=0.5)),
+    ("rand-m9-mstd0.5", dict(magnitude=9, num_ops=2, mstd=0.5, mmax=0, increasing=False,
+                             prob=0.5)),
+    ("rand-n1-m15-mmax20-p0.8", dict(magnitude=15, num_ops=1, mstd=0.0, mmax=20,
+                                     increasing=False, prob=0.8)),
+    ("rand-mstd101", dict(magnitude=10, num_ops=2, mstd=float("inf"), mmax=0, increasing=False,
+                          prob=0.5)),
+    ("rand", dict(magnitude=10, num_ops=2, mstd=0.0, mmax=0, increasing=False, prob=0.5)),
+])
+def test_config_string_parses(config, expect):
+    p = T.TimmRandAugment(config).params
+    assert {k: p[k] for k in expect} == expect
+    assert p["fill"] == (128.0, 128.0, 128.0) and p["translate_pct"] == 0.45
+    assert p["interpolation"] == "bilinear"
+    assert T.RandAugment.from_timm(config) == T.TimmRandAugment(config)
+    opts = T.pipeline_options([T.RandomResizedCrop(32), T.TimmRandAugment(config)])
+    assert opts["auto_augment"] == "timm" and opts["ra_num_ops"] == expect["num_ops"]
+    assert opts["timm_magnitude"] == expect["magnitude"] and opts["timm_prob"] == expect["prob"]
+    assert opts["timm_increasing"] == expect["increasing"] and opts["timm_mmax"] == expect["mmax"]
+
+
+def test_hparams_as_timm_takes_them():
+    p = T.TimmRandAugment("rand-m9-mstd0.5", {"img_mean": (124, 116, 104), "translate_pct": 0.3,
+                                              "magnitude_std": 2.0, "translate_const": 100,
+                                              "interpolation": 0}).params
+    assert p["fill"] == (124.0, 116.0, 104.0) and p["translate_pct"] == 0.3
+    assert p["mstd"] == 2.0  # timm: hparams.setdefault, so hparams win
+    assert p["interpolation"] == "nearest"
+
+
+@pytest.mark.parametrize("config,part", [
+    ("rnd-m9", "rnd"), ("rand-m9-x3", "x3"), ("rand-mX", "mX"), ("rand-m9-inc0", "inc0"),
+    ("rand-m9-tweights", "tweights"), ("rand-m9-n17", "n17"), ("rand-m9.5", "m9.5"),
+    ("rand-m9--n2", "''"), ("rand-p1.5", "p1.5"), ("augmix-m5", "augmix"),
+])
+def test_bad_config_strings_are_refused_by_name(config, part):
+    with pytest.raises(ValueError, match=part.replace(".", r"\.")):
+        T.TimmRandAugment(config)
+
+
+def test_bad_hparams_are_refused():
+    with pytest.raises(ValueError, match="bicubic"):
+        T.TimmRandAugment("rand-m9", {"interpolation": "bicubic"})
+    with pytest.raises(ValueError, match="weights"):
+        T.TimmRandAugment("rand-m9", {"weights": 1})
+    with pytest.raises(ValueError, match="img_mean"):
+        T.TimmRandAugment("rand-m9", {"img_mean": (300, 0, 0)})
+
+
+@pytest.mark.skipif(timm_aa is None, reason="timm is not installed")
+def test_timm_objects_are_read_back():
+    for config in ("rand-m9-mstd0.5-inc1", "rand-m7-n3-mstd1.0", "rand-m9-mstd0.5"):
+        ra = timm_aa.rand_augment_transform(config, {"img_mean": (124, 116, 104)})
+        mine = T.TimmRandAugment(config, {"img_mean": (124, 116, 104)}).params
+        assert T._timm_params(ra) == dict(mine, magnitude=float(mine["magnitude"]))
+    ra = timm_aa.rand_augment_transform("rand-m9-tweights", {})
+    with pytest.raises(ValueError, match="weights"):
+        T._timm_params(ra)
+
+
+# ---- per op: stoker's C op against the PIL calls timm makes ----------------------
+
+def _images():
+    rng = np.random.default_rng(7)
+    out = [photo(176, 176, 1), photo(53, 37, 2), rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)]
+    out.append(np.full((20, 30, 3), 117, np.uint8))
+    out.append(np.where(rng.random((24, 24, 3)) < 0.5, 0, 255).astype(np.uint8))
+    out.append(rng.integers(0, 256, (1, 1, 3), dtype=np.uint8))
+    out.append(rng.integers(0, 256, (2, 3, 3), dtype=np.uint8))
+    return out
+
+
+IMAGES = _images()
+FILL = (124, 116, 104)
+
+
+def ours(name, a, mag, nearest=False, fill=FILL):
+    h, w, _ = a.shape
+    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), nearest,
+                            [float(v) for v in fill], 0)
+    return np.frombuffer(out, np.uint8).reshape(h, w, 3)
+
+
+def _pil_ops():
+    """timm's op functions, or, without timm, the same PIL calls they make."""
+    from PIL import ImageEnhance, ImageOps
+
+    if timm_aa is not None:
+        A = timm_aa
+        return {
+            "pil_autocontrast": lambda im, m, kw: A.auto_contrast(im),
+            "Equalize": lambda im, m, kw: A.equalize(im),
+            "Invert": lambda im, m, kw: A.invert(im),
+            "Posterize": lambda im, m, kw: A.posterize(im, int(m)),
+            "Solarize": lambda im, m, kw: A.solarize(im, int(m)),
+            "SolarizeAdd": lambda im, m, kw: A.solarize_add(im, int(m)),
+            "pil_color": lambda im, m, kw: A.color(im, m),
+            "pil_contrast": lambda im, m, kw: A.contrast(im, m),
+            "adjust_brightness": lambda im, m, kw: A.brightness(im, m),
+            "pil_sharpness": lambda im, m, kw: A.sharpness(im, m),
+            "pil_shear_x": lambda im, m, kw: A.shear_x(im, m, **kw),
+            "pil_shear_y": lambda im, m, kw: A.shear_y(im, m, **kw),
+            "pil_translate_x": lambda im, m, kw: A.translate_x_abs(im, m, **kw),
+            "pil_translate_y": lambda im, m, kw: A.translate_y_abs(im, m, **kw),
+            "pil_rotate": lambda im, m, kw: A.rotate(im, m, **kw),
+        }
+
+    def solarize_add(im, add):
+        lut = [min(255, i + add) if i < 128 else i for i in range(256)]
+        return im.point(lut * 3)
+
+    def posterize(im, bits):
+        return im if bits >= 8 else ImageOps.posterize(im, bits)
+
+    def affine(data):
+        return lambda im, m, kw: im.transform(im.size, Image.AFFINE, data(m), **kw)
+
+    return {
+        "pil_autocontrast": lambda im, m, kw: ImageOps.autocontrast(im),
+        "Equalize": lambda im, m, kw: ImageOps.equalize(im),
+        "Invert": lambda im, m, kw: ImageOps.invert(im),
+        "Posterize": lambda im, m, kw: posterize(im, int(m)),
+        "Solarize": lambda im, m, kw: ImageOps.solarize(im, int(m)),
+        "SolarizeAdd": lambda im, m, kw: solarize_add(im, int(m)),
+        "pil_color": lambda im, m, kw: ImageEnhance.Color(im).enhance(m),
+        "pil_contrast": lambda im, m, kw: ImageEnhance.Contrast(im).enhance(m),
+        "adjust_brightness": lambda im, m, kw: ImageEnhance.Brightness(im).enhance(m),
+        "pil_sharpness": lambda im, m, kw: ImageEnhance.Sharpness(im).enhance(m),
+        "pil_shear_x": affine(lambda m: (1, m, 0, 0, 1, 0)),
+        "pil_shear_y": affine(lambda m: (1, 0, 0, m, 1, 0)),
+        "pil_translate_x": affine(lambda m: (1, 0, m, 0, 1, 0)),
+        "pil_translate_y": affine(lambda m: (1, 0, 0, 0, 1, m)),
+        "pil_rotate": lambda im, m, kw: im.rotate(m, **kw),
+    }
+
+
+# the magnitudes timm's level functions give (m = 9 and others), as float32
+TIMM_OPS = [
+    ("pil_autocontrast", [0]), ("Equalize", [0]), ("Invert", [0]),
+    ("Posterize", [0, 1, 3, 4, 8, -2]), ("Solarize", [0, 26, 128, 230, 256]),
+    ("SolarizeAdd", [0, 99, 110, 128]),
+    ("pil_color", [0.1, 1.72, 0.55, 1.9, 0.19]), ("pil_contrast", [0.1, 1.72, 0.55, 1.9, 0.19]),
+    ("adjust_brightness", [0.1, 1.72, 0.55, 1.9]), ("pil_sharpness", [0.1, 1.72, 0.55, 1.9]),
+    ("pil_shear_x", [0.27, -0.3, 0.1]), ("pil_shear_y", [0.27, -0.3]),
+    ("pil_translate_x", [71.28, -20.5, 3.0]), ("pil_translate_y", [71.28, -20.5]),
+    ("pil_rotate", [27.0, -13.5, 90.0, 180.0, -90.0, 0.0]),
+]
+WARPS = {"pil_shear_x", "pil_shear_y", "pil_translate_x", "pil_translate_y", "pil_rotate"}
+
+
+@pytest.mark.parametrize("name,mags", TIMM_OPS, ids=[n for n, _ in TIMM_OPS])
+def test_ops_match_timms_pil_ops_bit_for_bit(name, mags):
+    fn = _pil_ops()[name]
+    for i, a in enumerate(IMAGES):
+        for mag in mags:
+            mag = float(np.float32(mag))
+            for nearest in ((False, True) if name in WARPS else (False,)):
+                kw = {"resample": Image.NEAREST if nearest else Image.BILINEAR,
+                      "fillcolor": FILL} if name in WARPS else {}
+                ref = np.asarray(fn(Image.fromarray(a), mag, kw))
+                mine = ours(name, a, mag, nearest)
+                d = mine.astype(int) - ref.astype(int)
+                assert not d.any(), (f"{name}({mag}) image {i} {a.shape} nearest={nearest}: "
+                                     f"{np.count_nonzero(d)} values differ, max {abs(d).max()}")
+
+
+def test_a_wrong_op_is_caught():
+    """The comparison can fail: torchvision's colour blend is not PIL's."""
+    from PIL import ImageEnhance
+
+    a = IMAGES[0]
+    ref = np.asarray(ImageEnhance.Color(Image.fromarray(a)).enhance(1.72))
+    assert (ours("Color", a, 0.72) != ref).any()
+    assert (ours("pil_color", a, 1.72) == ref).all()
+
+
+# ---- the draws: timm's distributions --------------------------------------------
+
+N = 400_000
+TIMM_KINDS = ["pil_autocontrast", "Equalize", "Invert", "pil_rotate", "Posterize", "Solarize",
+              "SolarizeAdd", "pil_color", "pil_contrast", "adjust_brightness", "pil_sharpness",
+              "pil_shear_x", "pil_shear_y", "pil_translate_x", "pil_translate_y"]
+SIZE = 176
+
+
+def _draws(config, n=N, **hp):
+    opts = T.pipeline_options([T.RandomResizedCrop(SIZE), T.TimmRandAugment(config, hp or None)])
+    for k in ("pipeline", "interpolation", "scale", "ratio", "flip_prob"):
+        opts.pop(k, None)
+    kinds, mags, _ = _stoker._aug_draws(0, 0, n, **opts)
+    k = np.frombuffer(kinds, np.uint8).reshape(n, MAX_OPS)
+    m = np.frombuffer(mags, np.float32).reshape(n, MAX_OPS)
+    return k, m
+
+
+def _chi2_ok(counts, probs, alpha=1e-4):
+    from scipy import stats
+
+    counts = np.asarray(counts, float)
+    return stats.chisquare(counts, np.asarray(probs, float) * counts.sum()).pvalue > alpha
+
+
+def test_op_choice_and_application_probability():
+    pytest.importorskip("scipy")
+    k, _ = _draws("rand-m9-n3-p0.3")
+    applied = (k != 255).sum(1)
+    # each of n = 3 ops chosen, then applied with p = 0.3: Binomial(3, 0.3)
+    p = 0.3
+    binom = [(1 - p) ** 3, 3 * p * (1 - p) ** 2, 3 * p * p * (1 - p), p ** 3]
+    assert _chi2_ok(np.bincount(applied, minlength=4), binom)
+    q = 0.31  # a probability one hundredth off is told apart
+    assert not _chi2_ok(np.bincount(applied, minlength=4),
+                        [(1 - q) ** 3, 3 * q * (1 - q) ** 2, 3 * q * q * (1 - q), q ** 3])
+    # the ops applied: uniform over timm's 15, with replacement
+    ids = [NAMES.index(n) for n in TIMM_KINDS]
+    flat = k[k != 255]
+    counts = np.array([np.sum(flat == i) for i in ids])
+    assert counts.sum() == flat.size  # no other kind
+    assert _chi2_ok(counts, [1 / 15] * 15)
+    # with replacement: the same op twice in a sample as often as chance says
+    k2, _ = _draws("rand-m9-n2-p1.0", n=100_000)
+    assert (k2[:, :2] != 255).all() and (k2[:, 2:] == 255).all()
+    same = np.mean(k2[:, 0] == k2[:, 1])
+    assert abs(same - 1 / 15) < 0.005
+
+
+def test_magnitudes_without_noise_follow_timms_level_functions():
+    """m = 9, mstd 0: each op's argument from timm's level-to-arg functions."""
+    k, m = _draws("rand-m9-p1.0", n=50_000)
+    lv = 9 / 10
+    expect = {  # non-increasing set (_RAND_TRANSFORMS)
+        "Posterize": {int(lv * 4)}, "Solarize": {min(256, int(lv * 256))},
+        "SolarizeAdd": {min(128, int(lv * 110))},
+        "pil_color": {lv * 1.8 + 0.1}, "pil_contrast": {lv * 1.8 + 0.1},
+        "adjust_brightness": {lv * 1.8 + 0.1}, "pil_sharpness": {lv * 1.8 + 0.1},
+        "pil_rotate": {lv * 30, -lv * 30}, "pil_shear_x": {lv * 0.3, -lv * 0.3},
+        "pil_shear_y": {lv * 0.3, -lv * 0.3},
+        "pil_translate_x": {lv * 0.45 * SIZE, -lv * 0.45 * SIZE},
+        "pil_translate_y": {lv * 0.45 * SIZE, -lv * 0.45 * SIZE},
+    }
+    for name, vals in expect.items():
+        got = m[k == NAMES.index(name)]
+        assert got.size > 1000
+        assert set(np.unique(got).tolist()) == {float(np.float32(v)) for v in vals}, name
+        if len(vals) == 2:  # _randomly_negate: either sign with p = 0.5
+            assert _chi2_ok([np.sum(got > 0), np.sum(got < 0)], [0.5, 0.5]), name
+    k, m = _draws("rand-m9-p1.0-inc1", n=50_000)
+    expect = {  # _RAND_INCREASING_TRANSFORMS
+        "Posterize": {4 - int(lv * 4)}, "Solarize": {256 - min(256, int(lv * 256))},
+        "pil_color": {1 + lv * 0.9, max(0.1, 1 - lv * 0.9)},
+        "pil_contrast": {1 + lv * 0.9, max(0.1, 1 - lv * 0.9)},
+        "adjust_brightness": {1 + lv * 0.9, max(0.1, 1 - lv * 0.9)},
+        "pil_sharpness": {1 + lv * 0.9, max(0.1, 1 - lv * 0.9)},
+    }
+    for name, vals in expect.items():
+        got = m[k == NAMES.index(name)]
+        assert set(np.unique(got).tolist()) == {float(np.float32(v)) for v in vals}, name
+
+
+@pytest.mark.skipif(timm_aa is None, reason="timm is not installed")
+def test_level_functions_agree_with_timms_own():
+    k, m = _draws("rand-m7-p1.0-inc1", n=20_000)
+    for ours_name, timm_name in [("Posterize", "PosterizeIncreasing"),
+                                 ("Solarize", "SolarizeIncreasing"),
+                                 ("SolarizeAdd", "SolarizeAdd"),
+                                 ("pil_rotate", "Rotate"), ("pil_shear_x", "ShearX")]:
+        ref = {abs(float(np.float32(timm_aa.LEVEL_TO_ARG[timm_name](7.0, {})[0])))
+               for _ in range(50)}
+        got = set(np.abs(np.unique(m[k == NAMES.index(ours_name)])).tolist())
+        assert got == ref, ours_name
+
+
+def _magnitude_of_color(k, m):
+    """The magnitude M behind pil_color's factor f = M / 10 * 1.8 + 0.1."""
+    f = m[k == NAMES.index("pil_color")].astype(np.float64)
+    return (f - 0.1) / 1.8 * 10
+
+
+def test_magnitude_noise_is_timms_clipped_gaussian():
+    pytest.importorskip("scipy")
+    from scipy import stats
+
+    k, m = _draws("rand-m9-mstd0.5-p1.0", n=N)
+    mag = _magnitude_of_color(k, m)
+    # random.gauss(9, 0.5) clipped to [0, 10]: P(clipped) = 1 - Phi(2)
+    top = 1 - stats.norm.cdf(2.0)
+    at_top = np.isclose(mag, 10, atol=1e-4)
+    assert _chi2_ok([at_top.sum(), (~at_top).sum()], [top, 1 - top])
+    # below the bound: the normal's own law
+    below = mag[~at_top]
+    assert stats.kstest(below, stats.truncnorm(-np.inf, 2.0, loc=9, scale=0.5).cdf).pvalue > 1e-4
+    # mean and std of the clipped variable, from the definition
+    x = np.linspace(9 - 10 * 0.5, 10, 200_001)
+    pdf = stats.norm.pdf(x, 9, 0.5)
+    mean = np.trapz(x * pdf, x) + 10 * top
+    var = np.trapz((x - mean) ** 2 * pdf, x) + (10 - mean) ** 2 * top
+    assert abs(mag.mean() - mean) < 5 * np.sqrt(var / mag.size)
+    assert abs(mag.std() - np.sqrt(var)) < 0.005
+    # a wrong noise (std 0.6) is told apart
+    assert stats.kstest(below, stats.truncnorm(-np.inf, 2 / 1.2, loc=9, scale=0.6).cdf).pvalue < 1e-4
+    # mmax: clipped to [0, 20] instead, so m = 15 with noise is not clipped at 10
+    k, m = _draws("rand-m15-mstd1-mmax20-p1.0", n=50_000)
+    mag = _magnitude_of_color(k, m)
+    assert abs(mag.mean() - 15) < 0.05 and mag.max() > 17
+    # mstd > 100: uniform in [0, m]
+    k, m = _draws("rand-m9-mstd101-p1.0", n=100_000)
+    mag = _magnitude_of_color(k, m)
+    assert stats.kstest(mag, stats.uniform(0, 9).cdf).pvalue > 1e-4
+
+
+# ---- the loader: its draws replayed through timm's PIL ops ----------------------
+
+TRAIN = dict(threads=2, shuffle=False, dtype="uint8", seed=5)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_folder(tmp_path_factory.mktemp("timm"), classes=4, per_class=6,
+                       sizes=((120, 90), (90, 120), (100, 100)))
+
+
+def _batches(loader):
+    return [(b.images.clone(), list(b.indices), b.epoch) for b in loader.iter_batches()]
+
+
+@pytest.mark.parametrize("config", ["rand-m9-mstd0.5-inc1", "rand-m7-n3-mstd1.0"])
+def test_loader_replays_through_timms_ops(folder, config):
+    base = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
+    tr = T.TimmRandAugment(config, {"img_mean": FILL})
+    plain = _batches(stoker.ImageLoader(folder, 8, pipeline=base, **TRAIN))
+    aug = _batches(stoker.ImageLoader(folder, 8, pipeline=base + [tr], **TRAIN))
+    opts = T.pipeline_options(base + [tr])
+    for k in ("pipeline", "interpolation", "scale", "ratio", "flip_prob"):
+        opts.pop(k, None)
+    fns = _pil_ops()
+    kw = {"resample": Image.BILINEAR, "fillcolor": FILL}
+    applied = 0
+    for (x0, idx, epoch), (x1, idx1, _) in zip(plain, aug):
+        assert idx == idx1
+        for j, i in enumerate(idx):
+            kinds, mags, _ = _stoker._aug_draws(epoch, i, 1, seed=TRAIN["seed"], **opts)
+            im = Image.fromarray(x0[j].permute(1, 2, 0).numpy())
+            for kind, mag in zip(np.frombuffer(kinds, np.uint8), np.frombuffer(mags, np.float32)):
+                if kind == 255:
+                    continue
+                im = fns[NAMES[kind]](im, float(mag), kw)
+                applied += 1
+            assert (np.asarray(im) == x1[j].permute(1, 2, 0).numpy()).all(), (i, config)
+    assert applied > 10
+
+
+def test_train_pipeline_errors_name_the_problem(folder):
+    with pytest.raises(ValueError, match="x3"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32),
+                                                T.TimmRandAugment("rand-m9-x3")])
+    with pytest.raises(ValueError, match="order"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32), T.RandomGrayscale(),
+                                                T.TimmRandAugment("rand-m9")])
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@gpu
+@pytest.mark.parametrize("interp", [2, 0])
+def test_gpu_timm_policy_equals_the_cpu(folder, interp):
+    pipe = [T.RandomResizedCrop(64), T.RandomHorizontalFlip(),
+            T.TimmRandAugment("rand-m9-n4-mstd0.5-p0.8", {"img_mean": FILL,
+                                                          "interpolation": interp})]
+    kw = dict(pipeline=pipe, seed=4, threads=2, shuffle=False, dtype="uint8")
+    cpu = _batches(stoker.ImageLoader(folder, 8, **kw))
+    dev = _batches(stoker.ImageLoader(folder, 8, device="cuda", gpu_cpu_share=1.0, **kw))
+    assert len(cpu) == len(dev) == 3
+    for (a, ia, _), (b, ib, _) in zip(cpu, dev):
+        assert ia == ib and torch.equal(a, b.cpu())
