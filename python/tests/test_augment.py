@@ -600,6 +600,39 @@ def test_gpu_augmentations_equal_the_cpu_on_the_same_pixels(folder, dtype):
 
 
 @gpu
+def test_gpu_every_op_the_loader_draws_equals_the_cpu(folder):
+    """Every op kind a loader can draw runs on the GPU in this test (checked
+    from the draws themselves), byte-identical to the CPU on the same pixels.
+    adjust_sharpness and hflip are reachable only through stoker.functional,
+    on the CPU."""
+    norm = [T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+    pipes = [GPU_PIPE[:-1],
+             [T.RandomResizedCrop(64), T.AutoAugment()] + norm,
+             [T.RandomResizedCrop(64), T.RandAugment(num_ops=3, magnitude=20)] + norm]
+    if hasattr(T, "TimmRandAugment"):
+        pipes.append([T.RandomResizedCrop(64), T.TimmRandAugment("rand-m9-n3-mstd0.5-inc1")] + norm)
+    seen = set()
+    for pipe in pipes:
+        opts = stoker.transforms.pipeline_options(pipe)
+        opts.pop("pipeline")
+        kw = dict(pipeline=pipe, seed=4, threads=2, shuffle=False)
+        cpu = stoker.ImageLoader(folder, 8, **kw)
+        dev = stoker.ImageLoader(folder, 8, device="cuda", gpu_cpu_share=1.0, **kw)
+        for epoch in range(4):
+            kinds, _, _ = _stoker._aug_draws(epoch, 0, cpu.num_samples, seed=4, **opts)
+            seen |= {NAMES[k] for k in np.frombuffer(kinds, np.uint8) if k != 255}
+            cpu.set_epoch(epoch)
+            dev.set_epoch(epoch)
+            for (a, la, ia, _), (b, lb, ib, _) in zip(_batches(cpu), _batches(dev)):
+                assert ia == ib and torch.equal(la, lb.cpu())
+                assert torch.equal(a, b.cpu()), (pipe, epoch)
+    want = set(NAMES) - {"adjust_sharpness", "hflip"}
+    if not hasattr(T, "TimmRandAugment"):
+        want -= {n for n in NAMES if n.startswith("pil_") or n == "SolarizeAdd"}
+    assert seen >= want, sorted(want - seen)
+
+
+@gpu
 def test_gpu_augmentations_from_the_engines_and_from_a_cache(folder, tmp_path):
     kw = dict(pipeline=GPU_PIPE, seed=4, threads=2, shuffle=False)
     cpu = _batches(stoker.ImageLoader(folder, 8, **kw))
