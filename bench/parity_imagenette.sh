@@ -5,7 +5,12 @@
 # optimiser, schedule and recipe; one JSON line per run (top-1 on val/ after
 # the last epoch, images/s) in OUT, and the means at the end.
 #
-#   [SEEDS="0 1"] bench/parity_imagenette.sh IMAGENETTE [EPOCHS=16] [OUT=runs/parity.jsonl]
+#   [SEEDS="0 1"] [LOADERS="stoker torchvision"] [CACHE=PATH] [RECIPE=new|classic] \
+#     bench/parity_imagenette.sh IMAGENETTE [EPOCHS=16] [OUT=runs/parity.jsonl]
+#
+# CACHE: stoker trains from a pre-decoded cache of IMAGENETTE/train at PATH
+# (packed on first use, --cache); RECIPE=classic: RandomResizedCrop(224),
+# flip, normalise, eval Resize(256) + CenterCrop(224), no label smoothing.
 #
 # The recipe: RandomResizedCrop(176) + flip + TrivialAugmentWide + normalise +
 # RandomErasing(0.1), RandomChoice(MixUp(0.2), CutMix(1.0)) per batch, label
@@ -22,20 +27,29 @@ out=${3:-runs/parity.jsonl}
 py=${PYTHON:-python3}
 mkdir -p "$(dirname "$out")"
 : >"$out"
-recipe="--auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0
+new="--auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0
   --label-smoothing 0.1 --train-crop-size 176 --val-resize-size 232 --val-crop-size 224
   --lr-scheduler cosine --lr-warmup-epochs 2"
-for loader in stoker torchvision; do
+classic="--train-crop-size 224 --val-resize-size 256 --val-crop-size 224 --lr-scheduler cosine
+  --lr-warmup-epochs 2"
+case ${RECIPE:-new} in
+  new) recipe=$new ;;
+  classic) recipe=$classic ;;
+  *) echo "RECIPE must be new or classic" >&2; exit 2 ;;
+esac
+for loader in ${LOADERS:-stoker torchvision}; do
   for seed in ${SEEDS:-0 1}; do
     workers=14
+    extra=""
     [ "$loader" = torchvision ] && workers=16
+    [ "$loader" = stoker ] && [ -n "${CACHE:-}" ] && extra="--cache $CACHE"
     # shellcheck disable=SC2086
     PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} "$py" examples/train.py "$root" --loader "$loader" \
       -a resnet18 --num-classes 10 -b 256 --epochs "$epochs" --seed "$seed" --workers "$workers" \
-      --amp --channels-last --print-freq 1000 --json $recipe | tail -1 |
-      "$py" -c "import json,sys; d=json.loads(sys.stdin.read()); d['seed']=$seed; print(json.dumps(d))" \
+      --amp --channels-last --print-freq 1000 --json $recipe $extra | tail -1 |
+      "$py" -c "import json,sys; d=json.loads(sys.stdin.read()); d['seed']=$seed; d['source']='${extra:+cache}' or 'jpeg'; d['recipe_name']='${RECIPE:-new}'; print(json.dumps(d))" \
       >>"$out"
-    tail -1 "$out" | "$py" -c "import json,sys; d=json.load(sys.stdin); print(d['loader'], 'seed', d['seed'], 'top-1', d['val_acc1'], 'images/s', d['images_per_s'], flush=True)"
+    tail -1 "$out" | "$py" -c "import json,sys; d=json.load(sys.stdin); print(d['loader'], d['source'], d['recipe_name'], 'seed', d['seed'], 'top-1', d['val_acc1'], 'images/s', d['images_per_s'], flush=True)"
   done
 done
 "$py" - "$out" <<'PY'
@@ -44,5 +58,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 for name in ("stoker", "torchvision"):
     acc = [r["val_acc1"] for r in rows if r["loader"] == name]
     ips = [r["images_per_s"] for r in rows if r["loader"] == name]
+    if not acc:
+        continue
     print(f"{name}: top-1 {acc} mean {sum(acc) / len(acc):.2f}; images/s {ips}")
 PY
