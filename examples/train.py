@@ -108,9 +108,11 @@ def parse_args(argv=None):
                         "256 / 224): 256 at 224")
     p.add_argument("--interpolation", choices=["bilinear", "bicubic"], default="bilinear",
                    help="resampling of RandomResizedCrop, Resize and the policy")
-    p.add_argument("--auto-augment", choices=["ta_wide", "ra", "imagenet"], default=None,
-                   help="policy after the flip: TrivialAugmentWide, RandAugment or "
-                        "AutoAugment(IMAGENET)")
+    p.add_argument("--auto-augment", type=_auto_augment_arg, default=None,
+                   help="policy after the flip: ta_wide (TrivialAugmentWide), ra "
+                        "(RandAugment), imagenet (AutoAugment(IMAGENET)), or a timm "
+                        "RandAugment string such as rand-m9-mstd0.5-inc1 (the torchvision "
+                        "loader needs timm installed for it)")
     p.add_argument("--ra-magnitude", type=int, default=9, help="RandAugment's magnitude")
     p.add_argument("--random-erase", type=float, default=0.0,
                    help="RandomErasing probability, after Normalize (0: off)")
@@ -302,6 +304,32 @@ def build_model(args, num_classes, device):
     return model
 
 
+def _auto_augment_arg(v):
+    if v in ("ta_wide", "ra", "imagenet") or v == "rand" or v.startswith("rand-"):
+        return v
+    raise argparse.ArgumentTypeError(f"invalid choice: {v!r} (ta_wide, ra, imagenet, or a timm "
+                                     "RandAugment string rand-m9-mstd0.5-inc1)")
+
+
+def _timm_hparams(args):
+    """timm's create_transform hparams for its RandAugment: the fill is the mean
+    in 0..255, translate_const 45% of the crop; no interpolation (timm's 'random',
+    which stoker runs as bilinear)."""
+    return {"translate_const": int(args.train_crop_size * 0.45),
+            "img_mean": tuple(min(255, round(255 * x)) for x in MEAN)}
+
+
+def _timm_rand_augment(args, T):
+    if hasattr(T, "TimmRandAugment"):  # stoker.transforms
+        return T.TimmRandAugment(args.auto_augment, _timm_hparams(args))
+    try:
+        from timm.data.auto_augment import rand_augment_transform
+    except ImportError as e:
+        sys.exit(f"--auto-augment {args.auto_augment} with --loader torchvision needs timm "
+                 f"(pip install timm): {e}")
+    return rand_augment_transform(args.auto_augment, _timm_hparams(args))
+
+
 def recipe_transforms(args, T, train):
     """The train or eval transform list of the recipe in the transforms module T
     (stoker.transforms or torchvision.transforms: the same names and arguments)."""
@@ -318,6 +346,8 @@ def recipe_transforms(args, T, train):
         steps.append(T.RandAugment(magnitude=args.ra_magnitude, interpolation=interp))
     elif args.auto_augment == "imagenet":
         steps.append(T.AutoAugment(T.AutoAugmentPolicy.IMAGENET, interpolation=interp))
+    elif args.auto_augment:
+        steps.append(_timm_rand_augment(args, T))
     steps += [T.ToTensor(), T.Normalize(MEAN, STD)]
     if args.random_erase > 0:
         steps.append(T.RandomErasing(p=args.random_erase))
@@ -331,7 +361,7 @@ def describe_recipe(args):
     parts = [f"RandomResizedCrop({args.train_crop_size}, {args.interpolation})",
              "RandomHorizontalFlip"]
     if args.auto_augment:
-        parts.append(aa[args.auto_augment])
+        parts.append(aa.get(args.auto_augment, f"timm RandAugment({args.auto_augment})"))
     parts += ["ToTensor", "Normalize"]
     if args.random_erase > 0:
         parts.append(f"RandomErasing({args.random_erase})")

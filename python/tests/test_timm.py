@@ -409,3 +409,30 @@ def test_gpu_timm_policy_equals_the_cpu(folder, interp):
     assert len(cpu) == len(dev) == 3
     for (a, ia, _), (b, ib, _) in zip(cpu, dev):
         assert ia == ib and torch.equal(a, b.cpu())
+
+
+def test_train_example_takes_a_timm_string():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train.py")
+    spec = importlib.util.spec_from_file_location("stoker_train_example_timm", path)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    a = train.parse_args(["--synthetic", "--train-crop-size", "176", "--auto-augment",
+                          "rand-m9-mstd0.5-inc1"])
+    steps = train.recipe_transforms(a, T, train=True)
+    tr = [t for t in steps if type(t).__name__ == "TimmRandAugment"]
+    assert len(tr) == 1 and tr[0].params["fill"] == (124.0, 116.0, 104.0)  # round(255 * mean)
+    assert T.pipeline_options(steps)["auto_augment"] == "timm"
+    assert "timm RandAugment(rand-m9-mstd0.5-inc1)" in train.describe_recipe(a)
+    import torchvision.transforms as TV
+
+    if timm_aa is not None:
+        steps = train.recipe_transforms(a, TV, train=True)
+        assert any(isinstance(t, timm_aa.RandAugment) for t in steps)
+    else:
+        with pytest.raises(SystemExit, match="needs timm"):
+            train.recipe_transforms(a, TV, train=True)
+    with pytest.raises(SystemExit):
+        train.parse_args(["--synthetic", "--auto-augment", "wobble"])
