@@ -34,6 +34,20 @@ def photo(w, h, seed):
     return np.clip(img + 0.5, 0, 255).astype(np.uint8)
 
 
+def op_test_images():
+    """The tiles the per-op tests run on: photo-like tiles, noise, and the edge
+    cases (constant, 0/255, tiny, non-square)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    out = [photo(176, 176, 1), photo(53, 37, 2), rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)]
+    out.append(np.full((20, 30, 3), 117, np.uint8))
+    out.append(np.where(rng.random((24, 24, 3)) < 0.5, 0, 255).astype(np.uint8))
+    out.append(rng.integers(0, 256, (1, 1, 3), dtype=np.uint8))
+    out.append(rng.integers(0, 256, (2, 3, 3), dtype=np.uint8))
+    return out
+
+
 def save_jpeg(path, arr, quality=90):
     from PIL import Image
 

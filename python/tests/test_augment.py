@@ -24,25 +24,13 @@ import stoker  # noqa: E402
 from stoker import _stoker  # noqa: E402
 from stoker import transforms as T  # noqa: E402
 
-from conftest import make_folder, photo  # noqa: E402
+from conftest import make_folder, op_test_images, photo  # noqa: E402
 
 NAMES = _stoker._op_names()
 MAX_OPS = 24  # STK__AUG_MAX_OPS
 
 
-def _images():
-    """Photo-like tiles, noise, and the edge cases: constant, 0/255, tiny,
-    non-square."""
-    rng = np.random.default_rng(7)
-    out = [photo(176, 176, 1), photo(53, 37, 2), rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)]
-    out.append(np.full((20, 30, 3), 117, np.uint8))
-    out.append(np.where(rng.random((24, 24, 3)) < 0.5, 0, 255).astype(np.uint8))
-    out.append(rng.integers(0, 256, (1, 1, 3), dtype=np.uint8))
-    out.append(rng.integers(0, 256, (2, 3, 3), dtype=np.uint8))
-    return out
-
-
-IMAGES = _images()
+IMAGES = op_test_images()
 
 
 def ours(name, a, mag, nearest=True, fill=None, ksize=0):

@@ -419,14 +419,22 @@ static void op_invert(uint8_t *t, size_t n) {
   for (size_t i = 0; i < n; i++) t[i] = (uint8_t)(255 - t[i]);
 }
 
+/* The smallest and largest value of channel c. */
+static void channel_range(const uint8_t *t, size_t npx, int c, int *lo, int *hi) {
+  int l = 255, h = 0;
+  for (size_t i = 0; i < npx; i++) {
+    int v = t[i * 3 + c];
+    l = v < l ? v : l;
+    h = v > h ? v : h;
+  }
+  *lo = l;
+  *hi = h;
+}
+
 static void op_autocontrast(uint8_t *t, size_t npx) {
   for (int c = 0; c < 3; c++) {
-    int lo = 255, hi = 0;
-    for (size_t i = 0; i < npx; i++) {
-      int v = t[i * 3 + c];
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
-    }
+    int lo, hi;
+    channel_range(t, npx, c, &lo, &hi);
     float mn, scale = stk__autocontrast_scale(lo, hi, &mn);
     for (size_t i = 0; i < npx; i++) t[i * 3 + c] = stk__autocontrast8(t[i * 3 + c], mn, scale);
   }
@@ -494,12 +502,8 @@ static void op_solarize_add(uint8_t *t, size_t n, float add) {
 
 static void op_pil_autocontrast(uint8_t *t, size_t npx) {
   for (int c = 0; c < 3; c++) {
-    int lo = 255, hi = 0;
-    for (size_t i = 0; i < npx; i++) {
-      int v = t[i * 3 + c];
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
-    }
+    int lo, hi;
+    channel_range(t, npx, c, &lo, &hi);
     uint8_t lut[256];
     for (int v = 0; v < 256; v++) lut[v] = stk__pil_autocontrast8(v, lo, hi);
     for (size_t i = 0; i < npx; i++) t[i * 3 + c] = lut[t[i * 3 + c]];
