@@ -17,7 +17,7 @@ import stoker  # noqa: E402
 from stoker import _stoker  # noqa: E402
 from stoker import transforms as T  # noqa: E402
 
-from conftest import make_folder, op_test_images, photo  # noqa: E402
+from conftest import make_folder, op_test_images  # noqa: E402
 
 NAMES = _stoker._op_names()
 MAX_OPS = 24  # STK__AUG_MAX_OPS
