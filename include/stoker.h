@@ -228,7 +228,8 @@ typedef struct stk_options {
    * docs/augment.md. */
   int auto_augment;          /* 0 none, 1 TrivialAugmentWide, 2 RandAugment,
                                 3 AutoAugment(IMAGENET), 4 timm's
-                                RandAugment (the timm_ fields). 0 */
+                                RandAugment (the timm_ fields), 5 AugMix
+                                (the augmix_ fields; CPU loaders only). 0 */
   int ra_num_ops;            /* RandAugment: ops per image. 2 */
   int ra_magnitude;          /* RandAugment: magnitude bin. 9 */
   int magnitude_bins;        /* TrivialAugmentWide, RandAugment: bins. 31 */
@@ -285,6 +286,16 @@ typedef struct stk_options {
   int timm_increasing;       /* inc: the "Increasing" op variants. 0 */
   float timm_prob;           /* p: probability of each drawn op. 0.5 */
   float timm_translate_pct;  /* TranslateXRel/YRel range. 0.45 */
+
+  /* torchvision's AugMix, auto_augment 5 (fields added in 0.4): width
+   * chains of depth ops each, mixed with the image by Dirichlet and Beta
+   * weights; the warps as aug_interpolation says (AugMix's default is
+   * bilinear). The CPU loader runs it; a GPU loader refuses it. */
+  int augmix_severity;       /* magnitude bins drawn from, 1..10. 3 */
+  int augmix_width;          /* chains (mixture_width), 1..4. 3 */
+  int augmix_depth;          /* ops per chain, 1..4; <= 0: 1..3 at random. -1 */
+  float augmix_alpha;        /* the Dirichlet and Beta parameter. 1 */
+  int augmix_all_ops;        /* also Brightness, Color, Contrast, Sharpness. 1 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. */

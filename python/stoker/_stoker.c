@@ -1021,7 +1021,8 @@ static PyObject *apply_op(PyObject *m, PyObject *args) {
 static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
   unsigned long long epoch;
   long long first, count;
-  if (!PyArg_ParseTuple(args, "KLL", &epoch, &first, &count)) return NULL;
+  int with_mix = 0;
+  if (!PyArg_ParseTuple(args, "KLL|p", &epoch, &first, &count, &with_mix)) return NULL;
   if (count < 0 || count > (1LL << 26)) {
     PyErr_SetString(PyExc_ValueError, "count must be in [0, 2**26]");
     return NULL;
@@ -1046,10 +1047,16 @@ static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
   PyObject *kinds = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per));
   PyObject *mags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per * sizeof(float)));
   PyObject *boxes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * 4 * sizeof(int32_t)));
-  if (kinds && mags && boxes) {
+  /* with_mix: AugMix's chains (mix_at, width, 4 lengths) and weights (5) */
+  enum { MI = 2 + STK__AUGMIX_MAX_WIDTH, MW = 1 + STK__AUGMIX_MAX_WIDTH };
+  PyObject *mixi = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * MI * sizeof(int32_t)));
+  PyObject *mixw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * MW * sizeof(float)));
+  if (kinds && mags && boxes && mixi && mixw) {
     uint8_t *k = (uint8_t *)PyBytes_AsString(kinds);
     float *g = (float *)PyBytes_AsString(mags);
     int32_t *b = (int32_t *)PyBytes_AsString(boxes);
+    int32_t *mi = (int32_t *)PyBytes_AsString(mixi);
+    float *mw = (float *)PyBytes_AsString(mixw);
     Py_BEGIN_ALLOW_THREADS
     for (long long i = 0; i < count; i++) {
       stk__aug a;
@@ -1062,16 +1069,26 @@ static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
       b[i * 4 + 1] = a.erase ? a.ey : 0;
       b[i * 4 + 2] = a.erase ? a.ew : 0;
       b[i * 4 + 3] = a.erase ? a.eh : 0;
+      mi[i * MI] = a.mix_at;
+      mi[i * MI + 1] = a.mix_width;
+      for (int j = 0; j < STK__AUGMIX_MAX_WIDTH; j++)
+        mi[i * MI + 2 + j] = j < a.mix_width ? a.mix_len[j] : 0;
+      for (int j = 0; j < MW; j++) mw[i * MW + j] = j <= a.mix_width ? a.mix_w[j] : 0.0f;
     }
     Py_END_ALLOW_THREADS
   }
   free(ap);
-  if (!kinds || !mags || !boxes) {
+  if (!kinds || !mags || !boxes || !mixi || !mixw) {
     Py_XDECREF(kinds);
     Py_XDECREF(mags);
     Py_XDECREF(boxes);
+    Py_XDECREF(mixi);
+    Py_XDECREF(mixw);
     return NULL;
   }
+  if (with_mix) return Py_BuildValue("(NNNNN)", kinds, mags, boxes, mixi, mixw);
+  Py_DECREF(mixi);
+  Py_DECREF(mixw);
   return Py_BuildValue("(NNN)", kinds, mags, boxes);
 }
 
@@ -1343,7 +1360,8 @@ static PyMethodDef module_methods[] = {
     {"_apply_op", apply_op, METH_VARARGS,
      "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests)."},
     {"_aug_draws", (PyCFunction)(void (*)(void))aug_draws, METH_VARARGS | METH_KEYWORDS,
-     "_aug_draws(epoch, first, count, **options) -> (kinds, mags, erase boxes) (tests)."},
+     "_aug_draws(epoch, first, count[, with_mix], **options) -> (kinds, mags, erase boxes[,\n"
+     "AugMix chains (mix_at, width, 4 lengths), AugMix weights (5)]) (tests)."},
     {"_mix_params_timm", mix_params_timm, METH_VARARGS,
      "_mix_params_timm(seed, epoch, batch, mixup_alpha, cutmix_alpha, prob, switch_prob,\n"
      "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode)."},

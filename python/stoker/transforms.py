@@ -48,6 +48,7 @@ __all__ = [
     "RandomVerticalFlip",
     "TrivialAugmentWide",
     "RandAugment",
+    "AugMix",
     "AutoAugment",
     "AutoAugmentPolicy",
     "TimmRandAugment",
@@ -189,6 +190,28 @@ class TrivialAugmentWide(_Transform):
                  interpolation: Union[InterpolationMode, int] = InterpolationMode.NEAREST,
                  fill: Any = None) -> None:
         self.num_magnitude_bins = num_magnitude_bins
+        self.interpolation = interpolation
+        self.fill = fill
+
+
+class AugMix(_Transform):
+    """torchvision's AugMix: ``mixture_width`` chains of ``chain_depth`` ops
+    (-1: 1 to 3 at random) from its space, mixed with the image by Dirichlet
+    weights and a Beta(alpha, alpha) share; the CPU loader only (a GPU
+    loader refuses it). Widths up to 4 and depths up to 4."""
+
+    _fields = ("severity", "mixture_width", "chain_depth", "alpha", "all_ops", "interpolation",
+               "fill")
+
+    def __init__(self, severity: int = 3, mixture_width: int = 3, chain_depth: int = -1,
+                 alpha: float = 1.0, all_ops: bool = True,
+                 interpolation: Union[InterpolationMode, int] = InterpolationMode.BILINEAR,
+                 fill: Any = None) -> None:
+        self.severity = severity
+        self.mixture_width = mixture_width
+        self.chain_depth = chain_depth
+        self.alpha = alpha
+        self.all_ops = all_ops
         self.interpolation = interpolation
         self.fill = fill
 
@@ -622,7 +645,8 @@ def _preset_options(t):
 
 _KNOWN = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop", "ToTensor",
           "PILToTensor", "ToImage", "ToDtype", "Normalize", "RandomVerticalFlip",
-          "TrivialAugmentWide", "RandAugment", "AutoAugment", "TimmRandAugment", "ColorJitter",
+          "TrivialAugmentWide", "RandAugment", "AutoAugment", "TimmRandAugment", "AugMix",
+          "ColorJitter",
           "RandomApply",
           "RandomGrayscale", "GaussianBlur", "RandomErasing")
 
@@ -715,6 +739,23 @@ def _augmentations(rest, opts):
                     timm_mmax=prm["mmax"], timm_increasing=prm["increasing"],
                     timm_prob=prm["prob"], timm_translate_pct=prm["translate_pct"],
                     aug_interpolation=prm["interpolation"], aug_fill=prm["fill"])
+    elif rest and _name(rest[0]) == "AugMix":
+        t = rest[0]
+        rest = rest[1:]
+        depth = int(t.chain_depth)
+        if not 1 <= int(t.severity) <= 10:
+            raise ValueError(f"AugMix: severity must be in [1, 10], got {t.severity}")
+        if not 1 <= int(t.mixture_width) <= 4:
+            raise ValueError(f"AugMix: mixture_width must be in [1, 4], got {t.mixture_width}")
+        if depth > 4:
+            raise ValueError(f"AugMix: chain_depth must be at most 4 (or <= 0: 1 to 3 at "
+                             f"random), got {depth}")
+        if not float(t.alpha) > 0:
+            raise ValueError(f"AugMix: alpha must be positive, got {t.alpha}")
+        opts.update(auto_augment="augmix", augmix_severity=int(t.severity),
+                    augmix_width=int(t.mixture_width), augmix_depth=max(depth, -1),
+                    augmix_alpha=float(t.alpha), augmix_all_ops=bool(t.all_ops),
+                    aug_interpolation=_policy_interp(t, "AugMix"), aug_fill=_fill(t, "AugMix"))
     elif rest and _name(rest[0]) in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
         t = rest[0]
         rest = rest[1:]

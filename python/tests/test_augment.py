@@ -235,6 +235,101 @@ def test_loader_policy_replays_in_torchvision(folder, policy, tv):
     assert worst >= 0.99
 
 
+def _augmix_draws(epoch, i, opts):
+    kinds, mags, _, chains, weights = _stoker._aug_draws(epoch, i, 1, True, seed=TRAIN["seed"],
+                                                         **opts)
+    kinds = np.frombuffer(kinds, np.uint8)
+    mags = np.frombuffer(mags, np.float32)
+    at, width, *lens = np.frombuffer(chains, np.int32)
+    out, k = [], at
+    for n in lens[:width]:
+        out.append([(NAMES[kinds[j]], float(mags[j])) for j in range(k, k + n)])
+        k += n
+    return out, np.frombuffer(weights, np.float32)[:width + 1]
+
+
+@pytest.mark.parametrize("aug", [T.AugMix(), T.AugMix(severity=7, mixture_width=4, chain_depth=2,
+                                                       alpha=0.5, all_ops=False, fill=(10, 20, 30))])
+def test_augmix_replays_in_torchvision(folder, aug):
+    """The loader's AugMix is torchvision's AugMix.forward with the drawn
+    chains and weights: each chain by torchvision's _apply_op on the loader's
+    own crop, mixed in float32 (m0 * x, then + w_i * chain_i) and truncated
+    by .to(torch.uint8)."""
+    base = [T.RandomResizedCrop(64)]
+    plain = _batches(stoker.ImageLoader(folder, 8, pipeline=base, **TRAIN))
+    mixed = _batches(stoker.ImageLoader(folder, 8, pipeline=base + [aug], **TRAIN))
+    opts = stoker.transforms.pipeline_options(base + [aug])
+    opts.pop("pipeline")
+    fill = None if aug.fill is None else [float(v) for v in aug.fill]
+    worst, ops = 1.0, set()
+    for (x0, _, idx, epoch), (x1, _, idx1, _) in zip(plain, mixed):
+        assert idx == idx1
+        for j, i in enumerate(idx):
+            chains, w = _augmix_draws(epoch, i, opts)
+            assert len(chains) == aug.mixture_width
+            assert all(len(c) == aug.chain_depth for c in chains) if aug.chain_depth > 0 else \
+                all(1 <= len(c) <= 3 for c in chains)
+            batch = x0[j].unsqueeze(0)
+            mix = torch.tensor(w[0]) * batch
+            for c, chain in enumerate(chains):
+                t = batch
+                for name, mag in chain:
+                    t = _apply_op(t, name, mag, interpolation=InterpolationMode.BILINEAR, fill=fill)
+                    ops.add(name)
+                mix.add_(torch.tensor(w[1 + c]) * t)
+            ref = mix.to(torch.uint8)[0]
+            d = ref.int() - x1[j].int()
+            assert d.abs().max() <= 1, (i, chains)
+            worst = min(worst, float((d == 0).float().mean()))
+    assert worst >= 0.99
+    assert len(ops) >= 8
+
+
+def test_augmix_draws_in_distribution():
+    pytest.importorskip("scipy")
+    from scipy import stats
+
+    opts = stoker.transforms.pipeline_options([T.RandomResizedCrop(64), T.AugMix()])
+    opts.pop("pipeline")
+    n = 60_000
+    kinds, mags, _, chains, weights = _stoker._aug_draws(0, 0, n, True, seed=2, **opts)
+    kinds = np.frombuffer(kinds, np.uint8).reshape(n, -1)
+    chains = np.frombuffer(chains, np.int32).reshape(n, -1)
+    w = np.frombuffer(weights, np.float32).reshape(n, -1)
+    assert np.all(chains[:, 1] == 3)
+    # m ~ Dirichlet(1, 1): the original's share is uniform; the chains share the rest
+    assert stats.kstest(w[:, 0], stats.uniform.cdf).pvalue > 1e-4
+    assert np.allclose(w[:, :4].sum(1), 1.0, atol=1e-5)
+    # Dirichlet(1, 1, 1): each chain's share of the rest is Beta(1, 2)
+    rest = w[:, 1] / np.maximum(w[:, 1:4].sum(1), 1e-12)
+    assert stats.kstest(rest, stats.beta(1, 2).cdf).pvalue > 1e-4
+    # depth 1..3 uniformly; the ops uniformly over AugMix's 13
+    depths = chains[:, 2:5].ravel()
+    assert _chi2_ok([np.sum(depths == d) for d in (1, 2, 3)], [1 / 3] * 3)
+    ops = kinds[kinds != 255]
+    space = [NAMES.index(o) for o in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate",
+                                      "Posterize", "Solarize", "AutoContrast", "Equalize",
+                                      "Brightness", "Color", "Contrast", "Sharpness")]
+    assert set(np.unique(ops)) == set(space)
+    assert _chi2_ok([np.sum(ops == k) for k in space], [1 / 13] * 13)
+    # severity 3: the three first bins of the space, e.g. Rotate's 0, 3.33, 6.67 degrees
+    rot = np.abs(np.frombuffer(mags, np.float32).reshape(n, -1)[kinds == NAMES.index("Rotate")])
+    assert _chi2_ok([np.sum(np.isclose(rot, v, atol=1e-4)) for v in (0.0, 10 / 3, 20 / 3)],
+                    [1 / 3] * 3)
+
+
+def test_augmix_is_refused_where_unsupported(folder):
+    with pytest.raises(ValueError, match="CPU loader only"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32), T.AugMix()],
+                           device="cuda", dtype="uint8")
+    for bad, match in [(dict(severity=11), "severity"), (dict(mixture_width=5), "mixture_width"),
+                       (dict(chain_depth=5), "chain_depth"), (dict(alpha=0.0), "alpha"),
+                       (dict(interpolation=InterpolationMode.BICUBIC), "interpolation")]:
+        with pytest.raises(ValueError, match=match):
+            stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32), T.AugMix(**bad)],
+                               dtype="uint8")
+
+
 def test_loader_jitter_grayscale_blur_vflip(folder):
     pipe = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.RandomVerticalFlip(0.5),
             T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(0.3),

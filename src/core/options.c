@@ -330,6 +330,12 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   if (aug && o->pipeline != STK_PIPELINE_TRAIN)
     BAD("the augmentations (auto_augment, vflip_prob, color_jitter, grayscale_prob, blur_kernel, "
         "erase_prob) belong to the train pipeline");
+  if (o->auto_augment == 5 && !(o->augmix_alpha > 0))
+    BAD("augmix_alpha must be positive, got %g", (double)o->augmix_alpha);
+  /* AugMix mixes chains in float per pixel: the kernel that runs the ops on
+   * the GPU holds one 8-bit tile per image and has no room for that */
+  if (o->device >= 0 && o->auto_augment == 5)
+    BAD("AugMix runs on the CPU loader only: use device=\"cpu\" (or another policy on the GPU)");
   if (o->device >= 0 && o->blur_kernel > 63)
     BAD("blur_kernel must be at most 63 on the GPU, got %d", o->blur_kernel);
 #undef BAD

@@ -116,7 +116,7 @@
     "use a cache whose source folder changed since it was packed") \
   X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", \
     "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit") \
-  X(auto_augment, ENUM, STK__V(0), 0, 4, "none|ta_wide|ra|imagenet|timm", "--auto-augment", \
+  X(auto_augment, ENUM, STK__V(0), 0, 5, "none|ta_wide|ra|imagenet|timm|augmix", "--auto-augment", \
     "auto_augment", "train: TrivialAugmentWide, RandAugment, AutoAugment(IMAGENET) or timm's " \
     "RandAugment (the timm_ options) after the flip") \
   X(ra_num_ops, INT, STK__V(2), 0, 16, NULL, "--ra-num-ops", "ra_num_ops", \
@@ -176,7 +176,17 @@
   X(timm_prob, FLOAT, STK__V(0.5), 0, 1, NULL, "--timm-prob", "timm_prob", \
     "timm's RandAugment: probability of each drawn op (p)") \
   X(timm_translate_pct, FLOAT, STK__V(0.45), 0, 10, NULL, "--timm-translate-pct", \
-    "timm_translate_pct", "timm's RandAugment: TranslateXRel/YRel's range (hparams' translate_pct)")
+    "timm_translate_pct", "timm's RandAugment: TranslateXRel/YRel's range (hparams' translate_pct)") \
+  X(augmix_severity, INT, STK__V(3), 1, 10, NULL, "--augmix-severity", "augmix_severity", \
+    "AugMix: the magnitude bins its ops draw from (severity)") \
+  X(augmix_width, INT, STK__V(3), 1, 4, NULL, "--augmix-width", "augmix_width", \
+    "AugMix: chains mixed (mixture_width)") \
+  X(augmix_depth, INT, STK__V(-1), -1, 4, NULL, "--augmix-depth", "augmix_depth", \
+    "AugMix: ops per chain (chain_depth); -1 or 0 = 1..3 at random") \
+  X(augmix_alpha, FLOAT, STK__V(1), 0, STK__INF, NULL, "--augmix-alpha", "augmix_alpha", \
+    "AugMix: the Dirichlet and Beta parameter (alpha)") \
+  X(augmix_all_ops, BOOL, STK__V(1), 0, 1, NULL, "--augmix-all-ops", "augmix_all_ops", \
+    "AugMix: also Brightness, Color, Contrast and Sharpness (all_ops)")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *

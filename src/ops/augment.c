@@ -115,6 +115,23 @@ void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h) {
       ap->has_fill = 1;
       ap->fill[0] = ap->fill[1] = ap->fill[2] = 128.0f;
     }
+  } else if (ap->policy == STK__AA_AUGMIX) {
+    ap->augmix_severity = o->augmix_severity;
+    ap->augmix_width = o->augmix_width;
+    ap->augmix_depth = o->augmix_depth;
+    ap->augmix_alpha = o->augmix_alpha;
+    ap->augmix_all_ops = o->augmix_all_ops;
+    /* AugMix._augmentation_space(10, (h, w)): RandAugment's shears,
+     * rotation, enhancements and solarize; translations up to a third of
+     * the side; posterize 4 - round(i / (9 / 4)) bits */
+    ap->nbins = 10;
+    fill_space(ap->mags, ap->nbins, 0, w, h);
+    for (int i = 0; i < ap->nbins; i++) {
+      ap->mags[STK__OP_TRANSLATE_X * ap->nbins + i] = stk__linspace(0, w / 3.0, ap->nbins, i);
+      ap->mags[STK__OP_TRANSLATE_Y * ap->nbins + i] = stk__linspace(0, h / 3.0, ap->nbins, i);
+      float q = (float)i / (float)((ap->nbins - 1) / 4.0);
+      ap->mags[STK__OP_POSTERIZE * ap->nbins + i] = (float)(4 - (int)nearbyintf(q));
+    }
   } else if (ap->policy != STK__AA_NONE) {
     ap->nbins = ap->policy == STK__AA_IMAGENET ? 10 : ap->bins;
     fill_space(ap->mags, ap->nbins, ap->policy == STK__AA_TA_WIDE, w, h);
@@ -261,8 +278,45 @@ static void draw_timm_op(const stk__aug_plan *ap, stk__rng *r, stk__aug *a, int 
 #undef NEG
 }
 
+static double gamma_draw(stk__rng *r, double a);
+
+/* AugMix's space in its dict's order (all_ops adds the last four). */
+static const uint8_t augmix_ops[13] = {
+    STK__OP_SHEAR_X,   STK__OP_SHEAR_Y,  STK__OP_TRANSLATE_X,  STK__OP_TRANSLATE_Y, STK__OP_ROTATE,
+    STK__OP_POSTERIZE, STK__OP_SOLARIZE, STK__OP_AUTOCONTRAST, STK__OP_EQUALIZE,    STK__OP_BRIGHTNESS,
+    STK__OP_COLOR,     STK__OP_CONTRAST, STK__OP_SHARPNESS};
+
+/* AugMix.forward's draws: m ~ Dirichlet(alpha, alpha) (the original's
+ * weight and the chains'), the chains' weights ~ Dirichlet(alpha, ...)
+ * times m[1], in float32 as torch multiplies them; then per chain its depth
+ * and per op the op, the bin below severity and the sign. */
+static void draw_augmix(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
+  int width = ap->augmix_width;
+  double g0 = gamma_draw(r, ap->augmix_alpha), g1 = gamma_draw(r, ap->augmix_alpha);
+  float m0 = (float)(g0 / (g0 + g1)), m1 = (float)(g1 / (g0 + g1));
+  double g[STK__AUGMIX_MAX_WIDTH], sum = 0;
+  for (int i = 0; i < width; i++) sum += g[i] = gamma_draw(r, ap->augmix_alpha);
+  a->mix_w[0] = m0;
+  for (int i = 0; i < width; i++) a->mix_w[1 + i] = (float)(g[i] / sum) * m1;
+  a->mix_at = a->n;
+  a->mix_width = width;
+  int nops = ap->augmix_all_ops ? 13 : 9;
+  for (int i = 0; i < width; i++) {
+    int depth = ap->augmix_depth > 0 ? ap->augmix_depth : (int)stk__rng_range(r, 1, 4);
+    int before = a->n;
+    for (int d = 0; d < depth; d++) {
+      int op = augmix_ops[stk__rng_range(r, 0, nops)];
+      int bin = has_mag(op) ? (int)stk__rng_range(r, 0, ap->augmix_severity) : -1;
+      int neg = is_signed(op) ? (int)stk__rng_range(r, 0, 2) : 0;
+      push_policy_op(ap, a, op, bin, neg);
+    }
+    a->mix_len[i] = (uint8_t)(a->n - before);
+  }
+}
+
 static void draw_policy(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
   switch (ap->policy) {
+    case STK__AA_AUGMIX: draw_augmix(ap, r, a); break;
     case STK__AA_TIMM:
       /* RandAugment.__call__: num_layers ops drawn with replacement */
       for (int k = 0; k < ap->ra_num_ops; k++)
@@ -746,9 +800,47 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
   }
 }
 
+/* AugMix's mix of the chains that start at op[a->mix_at]: each chain runs
+ * on a copy of the tile, and the tile becomes the float32 sum w0 * tile +
+ * w_i * chain_i, truncated to uint8 as .to(torch.uint8) does. The chain
+ * and the sum live in `mix` (scratch of the ops is separate). */
+static int apply_augmix(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
+                        stk__buf *scratch, stk__buf *mix) {
+  size_t n = (size_t)w * h * 3;
+  if (stk__buf_reserve(mix, n * (sizeof(float) + 1))) return STK_ENOMEM;
+  float *acc = (float *)mix->p;
+  uint8_t *chain = (uint8_t *)(acc + n);
+  for (size_t e = 0; e < n; e++) acc[e] = a->mix_w[0] * (float)tile[e];
+  int k = a->mix_at;
+  for (int i = 0; i < a->mix_width; i++) {
+    memcpy(chain, tile, n);
+    for (int d = 0; d < a->mix_len[i]; d++, k++) {
+      int rc = stk__op_apply(&a->op[k], chain, w, h, ap->nearest, ap->has_fill ? ap->fill : NULL,
+                             scratch);
+      if (rc) return rc;
+    }
+    const float wi = a->mix_w[1 + i];
+    for (size_t e = 0; e < n; e++) acc[e] = acc[e] + wi * (float)chain[e];
+  }
+  for (size_t e = 0; e < n; e++) tile[e] = acc[e] >= 255.0f ? 255 : (uint8_t)acc[e];
+  return STK_OK;
+}
+
 int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
                    stk__buf *scratch) {
+  int mix_end = a->mix_at;
+  for (int i = 0; i < a->mix_width; i++) mix_end += a->mix_len[i];
   for (int i = 0; i < a->n; i++) {
+    if (a->mix_width && i == a->mix_at) {
+      /* the chains' buffers beside the ops' scratch, freed at once: AugMix
+       * is a CPU loader's, one sample at a time per thread */
+      stk__buf mix = {0};
+      int rc = apply_augmix(ap, a, tile, w, h, scratch, &mix);
+      stk__buf_free(&mix);
+      if (rc) return rc;
+      i = mix_end - 1;
+      continue;
+    }
     int rc = stk__op_apply(&a->op[i], tile, w, h, ap->nearest, ap->has_fill ? ap->fill : NULL,
                            scratch);
     if (rc) return rc;

@@ -49,6 +49,7 @@ typedef struct {
 } stk__op;
 
 #define STK__AUG_MAX_OPS 24 /* RandAugment's 16 ops, a flip, 4 jitters, greyscale, blur */
+#define STK__AUGMIX_MAX_WIDTH 4 /* AugMix: chains of at most 4 ops (16 ops) */
 #define STK__MAX_BINS 256 /* the options table's bound of magnitude_bins */
 
 /* What was drawn for one sample. */
@@ -59,6 +60,12 @@ typedef struct {
    * [ex, ex+ew); erase = 0 when not drawn (or when its ten tries failed) */
   int erase, ex, ey, ew, eh;
   uint64_t erase_key; /* the stream of its normal values ("random") */
+  /* AugMix: op[mix_at ..) holds mix_width chains of mix_len[i] ops; the
+   * tile becomes trunc(mix_w[0] * tile + sum mix_w[1 + i] * chain_i). 0
+   * chains: no AugMix. */
+  int mix_at, mix_width;
+  uint8_t mix_len[STK__AUGMIX_MAX_WIDTH];
+  float mix_w[STK__AUGMIX_MAX_WIDTH + 1];
 } stk__aug;
 
 typedef enum {
@@ -66,7 +73,8 @@ typedef enum {
   STK__AA_TA_WIDE,
   STK__AA_RA,
   STK__AA_IMAGENET,
-  STK__AA_TIMM /* timm's rand_augment_transform ("rand-m9-mstd0.5-inc1") */
+  STK__AA_TIMM, /* timm's rand_augment_transform ("rand-m9-mstd0.5-inc1") */
+  STK__AA_AUGMIX /* torchvision's AugMix (CPU only) */
 } stk__aa_policy;
 
 /* Everything fixed at build time: options and magnitude tables. */
@@ -90,6 +98,10 @@ typedef struct {
    * p, hparams' translate_pct */
   float timm_magnitude, timm_mstd, timm_prob, timm_translate_pct;
   int timm_mmax, timm_increasing;
+  /* AugMix: severity (bins 0..severity-1 of its 10), chains, depth (<= 0:
+   * 1..3 at random), alpha, all_ops */
+  int augmix_severity, augmix_width, augmix_depth, augmix_all_ops;
+  float augmix_alpha;
   int w, h;        /* the tile */
   /* magnitude tables per op of the policy's space: mags[op][bin] */
   int nbins;       /* bins of the tables (policy bins, or 10 for AutoAugment) */
