@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Train-pipeline throughput on the CPU: torchvision's DataLoader against `stoker bench`.
+"""Train-pipeline throughput on the CPU: torchvision's DataLoader against `stoker bench` and `stoker.ImageLoader`.
 
 Both read the same ImageFolder, side by side in one run, with the same number of
 worker threads/processes, and produce normalised float32 224x224 NCHW batches:
@@ -8,6 +8,7 @@ worker threads/processes, and produce normalised float32 224x224 NCHW batches:
                RandomHorizontalFlip(), ToTensor(), Normalize(mean, std)])),
                batch_size, shuffle=True, num_workers=threads, persistent_workers=True)
   stoker:      stoker bench root --pipeline train --threads N --batch B --json
+  ImageLoader: stoker.ImageLoader(root, B, pipeline="train", threads=N), a plain loop
 
 A flat folder of images (one class per file) is turned into an ImageFolder of
 symbolic links first, replicated --copies times. Prints a table and the ratio.
@@ -90,6 +91,21 @@ def run_stoker(root, threads, batch, epochs, exe):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def run_imageloader(root, threads, batch, epochs):
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import stoker
+
+    ld = stoker.ImageLoader(root, batch, pipeline="train", threads=threads)
+    images = 0
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        for x, y in ld:
+            images += x.shape[0]
+    secs = time.perf_counter() - t0
+    ld.close()
+    return {"images": images, "seconds": secs, "images_per_s": images / secs}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("src", help="image folder (flat, or ImageFolder layout)")
@@ -107,24 +123,28 @@ def main():
     nbytes = warm_cache(root)
     print(f"dataset: {root} ({nbytes / 1e6:.1f} MB), {a.threads} threads/workers, batch {a.batch}, "
           f"{a.epochs} epochs per run, {os.cpu_count()} CPUs", flush=True)
-    tv, st = [], []
-    for r in range(a.rounds):  # alternate, so drift in machine load hits both
+    tv, st, il = [], [], []
+    for r in range(a.rounds):  # alternate, so drift in machine load hits all three
         tv.append(run_torchvision(root, a.threads, a.batch, a.epochs))
         st.append(run_stoker(root, a.threads, a.batch, a.epochs, a.stoker))
+        il.append(run_imageloader(root, a.threads, a.batch, a.epochs))
         print(f"round {r}: torchvision {tv[-1]['images_per_s']:.1f} img/s, "
-              f"stoker {st[-1]['images_per_s']:.1f} img/s", flush=True)
+              f"stoker bench {st[-1]['images_per_s']:.1f} img/s, "
+              f"ImageLoader {il[-1]['images_per_s']:.1f} img/s", flush=True)
     best_tv = max(x["images_per_s"] for x in tv)
     best_st = max(x["images_per_s"] for x in st)
+    best_il = max(x["images_per_s"] for x in il)
     ratio = best_st / best_tv
     print()
     print(f"| loader | images/s (best of {a.rounds}) |")
     print("|---|---|")
     print(f"| torchvision DataLoader, {a.threads} workers | {best_tv:.1f} |")
-    print(f"| stoker, {a.threads} threads | {best_st:.1f} |")
-    print(f"| ratio | {ratio:.2f}x |")
+    print(f"| stoker bench, {a.threads} threads | {best_st:.1f} ({ratio:.2f}x) |")
+    print(f"| stoker.ImageLoader, {a.threads} threads | {best_il:.1f} ({best_il / best_tv:.2f}x) |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"torchvision": tv, "stoker": st, "ratio": ratio}, f, indent=1)
+            json.dump({"torchvision": tv, "stoker": st, "imageloader": il, "ratio": ratio,
+                       "ratio_imageloader": best_il / best_tv}, f, indent=1)
     return 0
 
 
