@@ -79,6 +79,14 @@ void stk__geom_downscale(stk__geom *g, int width, int height, int denom);
  * of the same decoded pixels, it needs no more of them. */
 int stk__choose_denom(const stk__rect *crop, int out_w, int out_h, int max_denom);
 
+/* The byte-plane tables of the NEON store (resample.c): on little-endian
+ * aarch64 only, where NEON is part of the base instruction set. */
+#if defined(__aarch64__) && defined(__AARCH64EL__) && defined(__GNUC__)
+#define STK__STORE_PLANES 1
+#else
+#define STK__STORE_PLANES 0
+#endif
+
 /* How a resampled image is written into the batch. */
 typedef struct {
   stk_dtype dtype;
@@ -88,6 +96,13 @@ typedef struct {
    * ((v / 255) - mean[c]) / std[c], computed in float32 as torchvision does */
   float lut_f32[3][256];
   uint16_t lut_u16[3][256]; /* the same, as float16 or bfloat16 bits */
+#if STK__STORE_PLANES
+  /* aarch64: the same tables split into byte planes (plane b holds byte b of
+   * every entry, little-endian), which the NEON store looks up 16 levels at
+   * a time with 64-byte table lookups (NEON has no gather) */
+  uint8_t plane_f32[3][4][256];
+  uint8_t plane_u16[3][2][256];
+#endif
 } stk__store;
 
 void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, int h,
@@ -124,8 +139,9 @@ typedef struct {
   int hks, hvec;
 } stk__resampler;
 
-/* The instruction set the resampler's row functions use: 0 portable C (what
- * compilers vectorise for NEON too), 1 AVX2, 2 AVX-512 (F, BW, VL, VBMI).
+/* The instruction set the resampler's row functions use: 0 portable C; on
+ * x86-64 1 AVX2, 2 AVX-512 (F, BW, VL, VBMI); on aarch64 1 NEON (part of the
+ * base instruction set there, so always available).
  * want < 0 only asks; a level the CPU lacks is lowered to what it has. The
  * tests use it to compare every path with the scalar reference. Returns the
  * level in force. Plan after changing it. */

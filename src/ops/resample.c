@@ -19,11 +19,16 @@
 
 #define PRECISION_BITS STK_PRECISION_BITS
 
-/* The horizontal pass and the store have AVX2 and AVX-512 versions, chosen
- * at run time with __builtin_cpu_supports (not ifuncs, so that they also run
- * under the sanitizers). Everywhere else, or built with STK_RESAMPLE_PORTABLE,
- * the portable C versions run: plain loops that compilers vectorise (NEON
- * included) where the access pattern allows. */
+/* The horizontal pass, the vertical pass and the store have AVX2 and
+ * AVX-512 versions on x86-64, chosen at run time with __builtin_cpu_supports
+ * (not ifuncs, so that they also run under the sanitizers), and NEON
+ * versions on (little-endian) aarch64, where NEON is baseline: level 1 there,
+ * always available, kept behind the same switch so that the tests can lower
+ * it to the portable code and compare. Everywhere else, or built with
+ * STK_RESAMPLE_PORTABLE, the portable C versions run: plain loops that
+ * compilers vectorise where the access pattern allows. The NEON versions are
+ * tested byte for byte under qemu (make test-neon); their speed has not been
+ * measured (no ARM machine). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(STK_RESAMPLE_PORTABLE)
 #define STK__X86 1
 #include <immintrin.h>
@@ -31,6 +36,12 @@
 #define STK__AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi")))
 #else
 #define STK__X86 0
+#endif
+#if STK__STORE_PLANES && !defined(STK_RESAMPLE_PORTABLE)
+#define STK__NEON 1
+#include <arm_neon.h>
+#else
+#define STK__NEON 0
 #endif
 
 static int isa_supported(void) {
@@ -40,6 +51,8 @@ static int isa_supported(void) {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi"))
     return 2;
   if (__builtin_cpu_supports("avx2")) return 1;
+#elif STK__NEON
+  return 1;
 #endif
   return 0;
 }
@@ -112,6 +125,15 @@ void stk__store_init(stk__store *s, stk_dtype dtype, stk_layout layout, int w, i
       s->lut_f32[c][v] = y;
       s->lut_u16[c][v] = dtype == STK_DTYPE_BFLOAT16 ? f32_to_bf16(y) : f32_to_f16(y);
     }
+#if STK__STORE_PLANES
+  for (int c = 0; c < 3; c++)
+    for (int v = 0; v < 256; v++) {
+      uint32_t f;
+      memcpy(&f, &s->lut_f32[c][v], 4);
+      for (int b = 0; b < 4; b++) s->plane_f32[c][b][v] = (uint8_t)(f >> (8 * b));
+      for (int b = 0; b < 2; b++) s->plane_u16[c][b][v] = (uint8_t)(s->lut_u16[c][v] >> (8 * b));
+    }
+#endif
 }
 
 void stk__store_value(stk_dtype dtype, float v, void *dst) {
@@ -492,12 +514,130 @@ STK__AVX512 static void store_row_avx512(const stk__store *st, const uint8_t *lv
 }
 #endif
 
+#if STK__NEON
+/* NEON has no gather, so the store looks its tables up with byte-table
+ * lookups: every table is kept split into byte planes (stk__store_init),
+ * and one 256-entry plane is looked up 16 levels at a time as four 64-byte
+ * steps, TBL then three TBX, each on the index less 64 more. A level outside
+ * a step's 64 entries is out of range there (one below them wraps round to
+ * 192 or more), which TBX answers by leaving the byte as it was. */
+static inline uint8x16_t lut256_neon(const uint8_t *plane, uint8x16_t i) {
+  const uint8x16_t k64 = vdupq_n_u8(64);
+  uint8x16_t r = vqtbl4q_u8(vld1q_u8_x4(plane), i);
+  i = vsubq_u8(i, k64);
+  r = vqtbx4q_u8(r, vld1q_u8_x4(plane + 64), i);
+  i = vsubq_u8(i, k64);
+  r = vqtbx4q_u8(r, vld1q_u8_x4(plane + 128), i);
+  i = vsubq_u8(i, k64);
+  return vqtbx4q_u8(r, vld1q_u8_x4(plane + 192), i);
+}
+
+/* 16 pixels a step: LD3 splits the 48 levels into channels; the looked-up
+ * byte planes are put back together by the interleaving stores (ST2 and ST4
+ * write the planes of a value side by side: little-endian 16- and 32-bit
+ * values) or, for NHWC, by zips into whole values and ST3; the row's last
+ * few pixels go to scalar code with the same results. */
+static void store_row_neon(const stk__store *st, const uint8_t *lv, int y, void *dst) {
+  int W = st->w, W16 = W & ~15, x = 0;
+  size_t plane = (size_t)W * st->h;
+  if (st->layout == STK_LAYOUT_NCHW) {
+    size_t o = (size_t)y * W;
+    for (; x < W16; x += 16) {
+      uint8x16x3_t v = vld3q_u8(lv + x * 3);
+      for (int c = 0; c < 3; c++) {
+        size_t at = c * plane + o + x;
+        switch (st->dtype) {
+          case STK_DTYPE_FLOAT32: {
+            uint8x16x4_t b;
+            for (int k = 0; k < 4; k++) b.val[k] = lut256_neon(st->plane_f32[c][k], v.val[c]);
+            vst4q_u8((uint8_t *)((float *)dst + at), b);
+            break;
+          }
+          case STK_DTYPE_FLOAT16:
+          case STK_DTYPE_BFLOAT16: {
+            uint8x16x2_t b;
+            for (int k = 0; k < 2; k++) b.val[k] = lut256_neon(st->plane_u16[c][k], v.val[c]);
+            vst2q_u8((uint8_t *)((uint16_t *)dst + at), b);
+            break;
+          }
+          case STK_DTYPE_UINT8: vst1q_u8((uint8_t *)dst + at, v.val[c]); break;
+        }
+      }
+    }
+    for (int c = 0; c < 3 && x < W; c++) {
+      size_t at = c * plane + o;
+      for (int i = x; i < W; i++) {
+        uint8_t lvl = lv[i * 3 + c];
+        switch (st->dtype) {
+          case STK_DTYPE_FLOAT32: ((float *)dst)[at + i] = st->lut_f32[c][lvl]; break;
+          case STK_DTYPE_FLOAT16:
+          case STK_DTYPE_BFLOAT16: ((uint16_t *)dst)[at + i] = st->lut_u16[c][lvl]; break;
+          case STK_DTYPE_UINT8: ((uint8_t *)dst)[at + i] = lvl; break;
+        }
+      }
+    }
+    return;
+  }
+  /* NHWC: the same per-channel lookups, then the channels interleaved again */
+  size_t o = (size_t)y * W * 3;
+  if (st->dtype == STK_DTYPE_UINT8) {
+    memcpy((uint8_t *)dst + o, lv, (size_t)W * 3);
+    return;
+  }
+  for (; x < W16; x += 16) {
+    uint8x16x3_t v = vld3q_u8(lv + x * 3);
+    if (st->dtype == STK_DTYPE_FLOAT32) {
+      /* bytes 0-1 and 2-3 zipped into 16-bit halves, the halves zipped into
+       * float32: q[c][k] holds channel c of pixels 4k..4k+3 */
+      uint32x4_t q[3][4];
+      for (int c = 0; c < 3; c++) {
+        uint8x16_t b0 = lut256_neon(st->plane_f32[c][0], v.val[c]), b1 = lut256_neon(st->plane_f32[c][1], v.val[c]);
+        uint8x16_t b2 = lut256_neon(st->plane_f32[c][2], v.val[c]), b3 = lut256_neon(st->plane_f32[c][3], v.val[c]);
+        uint16x8_t l01 = vreinterpretq_u16_u8(vzip1q_u8(b0, b1)), h01 = vreinterpretq_u16_u8(vzip2q_u8(b0, b1));
+        uint16x8_t l23 = vreinterpretq_u16_u8(vzip1q_u8(b2, b3)), h23 = vreinterpretq_u16_u8(vzip2q_u8(b2, b3));
+        q[c][0] = vreinterpretq_u32_u16(vzip1q_u16(l01, l23));
+        q[c][1] = vreinterpretq_u32_u16(vzip2q_u16(l01, l23));
+        q[c][2] = vreinterpretq_u32_u16(vzip1q_u16(h01, h23));
+        q[c][3] = vreinterpretq_u32_u16(vzip2q_u16(h01, h23));
+      }
+      uint32_t *d = (uint32_t *)((float *)dst + o + (size_t)x * 3);
+      for (int k = 0; k < 4; k++) {
+        uint32x4x3_t w = {{q[0][k], q[1][k], q[2][k]}};
+        vst3q_u32(d + k * 12, w);
+      }
+    } else {
+      uint16x8_t lo[3], hi[3]; /* channel c of pixels 0-7 and 8-15 */
+      for (int c = 0; c < 3; c++) {
+        uint8x16_t b0 = lut256_neon(st->plane_u16[c][0], v.val[c]), b1 = lut256_neon(st->plane_u16[c][1], v.val[c]);
+        lo[c] = vreinterpretq_u16_u8(vzip1q_u8(b0, b1));
+        hi[c] = vreinterpretq_u16_u8(vzip2q_u8(b0, b1));
+      }
+      uint16_t *d = (uint16_t *)dst + o + (size_t)x * 3;
+      uint16x8x3_t wl = {{lo[0], lo[1], lo[2]}}, wh = {{hi[0], hi[1], hi[2]}};
+      vst3q_u16(d, wl);
+      vst3q_u16(d + 24, wh);
+    }
+  }
+  for (int i = x * 3; i < W * 3; i++) {
+    if (st->dtype == STK_DTYPE_FLOAT32)
+      ((float *)dst)[o + i] = st->lut_f32[i % 3][lv[i]];
+    else
+      ((uint16_t *)dst)[o + i] = st->lut_u16[i % 3][lv[i]];
+  }
+}
+#endif
+
 static void store_row(const stk__store *st, const uint8_t *lv, int y, void *dst) {
 #if STK__X86
   switch (stk__resample_isa(-1)) {
     case 2: store_row_avx512(st, lv, y, dst); return;
     case 1: store_row_avx2(st, lv, y, dst); return;
     default: break;
+  }
+#elif STK__NEON
+  if (stk__resample_isa(-1)) {
+    store_row_neon(st, lv, y, dst);
+    return;
   }
 #endif
   store_row_c(st, lv, y, dst);
@@ -537,9 +677,11 @@ static void hpass_row_c(const uint8_t *in, int base, uint8_t *out, int W, const 
   }
 }
 
-#if STK__X86
+#if STK__X86 || STK__NEON
 /* Byte shuffles: tap t of a 16-byte load (its bytes 3t..3t+2) into the three
- * 32-bit lanes R, G, B; the fourth lane 0. */
+ * 32-bit lanes R, G, B; the fourth lane 0 (PSHUFB zeroes a byte whose index
+ * has the high bit set, NEON's TBL one whose index is out of range: 0x80
+ * serves both). */
 static const uint8_t HV_TAP_SHUF[HV_TAPS][16] = {
 #define S(t) {3 * t, 0x80, 0x80, 0x80, 3 * t + 1, 0x80, 0x80, 0x80, 3 * t + 2, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}
     S(0), S(1), S(2), S(3), S(4)
@@ -549,7 +691,9 @@ static const uint8_t HV_TAP_SHUF[HV_TAPS][16] = {
 static const uint8_t HV_PACK[2][16] = {
     {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 0x80, 0x80, 0x80, 0x80},
     {12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, 0x80, 0x80, 0x80, 0x80}};
+#endif
 
+#if STK__X86
 /* The sums of 4 output pixels from their widened windows (plan_hvec):
  * 16-byte loads of each window, one byte shuffle and one 32-bit multiply-add
  * per tap. KS is a constant in the common cases, so the loops unroll. */
@@ -639,21 +783,75 @@ STK__AVX512 static void hpass_avx512(const uint8_t *in, uint8_t *out, int W, con
 }
 #endif
 
+#if STK__NEON
+/* NEON, the AVX2 layout at 128 bits: one 32-bit vector (R, G, B, 0) per
+ * output pixel, 4 pixels a step, from the same widened windows, weight table
+ * and shuffles (plan_hvec, HV_TAP_SHUF, HV_PACK); TBL stands for PSHUFB. */
+static inline __attribute__((always_inline)) void
+hv_neon_loop(const uint8_t *in, uint8_t *out, int W, const int32_t *off, const int32_t *kv, int ks, int nv, int flip) {
+  const uint8x16_t pack = vld1q_u8(HV_PACK[flip]);
+  for (int x = 0; x < nv; x += 4, off += 4, kv += ks * 16) {
+    int32x4_t s[4];
+    for (int j = 0; j < 4; j++) s[j] = vdupq_n_s32(1 << (PRECISION_BITS - 1));
+    for (int c0 = 0; c0 < ks; c0 += HV_TAPS) {
+      const uint8_t *p = in + c0 * 3;
+      uint8x16_t w[4];
+      for (int j = 0; j < 4; j++) w[j] = vld1q_u8(p + off[j]);
+      for (int t = c0; t < ks && t < c0 + HV_TAPS; t++) {
+        const uint8x16_t sh = vld1q_u8(HV_TAP_SHUF[t - c0]);
+        const int32_t *k = kv + t * 16;
+        /* the levels are 0..255 in 32-bit lanes, so the multiply-add is the
+         * scalar int32 sum, the weight repeated in the pixel's 4 lanes */
+        for (int j = 0; j < 4; j++)
+          s[j] = vmlaq_s32(s[j], vreinterpretq_s32_u8(vqtbl1q_u8(w[j], sh)), vld1q_s32(k + j * 4));
+      }
+    }
+    /* clip8: >> 22 (arithmetic), then the saturating narrows clamp: signed
+     * to unsigned 16-bit takes negatives to 0, 16 to 8 bits caps 255 */
+    uint16x8_t h01 = vcombine_u16(vqmovun_s32(vshrq_n_s32(s[0], PRECISION_BITS)),
+                                  vqmovun_s32(vshrq_n_s32(s[1], PRECISION_BITS)));
+    uint16x8_t h23 = vcombine_u16(vqmovun_s32(vshrq_n_s32(s[2], PRECISION_BITS)),
+                                  vqmovun_s32(vshrq_n_s32(s[3], PRECISION_BITS)));
+    /* 4 pixels of (R, G, B, 0) to 12 bytes, in order or mirrored */
+    uint8x16_t q = vqtbl1q_u8(vcombine_u8(vqmovn_u16(h01), vqmovn_u16(h23)), pack);
+    uint8_t *o = out + (size_t)(flip ? W - 4 - x : x) * 3;
+    vst1_u8(o, vget_low_u8(q));
+    uint32_t last = vgetq_lane_u32(vreinterpretq_u32_u8(q), 2);
+    memcpy(o + 8, &last, 4);
+  }
+}
+
+static void hpass_neon(const uint8_t *in, uint8_t *out, int W, const int32_t *off, const int32_t *kv, int ks,
+                       int nv, int flip) {
+  switch (ks) { /* fixed sizes for the common windows: the tap loops unroll */
+    case 2: hv_neon_loop(in, out, W, off, kv, 2, nv, flip); break;
+    case 3: hv_neon_loop(in, out, W, off, kv, 3, nv, flip); break;
+    case 4: hv_neon_loop(in, out, W, off, kv, 4, nv, flip); break;
+    case 5: hv_neon_loop(in, out, W, off, kv, 5, nv, flip); break;
+    default: hv_neon_loop(in, out, W, off, kv, ks, nv, flip); break;
+  }
+}
+#endif
+
 /* One row of the horizontal pass with the resampler's x tables; `in` is the
  * row's pixel src_x0. The SIMD pass does pixels [0, hvec), the scalar one
  * the rest. */
 static void hpass_row(const stk__resampler *r, const uint8_t *in, uint8_t *out, int flip) {
   int W = r->g.x.out, from = 0;
   const int32_t *kx = r->kx.p, *bx = r->bx.p;
-#if STK__X86
+#if STK__X86 || STK__NEON
   int isa = stk__resample_isa(-1);
   if (r->hvec && isa) {
     const int32_t *kv = (const int32_t *)((const uint8_t *)r->kx.p + hvec_table_offset(r));
     const int32_t *off = bx + (size_t)W * 2;
+#if STK__X86
     if (isa == 2)
       hpass_avx512(in, out, W, off, kv, r->hks, r->hvec, flip);
     else
       hpass_avx2(in, out, W, off, kv, r->hks, r->hvec, flip);
+#else
+    hpass_neon(in, out, W, off, kv, r->hks, r->hvec, flip);
+#endif
     from = r->hvec;
   }
 #endif
@@ -694,8 +892,9 @@ static inline __attribute__((always_inline)) void vpass_body(const uint8_t *rest
   for (size_t j = 0; j < len; j++) out[j] = clip8(acc[j]);
 }
 
-/* Built for each ISA level and chosen with the others (32-bit multiplies are
- * native from AVX2 on, emulated in SSE2). */
+/* Built for each x86 ISA level and chosen with the others (32-bit multiplies
+ * are native from AVX2 on, emulated in SSE2); aarch64's NEON version is
+ * written out below. */
 static void vpass_c(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
                     uint8_t *out) {
   vpass_body(first, pitch, len, k, n, acc, out);
@@ -719,6 +918,57 @@ vpass_avx512(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, i
 }
 #endif
 
+#if STK__NEON
+/* NEON: 16 bytes of the row a step, in four 32-bit accumulators held in
+ * registers whatever the tap count (no accumulator row in memory): each
+ * row's bytes are widened to 32 bits (levels 0..255, so signed and unsigned
+ * agree) and multiplied by the 32-bit weight, the scalar int32 sum. */
+static inline __attribute__((always_inline)) void vpass_neon_body(const uint8_t *first, size_t pitch, size_t len,
+                                                                  const int32_t *k, int n, uint8_t *out) {
+  for (size_t j = 0;;) {
+    int32x4_t s0 = vdupq_n_s32(1 << (PRECISION_BITS - 1)), s1 = s0, s2 = s0, s3 = s0;
+    const uint8_t *p = first + j;
+    for (int i = 0; i < n; i++, p += pitch) {
+      uint8x16_t v = vld1q_u8(p);
+      int16x8_t lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(v)));
+      int16x8_t hi = vreinterpretq_s16_u16(vmovl_high_u8(v));
+      int32_t w = k[i];
+      s0 = vmlaq_n_s32(s0, vmovl_s16(vget_low_s16(lo)), w);
+      s1 = vmlaq_n_s32(s1, vmovl_high_s16(lo), w);
+      s2 = vmlaq_n_s32(s2, vmovl_s16(vget_low_s16(hi)), w);
+      s3 = vmlaq_n_s32(s3, vmovl_high_s16(hi), w);
+    }
+    /* clip8 as in the horizontal pass: >> 22, then saturating narrows */
+    uint16x8_t h0 = vcombine_u16(vqmovun_s32(vshrq_n_s32(s0, PRECISION_BITS)),
+                                 vqmovun_s32(vshrq_n_s32(s1, PRECISION_BITS)));
+    uint16x8_t h1 = vcombine_u16(vqmovun_s32(vshrq_n_s32(s2, PRECISION_BITS)),
+                                 vqmovun_s32(vshrq_n_s32(s3, PRECISION_BITS)));
+    vst1q_u8(out + j, vcombine_u8(vqmovn_u16(h0), vqmovn_u16(h1)));
+    if (j + 16 == len) return;
+    /* the last step ends at the row's end, overlapping the one before: each
+     * byte is its own sum, so computing some twice changes nothing, and
+     * nothing is read or written past the row */
+    j = j + 32 <= len ? j + 16 : len - 16;
+  }
+}
+
+static void vpass_neon(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
+                       uint8_t *out) {
+  if (len < 16) { /* rows under 16 bytes: the portable code */
+    vpass_body(first, pitch, len, k, n, acc, out);
+    return;
+  }
+  switch (n) { /* fixed tap counts for the common windows: the tap loop unrolls */
+    case 1: vpass_neon_body(first, pitch, len, k, 1, out); break;
+    case 2: vpass_neon_body(first, pitch, len, k, 2, out); break;
+    case 3: vpass_neon_body(first, pitch, len, k, 3, out); break;
+    case 4: vpass_neon_body(first, pitch, len, k, 4, out); break;
+    case 5: vpass_neon_body(first, pitch, len, k, 5, out); break;
+    default: vpass_neon_body(first, pitch, len, k, n, out); break;
+  }
+}
+#endif
+
 static void vpass_row(const uint8_t *first, size_t pitch, size_t len, const int32_t *k, int n, int32_t *acc,
                       uint8_t *out) {
 #if STK__X86
@@ -726,6 +976,11 @@ static void vpass_row(const uint8_t *first, size_t pitch, size_t len, const int3
     case 2: vpass_avx512(first, pitch, len, k, n, acc, out); return;
     case 1: vpass_avx2(first, pitch, len, k, n, acc, out); return;
     default: break;
+  }
+#elif STK__NEON
+  if (stk__resample_isa(-1)) {
+    vpass_neon(first, pitch, len, k, n, acc, out);
+    return;
   }
 #endif
   vpass_c(first, pitch, len, k, n, acc, out);
