@@ -6,6 +6,8 @@
 #   make test-gpu the GPU tests alone (they skip without a GPU)
 #   make test-wheel  the sdist, and the wheel built from it: repaired by auditwheel, tested installed in a fresh venv
 #   make test-scripts  scripts/install-deps.sh and docker/build-steps.sh against stand-in apt commands
+#   make test-neon  the resampler's NEON code (aarch64) against the portable code, cross-compiled and run
+#                under qemu-user (scripts/install-deps.sh --cross installs them); not part of make test
 #   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
 #   make fuzz SECONDS=N [FUZZ_TARGETS=...] [FUZZ_JOBS=J]  run the fuzz targets for N seconds each (clang, libFuzzer; J processes per target)
 #   make fuzz-corpus, make fuzz-msan  keep what fuzzing found in fuzz/corpus/; the targets under MemorySanitizer
@@ -110,9 +112,18 @@ test-gpu: all
 # The wheel as users get it: built by pip from the declared build
 # dependencies, repaired by auditwheel (libjpeg-turbo and libspng inside),
 # installed into fresh virtualenvs and tested from outside the tree. Needs PyPI.
-.PHONY: test-wheel test-scripts install
+.PHONY: test-wheel test-scripts install test-neon
 test-scripts:
 	bash tests/test_install_deps.sh
+
+# The resampler's NEON code on a machine that is not ARM: tests/test_ops.c and
+# the sources it needs, cross-compiled for aarch64 (gcc, clang, gcc with ASan +
+# UBSan) into build-neon/ and run under qemu-aarch64, byte for byte against the
+# portable code (scripts/test-neon.sh). Correctness only: qemu's timings are not
+# ARM's. Not in `make test` (CI time); about 3 minutes on 2 cores.
+test-neon:
+	@scripts/install-deps.sh --cross
+	scripts/test-neon.sh
 
 test-wheel:
 	PYTHON=$(PYTHON) scripts/test-wheel.sh

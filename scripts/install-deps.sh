@@ -7,6 +7,8 @@
 #        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib
 #        scripts/install-deps.sh --fuzz        adds clang and libFuzzer, for make fuzz
 #        scripts/install-deps.sh --sanitizers  adds clang and valgrind, for the sanitizer matrix
+#        scripts/install-deps.sh --cross       only the aarch64 cross compiler, its C library and
+#                                              qemu-user, for make test-neon (not the build's packages)
 #
 # Package names differ between the releases: libjpeg-turbo is libjpeg62-turbo-dev
 # on Debian and libjpeg-turbo8-dev on Ubuntu; Ubuntu 22.04 has no libspng-dev
@@ -27,8 +29,8 @@ set -eu
 
 mode=${1:-}
 case "$mode" in
-  ""|--python|--fuzz|--sanitizers) ;;
-  *) echo "usage: $0 [--python | --fuzz | --sanitizers]" >&2; exit 2 ;;
+  ""|--python|--fuzz|--sanitizers|--cross) ;;
+  *) echo "usage: $0 [--python | --fuzz | --sanitizers | --cross]" >&2; exit 2 ;;
 esac
 PY=${PYTHON:-python3}
 lock_timeout=${STOKER_APT_LOCK_TIMEOUT:-300}
@@ -72,6 +74,12 @@ clang|cmd:clang -- clang
 libclang-rt-dev|libclang-common-14-dev|libclang-common-15-dev -- clang's sanitizer runtimes (compiler-rt)"
     [ "$mode" = --sanitizers ] && reqs="$reqs
 valgrind|cmd:valgrind -- valgrind" ;;
+  --cross)
+    # make test-neon cross-compiles a few sources and a test, with no codec
+    # libraries, so the build's own packages are not asked for here.
+    reqs="cmd:aarch64-linux-gnu-gcc|gcc-aarch64-linux-gnu -- a C compiler for aarch64 (aarch64-linux-gnu-gcc)
+libc6-dev-arm64-cross -- the aarch64 C library and headers under /usr/aarch64-linux-gnu
+cmd:qemu-aarch64|cmd:qemu-aarch64-static|qemu-user|qemu-user-static -- qemu-user's qemu-aarch64" ;;
 esac
 
 # Whether an alternative is there without installing anything.

@@ -20,7 +20,8 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 # ---- the archives: the names these scripts ask about, per release ----------
 common="build-essential cmake pkg-config libpng-dev libjpeg-turbo-progs zlib1g-dev curl
 ca-certificates python3-dev python3-pil python3-numpy python3-pytest python3-setuptools
-python3-pip python3-venv python3-yaml python3-matplotlib clang valgrind"
+python3-pip python3-venv python3-yaml python3-matplotlib clang valgrind
+gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-user-static"
 archive_debian12="$common libjpeg62-turbo-dev libjpeg-dev libspng-dev python3-torch python3-torchvision libclang-rt-dev libclang-rt-14-dev libclang-common-14-dev"
 archive_debian13="$common libjpeg62-turbo-dev libjpeg-dev libspng-dev python3-torch python3-torchvision libclang-rt-dev libclang-rt-19-dev"
 # Ubuntu: libjpeg-turbo is libjpeg-turbo8-dev; 22.04 has no libspng-dev and
@@ -175,6 +176,28 @@ release ubuntu2204; printf '%s\n' $base_ubuntu >>"$STATE/installed"; deps --sani
 expect_installed "$base_ubuntu clang libclang-common-14-dev valgrind" "ubuntu2204 --sanitizers: libclang-common-14-dev"
 release ubuntu2404; printf '%s\n' $base_ubuntu >>"$STATE/installed"; deps --fuzz
 expect_installed "$base_ubuntu clang libclang-rt-dev" "ubuntu2404 --fuzz: libclang-rt-dev"
+
+# ---- --cross: the aarch64 cross compiler, its C library and qemu-user only -----
+cross="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+release debian12; deps --cross
+expect_installed "$cross" "debian12 --cross: the cross packages, not the build's"
+[ $rc -eq 0 ] && ok "debian12 --cross: exit 0" || bad "debian12 --cross: rc $rc: $out"
+release ubuntu2404; grep -vx qemu-user "$STATE/archive" >"$STATE/a" && mv "$STATE/a" "$STATE/archive"; deps --cross
+expect_installed "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static" \
+  "an archive without qemu-user: qemu-user-static instead"
+release debian13; printf '#!/bin/sh\nexit 0\n' >"$work/qemu-aarch64"; chmod +x "$work/qemu-aarch64"
+rc=0
+out=$(env -i HOME="$work" PATH="$bin:$work/tools:$work" STATE="$STATE" PYTHON="$bin/python3" \
+      STOKER_OS_RELEASE="$STATE/os-release" bash "$src/scripts/install-deps.sh" --cross 2>&1) || rc=$?
+rm -f "$work/qemu-aarch64"
+expect_installed "gcc-aarch64-linux-gnu libc6-dev-arm64-cross" "--cross with qemu-aarch64 on PATH: no qemu package"
+release debian12
+rc=0
+out=$(env -i HOME="$work" PATH="$work/tools" STATE="$STATE" PYTHON="$bin/python3" \
+      STOKER_OS_RELEASE="$STATE/os-release" bash "$src/scripts/install-deps.sh" --cross 2>&1) || rc=$?
+[ $rc -eq 2 ] && grep -q "aarch64-linux-gnu-gcc" <<<"$out" && grep -q "qemu-aarch64" <<<"$out" \
+  && ! grep -q "libspng" <<<"$out" && ok "--cross, no apt or dpkg: exit 2 with the cross tools only" \
+  || bad "--cross, no apt or dpkg: rc $rc: $out"
 
 # ---- the apt lock --------------------------------------------------------------
 release ubuntu2404
