@@ -342,6 +342,17 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   return STK_OK;
 }
 
+int stk__options_adopt(const stk_options *opt, stk_options *o, char *err, size_t errlen) {
+  if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
+    return stk__fail(err, errlen, STK_EVERSION,
+                     "options struct of %zu bytes, this library knows %zu: call stk_options_init()",
+                     opt->struct_size, sizeof(stk_options));
+  stk_options_init(o);
+  memcpy(o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
+  o->struct_size = sizeof *o;
+  return STK_OK;
+}
+
 int stk_source_check(const char *root, const char *list_file, char *err, size_t errlen) {
   if (!root == !list_file)
     return stk__fail(err, errlen, STK_EINVAL, "set exactly one of root and list_file");

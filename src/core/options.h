@@ -314,6 +314,10 @@ int stk__parse_size(const char *text, uint64_t *out);
 /* Every range of the table, then the cross-field rules. STK_OK or
  * STK_EINVAL with the reason in err. */
 int stk__options_validate(const stk_options *o, char *err, size_t errlen);
+/* The caller's options (of its header's struct_size, which may be older and
+ * shorter) into a full struct o: the fields it lacks keep their defaults.
+ * STK_EVERSION when struct_size is 0 or larger than this library's. */
+int stk__options_adopt(const stk_options *opt, stk_options *o, char *err, size_t errlen);
 /* The same for stk_pack_options (the source rule, output set, the ranges). */
 int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errlen);
 

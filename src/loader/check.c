@@ -118,15 +118,9 @@ int stk_check(const stk_options *opt, stk_check_result *res,
   memset(res, 0, sizeof *res);
   res->kind = "";
   if (!opt) return stk__fail(err, errlen, STK_EINVAL, "options must not be NULL");
-  if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
-    return stk__fail(err, errlen, STK_EVERSION,
-                     "options struct of %zu bytes, this library knows %zu: call "
-                     "stk_options_init()",
-                     opt->struct_size, sizeof(stk_options));
   stk_options o;
-  stk_options_init(&o);
-  memcpy(&o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
-  o.struct_size = sizeof o;
+  int arc = stk__options_adopt(opt, &o, err, errlen);
+  if (arc) return arc;
   stk__source src;
   memset(&src, 0, sizeof src);
   int rc = stk__options_validate(&o, err, errlen);

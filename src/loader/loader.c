@@ -856,15 +856,10 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   if (!opt || !out) return stk__fail(err, errlen, STK_EINVAL, "options and out must not be NULL");
   int vrc = stk__check_version(header_version, err, errlen);
   if (vrc) return vrc;
-  if (opt->struct_size == 0 || opt->struct_size > sizeof(stk_options))
-    return stk__fail(err, errlen, STK_EVERSION,
-                     "options struct of %zu bytes, this library knows %zu: call stk_options_init()",
-                     opt->struct_size, sizeof(stk_options));
   stk_options o;
-  stk_options_init(&o);
-  memcpy(&o, opt, opt->struct_size); /* fields the caller's header lacks keep defaults */
-  o.struct_size = sizeof o;
-  int rc = stk__options_validate(&o, err, errlen);
+  int rc = stk__options_adopt(opt, &o, err, errlen);
+  if (rc) return rc;
+  rc = stk__options_validate(&o, err, errlen);
   if (rc) return rc;
 
   stk_loader *l = calloc(1, sizeof *l);
