@@ -107,7 +107,16 @@ def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction):
 
     sys.stderr.write(f"stoker: packing {root} into the cache {cache} (max_side {max_side}); "
                      "the loader reads the cache from then on\n")
-    r = pack(root, cache, max_side=max_side, threads=threads, progress=True)
+    try:
+        r = pack(root, cache, max_side=max_side, threads=threads, progress=True)
+    except BaseException:
+        # An exception of the progress bar (Ctrl-C) does not stop the C pack,
+        # which goes on and renames its finished output: a cache that never
+        # went through the bad-file check below. It did not exist before
+        # (_cache_for), so it goes.
+        if os.path.exists(cache):
+            os.unlink(cache)
+        raise
     if not r.left_out:
         return
     total = r.packed + r.failed

@@ -114,3 +114,26 @@ def test_cache_max_side_reaches_the_pack(tmp_path):
     # 16x12 against 64x48 RGB8 pixels per image
     assert os.path.getsize(full) - os.path.getsize(small) >= 15 * (64 * 48 - 16 * 12) * 3
     shutil.rmtree(root)
+
+
+def test_an_interrupted_pack_keeps_no_cache(tmp_path, monkeypatch):
+    """Ctrl-C during the first-use pack: the exception the progress bar raises
+    does not stop the C pack, which then renames its finished output; that
+    cache never went through the bad-file check (here on_error="raise" with a
+    broken file), so a later run must not find it and read it silently."""
+    import sys
+
+    P = sys.modules["stoker.pack"]  # the module (stoker.pack is the function)
+
+    def interrupted(done, total):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P, "_bar", interrupted)
+    root = _with_bad_file(tmp_path)
+    cache = str(tmp_path / "c.stkc")
+    with pytest.raises(KeyboardInterrupt):
+        stoker.ImageLoader(root, 4, threads=1, cache=cache)
+    assert not os.path.exists(cache)
+    monkeypatch.undo()
+    with pytest.raises(stoker.DecodeError, match="broken.jpg"):
+        stoker.ImageLoader(root, 4, threads=1, cache=cache)
