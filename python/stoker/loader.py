@@ -532,6 +532,13 @@ class ImageLoader:
                 self._c.close()
                 raise ValueError("mix: num_classes is unknown for this source: give it to "
                                  "MixUp/CutMix")
+            if counts["num_classes"] and nc < counts["num_classes"]:
+                # labels nc.. have no column: the CPU path fails at the first
+                # batch holding one, the GPU kernel would leave them out
+                self._c.close()
+                raise ValueError(f"mix: num_classes={nc} is less than the source's "
+                                 f"{counts['num_classes']} classes (labels 0 to "
+                                 f"{counts['num_classes'] - 1})")
             m["num_classes"] = int(nc)
             self._mix = m
             self._layout = 1 if channels_last else 0

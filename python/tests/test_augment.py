@@ -549,6 +549,21 @@ def test_mix_and_augment_errors_name_the_problem(folder):
         stoker.ImageLoader(folder, 4, pipeline="eval", mix=T.MixUp(alpha=1.0))
 
 
+@pytest.mark.parametrize("mix", [T.MixUp(alpha=1.0, num_classes=3),
+                                 T.Mixup(mixup_alpha=1.0, num_classes=2)])
+def test_mix_num_classes_below_the_datasets_is_refused(folder, mix):
+    """The folder's labels go to 3: with fewer soft-label columns the CPU path
+    failed only at the batch that held such a label (one_hot, scatter_), and
+    the GPU kernel wrote rows without their label's weight; so at construction."""
+    with pytest.raises(ValueError, match="num_classes=.* 4 classes"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32)], dtype="uint8",
+                           mix=mix)
+    ld = stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32)], dtype="uint8",
+                            mix=T.MixUp(alpha=1.0, num_classes=6))  # more columns: fine
+    x, y = next(iter(ld))
+    assert y.shape == (4, 6)
+
+
 # ---- distributions of the draws ---------------------------------------------------
 
 N = 1_000_000
