@@ -135,13 +135,18 @@ def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction):
 
 def _check_cache_source(c, cache, root):
     """A cache= that exists must have been packed from root: its samples'
-    names are CACHE#<the folder it was packed from>/<file>."""
+    names are CACHE#<the folder it was packed from>/<class>/<file>. The part
+    below root must start with the sample's class, or the cache was packed
+    from a folder inside root (root/train for root)."""
     if c.counts()["num_samples"] == 0:
         return
-    path = c.sample(0)[0]
+    path, label = c.sample(0)
     src = path[len(cache) + 1:] if path.startswith(cache + "#") else path
+    classes = c.classes()
     for r in {os.path.abspath(root), os.path.realpath(root)}:
-        if src.startswith(r.rstrip(os.sep) + os.sep):
+        r = r.rstrip(os.sep) + os.sep
+        if src.startswith(r) and 0 <= label < len(classes) and \
+                src[len(r):].split(os.sep, 1)[0] == classes[label]:
             return
     c.close()
     raise ValueError(f"cache {cache!r} was packed from another folder than root {root!r} (its "

@@ -46,6 +46,18 @@ def test_a_cache_of_another_folder_is_refused(tmp_path):
         stoker.ImageLoader(b, 4, threads=1, cache=cache)
 
 
+def test_a_cache_of_a_folder_inside_root_is_refused(tmp_path):
+    """Packed from data/train, the cache is not data's: data's classes are
+    train and val (its files' paths started with data/ all the same)."""
+    train = make_folder(tmp_path / "data" / "train", seed=1)
+    make_folder(tmp_path / "data" / "val", seed=2)
+    cache = str(tmp_path / "c.stkc")
+    stoker.ImageLoader(train, 4, threads=1, cache=cache).close()
+    with pytest.raises(ValueError, match="packed from another folder"):
+        stoker.ImageLoader(str(tmp_path / "data"), 4, threads=1, cache=cache)
+    stoker.ImageLoader(train + os.sep, 4, threads=1, cache=cache).close()  # its own root
+
+
 def test_a_changed_folder_makes_the_cache_stale(tmp_path):
     root = make_folder(tmp_path / "data")
     cache = str(tmp_path / "c.stkc")
