@@ -403,6 +403,9 @@ class ImageLoader:
             if list_base is not None:
                 list_base = os.fspath(list_base)
 
+        # (before a cache= pack: a process group missing under torchrun is an
+        # error that must not wait for the whole folder to be packed)
+        rank, world_size = _dist_defaults(rank, world_size)
         cache_from = None
         if cache is not None:
             cache_from, root = root, _cache_for(root, list_file, cache, cache_max_side, threads,
@@ -419,7 +422,6 @@ class ImageLoader:
                              "transforms or choose a float dtype")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        rank, world_size = _dist_defaults(rank, world_size)
         threads = _threads(threads)
         if shuffle is None:
             shuffle_i = -1  # the C default: shuffle for train, not for eval

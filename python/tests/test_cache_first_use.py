@@ -58,6 +58,18 @@ def test_a_cache_of_a_folder_inside_root_is_refused(tmp_path):
     stoker.ImageLoader(train + os.sep, 4, threads=1, cache=cache).close()  # its own root
 
 
+def test_torchrun_without_a_process_group_fails_before_packing(tmp_path, monkeypatch):
+    """WORLD_SIZE=2 without init_process_group is refused (the loader would not
+    know its shard): before the pack, not after packing the whole folder."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    root = make_folder(tmp_path / "data")
+    cache = str(tmp_path / "c.stkc")
+    with pytest.raises(RuntimeError, match="process group"):
+        stoker.ImageLoader(root, 4, threads=1, cache=cache)
+    assert not os.path.exists(cache)
+
+
 def test_a_changed_folder_makes_the_cache_stale(tmp_path):
     root = make_folder(tmp_path / "data")
     cache = str(tmp_path / "c.stkc")
