@@ -46,7 +46,7 @@ fi
 
 mkdir -p "$dir"
 srcs=(tests/test_ops.c src/ops/resample.c src/ops/geom.c src/core/common.c)
-warn=(-std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror -Iinclude -Isrc -Itests)
+warn=(-std=c11 -ffp-contract=off -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror -Iinclude -Isrc -Itests)
 run() { # NAME CASES: runs $dir/NAME under qemu
   echo "== test-neon: $1 ($2 cases)"
   STK_TEST_RESAMPLE_CASES=$2 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \

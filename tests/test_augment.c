@@ -232,8 +232,11 @@ static void test_mix(void) {
               float x, pv;
               memcpy(&x, orig + ((size_t)i * elems + e) * es, 4);
               memcpy(&pv, orig + ((size_t)prev * elems + e) * es, 4);
-              float v = pv * (float)(1.0 - 0.3);
-              v = v + x * (float)0.3;
+              /* each product rounded on its own, as torch's separate kernels
+               * (volatile: a compiler that contracts a * b + c into one
+               * fused multiply-add must not do it to the reference too) */
+              volatile float pb = pv * (float)(1.0 - 0.3), xa = x * (float)0.3;
+              float v = pb + xa;
               memcpy(want, &v, 4);
             } else {
               /* CutMix: which pixel is e, in this layout */
