@@ -621,7 +621,8 @@ class ImageLoader:
             return out, soft
         if timm:
             # timm's mixup_target: one_hot(y, on, off) * lam + one_hot(y.flip(0)) * (1 - lam)
-            onehot = torch.full((n, num_classes), off, device=labels.device).scatter_(
+            onehot = torch.full((n, num_classes), off, dtype=torch.float32,
+                                device=labels.device).scatter_(
                 1, labels.long().view(-1, 1), on)
             return images, onehot.flip(0).mul_(1.0 - lam).add_(onehot.mul(lam))
         onehot = torch.nn.functional.one_hot(labels.long(), num_classes).float()

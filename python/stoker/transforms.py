@@ -911,6 +911,10 @@ def _timm_mix_options(spec: Any) -> Dict[str, Any]:
             raise ValueError(f"Mixup: {attr} must be a number {rng}, got {v!r}")
         return float(v)
 
+    if not getattr(spec, "mixup_enabled", True):
+        raise ValueError("Mixup: mixup_enabled is False: pass mix=None (the loader reads the "
+                         "Mixup once, at construction; timm's mixup_off_epoch switch does not "
+                         "reach it)")
     mode = getattr(spec, "mode", "batch")
     if mode != "batch":
         raise ValueError(f"Mixup: mode {mode!r} is not supported (only 'batch': one lambda per "

@@ -498,6 +498,10 @@ def test_timm_mixup_is_refused_where_unsupported(folder):
         with pytest.raises(ValueError, match=match):
             stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32)], dtype="uint8",
                                mix=T.Mixup(**bad))
+    off = T.Mixup()
+    off.mixup_enabled = False  # timm's switch (mixup_off_epoch sets it)
+    with pytest.raises(ValueError, match="mixup_enabled"):
+        stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32)], dtype="uint8", mix=off)
 
 
 def test_timm_mixup_draws_in_distribution():

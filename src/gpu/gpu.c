@@ -808,6 +808,10 @@ int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void
    * indices, as the images' rows cover one image */
   if (io->soft && (int64_t)io->n * io->classes > INT32_MAX)
     return stk__fail(msg, msglen, STK_EINVAL, "too many classes for the batch mixing");
+  /* one row of blocks per image and one for the labels: gridDim.y <= 65535 */
+  if (io->n > 65534)
+    return stk__fail(msg, msglen, STK_EINVAL, "the batch mixing takes at most 65534 images, got %d",
+                     io->n);
   stk__kmixparams kp;
   memset(&kp, 0, sizeof kp);
   kp.src = (unsigned long long)io->src;
