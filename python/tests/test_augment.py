@@ -688,11 +688,14 @@ def _psnr(a, b, peak):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
-def test_gpu_augmentations_equal_the_cpu_on_the_same_pixels(folder, dtype):
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gpu_augmentations_equal_the_cpu_on_the_same_pixels(folder, dtype, channels_last):
     """With every image decoded and resampled on the CPU (gpu_cpu_share=1),
-    the GPU's ops run on the same tiles: the batches are byte-identical."""
+    the GPU's ops run on the same tiles: the batches are byte-identical, in
+    each dtype and layout the kernel stores."""
     pipe = GPU_PIPE if dtype != "uint8" else GPU_PIPE[:7]
-    kw = dict(pipeline=pipe, seed=4, threads=2, shuffle=False, dtype=dtype)
+    kw = dict(pipeline=pipe, seed=4, threads=2, shuffle=False, dtype=dtype,
+              channels_last=channels_last)
     cpu = _batches(stoker.ImageLoader(folder, 8, **kw))
     dev = _batches(stoker.ImageLoader(folder, 8, device="cuda", gpu_cpu_share=1.0, **kw))
     assert len(cpu) == len(dev) == 3
@@ -702,17 +705,21 @@ def test_gpu_augmentations_equal_the_cpu_on_the_same_pixels(folder, dtype):
 
 
 @gpu
-def test_gpu_every_op_the_loader_draws_equals_the_cpu(folder):
+@pytest.mark.parametrize("size", [64, 37, 200, 280])
+def test_gpu_every_op_the_loader_draws_equals_the_cpu(folder, size):
     """Every op kind a loader can draw runs on the GPU in this test (checked
     from the draws themselves), byte-identical to the CPU on the same pixels.
     adjust_sharpness and hflip are reachable only through stoker.functional,
-    on the CPU."""
+    on the CPU. Sizes: the kernel moves 4 bytes at a time when w * h is a
+    multiple of 4 (64) and one at a time otherwise (37 x 37). On an H200 a
+    block's shared memory holds the tile and its scratch at 64 and 37, the
+    tile alone at 200, and neither at 280 (the ops on global memory)."""
     norm = [T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
-    pipes = [GPU_PIPE[:-1],
-             [T.RandomResizedCrop(64), T.AutoAugment()] + norm,
-             [T.RandomResizedCrop(64), T.RandAugment(num_ops=3, magnitude=20)] + norm]
+    pipes = [[T.RandomResizedCrop(size)] + GPU_PIPE[1:-1],
+             [T.RandomResizedCrop(size), T.AutoAugment()] + norm,
+             [T.RandomResizedCrop(size), T.RandAugment(num_ops=3, magnitude=20)] + norm]
     if hasattr(T, "TimmRandAugment"):
-        pipes.append([T.RandomResizedCrop(64), T.TimmRandAugment("rand-m9-n3-mstd0.5-inc1")] + norm)
+        pipes.append([T.RandomResizedCrop(size), T.TimmRandAugment("rand-m9-n3-mstd0.5-inc1")] + norm)
     seen = set()
     for pipe in pipes:
         opts = stoker.transforms.pipeline_options(pipe)
@@ -766,15 +773,18 @@ def test_gpu_random_erasing_and_mix(folder):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
 @pytest.mark.parametrize("which", ["mixup", "cutmix", "timm"])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_gpu_mix_equals_the_cpu(folder, dtype, which, channels_last):
+@pytest.mark.parametrize("size", [64, 37])
+def test_gpu_mix_equals_the_cpu(folder, dtype, which, channels_last, size):
     """The device batch is mixed by the loader's kernel with the CPU's
     arithmetic: on the same pixels (gpu_cpu_share=1) the mixed batches and the
     soft labels are byte-identical, in every dtype and layout, with
-    torchvision's roll(1) pairing and timm's flip(0) with label smoothing."""
+    torchvision's roll(1) pairing and timm's flip(0) with label smoothing.
+    At 64 x 64 every image is whole 16-byte vectors (the kernel's vector
+    path), at 37 x 37 in no dtype (its element path)."""
     mix = {"mixup": T.MixUp(alpha=0.4), "cutmix": T.CutMix(alpha=1.0),
            "timm": T.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
                            num_classes=4)}[which]
-    pipe = GPU_PIPE[:3] + ([T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+    pipe = [T.RandomResizedCrop(size)] + GPU_PIPE[1:3] + ([T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
                            if dtype != "uint8" else [])
     kw = dict(pipeline=pipe, seed=5, threads=2, shuffle=False, mix=mix, dtype=dtype,
               channels_last=channels_last)

@@ -54,6 +54,8 @@ static const sym_entry cuda_syms[] = {
     CU_SYM(ModuleUnload, "cuModuleUnload"),
     CU_SYM(ModuleGetFunction, "cuModuleGetFunction"),
     CU_SYM(LaunchKernel, "cuLaunchKernel"),
+    CU_SYM(FuncGetAttribute, "cuFuncGetAttribute"),
+    CU_SYM(FuncSetAttribute, "cuFuncSetAttribute"),
     CU_SYM(GetErrorName, "cuGetErrorName"),
     CU_SYM(GetErrorString, "cuGetErrorString"),
 };

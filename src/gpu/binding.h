@@ -25,6 +25,9 @@ typedef struct CUevent_st *CUevent;
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_CC_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_CC_MINOR 76
+#define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
+#define CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES 1
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_EVENT_DISABLE_TIMING 2
 
@@ -67,6 +70,8 @@ typedef struct {
   CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void **, void **);
+  CUresult (*FuncGetAttribute)(int *, int, CUfunction);
+  CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*GetErrorName)(CUresult, const char **);
   CUresult (*GetErrorString)(CUresult, const char **);
 } cuda_api;

@@ -582,7 +582,7 @@ static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_ite
 }
 
 /* cfg.aug, on the slot's stream after the last chunk: the ops on the tiles,
- * then the tiles into the batch (normalised, erased). */
+ * and the tiles into the batch (normalised, erased), one launch. */
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen) {
   /* the upload (on the lane's stream) before the kernels, whatever the
    * chunks did; and the consumer done with the slot's images */
@@ -599,14 +599,12 @@ static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size
   kp.h = g->cfg.out_h;
   kp.dtype = (int)g->cfg.dtype;
   kp.layout = (int)g->cfg.layout;
-  kp.tiles_x = (g->cfg.out_w + STK_TILE_W - 1) / STK_TILE_W;
+  kp.smem = g->aug_smem;
   kp.n = naug;
-  int rows = STK_TILE_H * STK_STORE_ROWS, tiles_y = (g->cfg.out_h + rows - 1) / rows;
   void *args[] = {&kp};
-  CU(stk__cu.LaunchKernel(g->fn_aug, (unsigned)naug, 1, 1, STK_AUG_THREADS, 1, 1, 0, s->stream,
+  CU(stk__cu.LaunchKernel(g->fn_aug, (unsigned)naug, 1, 1, STK_AUG_THREADS, 1, 1,
+                          g->aug_smem_bytes, s->stream,
                           args, NULL));
-  CU(stk__cu.LaunchKernel(g->fn_store, (unsigned)(kp.tiles_x * tiles_y), (unsigned)naug, 1,
-                          STK_TILE_W, STK_TILE_H, 1, 0, s->stream, args, NULL));
   /* the tiles, the scratch and the draws are free again after these */
   CU(stk__cu.EventRecord(s->consumed, s->stream));
   s->consumed_pending = 1;

@@ -410,6 +410,31 @@ static void open_nvjpeg(stk__gpu *g) {
   }
 }
 
+/* How much of the tile the augmentation kernel keeps in shared memory
+ * (kernel_abi.h): the tile and its scratch when both fit in what a block
+ * may opt into beside the kernel's static tables, else the tile alone, else
+ * nothing. Any failure here leaves the kernel on global memory, which is
+ * slower and computes the same bytes. */
+static void aug_shared_memory(stk__gpu *g) {
+  int optin = 0, fixed = 0;
+  g->aug_smem = STK_AUG_SMEM_NONE;
+  g->aug_smem_bytes = 0;
+  if (stk__cu.DeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                 g->dev) != CUDA_SUCCESS ||
+      stk__cu.FuncGetAttribute(&fixed, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, g->fn_aug) != CUDA_SUCCESS)
+    return;
+  const long long tile = ((long long)g->cfg.out_w * g->cfg.out_h * 3 + 15) & ~15LL;
+  const long long room = (long long)optin - fixed;
+  int mode = 2 * tile <= room ? STK_AUG_SMEM_BOTH : tile <= room ? STK_AUG_SMEM_TILE : STK_AUG_SMEM_NONE;
+  if (mode == STK_AUG_SMEM_NONE) return;
+  unsigned bytes = (unsigned)(mode == STK_AUG_SMEM_BOTH ? 2 * tile : tile);
+  if (stk__cu.FuncSetAttribute(g->fn_aug, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               (int)bytes) != CUDA_SUCCESS)
+    return;
+  g->aug_smem = mode;
+  g->aug_smem_bytes = bytes;
+}
+
 int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
                   size_t msglen) {
   if (out) *out = NULL;
@@ -494,11 +519,11 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     stk__store_init(&g->work_store, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, g->cfg.out_w, g->cfg.out_h,
                     g->cfg.mean, g->cfg.std);
     g->work_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3;
-    if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS ||
-        (r = stk__cu.ModuleGetFunction(&g->fn_store, g->mod, "stk_store_kernel")) != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernels)", msg, msglen);
+    if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS) {
+      rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernel)", msg, msglen);
       goto fail;
     }
+    aug_shared_memory(g);
   } else {
     g->work_store = g->store;
     g->work_bytes = g->image_bytes;
@@ -833,6 +858,12 @@ int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void
   kp.on = io->on;
   kp.off = io->off;
   int64_t elems = (int64_t)kp.w * kp.h * 3, row = io->soft ? (int64_t)io->n * io->classes : 0;
+  /* 16 bytes a thread when every image starts 16-byte aligned in both
+   * buffers (torch's and the slots' allocations are; a tensor view need
+   * not be) */
+  const int64_t es = (int64_t)stk__dtype_size(g->cfg.dtype), per = 16 / es;
+  kp.vec = (elems * es) % 16 == 0 && io->src % 16 == 0 && io->dst % 16 == 0;
+  if (kp.vec) elems /= per; /* threads on an image's row of blocks */
   int64_t most = elems > row ? elems : row;
   unsigned gx = (unsigned)((most + STK_MIX_THREADS - 1) / STK_MIX_THREADS);
   void *args[] = {&kp};

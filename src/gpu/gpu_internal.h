@@ -114,7 +114,9 @@ struct stk__gpu {
   CUcontext ctx;
   int ctx_retained;
   CUmodule mod;
-  CUfunction fn, fn_aug, fn_store, fn_mix;
+  CUfunction fn, fn_aug, fn_mix;
+  int aug_smem;                /* STK_AUG_SMEM_*, and the dynamic shared bytes it takes */
+  unsigned aug_smem_bytes;
   stk__store store;
   size_t image_bytes;
   /* what the fused kernel and the CPU-finished ("big") images write: the

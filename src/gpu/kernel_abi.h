@@ -33,8 +33,7 @@ typedef struct {
 /* ---- the augmentations (augment.h) on the GPU ----
  * With augmentations on, the fused kernel writes 8-bit RGB tiles (NHWC);
  * stk_augment_kernel then runs each item's ops on its tile (one block per
- * item), and stk_store_kernel normalises the tiles into the batch and
- * erases. The host draws everything and computes what must round as on the
+ * item) and stores it into the batch, normalised and erased. The host draws everything and computes what must round as on the
  * CPU (warp coefficients, blur taps) before the upload. */
 #define STK_KAUG_OPS 24  /* STK__AUG_MAX_OPS */
 #define STK_KAUG_TAPS 64 /* the longest blur kernel on the GPU */
@@ -61,8 +60,18 @@ typedef struct {
   unsigned long long scratch; /* as many bytes again */
   unsigned long long out;     /* the slot's images */
   unsigned long long lut;     /* as stk__kparams.lut */
-  int w, h, dtype, layout, tiles_x, n;
+  int w, h, dtype, layout;
+  int smem; /* STK_AUG_SMEM_*: where the block keeps the tile while its ops run */
+  int n;
 } stk__kaugparams;
+
+/* The augmentation kernel works on a copy of the tile in shared memory
+ * (dynamic, sized by the host) when it fits: its ops read each byte several
+ * times, and shared memory answers in tens of cycles where global memory
+ * takes hundreds, with only 256 threads to hide them. */
+#define STK_AUG_SMEM_NONE 0    /* tile and scratch in global memory */
+#define STK_AUG_SMEM_TILE 1    /* the tile in shared memory, the scratch in global */
+#define STK_AUG_SMEM_BOTH 2    /* both in shared memory (the scratch after the tile) */
 
 /* ---- MixUp and CutMix of a finished batch (stk_mix_kernel) ----
  * Out of place: image i of dst is image i of src mixed with its partner,
@@ -77,16 +86,15 @@ typedef struct {
   float a, b;                      /* MixUp: image i's weight (lambda) and the partner's */
   int pair;                        /* the partner of image i: 0 image i - 1, 1 image n - 1 - i */
   float on, off;                   /* the soft labels' one-hot values (label smoothing) */
-  int pad_;
+  int vec;                         /* 1: each thread moves 16 bytes of an image (see gpu.c) */
 } stk__kmixparams;
 
 #define STK_MIX_THREADS 256
 
-#define STK_AUG_THREADS 1024 /* one block per item: all of an SM for it */
+#define STK_AUG_THREADS 256 /* one block per item, small enough to fit beside other kernels */
 
 #define STK_TILE_W 32
 #define STK_TILE_H 8
-#define STK_STORE_ROWS 8 /* stk_store_kernel: rows of STK_TILE_H per block */
 
 /* (a layout change must be made on both sides at once: it is one file) */
 #if defined(__cplusplus)

@@ -194,11 +194,75 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
 #include "ops/augment_px.h"
 
 /* 32-bit indices throughout: 64-bit division and modulo are slow on the
- * device, and a tile is far below 2**31 bytes (size <= 8192). The copy
- * moves 4 bytes a thread where the tile allows (w * h * 3 is a multiple of
- * 4 when w * h is). */
+ * device, and a tile is far below 2**31 bytes (size <= 8192).
+ *
+ * The block is small (STK_AUG_THREADS = 256), so that it fits beside the
+ * model's kernels: a block of 1,024 threads needed all of an SM's registers
+ * and waited for an SM to drain. Its threads therefore move whole words:
+ * a tile whose w * h is a multiple of 4 is read and written 4 bytes at a
+ * time (w * h * 3 bytes, at dst * w * h * 3 in a 256-byte-aligned buffer,
+ * so every word is aligned), UNROLL words in flight per thread. */
+#define UNROLL 4
+
+/* Each byte v of channel c through f(v, c), in place. */
+template <class F> __device__ static void map_bytes(uint8_t *t, int n, F f) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  if (n & 3) {
+    for (int i = tid; i < n; i += nt) t[i] = f(t[i], i % 3);
+    return;
+  }
+  uint32_t *t4 = (uint32_t *)t;
+  const int nw = n >> 2;
+  for (int w0 = tid; w0 < nw; w0 += UNROLL * nt) {
+    uint32_t v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) v[u] = w0 + u * nt < nw ? t4[w0 + u * nt] : 0;
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      const int w = w0 + u * nt;
+      if (w >= nw) break;
+      uint32_t o = 0;
+      int c = (4 * w) % 3;
+#pragma unroll
+      for (int b = 0; b < 4; b++) {
+        o |= (uint32_t)f((int)((v[u] >> (8 * b)) & 255), c) << (8 * b);
+        c = c == 2 ? 0 : c + 1;
+      }
+      t4[w] = o;
+    }
+  }
+}
+
+/* f(q) on each pixel q (3 bytes) of the tile; written back when STORE. */
+template <bool STORE, class F> __device__ static void map_pixels(uint8_t *t, int npx, F f) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  if (npx & 3) {
+    for (int i = tid; i < npx; i += nt) f(t + 3 * i);
+    return;
+  }
+  uint32_t *t4 = (uint32_t *)t;
+  for (int g = tid; g < npx >> 2; g += nt) { /* 4 pixels, 3 words */
+    uint32_t w[3] = {t4[3 * g], t4[3 * g + 1], t4[3 * g + 2]};
+    uint8_t q[12];
+#pragma unroll
+    for (int j = 0; j < 12; j++) q[j] = (uint8_t)(w[j >> 2] >> (8 * (j & 3)));
+#pragma unroll
+    for (int k = 0; k < 4; k++) f(q + 3 * k);
+    if (STORE) {
+#pragma unroll
+      for (int k = 0; k < 3; k++)
+        t4[3 * g + k] = (uint32_t)q[4 * k] | (uint32_t)q[4 * k + 1] << 8 |
+                        (uint32_t)q[4 * k + 2] << 16 | (uint32_t)q[4 * k + 3] << 24;
+    }
+  }
+}
+
 __device__ static void tile_copy(const uint8_t *src, uint8_t *dst, int n) {
-  if ((n & 3) == 0) {
+  if ((n & 15) == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 15) == 0) {
+    const uint4 *s16 = (const uint4 *)src;
+    uint4 *d16 = (uint4 *)dst;
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) d16[i] = s16[i];
+  } else if ((n & 3) == 0) {
     const uint32_t *s4 = (const uint32_t *)src;
     uint32_t *d4 = (uint32_t *)dst;
     for (int i = threadIdx.x; i < n / 4; i += blockDim.x) d4[i] = s4[i];
@@ -208,9 +272,107 @@ __device__ static void tile_copy(const uint8_t *src, uint8_t *dst, int n) {
   __syncthreads();
 }
 
+/* The block's per-channel table lut[c][v] = f(v, c), then the tile through
+ * it: every op whose output byte depends only on its input byte and channel
+ * (the table holds the same values f would give byte by byte). */
+template <class F> __device__ static void lut_op(uint8_t *t, int n, uint8_t (*lut)[256], F f) {
+  for (int q = threadIdx.x; q < 768; q += blockDim.x) lut[q >> 8][q & 255] = f(q & 255, q >> 8);
+  __syncthreads();
+  map_bytes(t, n, [&](int v, int c) { return lut[c][v]; });
+}
+
+/* The block's sum of key(q) over the tile's pixels, in *sum (shared). */
+template <class F> __device__ static unsigned long long pixel_sum(uint8_t *t, int npx,
+                                                                  unsigned long long *sum, F key) {
+  if (threadIdx.x == 0) *sum = 0;
+  __syncthreads();
+  unsigned long long part = 0;
+  map_pixels<false>(t, npx, [&](uint8_t *q) { part += (unsigned long long)key(q); });
+  atomicAdd(sum, part);
+  __syncthreads();
+  return *sum;
+}
+
+/* Per-channel histograms of the tile into hist (int64, as
+ * stk__equalize_lut reads them). The lanes of a warp that hold the same
+ * channel and value add once, with their count (__match_any_sync): a flat
+ * region would otherwise serialise the whole warp on one counter; 4
+ * replicas of the 32-bit counts spread the warps. */
+__device__ static void histogram(const uint8_t *t, int n, unsigned int (*h32)[768],
+                                 unsigned long long (*hist)[256]) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31;
+  for (int q = tid; q < 4 * 768; q += nt) h32[q / 768][q % 768] = 0;
+  __syncthreads();
+  unsigned int *h = h32[(tid >> 5) & 3];
+  /* a bound the whole warp shares, so that every lane reaches each match */
+  const int rounds = (n + nt - 1) / nt;
+  for (int r = 0; r < rounds; r++) {
+    const int i = r * nt + tid;
+    const int key = i < n ? (i % 3) * 256 + t[i] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, key);
+    if (key >= 0 && lane == __ffs(same) - 1) atomicAdd(&h[key], (unsigned)__popc(same));
+  }
+  __syncthreads();
+  for (int q = tid; q < 768; q += nt)
+    hist[q >> 8][q & 255] = (unsigned long long)h32[0][q] + h32[1][q] + h32[2][q] + h32[3][q];
+  __syncthreads();
+}
+
+/* Each channel's smallest and largest byte over this thread's part of the
+ * tile (the block's are their atomicMin/atomicMax). */
+__device__ static void channel_minmax(const uint8_t *t, int n, int *l, int *h) {
+  int l0 = 255, l1 = 255, l2 = 255, h0 = 0, h1 = 0, h2 = 0;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  for (int i = tid; i < n; i += nt) { /* byte loads: a whole warp reads 32 bytes */
+    const int v = t[i], c = i % 3;
+    if (c == 0) l0 = min(l0, v), h0 = max(h0, v);
+    else if (c == 1) l1 = min(l1, v), h1 = max(h1, v);
+    else l2 = min(l2, v), h2 = max(h2, v);
+  }
+  l[0] = l0, l[1] = l1, l[2] = l2, h[0] = h0, h[1] = h1, h[2] = h2;
+}
+
+/* The finished tile into the batch in its dtype and layout through the
+ * normalisation tables, with the item's erase box (the erase value
+ * numbered channel by channel, as on the CPU). */
+__device__ static void store_tile(const stk__kaugparams &p, const stk__kaug *a, const uint8_t *t,
+                                  const float *lutf, const unsigned short *lut16) {
+  const int W = p.w, npx = W * p.h, n = npx * 3;
+  const size_t img = (size_t)a->dst * (size_t)n;
+  const int nchw = p.layout == LAYOUT_NCHW, erase = a->erase;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int px = i / 3, c = i - 3 * px;
+    const size_t o = nchw ? img + (size_t)c * npx + px : img + i;
+    const int v = t[i];
+    int x = 0, y = 0;
+    if (erase) x = px % W, y = px / W; /* (divisions only where a box may be) */
+    if (!(erase && x >= a->ex && x < a->ex + a->ew && y >= a->ey && y < a->ey + a->eh)) {
+      switch (p.dtype) {
+        case DT_F32: ((float *)p.out)[o] = lutf[c * 256 + v]; break;
+        case DT_F16:
+        case DT_BF16: ((unsigned short *)p.out)[o] = lut16[c * 256 + v]; break;
+        default: ((unsigned char *)p.out)[o] = (unsigned char)v; break;
+      }
+      continue;
+    }
+    unsigned long long e = ((unsigned long long)c * a->eh + (y - a->ey)) * a->ew + (x - a->ex);
+    float ev = a->erase_random ? stk__erase_normal(a->erase_key, e) : a->erase_value[c];
+    switch (p.dtype) {
+      case DT_F32: ((float *)p.out)[o] = ev; break;
+      case DT_F16: ((unsigned short *)p.out)[o] = __half_as_ushort(__float2half_rn(ev)); break;
+      case DT_BF16: ((unsigned short *)p.out)[o] = __bfloat16_as_ushort(__float2bfloat16_rn(ev)); break;
+      default: ((unsigned char *)p.out)[o] = stk__round8(ev); break;
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel(stk__kaugparams p) {
+  extern __shared__ __align__(16) uint8_t dyn[];
+  __shared__ unsigned int h32[4][768];
   __shared__ unsigned long long hist[3][256];
   __shared__ uint8_t lut[3][256];
+  __shared__ float lutf[768];
+  __shared__ unsigned short lut16[768];
   __shared__ int lutok[3], lo[3], hi[3];
   __shared__ unsigned long long sum;
   const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.x;
@@ -219,7 +381,15 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
   uint8_t *t = (uint8_t *)p.tiles + (size_t)a->dst * (size_t)n;
   uint8_t *sc = (uint8_t *)p.scratch + (size_t)a->dst * (size_t)n;
   const int tid = threadIdx.x, nt = blockDim.x;
+  if (p.smem != STK_AUG_SMEM_NONE && a->n > 0) {
+    /* the ops on a shared copy (generic pointers: the same code either
+     * way); store_tile reads the result from there */
+    tile_copy(t, dyn, n);
+    t = dyn;
+    if (p.smem == STK_AUG_SMEM_BOTH) sc = dyn + ((n + 15) & ~15);
+  }
   const float *fill = a->has_fill ? a->fill : NULL;
+  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, tid); /* read after the ops' syncs */
   for (int k = 0; k < a->n; k++) {
     const stk__kop *op = &a->op[k];
     const double mag = op->mag;
@@ -249,54 +419,46 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         break;
       }
       case STK__OP_SOLARIZE_ADD:
-        for (int i = tid; i < n; i += nt) t[i] = stk__solarize_add8(t[i], op->mag);
+        lut_op(t, n, lut, [&](int v, int) { return stk__solarize_add8(v, op->mag); });
         break;
       case STK__OP_PIL_COLOR:
-        for (int i = tid; i < npx; i += nt) {
-          uint8_t *q = t + i * 3;
+        map_pixels<true>(t, npx, [&](uint8_t *q) {
           int l = stk__pil_luma(q[0], q[1], q[2]);
           for (int c = 0; c < 3; c++) q[c] = stk__pil_blend8(l, q[c], op->mag);
-        }
+        });
         break;
       case STK__OP_PIL_CONTRAST: {
-        if (tid == 0) sum = 0;
-        __syncthreads();
-        unsigned long long part = 0;
-        for (int i = tid; i < npx; i += nt) part += stk__pil_luma(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
-        atomicAdd(&sum, part);
-        __syncthreads();
-        const int mean = (int)((double)sum / (double)npx + 0.5);
-        for (int i = tid; i < n; i += nt) t[i] = stk__pil_blend8(mean, t[i], op->mag);
+        unsigned long long s = pixel_sum(t, npx, &sum, [](const uint8_t *q) {
+          return stk__pil_luma(q[0], q[1], q[2]);
+        });
+        const int mean = (int)((double)s / (double)npx + 0.5);
+        lut_op(t, n, lut, [&](int v, int) { return stk__pil_blend8(mean, v, op->mag); });
         break;
       }
       case STK__OP_BRIGHTNESS:
       case STK__OP_ADJ_BRIGHTNESS: {
         const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
-        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(k.r, k.r1, t[i], 0.0f);
+        lut_op(t, n, lut, [&](int v, int) { return stk__blend8(k.r, k.r1, v, 0.0f); });
         break;
       }
       case STK__OP_COLOR:
       case STK__OP_ADJ_SATURATION: {
         const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
-        for (int i = tid; i < npx; i += nt) {
-          uint8_t *q = t + i * 3;
+        map_pixels<true>(t, npx, [&](uint8_t *q) {
           float g = stk__gray8(q[0], q[1], q[2]);
           for (int c = 0; c < 3; c++) q[c] = stk__blend8(k.r, k.r1, q[c], g);
-        }
+        });
         break;
       }
       case STK__OP_CONTRAST:
       case STK__OP_ADJ_CONTRAST: {
-        if (tid == 0) sum = 0;
-        __syncthreads();
-        unsigned long long part = 0;
-        for (int i = tid; i < npx; i += nt) part += stk__gray8(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
-        atomicAdd(&sum, part);
-        __syncthreads();
         /* an integer sum: exact in any order, as on the CPU */
-        float mean = (float)((float)(double)sum / (float)npx);
+        unsigned long long s = pixel_sum(t, npx, &sum, [](const uint8_t *q) {
+          return stk__gray8(q[0], q[1], q[2]);
+        });
+        float mean = (float)((float)(double)s / (float)npx);
         const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
-        for (int i = tid; i < n; i += nt) t[i] = stk__blend8(k.r, k.r1, t[i], mean);
+        lut_op(t, n, lut, [&](int v, int) { return stk__blend8(k.r, k.r1, v, mean); });
         break;
       }
       case STK__OP_SHARPNESS:
@@ -306,78 +468,68 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         tile_copy(t, sc, n);
         const stk__blend k = stk__blend_of(stk__op_factor(op->kind, mag));
         const int row = W * 3;
-        for (int i = tid; i < n; i += nt) {
-          int x = (i / 3) % W, y = i / row;
+        for (int i = tid; i < npx; i += nt) {
+          const int x = i % W, y = i / W;
           if (x == 0 || y == 0 || x == W - 1 || y == H - 1) continue; /* the border stays */
-          const uint8_t *q = sc + i;
-          const int blur = stk__sharp_blur(stk__sharp_sum(q, row));
-          t[i] = op->kind == STK__OP_PIL_SHARPNESS ? stk__pil_blend8(blur, q[0], op->mag)
-                                                   : stk__blend8(k.r, k.r1, q[0], (float)blur);
+          for (int c = 0; c < 3; c++) {
+            const uint8_t *q = sc + 3 * i + c;
+            const int blur = stk__sharp_blur(stk__sharp_sum(q, row));
+            t[3 * i + c] = op->kind == STK__OP_PIL_SHARPNESS ? stk__pil_blend8(blur, q[0], op->mag)
+                                                             : stk__blend8(k.r, k.r1, q[0], (float)blur);
+          }
         }
         break;
       }
       case STK__OP_POSTERIZE: {
         const uint8_t mask = stk__posterize_mask(mag);
-        for (int i = tid; i < n; i += nt) t[i] &= mask;
+        map_bytes(t, n, [&](int v, int) { return (uint8_t)(v & mask); });
         break;
       }
       case STK__OP_SOLARIZE:
-        for (int i = tid; i < n; i += nt) t[i] = stk__solarize8(t[i], op->mag);
+        lut_op(t, n, lut, [&](int v, int) { return stk__solarize8(v, op->mag); });
         break;
       case STK__OP_INVERT:
-        for (int i = tid; i < n; i += nt) t[i] = (uint8_t)(255 - t[i]);
+        map_bytes(t, n, [](int v, int) { return (uint8_t)(255 - v); });
         break;
       case STK__OP_AUTOCONTRAST:
       case STK__OP_PIL_AUTOCONTRAST: {
         if (tid < 3) lo[tid] = 255, hi[tid] = 0;
         __syncthreads();
-        int l[3] = {255, 255, 255}, h[3] = {0, 0, 0};
-        for (int i = tid; i < npx; i += nt)
-          for (int c = 0; c < 3; c++) {
-            int v = t[i * 3 + c];
-            l[c] = v < l[c] ? v : l[c];
-            h[c] = v > h[c] ? v : h[c];
-          }
+        int l[3], h[3];
+        channel_minmax(t, n, l, h);
         for (int c = 0; c < 3; c++) {
           atomicMin(&lo[c], l[c]);
           atomicMax(&hi[c], h[c]);
         }
         __syncthreads();
-        float mn[3], scale[3];
-        for (int c = 0; c < 3; c++) scale[c] = stk__autocontrast_scale(lo[c], hi[c], &mn[c]);
-        for (int i = tid; i < n; i += nt) {
-          int c = i % 3;
-          t[i] = op->kind == STK__OP_PIL_AUTOCONTRAST ? stk__pil_autocontrast8(t[i], lo[c], hi[c])
-                                                      : stk__autocontrast8(t[i], mn[c], scale[c]);
-        }
+        const bool pil = op->kind == STK__OP_PIL_AUTOCONTRAST;
+        lut_op(t, n, lut, [&](int v, int c) {
+          float mn;
+          float scale = stk__autocontrast_scale(lo[c], hi[c], &mn);
+          return pil ? stk__pil_autocontrast8(v, lo[c], hi[c]) : stk__autocontrast8(v, mn, scale);
+        });
         break;
       }
       case STK__OP_EQUALIZE: {
-        for (int q = tid; q < 3 * 256; q += nt) hist[q / 256][q % 256] = 0;
-        __syncthreads();
-        for (int i = tid; i < n; i += nt) atomicAdd(&hist[i % 3][t[i]], 1ULL);
-        __syncthreads();
+        histogram(t, n, h32, hist);
         if (tid < 3) lutok[tid] = stk__equalize_lut((const int64_t *)hist[tid], lut[tid]);
         __syncthreads();
-        for (int i = tid; i < n; i += nt) {
-          int c = i % 3;
-          if (lutok[c]) t[i] = lut[c][t[i]];
-        }
+        if (lutok[0] || lutok[1] || lutok[2])
+          map_bytes(t, n, [&](int v, int c) { return lutok[c] ? lut[c][v] : (uint8_t)v; });
         break;
       }
       case STK__OP_ADJ_HUE:
-        for (int i = tid; i < npx; i += nt) stk__hue_px(t + i * 3, op->mag);
+        map_pixels<true>(t, npx, [&](uint8_t *q) { stk__hue_px(q, op->mag); });
         break;
       case STK__OP_GRAYSCALE:
-        for (int i = tid; i < npx; i += nt) {
-          uint8_t *q = t + i * 3;
-          q[0] = q[1] = q[2] = stk__gray8(q[0], q[1], q[2]);
-        }
+        map_pixels<true>(t, npx, [](uint8_t *q) { q[0] = q[1] = q[2] = stk__gray8(q[0], q[1], q[2]); });
         break;
       case STK__OP_BLUR:
         tile_copy(t, sc, n);
-        for (int i = tid; i < n; i += nt)
-          t[i] = stk__blur_px(sc, W, H, (i / 3) % W, i / (W * 3), i % 3, a->blur, op->ksize);
+        for (int i = tid; i < npx; i += nt) {
+          const int x = i % W, y = i / W;
+          for (int c = 0; c < 3; c++) t[3 * i + c] = stk__blur_px(sc, W, H, x, y, c, a->blur, op->ksize);
+        }
         break;
       case STK__OP_VFLIP: {
         tile_copy(t, sc, n);
@@ -398,58 +550,8 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
     }
     __syncthreads();
   }
-}
-
-/* stk_store_kernel: the tiles into the batch in its dtype and layout through
- * the normalisation tables (as the fused kernel stores), then each item's
- * erase box. One thread per output pixel of STK_STORE_ROWS rows (a block
- * covers STK_TILE_W x STK_TILE_H * STK_STORE_ROWS pixels: the tables a block
- * loads first, 4.6 KB, are then read for 8 times as many pixels), blockIdx.y
- * the item. */
-extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
-    stk_store_kernel(stk__kaugparams p) {
-  __shared__ float lutf[768];
-  __shared__ unsigned short lut16[768];
-  const int t = threadIdx.y * STK_TILE_W + threadIdx.x;
-  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, t);
-  __syncthreads();
-  const stk__kaug *a = (const stk__kaug *)p.items + blockIdx.y;
-  const int W = p.w, H = p.h;
-  const int i = (blockIdx.x % p.tiles_x) * STK_TILE_W + threadIdx.x;
-  const int j0 = (blockIdx.x / p.tiles_x) * (STK_TILE_H * STK_STORE_ROWS) + threadIdx.y;
-  if (i >= W) return;
-  const size_t plane = (size_t)W * H, img = (size_t)a->dst * 3 * plane;
-  for (int r = 0; r < STK_STORE_ROWS; r++) {
-    const int j = j0 + r * STK_TILE_H;
-    if (j >= H) return;
-    const uint8_t *px = (const uint8_t *)p.tiles + (size_t)a->dst * plane * 3 + ((size_t)j * W + i) * 3;
-    const int in_box = a->erase && i >= a->ex && i < a->ex + a->ew && j >= a->ey && j < a->ey + a->eh;
-    for (int c = 0; c < 3; c++) {
-      size_t o = p.layout == LAYOUT_NCHW ? img + c * plane + (size_t)j * W + i
-                                         : img + ((size_t)j * W + i) * 3 + c;
-      if (!in_box) {
-        int v = px[c];
-        switch (p.dtype) {
-          case DT_F32: ((float *)p.out)[o] = lutf[c * 256 + v]; break;
-          case DT_F16:
-          case DT_BF16: ((unsigned short *)p.out)[o] = lut16[c * 256 + v]; break;
-          default: ((unsigned char *)p.out)[o] = (unsigned char)v; break;
-        }
-        continue;
-      }
-      /* the erase value, numbered channel by channel as on the CPU */
-      unsigned long long e = ((unsigned long long)c * a->eh + (j - a->ey)) * a->ew + (i - a->ex);
-      float v = a->erase_random ? stk__erase_normal(a->erase_key, e) : a->erase_value[c];
-      switch (p.dtype) {
-        case DT_F32: ((float *)p.out)[o] = v; break;
-        case DT_F16: ((unsigned short *)p.out)[o] = __half_as_ushort(__float2half_rn(v)); break;
-        case DT_BF16:
-          ((unsigned short *)p.out)[o] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-          break;
-        default: ((unsigned char *)p.out)[o] = stk__round8(v); break;
-      }
-    }
-  }
+  __syncthreads(); /* the tables, when there were no ops */
+  store_tile(p, a, t, lutf, lut16);
 }
 
 /* stk_mix_kernel: MixUp or CutMix of a finished batch, out of place (the
@@ -470,6 +572,69 @@ __device__ static float mix_load(int dtype, const void *p, unsigned int k) {
   }
 }
 
+/* CutMix: whether element e of an image comes from its partner (inside
+ * the box). */
+__device__ static bool from_partner(const stk__kmixparams &p, unsigned int e) {
+  if (p.mode != 2) return false;
+  const unsigned int plane = (unsigned int)p.w * (unsigned int)p.h;
+  const unsigned int q = p.layout == LAYOUT_NCHW ? e % plane : e / 3;
+  const int x = (int)(q % (unsigned int)p.w), y = (int)(q / (unsigned int)p.w);
+  return x >= p.x1 && x < p.x2 && y >= p.y1 && y < p.y2;
+}
+
+/* MixUp of one element, image i's value vi and its partner's vp, in the
+ * CPU's order: the partner's product first. */
+__device__ static float mixup_one(const stk__kmixparams &p, float vi, float vp) {
+  float v = vp * p.b;
+  return v + vi * p.a;
+}
+
+/* The vector path: 16 bytes of image i and of its partner per thread (4
+ * floats, 8 halves or 16 bytes), so that a thread's loads and store are
+ * single instructions; the host sets p.vec only when every image starts
+ * 16-byte aligned in both buffers and holds a whole number of vectors. Each
+ * element goes through mix_one, so the values are the scalar path's. */
+__device__ static void mix_vec(const stk__kmixparams &p, int i, int partner, unsigned int v) {
+  const int es = p.dtype == DT_F32 ? 4 : p.dtype == DT_U8 ? 1 : 2;
+  const unsigned int per = 16 / es, elems = (unsigned int)p.w * (unsigned int)p.h * 3;
+  const unsigned int e0 = v * per;
+  if (e0 >= elems) return;
+  const uint4 *src = (const uint4 *)p.src;
+  const size_t at = ((size_t)i * elems + e0) / per, from = ((size_t)partner * elems + e0) / per;
+  union { uint4 q; float f[4]; unsigned short h[8]; unsigned char b[16]; } A, B, O;
+  A.q = src[at];
+  B.q = src[from];
+  if (p.mode != 1) { /* CutMix or none: a copy, element by element */
+#pragma unroll
+    for (int k = 0; k < 16; k++) O.b[k] = from_partner(p, e0 + k / es) ? B.b[k] : A.b[k];
+  } else {
+    switch (p.dtype) {
+      case DT_F32:
+#pragma unroll
+        for (int k = 0; k < 4; k++) O.f[k] = mixup_one(p, A.f[k], B.f[k]);
+        break;
+      case DT_F16:
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          O.h[k] = __half_as_ushort(__float2half_rn(mixup_one(
+              p, __half2float(__ushort_as_half(A.h[k])), __half2float(__ushort_as_half(B.h[k])))));
+        break;
+      case DT_BF16:
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          O.h[k] = __bfloat16_as_ushort(__float2bfloat16_rn(
+              mixup_one(p, __bfloat162float(__ushort_as_bfloat16(A.h[k])),
+                        __bfloat162float(__ushort_as_bfloat16(B.h[k])))));
+        break;
+      default:
+#pragma unroll
+        for (int k = 0; k < 16; k++) O.b[k] = stk__round8(mixup_one(p, (float)A.b[k], (float)B.b[k]));
+        break;
+    }
+  }
+  ((uint4 *)p.dst)[at] = O.q;
+}
+
 extern "C" __global__ void __launch_bounds__(STK_MIX_THREADS) stk_mix_kernel(stk__kmixparams p) {
   const unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
   const int i = blockIdx.y;
@@ -483,17 +648,20 @@ extern "C" __global__ void __launch_bounds__(STK_MIX_THREADS) stk_mix_kernel(stk
     ((float *)p.soft)[e] = v + cur * p.a;
     return;
   }
-  const unsigned int plane = (unsigned int)p.w * (unsigned int)p.h, elems = plane * 3;
-  if (e >= elems) return;
-  const int es = p.dtype == DT_F32 ? 4 : p.dtype == DT_U8 ? 1 : 2;
   /* image i's element e and image i - 1's, as element indices in the batch */
   const int partner = p.pair ? p.n - 1 - i : i == 0 ? p.n - 1 : i - 1;
+  if (p.vec) {
+    mix_vec(p, i, partner, e);
+    return;
+  }
+  const unsigned int elems = (unsigned int)p.w * (unsigned int)p.h * 3;
+  if (e >= elems) return;
+  const int es = p.dtype == DT_F32 ? 4 : p.dtype == DT_U8 ? 1 : 2;
   const size_t at = (size_t)i * elems + e, from = (size_t)partner * elems + e;
   const char *src = (const char *)p.src;
   char *dst = (char *)p.dst;
   if (p.mode == 1) {
-    float v = mix_load(p.dtype, src + from * es, 0) * p.b;
-    v = v + mix_load(p.dtype, src + at * es, 0) * p.a;
+    const float v = mixup_one(p, mix_load(p.dtype, src + at * es, 0), mix_load(p.dtype, src + from * es, 0));
     switch (p.dtype) {
       case DT_F32: *(float *)(dst + at * 4) = v; break;
       case DT_F16: *(unsigned short *)(dst + at * 2) = __half_as_ushort(__float2half_rn(v)); break;
@@ -502,17 +670,8 @@ extern "C" __global__ void __launch_bounds__(STK_MIX_THREADS) stk_mix_kernel(stk
     }
     return;
   }
-  /* CutMix (or none): a copy, from image i - 1 inside the box */
-  unsigned int x, y;
-  if (p.layout == LAYOUT_NCHW) {
-    const unsigned int q = e % plane;
-    x = q % (unsigned int)p.w, y = q / (unsigned int)p.w;
-  } else {
-    const unsigned int q = e / 3;
-    x = q % (unsigned int)p.w, y = q / (unsigned int)p.w;
-  }
-  const int in_box = p.mode == 2 && (int)x >= p.x1 && (int)x < p.x2 && (int)y >= p.y1 && (int)y < p.y2;
-  const size_t s = in_box ? from : at;
+  /* CutMix (or none): a copy, from the partner inside the box */
+  const size_t s = from_partner(p, e) ? from : at;
   switch (es) {
     case 4: *(float *)(dst + at * 4) = *(const float *)(src + s * 4); break;
     case 2: *(unsigned short *)(dst + at * 2) = *(const unsigned short *)(src + s * 2); break;
