@@ -91,7 +91,7 @@ typedef struct {
 
 #define STK_MIX_THREADS 256
 
-#define STK_AUG_THREADS 256 /* one block per item, small enough to fit beside other kernels */
+#define STK_AUG_THREADS 512 /* one block per item (see kernels.cu) */
 
 #define STK_TILE_W 32
 #define STK_TILE_H 8
