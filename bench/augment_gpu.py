@@ -138,6 +138,12 @@ def main():
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--arch", default="resnet18,resnet50")
+    ap.add_argument("--cache-threads", type=int, default=2,
+                    help="loader threads for the rows fed from the cache")
+    ap.add_argument("--cache-only", action="store_true",
+                    help="only the training rows fed from the cache (and synthetic)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the fed rows, alternating classic and new")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="instead: the device time per step of every kernel and copy that is "
@@ -151,7 +157,7 @@ def main():
             for key, us in profile(a.cache, new, classes):
                 print(f"  {us:9.1f}  {key[:90]}")
         return
-    for src, root in (("jpeg", a.data), ("cache", a.cache)):
+    for src, root in (() if a.cache_only else (("jpeg", a.data), ("cache", a.cache))):
         for new in (False, True):
             key = f"alone_{src}_{'new' if new else 'classic'}"
             out[key] = round(loader_alone(root, new, a.threads, a.batches))
@@ -160,13 +166,16 @@ def main():
         syn = fed(None, False, 0, arch, a.steps, classes)
         out[f"{arch}_synthetic"] = round(syn)
         print(f"{arch}_synthetic", round(syn), flush=True)
-        for src, root, threads in (("jpeg", a.data, a.threads), ("cache", a.cache, 2)):
-            for new in (False, True):
-                r = fed(root, new, threads, arch, a.steps, classes)
-                key = f"{arch}_{src}_{'new' if new else 'classic'}"
-                out[key] = round(r)
-                out[key + "_share"] = round(r / syn, 4)
-                print(key, round(r), f"{r / syn:.1%}", flush=True)
+        rows = [("cache", a.cache, a.cache_threads)]
+        if not a.cache_only:
+            rows.insert(0, ("jpeg", a.data, a.threads))
+        runs = [(row, rnd, new) for row in rows for rnd in range(a.rounds) for new in (False, True)]
+        for (src, root, threads), rnd, new in runs:
+            r = fed(root, new, threads, arch, a.steps, classes)
+            key = f"{arch}_{src}_{'new' if new else 'classic'}" + (f"_{rnd}" if rnd else "")
+            out[key] = round(r)
+            out[key + "_share"] = round(r / syn, 4)
+            print(key, round(r), f"{r / syn:.1%}", flush=True)
     if a.json:
         print(json.dumps(out))
 
