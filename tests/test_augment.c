@@ -308,7 +308,62 @@ static void test_options(void) {
   CHECK(stk__options_validate(&o, err, sizeof err) == STK_EINVAL);
 }
 
+/* stk__rint is rintf bit for bit (the sign of zero included): a spread of
+ * every kind of float, and the edges of its fast range. */
+static void test_rint(void) {
+  uint64_t bad = 0;
+  for (uint64_t u = 0; u < (1ull << 32); u += 251) {
+    uint32_t b = (uint32_t)u;
+    float v, a, c;
+    memcpy(&v, &b, 4);
+    a = rintf(v), c = stk__rint(v);
+    if (memcmp(&a, &c, 4) && !(isnan(a) && isnan(c))) bad++;
+  }
+  const float edge[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 0.49999997f,
+                        -0.49999997f, 4194303.5f, -4194303.5f, 4194304.0f, 4194304.5f,
+                        -4194304.5f, 8388607.5f, -8388607.5f, 8388608.0f, 1e30f, -1e30f,
+                        INFINITY, -INFINITY};
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+    float a = rintf(edge[i]), c = stk__rint(edge[i]);
+    if (memcmp(&a, &c, 4)) bad++;
+  }
+  CHECK(bad == 0);
+}
+
+/* The CPU's nearest-neighbour warp (row by row, column products computed
+ * once) gives the pixels of stk__warp_px, the per-pixel definition the GPU
+ * runs, for every warp op, sizes, magnitudes and fills. */
+static void test_nearest_warp(void) {
+  const int kinds[] = {STK__OP_SHEAR_X, STK__OP_SHEAR_Y, STK__OP_TRANSLATE_X, STK__OP_TRANSLATE_Y,
+                       STK__OP_ROTATE};
+  const int sizes[][2] = {{1, 1}, {3, 2}, {17, 9}, {64, 64}, {31, 47}};
+  const float mags[] = {0.0f, 0.3f, -0.29f, 7.0f, -13.5f, 45.0f, 135.0f, 1e4f};
+  const float fill[3] = {12.4f, 200.6f, 255.0f};
+  stk__buf scratch = {0};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+      for (size_t g = 0; g < sizeof mags / sizeof mags[0]; g++)
+        for (int f = 0; f < 2; f++) {
+          int w = sizes[z][0], h = sizes[z][1];
+          size_t n = (size_t)w * h * 3;
+          uint8_t *t = malloc(n), *src = malloc(n), *want = malloc(n);
+          fill_random(src, n, 7 * k + z);
+          memcpy(t, src, n);
+          stk__warp m;
+          stk__warp_of(kinds[k], mags[g], w, h, &m);
+          for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+              stk__warp_px(&m, src, w, h, x, y, 1, f ? fill : NULL, want + ((size_t)y * w + x) * 3);
+          CHECK(apply(kinds[k], mags[g], 0, t, w, h, 1, f ? fill : NULL, &scratch) == STK_OK);
+          CHECK(memcmp(t, want, n) == 0);
+          free(t), free(src), free(want);
+        }
+  stk__buf_free(&scratch);
+}
+
 int main(void) {
+  test_rint();
+  test_nearest_warp();
   test_all_ops_all_sizes();
   test_identities();
   test_draws();

@@ -428,9 +428,27 @@ void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64
 static inline uint8_t blend8(stk__blend k, float a, float b) { return stk__blend8(k.r, k.r1, a, b); }
 static inline uint8_t gray8(const uint8_t *p) { return stk__gray8(p[0], p[1], p[2]); }
 
+/* Ops whose output byte depends only on the input byte (and its channel)
+ * run through a table: the table holds what the per-byte arithmetic gives
+ * for each of the 256 values, so the result is the same, at a load a byte
+ * instead of the float blend. */
+static void map_lut(uint8_t *t, size_t n, const uint8_t lut[256]) {
+  for (size_t i = 0; i < n; i++) t[i] = lut[t[i]];
+}
+
+static void map_lut3(uint8_t *t, size_t npx, const uint8_t lut[3][256]) {
+  for (size_t i = 0; i < npx; i++, t += 3) {
+    t[0] = lut[0][t[0]];
+    t[1] = lut[1][t[1]];
+    t[2] = lut[2][t[2]];
+  }
+}
+
 static void op_brightness(uint8_t *t, size_t n, double f) {
   stk__blend k = stk__blend_of(f);
-  for (size_t i = 0; i < n; i++) t[i] = blend8(k, t[i], 0.0f);
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = blend8(k, (float)v, 0.0f);
+  map_lut(t, n, lut);
 }
 
 static void op_saturation(uint8_t *t, size_t npx, double f) {
@@ -450,7 +468,9 @@ static void op_contrast(uint8_t *t, size_t npx, double f) {
   for (size_t i = 0; i < npx; i++) sum += gray8(t + i * 3);
   float mean = (float)((float)sum / (float)npx);
   stk__blend k = stk__blend_of(f);
-  for (size_t i = 0; i < npx * 3; i++) t[i] = blend8(k, t[i], mean);
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = blend8(k, (float)v, mean);
+  map_lut(t, npx * 3, lut);
 }
 
 static void op_gray(uint8_t *t, size_t npx) {
@@ -466,42 +486,52 @@ static void op_posterize(uint8_t *t, size_t n, double mag) {
 }
 
 static void op_solarize(uint8_t *t, size_t n, float thr) {
-  for (size_t i = 0; i < n; i++) t[i] = stk__solarize8(t[i], thr);
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = stk__solarize8(v, thr);
+  map_lut(t, n, lut);
 }
 
 static void op_invert(uint8_t *t, size_t n) {
   for (size_t i = 0; i < n; i++) t[i] = (uint8_t)(255 - t[i]);
 }
 
-/* The smallest and largest value of channel c. */
-static void channel_range(const uint8_t *t, size_t npx, int c, int *lo, int *hi) {
-  int l = 255, h = 0;
-  for (size_t i = 0; i < npx; i++) {
-    int v = t[i * 3 + c];
-    l = v < l ? v : l;
-    h = v > h ? v : h;
+/* Each channel's smallest and largest value, in one pass. */
+static void channel_ranges(const uint8_t *t, size_t npx, int lo[3], int hi[3]) {
+  int l0 = 255, l1 = 255, l2 = 255, h0 = 0, h1 = 0, h2 = 0;
+  for (size_t i = 0; i < npx; i++, t += 3) {
+    l0 = t[0] < l0 ? t[0] : l0, h0 = t[0] > h0 ? t[0] : h0;
+    l1 = t[1] < l1 ? t[1] : l1, h1 = t[1] > h1 ? t[1] : h1;
+    l2 = t[2] < l2 ? t[2] : l2, h2 = t[2] > h2 ? t[2] : h2;
   }
-  *lo = l;
-  *hi = h;
+  lo[0] = l0, lo[1] = l1, lo[2] = l2, hi[0] = h0, hi[1] = h1, hi[2] = h2;
 }
 
 static void op_autocontrast(uint8_t *t, size_t npx) {
+  int lo[3], hi[3];
+  uint8_t lut[3][256];
+  channel_ranges(t, npx, lo, hi);
   for (int c = 0; c < 3; c++) {
-    int lo, hi;
-    channel_range(t, npx, c, &lo, &hi);
-    float mn, scale = stk__autocontrast_scale(lo, hi, &mn);
-    for (size_t i = 0; i < npx; i++) t[i * 3 + c] = stk__autocontrast8(t[i * 3 + c], mn, scale);
+    float mn, scale = stk__autocontrast_scale(lo[c], hi[c], &mn);
+    for (int v = 0; v < 256; v++) lut[c][v] = stk__autocontrast8(v, mn, scale);
   }
+  map_lut3(t, npx, lut);
 }
 
 static void op_equalize(uint8_t *t, size_t npx) {
-  for (int c = 0; c < 3; c++) {
-    int64_t hist[256] = {0};
-    for (size_t i = 0; i < npx; i++) hist[t[i * 3 + c]]++;
-    uint8_t lut[256];
-    if (!stk__equalize_lut(hist, lut)) continue;
-    for (size_t i = 0; i < npx; i++) t[i * 3 + c] = lut[t[i * 3 + c]];
+  int64_t hist[3][256] = {{0}};
+  for (size_t i = 0; i < npx; i++) {
+    hist[0][t[i * 3]]++;
+    hist[1][t[i * 3 + 1]]++;
+    hist[2][t[i * 3 + 2]]++;
   }
+  uint8_t lut[3][256];
+  int any = 0;
+  for (int c = 0; c < 3; c++)
+    if (!stk__equalize_lut(hist[c], lut[c])) /* the channel stays */
+      for (int v = 0; v < 256; v++) lut[c][v] = (uint8_t)v;
+    else
+      any = 1;
+  if (any) map_lut3(t, npx, lut);
 }
 
 /* _blurred_degenerate_image: the 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13,
@@ -551,17 +581,18 @@ static void op_hue(uint8_t *t, size_t npx, float hue) {
 /* ---- timm's ops with PIL's arithmetic ---- */
 
 static void op_solarize_add(uint8_t *t, size_t n, float add) {
-  for (size_t i = 0; i < n; i++) t[i] = stk__solarize_add8(t[i], add);
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = stk__solarize_add8(v, add);
+  map_lut(t, n, lut);
 }
 
 static void op_pil_autocontrast(uint8_t *t, size_t npx) {
-  for (int c = 0; c < 3; c++) {
-    int lo, hi;
-    channel_range(t, npx, c, &lo, &hi);
-    uint8_t lut[256];
-    for (int v = 0; v < 256; v++) lut[v] = stk__pil_autocontrast8(v, lo, hi);
-    for (size_t i = 0; i < npx; i++) t[i * 3 + c] = lut[t[i * 3 + c]];
-  }
+  int lo[3], hi[3];
+  uint8_t lut[3][256];
+  channel_ranges(t, npx, lo, hi);
+  for (int c = 0; c < 3; c++)
+    for (int v = 0; v < 256; v++) lut[c][v] = stk__pil_autocontrast8(v, lo[c], hi[c]);
+  map_lut3(t, npx, lut);
 }
 
 /* ImageEnhance.Color: the blend with convert("L").convert("RGB") */
@@ -579,7 +610,9 @@ static void op_pil_contrast(uint8_t *t, size_t npx, float f) {
   uint64_t sum = 0;
   for (size_t i = 0; i < npx; i++) sum += (uint64_t)stk__pil_luma(t[i * 3], t[i * 3 + 1], t[i * 3 + 2]);
   int mean = (int)((double)sum / (double)npx + 0.5);
-  for (size_t i = 0; i < npx * 3; i++) t[i] = stk__pil_blend8(mean, t[i], f);
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = stk__pil_blend8(mean, v, f);
+  map_lut(t, npx * 3, lut);
 }
 
 /* ImageEnhance.Sharpness: the blend with ImageFilter.SMOOTH (the kernel
@@ -687,10 +720,62 @@ static void inverse_affine(const double center[2], double angle, const double tr
 
 /* F_t.affine / rotate with expand=False: every output pixel through
  * stk__warp_px (augment_px.h) from a copy of the tile. */
+/* The nearest-neighbour warp (the policies' default) row by row. The
+ * products of a column's grid coordinate are the same in every row, so they
+ * are computed once per column; each sum then adds the same float32 values
+ * in the same order as stk__warp_px (which the bilinear warp and the GPU
+ * run), so the pixels are the same. A row first becomes source pixel
+ * numbers (-1: outside), in a loop without branches, then bytes.
+ * The rounding adds and subtracts 1.5 * 2**23, which is rintf's value
+ * below 2**22 in magnitude; a coordinate that large is outside the image
+ * either way (and an infinite or NaN one fails the comparisons), so the
+ * result is stk__warp_px's for every input. `cols` holds 3 * w floats. */
+static void warp_nearest(uint8_t *t, int w, int h, const stk__warp *m, const float *fill,
+                         const uint8_t *src, float *cols) {
+  const size_t row = (size_t)w * 3;
+  const float hw = 0.5f * (float)w, hh = 0.5f * (float)h, wf = (float)w, hf = (float)h;
+  const float M = 12582912.0f;
+  float *ca = cols, *cb = cols + w;
+  int32_t *idx = (int32_t *)(cols + 2 * w);
+  uint8_t out[3];
+  for (int c = 0; c < 3; c++) out[c] = fill ? stk__round8(fill[c]) : 0;
+  for (int xx = 0; xx < w; xx++) {
+    float x = -(float)w * 0.5f + 0.5f + (float)xx;
+    ca[xx] = x * m->a0;
+    cb[xx] = x * m->b0;
+  }
+  for (int yy = 0; yy < h; yy++) {
+    const float y = -(float)h * 0.5f + 0.5f + (float)yy;
+    const float ya = y * m->a1, yb = y * m->b1, a2 = m->a2, b2 = m->b2;
+    for (int xx = 0; xx < w; xx++) {
+      float gx = ca[xx] + ya;
+      gx = gx + a2;
+      float gy = cb[xx] + yb;
+      gy = gy + b2;
+      float rx = (gx + 1.0f) * hw - 0.5f, ry = (gy + 1.0f) * hh - 0.5f;
+      rx = (rx + M) - M;
+      ry = (ry + M) - M;
+      const int in = (rx >= 0.0f) & (rx < wf) & (ry >= 0.0f) & (ry < hf);
+      idx[xx] = in ? (int32_t)ry * w + (int32_t)rx : -1;
+    }
+    uint8_t *o = t + (size_t)yy * row;
+    for (int xx = 0; xx < w; xx++, o += 3) {
+      const uint8_t *p = idx[xx] >= 0 ? src + (size_t)idx[xx] * 3 : out;
+      o[0] = p[0], o[1] = p[1], o[2] = p[2];
+    }
+  }
+}
+
 static void warp(uint8_t *t, int w, int h, const stk__warp *m, int nearest, const float *fill,
                  uint8_t *src) {
   size_t row = (size_t)w * 3;
   memcpy(src, t, row * h);
+  if (nearest) {
+    /* the scratch holds the source, then 3 * w floats (see the caller) */
+    float *cols = (float *)(src + ((row * h + 15) & ~(size_t)15));
+    warp_nearest(t, w, h, m, fill, src, cols);
+    return;
+  }
   for (int yy = 0; yy < h; yy++)
     for (int xx = 0; xx < w; xx++)
       stk__warp_px(m, src, w, h, xx, yy, nearest, fill, t + (size_t)yy * row + (size_t)xx * 3);
@@ -747,7 +832,8 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
     case STK__OP_TRANSLATE_X:
     case STK__OP_TRANSLATE_Y:
     case STK__OP_ROTATE: {
-      if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
+      if (stk__buf_reserve(scratch, ((n + 15) & ~(size_t)15) + 3 * (size_t)w * sizeof(float)))
+        return STK_ENOMEM;
       stk__warp m;
       stk__warp_of(op->kind, op->mag, w, h, &m);
       warp(t, w, h, &m, nearest, fill, scratch->p);

@@ -66,9 +66,26 @@ STK_HD uint8_t stk__trunc8(float v) {
   return (uint8_t)v;
 }
 
+/* rintf(v) (half to even, the sign of zero kept) without a libm call on a
+ * target that has no rounding instruction in its baseline (x86-64 before
+ * SSE4.1 calls rintf for every pixel). Adding and subtracting 1.5 * 2**23
+ * rounds a float below 2**22 in magnitude to an integer in the current
+ * rounding mode, as rintf does; larger magnitudes go to rintf. */
+STK_HD float stk__rint(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);
+#else
+  if (fabsf(v) < 4194304.0f) {
+    float t = v + 12582912.0f;
+    return copysignf(t - 12582912.0f, v);
+  }
+  return rintf(v);
+#endif
+}
+
 /* torch.round (half to even) then .to(uint8) */
 STK_HD uint8_t stk__round8(float v) {
-  v = rintf(v);
+  v = stk__rint(v);
   if (!(v > 0.0f)) return 0;
   return v >= 255.0f ? 255 : (uint8_t)v;
 }
@@ -241,7 +258,7 @@ STK_HD void stk__warp_px(const stk__warp *m, const uint8_t *src, int w, int h, i
   float ix = (gx + 1.0f) * hw - 0.5f, iy = (gy + 1.0f) * hh - 0.5f;
   size_t row = (size_t)w * 3;
   if (nearest) {
-    float rx = rintf(ix), ry = rintf(iy);
+    float rx = stk__rint(ix), ry = stk__rint(iy);
     int in = rx >= 0 && rx < (float)w && ry >= 0 && ry < (float)h;
     for (int c = 0; c < 3; c++) {
       if (in) o[c] = src[(size_t)ry * row + (size_t)rx * 3 + c];
