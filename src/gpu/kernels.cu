@@ -196,9 +196,11 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
 /* 32-bit indices throughout: 64-bit division and modulo are slow on the
  * device, and a tile is far below 2**31 bytes (size <= 8192).
  *
- * The block is small (STK_AUG_THREADS = 256), so that it fits beside the
- * model's kernels: a block of 1,024 threads needed all of an SM's registers
- * and waited for an SM to drain. Its threads therefore move whole words:
+ * A block of STK_AUG_THREADS (512) threads, on a copy of the tile in
+ * shared memory where it fits (kernel_abi.h): measured on an H200, 1,024
+ * threads on global memory took 345 us per batch of TrivialAugment alone,
+ * 256 threads on shared memory 299 us, 512 threads 217 us (docs/
+ * BENCHMARKS.md). The threads move whole words:
  * a tile whose w * h is a multiple of 4 is read and written 4 bytes at a
  * time (w * h * 3 bytes, at dst * w * h * 3 in a 256-byte-aligned buffer,
  * so every word is aligned), UNROLL words in flight per thread. */
