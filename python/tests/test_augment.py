@@ -705,15 +705,17 @@ def test_gpu_augmentations_equal_the_cpu_on_the_same_pixels(folder, dtype, chann
 
 
 @gpu
-@pytest.mark.parametrize("size", [64, 37, 200, 280])
+@pytest.mark.parametrize("size", [64, 37, 66, 200, 201, 280, 281])
 def test_gpu_every_op_the_loader_draws_equals_the_cpu(folder, size):
     """Every op kind a loader can draw runs on the GPU in this test (checked
     from the draws themselves), byte-identical to the CPU on the same pixels.
     adjust_sharpness and hflip are reachable only through stoker.functional,
     on the CPU. Sizes: the kernel moves 4 bytes at a time when w * h is a
-    multiple of 4 (64) and one at a time otherwise (37 x 37). On an H200 a
-    block's shared memory holds the tile and its scratch at 64 and 37, the
-    tile alone at 200, and neither at 280 (the ops on global memory)."""
+    multiple of 4 (64, 66, 200, 280) and one at a time otherwise (37, 201,
+    281); it copies tiles 16 bytes at a time when w * h * 3 is a multiple of
+    16 and 4 otherwise (66). On an H200 a block's shared memory holds the
+    tile and its scratch at 64, 37 and 66, the tile alone at 200 and 201, and
+    neither at 280 and 281 (the ops on global memory)."""
     norm = [T.ToTensor(), T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
     pipes = [[T.RandomResizedCrop(size)] + GPU_PIPE[1:-1],
              [T.RandomResizedCrop(size), T.AutoAugment()] + norm,

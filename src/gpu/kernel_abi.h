@@ -68,7 +68,7 @@ typedef struct {
 /* The augmentation kernel works on a copy of the tile in shared memory
  * (dynamic, sized by the host) when it fits: its ops read each byte several
  * times, and shared memory answers in tens of cycles where global memory
- * takes hundreds, with only 256 threads to hide them. */
+ * takes hundreds, with only a block of STK_AUG_THREADS to hide them. */
 #define STK_AUG_SMEM_NONE 0    /* tile and scratch in global memory */
 #define STK_AUG_SMEM_TILE 1    /* the tile in shared memory, the scratch in global */
 #define STK_AUG_SMEM_BOTH 2    /* both in shared memory (the scratch after the tile) */

@@ -48,11 +48,12 @@ __device__ void axis_coeffs(int filter, double in0_abs, double scale, int lo, in
 }
 
 /* The normalisation tables (stk__store) into shared memory, by the block's
- * threads (t of STK_TILE_W * STK_TILE_H). */
-__device__ static void load_luts(unsigned long long lut, float *lutf, unsigned short *lut16, int t) {
+ * nt threads (this one is t). */
+__device__ static void load_luts(unsigned long long lut, float *lutf, unsigned short *lut16, int t,
+                                 int nt) {
   const float *gl = (const float *)lut;
   const unsigned short *g16 = (const unsigned short *)(gl + 768);
-  for (int q = t; q < 768; q += STK_TILE_W * STK_TILE_H) {
+  for (int q = t; q < 768; q += nt) {
     lutf[q] = gl[q];
     lut16[q] = g16[q];
   }
@@ -85,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
       axis_coeffs(it->filter, it->in0y, it->scaley, it->loy, it->hiy, j, p.ky, ky + r * p.ky,
                   &by[2 * r], &by[2 * r + 1]);
   }
-  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, t);
+  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, t, STK_TILE_W * STK_TILE_H);
   if (blockIdx.x == 0 && t == 0 && p.labels) ((long long *)p.labels)[it->dst] = it->label;
   __syncthreads();
 
@@ -392,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
     if (p.smem == STK_AUG_SMEM_BOTH) sc = dyn + ((n + 15) & ~15);
   }
   const float *fill = a->has_fill ? a->fill : NULL;
-  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, tid); /* read after the ops' syncs */
+  if (p.dtype != DT_U8) load_luts(p.lut, lutf, lut16, tid, nt); /* read after the ops' syncs */
   for (int k = 0; k < a->n; k++) {
     const stk__kop *op = &a->op[k];
     const double mag = op->mag;
@@ -596,7 +597,8 @@ __device__ static float mixup_one(const stk__kmixparams &p, float vi, float vp) 
  * floats, 8 halves or 16 bytes), so that a thread's loads and store are
  * single instructions; the host sets p.vec only when every image starts
  * 16-byte aligned in both buffers and holds a whole number of vectors. Each
- * element goes through mix_one, so the values are the scalar path's. */
+ * element goes through mixup_one or from_partner, so the values are the
+ * scalar path's. */
 __device__ static void mix_vec(const stk__kmixparams &p, int i, int partner, unsigned int v) {
   const int es = p.dtype == DT_F32 ? 4 : p.dtype == DT_U8 ? 1 : 2;
   const unsigned int per = 16 / es, elems = (unsigned int)p.w * (unsigned int)p.h * 3;

@@ -726,7 +726,9 @@ static void inverse_affine(const double center[2], double angle, const double tr
  * The rounding adds and subtracts 1.5 * 2**23, which is rintf's value
  * below 2**22 in magnitude; a coordinate that large is outside the image
  * either way (and an infinite or NaN one fails the comparisons), so the
- * result is stk__warp_px's for every input. `cols` holds 3 * w floats. */
+ * result is stk__warp_px's for every input. `cols` holds 3 * w floats (the
+ * last w as int32 pixel numbers: the caller keeps w * h below 2**31; 32-bit
+ * numbers keep the loop vectorised, 64-bit ones halved its speed). */
 static void warp_nearest(uint8_t *t, int w, int h, const stk__warp *m, const float *fill,
                          const uint8_t *src, float *cols) {
   const size_t row = (size_t)w * 3;
@@ -750,8 +752,11 @@ static void warp_nearest(uint8_t *t, int w, int h, const stk__warp *m, const flo
       float gy = cb[xx] + yb;
       gy = gy + b2;
       float rx = (gx + 1.0f) * hw - 0.5f, ry = (gy + 1.0f) * hh - 0.5f;
-      rx = (rx + M) - M;
-      ry = (ry + M) - M;
+      /* (each sum stored to a float first: rounded to float even where
+       * the target evaluates in wider precision) */
+      const float tx = rx + M, ty = ry + M;
+      rx = tx - M;
+      ry = ty - M;
       const int in = (rx >= 0.0f) & (rx < wf) & (ry >= 0.0f) & (ry < hf);
       idx[xx] = in ? (int32_t)ry * w + (int32_t)rx : -1;
     }
@@ -767,8 +772,8 @@ static void warp(uint8_t *t, int w, int h, const stk__warp *m, int nearest, cons
                  uint8_t *src) {
   size_t row = (size_t)w * 3;
   memcpy(src, t, row * h);
-  if (nearest) {
-    /* the scratch holds the source, then 3 * w floats (see the caller) */
+  if (nearest && (size_t)w * h < ((size_t)1 << 31)) {
+    /* the scratch holds the source, then the columns' values (see the caller) */
     float *cols = (float *)(src + ((row * h + 15) & ~(size_t)15));
     warp_nearest(t, w, h, m, fill, src, cols);
     return;
