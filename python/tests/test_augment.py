@@ -687,7 +687,7 @@ def _psnr(a, b, peak):
 
 
 @gpu
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "uint8"])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_gpu_augmentations_equal_the_cpu_on_the_same_pixels(folder, dtype, channels_last):
     """With every image decoded and resampled on the CPU (gpu_cpu_share=1),
