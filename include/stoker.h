@@ -298,8 +298,16 @@ typedef struct stk_options {
   int augmix_all_ops;        /* also Brightness, Color, Contrast, Sharpness. 1 */
 } stk_options;
 
-/* Fills `opt` with the defaults above. */
+/* Fills `opt` with the defaults above. stk_options_init is a macro that
+ * passes the size of the caller's struct: a program built against an older
+ * stoker.h (a shorter stk_options) gets the fields it has and nothing is
+ * written past them; struct_size records that size, and the fields it
+ * lacks take their defaults inside the library. The plain function
+ * stk_options_init (for bindings that cannot use the macro) fills this
+ * header's whole struct. */
+STK_API void stk_options_init_sized(stk_options *opt, size_t size);
 STK_API void stk_options_init(stk_options *opt);
+#define stk_options_init(opt) stk_options_init_sized((opt), sizeof *(opt))
 
 /* ---- loader ------------------------------------------------------------- */
 typedef struct stk_loader stk_loader;
@@ -508,7 +516,9 @@ typedef struct stk_pack_result {
   int shards;                /* tar: shard files written */
 } stk_pack_result;
 
+STK_API void stk_pack_options_init_sized(stk_pack_options *o, size_t size);
 STK_API void stk_pack_options_init(stk_pack_options *o);
+#define stk_pack_options_init(o) stk_pack_options_init_sized((o), sizeof *(o))
 
 /* Packs the source into a cache file or tar shards. Writes to a temporary
  * name beside the output and renames it at the end, so an interrupted pack

@@ -409,7 +409,54 @@ static void test_public_tables(void) {
   CHECK(strstr(err, "index must be in -1..1, got 5") != NULL);
 }
 
+/* A program built against an older stoker.h has a shorter stk_options:
+ * the sized init writes only its bytes (a canary after them survives),
+ * records its size, and gives the same values as a full init on those
+ * bytes; the library adopts it with the missing fields at their defaults.
+ * The same for stk_pack_options. */
+static void test_init_of_an_older_header(void) {
+  union {
+    stk_options o;
+    unsigned char b[sizeof(stk_options) + 64];
+  } u;
+  const size_t old = offsetof(stk_options, augmix_depth); /* ends before the AugMix fields */
+  memset(u.b, 0xA5, sizeof u.b);
+  stk_options_init_sized(&u.o, old);
+  int intact = 1;
+  for (size_t i = old; i < sizeof u.b; i++) intact &= u.b[i] == 0xA5;
+  CHECK(intact);
+  CHECK_EQ_INT(u.o.struct_size, old);
+  stk_options full;
+  stk_options_init(&full);
+  CHECK(memcmp((const unsigned char *)&full + sizeof full.struct_size,
+               u.b + sizeof full.struct_size, old - sizeof full.struct_size) == 0);
+  stk_options adopted;
+  char err[256] = "";
+  u.o.root = "somewhere";
+  CHECK_EQ_INT(stk__options_adopt(&u.o, &adopted, err, sizeof err), STK_OK);
+  CHECK_EQ_INT(adopted.struct_size, sizeof adopted);
+  CHECK_EQ_INT(adopted.augmix_depth, full.augmix_depth);
+  CHECK(adopted.augmix_alpha == full.augmix_alpha);
+  /* too small to hold even struct_size: nothing is written */
+  memset(u.b, 0xA5, sizeof u.b);
+  stk_options_init_sized(&u.o, 3);
+  CHECK(u.b[0] == 0xA5 && u.b[3] == 0xA5);
+
+  union {
+    stk_pack_options o;
+    unsigned char b[sizeof(stk_pack_options) + 64];
+  } v;
+  const size_t pold = sizeof(stk_pack_options) - 8;
+  memset(v.b, 0x5A, sizeof v.b);
+  stk_pack_options_init_sized(&v.o, pold);
+  intact = 1;
+  for (size_t i = pold; i < sizeof v.b; i++) intact &= v.b[i] == 0x5A;
+  CHECK(intact);
+  CHECK_EQ_INT(v.o.struct_size, pold);
+}
+
 int main(void) {
+  test_init_of_an_older_header();
   test_table_covers_the_struct();
   test_defaults();
   test_ranges();

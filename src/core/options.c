@@ -193,17 +193,32 @@ static void set_defaults(void *o, const stk__option *table, int n) {
   }
 }
 
-void stk_options_init(stk_options *o) {
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  set_defaults(o, stk__options, stk__num_options);
+/* The defaults into the first `size` bytes of the caller's struct (its
+ * header's size, which may be older and shorter than this library's). */
+void stk_options_init_sized(stk_options *o, size_t size) {
+  if (!o || size < sizeof o->struct_size) return;
+  stk_options full;
+  memset(&full, 0, sizeof full);
+  set_defaults(&full, stk__options, stk__num_options);
+  if (size > sizeof full) size = sizeof full;
+  full.struct_size = size;
+  memcpy(o, &full, size);
 }
 
-void stk_pack_options_init(stk_pack_options *o) {
-  memset(o, 0, sizeof *o); /* the callbacks: none */
-  o->struct_size = sizeof *o;
-  set_defaults(o, stk__pack_options, stk__num_pack_options);
+void stk_pack_options_init_sized(stk_pack_options *o, size_t size) {
+  if (!o || size < sizeof o->struct_size) return;
+  stk_pack_options full;
+  memset(&full, 0, sizeof full); /* the callbacks: none */
+  set_defaults(&full, stk__pack_options, stk__num_pack_options);
+  if (size > sizeof full) size = sizeof full;
+  full.struct_size = size;
+  memcpy(o, &full, size);
 }
+
+/* The functions behind the macros' names, for callers that cannot use the
+ * macros (the parentheses keep the macros from expanding here). */
+void(stk_options_init)(stk_options *o) { stk_options_init_sized(o, sizeof *o); }
+void(stk_pack_options_init)(stk_pack_options *o) { stk_pack_options_init_sized(o, sizeof *o); }
 
 int stk__option_check_int(const stk__option *d, long long v, char *err, size_t errlen) {
   if ((double)v >= d->min && (double)v <= d->max) return STK_OK;
