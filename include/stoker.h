@@ -95,6 +95,7 @@ enum {
   STK_ECUDA = -14,    /* the CUDA driver or nvJPEG reported an error */
   STK_ESTALE = -15,   /* a cache no longer matches the folder it was packed from */
   STK_ETIMEDOUT = -16, /* stk_loader_next_timed(): no batch within the time given */
+  STK_ECANCELED = -17, /* stk_pack(): the caller's cancel callback stopped it */
 };
 
 /* Static string naming an error code. Never NULL. */
@@ -507,6 +508,11 @@ typedef struct stk_pack_options {
    * estimate read of how many. When the estimate exceeds the free bytes
    * the pack then fails. May be NULL. */
   void (*estimate)(void *user, uint64_t bytes, uint64_t avail, int64_t sampled, int64_t files);
+  /* Called from the calling thread between files (every 16 written), may
+   * be NULL: nonzero stops the pack, which then writes nothing under the
+   * output's name, removes its temporary output and returns STK_ECANCELED
+   * (what a Ctrl-C should do in a program that keeps running). */
+  int (*cancel)(void *user);
 } stk_pack_options;
 
 typedef struct stk_pack_result {

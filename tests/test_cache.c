@@ -3,10 +3,12 @@
  * truncated or corrupted cache files. */
 #include "util.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "check.h"
@@ -777,6 +779,45 @@ static void test_verify(const char *raw) {
   unlink(jpg);
 }
 
+/* A cancel callback that stops the pack at its k-th call. */
+static int cancel_at(void *user) {
+  int *calls = user;
+  return ++calls[0] >= calls[1];
+}
+
+/* stk_pack with a cancel callback: stopped between files, STK_ECANCELED,
+ * and nothing left behind (neither the output nor its temporary file), for
+ * a cache and for tar shards; a callback that never stops changes nothing. */
+static void test_cancel(const char *root) {
+  char out[1200], tmp[1400], err[512];
+  for (int tar = 0; tar < 2; tar++) {
+    snprintf(out, sizeof out, "%s/cancelled%s", g_dir, tar ? "" : ".stkc");
+    stk_pack_options p;
+    stk_pack_options_init(&p);
+    p.root = root;
+    p.output = out;
+    p.format = tar ? STK_PACK_TAR : STK_PACK_CACHE;
+    p.threads = 2;
+    p.cancel = cancel_at;
+    int calls[2] = {0, 2}; /* the second call: after 16 files */
+    p.user = calls;
+    stk_pack_result r;
+    CHECK_EQ_INT(STK_PACK(&p, &r, err, sizeof err), STK_ECANCELED);
+    CHECK(strstr(err, "cancelled after 16 of") != NULL);
+    CHECK_EQ_INT(calls[0], 2);
+    struct stat st;
+    CHECK(stat(out, &st) != 0 && errno == ENOENT);
+    CHECK_EQ_INT(stk_pack_temp_path(out, tmp, sizeof tmp), STK_OK);
+    CHECK(stat(tmp, &st) != 0 && errno == ENOENT);
+    CHECK(r.packed == 0);
+    /* never stopping: the whole pack */
+    calls[0] = 0;
+    calls[1] = 1 << 30;
+    CHECK_EQ_INT(STK_PACK(&p, &r, err, sizeof err), STK_OK);
+    CHECK(r.packed == N && calls[0] == (N + 15) / 16);
+  }
+}
+
 int main(void) {
   g_dir = tu_tempdir();
   if (!g_dir) return 1;
@@ -801,6 +842,7 @@ int main(void) {
   test_replaced_files();
   test_changing_file();
   test_verify(cache);
+  test_cancel(root);
   tu_rmtree(g_dir);
   free(g_dir);
   return CHECK_DONE();

@@ -1243,6 +1243,20 @@ static void pack_progress(void *user, int64_t done, int64_t total) {
   PyGILState_Release(g);
 }
 
+/* Between files: a pending signal (Ctrl-C's KeyboardInterrupt, or what a
+ * handler raises) stops the pack, which then leaves nothing behind; the
+ * exception is the one pack() raises. Signals are run by the main thread
+ * only, so a pack on another thread is not stopped this way. */
+static int pack_cancel(void *user) {
+  pack_ctx *c = user;
+  if (c->exc_t) return 1; /* the progress callable raised: stop too */
+  PyGILState_STATE g = PyGILState_Ensure();
+  int stop = PyErr_CheckSignals() < 0;
+  if (stop) PyErr_Fetch(&c->exc_t, &c->exc_v, &c->exc_tb);
+  PyGILState_Release(g);
+  return stop;
+}
+
 /* pack(source, output, **keywords): the keywords, and their checks, come
  * from the pack options table of core/options.h; progress is the one that
  * is Python's own. */
@@ -1292,6 +1306,7 @@ static PyObject *pack(PyObject *m, PyObject *args, PyObject *kwds) {
   pthread_mutex_init(&c.mu, NULL);
   c.progress = progress == Py_None ? NULL : progress;
   po.progress = pack_progress;
+  po.cancel = pack_cancel;
   po.bad_file = pack_bad_file;
   po.user = &c;
   stk_pack_result res;

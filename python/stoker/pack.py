@@ -68,6 +68,12 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
 
     ``threads=None`` uses the CPUs this process may run on. ``progress``:
     False, True (a bar on stderr) or a callable ``f(done, total)``.
+
+    Ctrl-C (or any exception a signal handler or ``progress`` raises) stops
+    the pack between files, within 16 files; the exception is raised and
+    nothing is left under ``output``'s name, nor the temporary file. (Python
+    runs signal handlers on the main thread only: a pack on another thread
+    runs to its end.)
     """
     from .loader import _check_list_file, _default_threads, _int
 

@@ -161,12 +161,67 @@ def test_pack_failures_carry_the_library_message(folder, tmp_path):
         _stoker.pack(folder, str(tmp_path / "o.stkc"), bogus=1)
 
 
-def test_progress_exception_propagates(folder, tmp_path):
+def test_progress_exception_propagates(tmp_path):
+    """An exception from the progress callable stops the pack at the next
+    files and is raised; nothing is left under the output's name."""
+    src = make_folder(tmp_path / "src", classes=4, per_class=40)
+    calls = []
+
     def boom(done, total):
+        calls.append(done)
         raise KeyError("stop")
 
+    out = tmp_path / "o.stkc"
     with pytest.raises(KeyError, match="stop"):
-        stoker.pack(folder, tmp_path / "o.stkc", progress=boom)
+        stoker.pack(src, out, threads=2, progress=boom)
+    assert calls == [64]  # once, after 64 of 160 files: the pack went no further
+    assert not os.path.exists(out)
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("fmt", ["cache", "tar"])
+def test_ctrl_c_stops_a_pack_and_leaves_nothing(tmp_path, fmt):
+    """A signal during stoker.pack on the main thread (Ctrl-C's SIGINT; here
+    with a handler that raises _Stop, so that a late signal cannot end the
+    test session as a KeyboardInterrupt would): the handler's exception
+    between files, long before the pack would end, and neither the output
+    nor its temporary file is left (the library removes what it wrote)."""
+    import signal
+    import threading
+    import time
+
+    src = make_folder(tmp_path / "src", classes=4, per_class=60, sizes=((320, 240), (240, 320)))
+    out = tmp_path / ("o.stkc" if fmt == "cache" else "shards")
+    kw = dict(threads=1, format=fmt, check=fmt == "tar")
+    t0 = time.perf_counter()
+    stoker.pack(src, tmp_path / ("whole.stkc" if fmt == "cache" else "whole"), **kw)
+    whole = time.perf_counter() - t0
+
+    armed = [True]
+
+    def handler(signum, frame):
+        if armed[0]:
+            raise _Stop()
+
+    old = signal.signal(signal.SIGINT, handler)
+    timer = threading.Timer(whole / 5, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(_Stop):
+            stoker.pack(src, out, **kw)
+        took = time.perf_counter() - t0
+    finally:
+        armed[0] = False
+        timer.cancel()
+        timer.join()
+        signal.signal(signal.SIGINT, old)
+    assert took < whole * 0.8, (whole, took)
+    assert not os.path.exists(out)
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
 
 
 # ---- stale caches --------------------------------------------------------------------

@@ -40,7 +40,8 @@
   X(ENODEV,    -13, PyExc_RuntimeError,     "no usable GPU") \
   X(ECUDA,     -14, PyExc_RuntimeError,     "CUDA error") \
   X(ESTALE,    -15, StaleCacheError,        "stale cache") \
-  X(ETIMEDOUT, -16, PyExc_RuntimeError,     "timed out waiting for a batch")
+  X(ETIMEDOUT, -16, PyExc_RuntimeError,     "timed out waiting for a batch") \
+  X(ECANCELED, -17, PyExc_RuntimeError,     "cancelled by the caller")
 /* clang-format on */
 
 /* The rows, for tests and bindings. */

@@ -367,6 +367,11 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   uint64_t off = STK__CACHE_DATA_OFF;
   int64_t nout = 0;
   for (int64_t i = 0; rc == STK_OK && i < ds->n; i++) {
+    if (o->cancel && i % 16 == 0 && o->cancel(o->user)) {
+      rc = stk__fail(err, errlen, STK_ECANCELED, "cancelled after %lld of %lld files",
+                     (long long)i, (long long)ds->n);
+      break;
+    }
     result *r = &pk.ring[i % pk.nring];
     pthread_mutex_lock(&pk.mu);
     while (!(r->state == 2 && pk.written == i)) pthread_cond_wait(&pk.cv, &pk.mu);
@@ -486,7 +491,12 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
     res->bytes = (off + mlen + 7) / 8 * 8 + (uint64_t)nout * sizeof *fst;
   }
 out:
-  for (int64_t k = 0; pk.ring && k < pk.nring; k++) stk__buf_free(&pk.ring[k].buf);
+  for (int64_t k = 0; pk.ring && k < pk.nring; k++) {
+    /* results done but never written (a failure or a cancel stopped the
+     * writer): their encoded bytes too */
+    if (pk.ring[k].data && pk.ring[k].data != pk.ring[k].buf.p) free(pk.ring[k].data);
+    stk__buf_free(&pk.ring[k].buf);
+  }
   free(pk.ring);
   free(ent);
   free(fst);
