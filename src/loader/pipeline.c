@@ -46,6 +46,7 @@ void stk__worker_free(stk__worker *w) {
   stk__buf_free(&w->file);
   stk__buf_free(&w->tile);
   stk__buf_free(&w->aug_scratch);
+  stk__buf_free(&w->aug_mix);
   memset(w, 0, sizeof *w);
 }
 
@@ -146,7 +147,9 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
     } else {
       rc = stk__resampler_run(&w->rs, reg.pixels, reg.stride, reg.x, reg.y, &p->store_rgb8,
                               w->tile.p);
-      if (!rc) rc = stk__aug_apply(&p->aug, &s->aug, w->tile.p, p->size, p->size, &w->aug_scratch);
+      if (!rc)
+        rc = stk__aug_apply(&p->aug, &s->aug, w->tile.p, p->size, p->size, &w->aug_scratch,
+                            &w->aug_mix);
       if (!rc) {
         stk__store_tile(store, w->tile.p, dst);
         stk__aug_erase(&p->aug, &s->aug, store->dtype, store->layout, store->w, store->h, dst);

@@ -51,7 +51,8 @@ typedef struct {
   stk__decoder *dec;
   stk__resampler rs;
   stk__buf file;
-  stk__buf tile, aug_scratch; /* the augmentations' 8-bit tile and scratch */
+  stk__buf tile, aug_scratch, aug_mix; /* the augmentations' 8-bit tile, the
+                                          ops' scratch, AugMix's chains */
   double t_read, t_decode, t_augment; /* seconds spent in the last sample */
   uint64_t bytes;                     /* bytes read for the last sample */
   /* Called right after the sample's bytes (or pixels) are fetched, before

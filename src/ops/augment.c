@@ -715,8 +715,6 @@ static void inverse_affine(const double center[2], double angle, const double tr
   m[5] += cy;
 }
 
-/* F_t.affine / rotate with expand=False: every output pixel through
- * stk__warp_px (augment_px.h) from a copy of the tile. */
 /* The nearest-neighbour warp (the policies' default) row by row. The
  * products of a column's grid coordinate are the same in every row, so they
  * are computed once per column; each sum then adds the same float32 values
@@ -768,6 +766,8 @@ static void warp_nearest(uint8_t *t, int w, int h, const stk__warp *m, const flo
   }
 }
 
+/* F_t.affine / rotate with expand=False: every output pixel through
+ * stk__warp_px (augment_px.h) from a copy of the tile. */
 static void warp(uint8_t *t, int w, int h, const stk__warp *m, int nearest, const float *fill,
                  uint8_t *src) {
   size_t row = (size_t)w * 3;
@@ -915,16 +915,12 @@ static int apply_augmix(const stk__aug_plan *ap, const stk__aug *a, uint8_t *til
 }
 
 int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
-                   stk__buf *scratch) {
+                   stk__buf *scratch, stk__buf *mix) {
   int mix_end = a->mix_at;
   for (int i = 0; i < a->mix_width; i++) mix_end += a->mix_len[i];
   for (int i = 0; i < a->n; i++) {
     if (a->mix_width && i == a->mix_at) {
-      /* the chains' buffers beside the ops' scratch, freed at once: AugMix
-       * is a CPU loader's, one sample at a time per thread */
-      stk__buf mix = {0};
-      int rc = apply_augmix(ap, a, tile, w, h, scratch, &mix);
-      stk__buf_free(&mix);
+      int rc = apply_augmix(ap, a, tile, w, h, scratch, mix);
       if (rc) return rc;
       i = mix_end - 1;
       continue;

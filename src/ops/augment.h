@@ -120,10 +120,12 @@ void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64
                    stk__aug *out);
 
 /* Applies a->op[0..n) to an RGB8 tile (w x h, rows w*3 bytes apart) in
- * place; scratch grows to what the warps and filters need. STK_OK or
- * STK_ENOMEM. The interpolation and fill come from ap. */
+ * place; scratch grows to what the warps and filters need, mix to what
+ * AugMix's chains and float sum need (5 bytes per tile byte; kept by the
+ * caller across samples, like scratch). STK_OK or STK_ENOMEM. The
+ * interpolation and fill come from ap. */
 int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, int w, int h,
-                   stk__buf *scratch);
+                   stk__buf *scratch, stk__buf *mix);
 
 /* The float32 grid coefficients of a geometric op (ShearX/Y, TranslateX/Y,
  * Rotate) at magnitude mag on a w x h tile, as torchvision computes them. */
