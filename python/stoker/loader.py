@@ -110,10 +110,11 @@ def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction):
     try:
         r = pack(root, cache, max_side=max_side, threads=threads, progress=True)
     except BaseException:
-        # An exception of the progress bar (Ctrl-C) does not stop the C pack,
-        # which goes on and renames its finished output: a cache that never
-        # went through the bad-file check below. It did not exist before
-        # (_cache_for), so it goes.
+        # Ctrl-C during the pack stops it with nothing written; one that
+        # comes after its last check between files is raised once the
+        # finished cache is in place, a cache that never went through the
+        # bad-file check below. It did not exist before (_cache_for), so it
+        # goes.
         if os.path.exists(cache):
             os.unlink(cache)
         raise
