@@ -198,11 +198,10 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
  * device, and a tile is far below 2**31 bytes (size <= 8192).
  *
  * A block of STK_AUG_THREADS (512) threads, on a copy of the tile in
- * shared memory where it fits (kernel_abi.h): measured on an H200, 1,024
- * threads on global memory took 345 us per batch of TrivialAugment alone
- * (and a separate store kernel after it),
- * 256 threads on shared memory 299 us with the store, 512 threads 217 us
- * (docs/BENCHMARKS.md). The threads move whole words:
+ * shared memory where it fits (kernel_abi.h): measured on an H200 with the
+ * store inside, a batch of TrivialAugment alone took 345 us with 256
+ * threads on global memory, 299 us with 256 threads on shared memory, 217
+ * us with 512 (docs/BENCHMARKS.md). The threads move whole words:
  * a tile whose w * h is a multiple of 4 is read and written 4 bytes at a
  * time (w * h * 3 bytes, at dst * w * h * 3 in a 256-byte-aligned buffer,
  * so every word is aligned), UNROLL words in flight per thread. */
