@@ -75,10 +75,15 @@ def run_torchvision(root, threads, batch, epochs):
     ds = datasets.ImageFolder(root, tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=threads,
                                      persistent_workers=threads > 0)
+    return _time_epochs(dl, epochs)
+
+
+def _time_epochs(loader, epochs):
+    """Images/s of `epochs` passes over a loader that yields (images, labels)."""
     images = 0
     t0 = time.perf_counter()
     for _ in range(epochs):
-        for x, y in dl:
+        for x, y in loader:
             images += x.shape[0]
     secs = time.perf_counter() - t0
     return {"images": images, "seconds": secs, "images_per_s": images / secs}
@@ -96,14 +101,9 @@ def run_imageloader(root, threads, batch, epochs):
     import stoker
 
     ld = stoker.ImageLoader(root, batch, pipeline="train", threads=threads)
-    images = 0
-    t0 = time.perf_counter()
-    for _ in range(epochs):
-        for x, y in ld:
-            images += x.shape[0]
-    secs = time.perf_counter() - t0
+    r = _time_epochs(ld, epochs)
     ld.close()
-    return {"images": images, "seconds": secs, "images_per_s": images / secs}
+    return r
 
 
 def main():
