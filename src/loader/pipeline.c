@@ -111,7 +111,7 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
 }
 
 int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, stk__geom *g,
-                       stk__region *reg, char *msg, size_t msglen) {
+                       stk__region *reg, stk__rect *need_out, char *msg, size_t msglen) {
   double t1 = stk__now();
   const stk__image_info *info = &s->info;
   int denom = s->denom;
@@ -122,6 +122,7 @@ int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s,
   int rc = stk__resampler_plan(&w->rs, g, &need);
   if (rc) return stk__fail(msg, msglen, rc, "cannot resample a %dx%d image to %d", info->width,
                            info->height, p->size);
+  if (need_out) *need_out = need;
   /* The decoder takes full-resolution coordinates. */
   stk__rect want = {need.x * denom, need.y * denom, need.w * denom, need.h * denom};
   if (want.x + want.w > info->width) want.w = info->width - want.x;
@@ -172,7 +173,7 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
                            const stk__store *store, void *dst, char *msg, size_t msglen) {
   stk__geom g;
   stk__region reg;
-  int rc = stk__sample_decode(p, w, s, &g, &reg, msg, msglen);
+  int rc = stk__sample_decode(p, w, s, &g, &reg, NULL, msg, msglen);
   if (rc) return rc;
   return stk__sample_resample(p, w, s, &reg, store, dst, msg, msglen);
 }

@@ -88,9 +88,10 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
 /* Decodes on the CPU the region of `s` that its crop reads, at the DCT scale
  * s->denom: *reg (the worker's decoder owns its pixels until its next
  * decode; a pre-decoded sample's are lent in place) and *g, the geometry in
- * the decoded image's coordinates, which stk__resampler_run reads it with. */
+ * the decoded image's coordinates, which stk__resampler_run reads it with;
+ * *need (when not NULL): the rectangle of *reg the resampler reads. */
 int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, stk__geom *g,
-                       stk__region *reg, char *msg, size_t msglen);
+                       stk__region *reg, stk__rect *need, char *msg, size_t msglen);
 
 /* The region stk__sample_decode gave, resampled (and augmented) into dst as
  * `store` says; the worker's resampler keeps the plan that call made. */

@@ -118,38 +118,41 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   /* Decoded here, the region the crop reads at the CPU path's DCT scale,
    * and resampled by the GPU's fused kernel as a cache image is: the same
    * pixels and the same arithmetic as the CPU loader, and the worker's time
-   * goes to the decoding alone (the resampling was 30% of it). The region
-   * is copied out of the decoder, whose buffer the worker's next image
-   * reuses. */
+   * goes to the decoding alone (the resampling was 30% of it). What the
+   * kernel reads is copied out of the decoder, whose buffer the worker's
+   * next image reuses. */
   int S = g->plan->size;
   stk__geom geom;
   stk__region reg;
-  rc = stk__sample_decode(g->plan, w, &smp, &geom, &reg, reason, reasonlen);
+  stk__rect need;
+  rc = stk__sample_decode(g->plan, w, &smp, &geom, &reg, &need, reason, reasonlen);
   if (rc) return rc;
-  const size_t row = (size_t)reg.w * 3, bytes = row * (size_t)reg.h;
-  /* A region larger than 4 output tiles (a large PNG, which has no DCT
-   * scaling) is resampled here instead: the positions would hold too much.
-   * A pre-decoded image's pixels are lent in place and need no copy. */
-  if (smp.raw || bytes <= (size_t)4 * S * S * 3) {
-    it->pixels = reg.pixels;
-    it->stride = reg.stride;
-    if (!smp.raw) {
-      stk__buf *b = &s->regions[j];
-      size_t before = b->cap;
-      if (stk__buf_reserve(b, bytes ? bytes : 1))
-        return stk__fail(reason, reasonlen, STK_ENOMEM, "out of memory for a %dx%d region", reg.w,
-                         reg.h);
-      *held += (int64_t)b->cap - (int64_t)before;
-      for (int r = 0; r < reg.h; r++)
-        memcpy(b->p + (size_t)r * row, reg.pixels + (size_t)r * reg.stride, row);
-      it->pixels = b->p;
-      it->stride = row;
-    }
+  /* What the kernel reads: the resampler's rectangle, one pixel wider each
+   * side within the region (the GPU plans the same rectangle; the margin
+   * costs little and keeps a rounding apart from failing the item). */
+  int x0 = need.x - 1 > reg.x ? need.x - 1 : reg.x, y0 = need.y - 1 > reg.y ? need.y - 1 : reg.y;
+  int x1 = need.x + need.w + 1 < reg.x + reg.w ? need.x + need.w + 1 : reg.x + reg.w;
+  int y1 = need.y + need.h + 1 < reg.y + reg.h ? need.y + need.h + 1 : reg.y + reg.h;
+  const size_t row = (size_t)(x1 - x0) * 3, bytes = row * (size_t)(y1 - y0);
+  /* Pre-decoded images, and a region larger than 4 output tiles (a large
+   * PNG, which has no DCT scaling), are resampled here as before: the
+   * positions would hold too much. */
+  if (!smp.raw && x1 > x0 && y1 > y0 && bytes <= (size_t)4 * S * S * 3) {
+    stk__buf *b = &s->regions[j];
+    size_t before = b->cap;
+    if (stk__buf_reserve(b, bytes))
+      return stk__fail(reason, reasonlen, STK_ENOMEM, "out of memory for a %dx%d region", x1 - x0,
+                       y1 - y0);
+    *held += (int64_t)b->cap - (int64_t)before;
+    const uint8_t *from = reg.pixels + (size_t)(y0 - reg.y) * reg.stride + (size_t)(x0 - reg.x) * 3;
+    for (int r = 0; r < y1 - y0; r++) memcpy(b->p + (size_t)r * row, from + (size_t)r * reg.stride, row);
     it->kind = STK__GPU_RGB8;
-    it->x = reg.x;
-    it->y = reg.y;
-    it->w = reg.w;
-    it->h = reg.h;
+    it->pixels = b->p;
+    it->stride = row;
+    it->x = x0;
+    it->y = y0;
+    it->w = x1 - x0;
+    it->h = y1 - y0;
     it->geom = geom;
     return STK_OK;
   }
