@@ -2,7 +2,7 @@
  * decode.c: one batch on one lane (gpu.h, gpu_internal.h): each item's plan
  * (its decoder and the region to decode, ahead on a worker's thread or
  * here), the packing of the sources into the slot's arena in chunks, the
- * decode paths (the engines, the GPU-hybrid and per-image hybrid decoders,
+ * decode paths (the engines, the per-image hybrid decoder,
  * the CPU, and the host copy of decoded pixels), and the launch of the fused
  * kernel of kernels.cu on the slot's stream.
  */
@@ -140,14 +140,6 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
       }
       return;
     }
-  }
-  if (g->gh && !g->hw && (jm.sof == 0xC0 || jm.sof == 0xC1)) {
-    /* no engines: baseline files go to the batched GPU-hybrid decoder */
-    p->path = STK__GPU_PATH_GPU;
-    p->sx = p->sy = 0;
-    p->sw = (int)w;
-    p->sh = (int)h;
-    return;
   }
   if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
 }
@@ -317,40 +309,6 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
    * work queued so far is done. */
   CU(stk__cu.EventRecord(L->ev_main, L->stream));
   if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
-  /* 0. the GPU-hybrid decoder, on its own stream, first: it runs on the SMs
-   * while the call to the engines below holds this thread */
-  int mg = 0;
-  for (int c = 0; c < k && g->gh; c++) {
-    iplan *p = &L->plan[chunk[c]];
-    if (p->path != STK__GPU_PATH_GPU) continue;
-    stk__gpu_item *it = &items[chunk[c]];
-    L->gb.data[mg] = it->data;
-    L->gb.len[mg] = it->len;
-    memset(&L->gb.dst[mg], 0, sizeof L->gb.dst[mg]);
-    L->gb.dst[mg].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
-    L->gb.dst[mg].pitch[0] = p->pitch;
-    L->gb.item[mg++] = chunk[c];
-  }
-  if (mg > 0) {
-    double t = stk__now();
-    CU(stk__cu.StreamWaitEvent(L->gstream, L->ev_main, 0));
-    stk__gpu_gb_pad(g, &L->gb, mg);
-    nvjpegStatus_t st =
-        stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst, L->gstream);
-    if (st == NVJPEG_STATUS_SUCCESS) {
-      CU(stk__cu.EventRecord(L->ev_gpu, L->gstream));
-      for (int i = 0; i < mg; i++) L->plan[L->gb.item[i]].have_src = 1;
-    } else {
-      pthread_mutex_lock(&g->mu);
-      g->st.hw_batch_failures++;
-      pthread_mutex_unlock(&g->mu);
-      NJ(stk__nj.DecodeBatchedInitialize(g->gh, L->gb.state, L->gb.n, 1, NVJPEG_OUTPUT_RGBI));
-      for (int i = 0; i < mg; i++)
-        L->plan[L->gb.item[i]].path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
-      mg = 0;
-    }
-    L->t_gpu += stk__now() - t;
-  }
   /* 1. the hardware engines, for the whole chunk at once */
   int m = 0;
   for (int c = 0; c < k; c++) {
@@ -461,7 +419,6 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
   }
 
-  if (mg > 0) CU(stk__cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
   /* 4. the kernel */
   int n = 0, kxm = 1, kym = 1;
   stk__kitem *d = L->desc_host + base;
@@ -649,7 +606,7 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
    * the lane's stream, before any wait for a consumer): the staging, the
    * host descriptors and nvJPEG's state are free again. */
   double ts = stk__now();
-  L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = L->t_sync = 0;
+  L->t_plan = L->t_hw = L->t_cpu = L->t_sync = 0;
   CU(stk__cu.EventSynchronize(L->done));
   L->t_sync = stk__now() - ts;
   L->staging_used = 0;
@@ -659,24 +616,6 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
   double t0 = stk__now();
   for (int i = 0; i < n; i++)
     if (items[i].rc == STK_OK) take_plan(g, L, &items[i], &L->plan[i]);
-  /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
-  if (g->hw && g->gh) {
-    int elig = 0, to_hw = 0;
-    for (int i = 0; i < n; i++) {
-      iplan *p = &L->plan[i];
-      if (items[i].rc != STK_OK || p->path != STK__GPU_PATH_HW) continue;
-      elig++;
-      if ((int)(g->cfg.hw_share * elig + 0.5f) > to_hw) {
-        to_hw++;
-        continue;
-      }
-      p->path = STK__GPU_PATH_GPU;
-      p->roi = 0;
-      p->sx = p->sy = 0;
-      p->sw = p->img_w;
-      p->sh = p->img_h;
-    }
-  }
   L->t_plan += stk__now() - t0;
   int naug = 0;
   if (g->cfg.aug && (rc = upload_aug(g, L, s, n, items, &naug, msg, msglen))) return rc;

@@ -56,8 +56,6 @@ void stk__gpu_config_init(stk__gpu_config *c) {
   c->use_hw = 1;
   c->use_cuda = 1;
   c->roi = 1;
-  c->use_gpu_hybrid = 0; /* slower than the engines on an H200, see gpu.h */
-  c->hw_share = 0.35f;
   c->chroma_interp = 0;  /* 3.5x slower engines for ~85 -> ~98 dB, see gpu.h */
   c->max_pixels = 178956970ULL;
 }
@@ -120,8 +118,6 @@ static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_EINVAL, "unknown layout %d", (int)c->layout);
   if (c->slots < 1 || c->slots > 1024)
     return stk__fail(msg, msglen, STK_EINVAL, "slots must be in 1..1024, got %d", c->slots);
-  if (!(c->hw_share >= 0.0f && c->hw_share <= 1.0f))
-    return stk__fail(msg, msglen, STK_EINVAL, "hw_share must be in [0, 1]");
   if (c->planners < 0 || c->planners > 4096)
     return stk__fail(msg, msglen, STK_EINVAL, "planners must be in 0..4096, got %d", c->planners);
   if (c->lanes < 0 || c->lanes > 64)
@@ -201,42 +197,6 @@ static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   return STK_OK;
 }
 
-static int gb_open(stk__gpu *g, nvjpegHandle_t h, batched *b, int B, char *msg, size_t msglen) {
-  b->data = calloc((size_t)B, sizeof *b->data);
-  b->len = calloc((size_t)B, sizeof *b->len);
-  b->dst = calloc((size_t)B, sizeof *b->dst);
-  b->item = calloc((size_t)B, sizeof *b->item);
-  if (!b->data || !b->len || !b->dst || !b->item)
-    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  NJ(stk__nj.JpegStateCreate(h, &b->state));
-  NJ(stk__nj.DecodeBatchedInitialize(h, b->state, B, 1, NVJPEG_OUTPUT_RGBI));
-  b->n = B;
-  return STK_OK;
-}
-
-static void gb_close(batched *b) {
-  if (b->state) stk__nj.JpegStateDestroy(b->state);
-  b->state = NULL;
-  free(b->data);
-  free(b->len);
-  free(b->dst);
-  free(b->item);
-  b->data = NULL;
-  b->len = NULL;
-  b->dst = NULL;
-  b->item = NULL;
-}
-
-void stk__gpu_gb_pad(stk__gpu *g, batched *b, int m) {
-  for (int i = m; i < b->n; i++) {
-    b->data[i] = g->dummy_jpeg;
-    b->len[i] = g->dummy_len;
-    memset(&b->dst[i], 0, sizeof b->dst[i]);
-    b->dst[i].channel[0] = (unsigned char *)(uintptr_t)(b->pad_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
-    b->dst[i].pitch[0] = DUMMY_SIDE * 3;
-  }
-}
-
 static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   const stk__gpu_config *c = &g->cfg;
   int B = c->max_batch, rc;
@@ -251,10 +211,9 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     for (int i = 0; i < 3; i++) CU(stk__cu.EventCreate(&L->prof[i], 0));
   L->staging_bytes = c->staging_bytes ? c->staging_bytes : (size_t)B << 18;
   if (!c->staging_bytes && L->staging_bytes < ((size_t)64 << 20)) L->staging_bytes = (size_t)64 << 20;
-  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)2 * B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
+  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
                       msglen)))
     return rc;
-  L->gb.pad_out = L->dummy_out + (CUdeviceptr)B * DUMMY_SIDE * DUMMY_SIDE * 3;
   if ((rc = host_alloc(g, (void **)&L->staging, L->staging_bytes, "staging", msg, msglen))) return rc;
   if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(stk__kitem),
                        "item descriptors", msg, msglen)))
@@ -291,11 +250,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       stk__nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
                                     NVJPEG_OUTPUT_RGBI);
   }
-  if (g->gh) {
-    CU(make_stream(g, &L->gstream));
-    CU(stk__cu.EventCreate(&L->ev_gpu, CU_EVENT_DISABLE_TIMING));
-    if ((rc = gb_open(g, g->gh, &L->gb, B, msg, msglen))) return rc;
-  }
   if (g->hy_dec) {
     NJ(stk__nj.DecoderStateCreate(g->gen, g->hy_dec, &L->hy_state));
     NJ(stk__nj.BufferPinnedCreate(g->gen, NULL, &L->hy_pinned));
@@ -328,11 +282,7 @@ static void drop_lane_hw(stk__gpu *g, glane *L) {
 static void close_lane(stk__gpu *g, glane *L) {
   if (L->stream) stk__cu.StreamSynchronize(L->stream);
   if (L->aux) stk__cu.StreamSynchronize(L->aux);
-  if (L->gstream) stk__cu.StreamSynchronize(L->gstream);
   drop_lane_hw(g, L);
-  gb_close(&L->gb);
-  if (L->ev_gpu) stk__cu.EventDestroy(L->ev_gpu);
-  if (L->gstream) stk__cu.StreamDestroy(L->gstream);
   if (L->hy_params) stk__nj.DecodeParamsDestroy(L->hy_params);
   if (L->hy_js) stk__nj.JpegStreamDestroy(L->hy_js);
   if (L->hy_state) stk__nj.JpegStateDestroy(L->hy_state);
@@ -399,15 +349,6 @@ static void open_nvjpeg(stk__gpu *g) {
   if (g->cfg.use_cuda && stk__nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
                              NVJPEG_STATUS_SUCCESS)
     g->hy_dec = NULL;
-  if (g->cfg.use_gpu_hybrid) {
-    nvjpegStatus_t st = stk__nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, flags, &g->gh);
-    if (st != NVJPEG_STATUS_SUCCESS && flags)
-      st = stk__nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, 0, &g->gh);
-    if (st != NVJPEG_STATUS_SUCCESS) {
-      g->gh = NULL;
-      stk__gpu_note(g, "GPU-hybrid decoder not available: %s", stk__nj_status(st));
-    }
-  }
 }
 
 /* How much of the tile the augmentation kernel keeps in shared memory
@@ -631,27 +572,9 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
       }
     }
   }
-  for (int i = 0; i < g->cfg.lanes && g->gh; i++) {
-    glane *L = &g->lanes[i];
-    stk__gpu_gb_pad(g, &L->gb, 0);
-    nvjpegStatus_t st = stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst,
-                                           L->gstream);
-    r = st == NVJPEG_STATUS_SUCCESS ? stk__cu.StreamSynchronize(L->gstream) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(g, r, "GPU-hybrid warm-up", msg, msglen);
-      goto fail;
-    }
-    if (st != NVJPEG_STATUS_SUCCESS) {
-      stk__gpu_note(g, "GPU-hybrid decoder off: nvjpegDecodeBatched: %s", stk__nj_status(st));
-      for (int k = 0; k < g->cfg.lanes; k++) gb_close(&g->lanes[k].gb);
-      stk__nj.Destroy(g->gh);
-      g->gh = NULL;
-    }
-  }
   g->st.hw_available = g->hw != NULL;
   g->st.hw_roi = g->hw_roi;
   g->st.cuda_available = g->hy_dec != NULL;
-  g->st.gpu_hybrid_available = g->gh != NULL;
   stk__cu.MemGetInfo(&free1, &total);
   g->st.device_bytes_used = free0 > free1 ? free0 - free1 : 0;
   g->pool_at_open = stk__pool_fresh();
@@ -692,7 +615,6 @@ void stk__gpu_close(stk__gpu *g) {
   }
   free(g->parsers);
   if (g->hy_dec) stk__nj.DecoderDestroy(g->hy_dec);
-  if (g->gh) stk__nj.Destroy(g->gh);
   if (g->hw) stk__nj.Destroy(g->hw);
   if (g->gen) stk__nj.Destroy(g->gen);
   if (g->ctx) stk__pool_release(g->ctx);
@@ -764,7 +686,7 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
     rc = stk__gpu_run_locked(g, L, &g->slots[slot], n, items, msg, msglen);
     stk__cu.CtxPopCurrent(NULL);
   }
-  double tp = L->t_plan, th = L->t_hw, tg = L->t_gpu, tc = L->t_cpu, tsy = L->t_sync;
+  double tp = L->t_plan, th = L->t_hw, tc = L->t_cpu, tsy = L->t_sync;
   give_lane(g, L);
   pthread_mutex_lock(&g->mu);
   g->st.batches++;
@@ -780,7 +702,6 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
   g->st.host_seconds += stk__now() - t0;
   g->st.host_plan_seconds += tp;
   g->st.host_hw_seconds += th;
-  g->st.host_gpu_seconds += tg;
   g->st.host_cpu_seconds += tc;
   g->st.host_lane_wait_seconds += tl;
   g->st.host_sync_seconds += tsy;

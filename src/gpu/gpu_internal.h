@@ -46,25 +46,11 @@ typedef struct {
 /* What run_batch() decided for one item (gpu.h). */
 typedef stk__gpu_pre iplan;
 
-/* One batched nvJPEG decoder of a lane (engines or GPU-hybrid). */
-typedef struct {
-  nvjpegJpegState_t state;
-  const unsigned char **data; /* max_batch */
-  size_t *len;
-  nvjpegImage_t *dst;
-  int *item;
-  int n;                      /* the batch size it is initialised for */
-  CUdeviceptr pad_out;        /* where the padding images go */
-} batched;
-
 typedef struct {
   CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
   CUevent done, ev_main, ev_aux, decoded;
   CUevent prof[3]; /* cfg.profile: chunk start, before the kernel, after it */
-  CUstream gstream; /* the GPU-hybrid batched decoder */
-  CUevent ev_gpu;
-  batched gb;
-  double t_plan, t_hw, t_gpu, t_cpu, t_sync; /* host seconds, this batch */
+  double t_plan, t_hw, t_cpu, t_sync; /* host seconds, this batch */
   int busy;
   /* hardware, batched */
   nvjpegJpegState_t hw_state;
@@ -128,7 +114,7 @@ struct stk__gpu {
   uint64_t pool_at_open; /* stk__pool_fresh() at the end of open */
   int prio;      /* the greatest stream priority: our work is small and
                     should not queue behind a training step's kernels */
-  nvjpegHandle_t hw, gen, gh;
+  nvjpegHandle_t hw, gen;
   nvjpegJpegDecoder_t hy_dec;
   /* the engines' regions are in use; read by workers planning ahead while a
    * lane may switch it off */
@@ -157,8 +143,6 @@ void stk__gpu_note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
 int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen);
 /* Fills the engines' batch from position m on with the padding image. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m);
-/* The same for a GPU-hybrid batched decoder. */
-void stk__gpu_gb_pad(stk__gpu *g, batched *b, int m);
 
 /* decode.c */
 /* Runs n items into slot s on lane L (the context current, the lane taken). */
