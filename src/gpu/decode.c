@@ -296,20 +296,12 @@ static int slot_after_lane(stk__gpu *g, glane *L, gslot *s, char *msg, size_t ms
 }
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen);
 
-/* Decodes the sources of items chunk[0..k) into the arena (places already
- * assigned), then launches the kernel over those that made it. `base` is
- * where this chunk's descriptors go. */
-static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
-                     int base, char *msg, size_t msglen) {
+/* The chunk's items planned for the hardware engines, in one batched call
+ * (step 1 of run_chunk). A failed call sends them down to the hybrid
+ * decoder or the CPU. */
+static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                         int k, char *msg, size_t msglen) {
   int rc;
-  /* The arena is free once the slot's previous kernel (an earlier batch, or
-   * an earlier chunk of this one) has read it. */
-  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
-  /* The hybrid decoder's stream may write this chunk's arena places once the
-   * work queued so far is done. */
-  CU(stk__cu.EventRecord(L->ev_main, L->stream));
-  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
-  /* 1. the hardware engines, for the whole chunk at once */
   int m = 0;
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
@@ -367,8 +359,15 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       for (int i = 0; i < m; i++) L->plan[L->hw_item[i]].have_src = 1;
     }
   }
+  return STK_OK;
+}
 
-  /* 2. the CPU: decodes here while the engines work */
+/* The chunk's items for this thread: pixels decoded by the loader's
+ * workers copied up (host), and the CPU's decodes (cpu, big), done here
+ * while the engines work (step 2 of run_chunk). */
+static int chunk_host(stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk, int k,
+                      char *msg, size_t msglen) {
+  int rc;
   double tc = stk__now();
   for (int c = 0; c < k; c++) {
     int i = chunk[c];
@@ -395,9 +394,15 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       if (brc) return brc;
     }
   }
-
   L->t_cpu += stk__now() - tc;
-  /* 3. nvJPEG's hybrid decoder, on the aux stream after the arena is free */
+  return STK_OK;
+}
+
+/* The chunk's items for nvJPEG's hybrid decoder, one by one on the aux
+ * stream once the arena is free; one that fails goes to the CPU (step 3 of
+ * run_chunk). */
+static int chunk_cuda(stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk, int k,
+                      char *msg, size_t msglen) {
   int any_cuda = 0;
   for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
   if (any_cuda) {
@@ -418,8 +423,14 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     CU(stk__cu.EventRecord(L->ev_aux, L->aux));
     CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
   }
+  return STK_OK;
+}
 
-  /* 4. the kernel */
+/* The kernel's descriptors (at L->desc_host + base) of the chunk's items
+ * that have their source; *n of them, and the largest filter windows
+ * (step 4 of run_chunk). Items the CPU finished ("big") are copied later. */
+static void chunk_descriptors(glane *L, stk__gpu_item *items, const int *chunk, int k, int base,
+                              int *nout, int *kxout, int *kyout) {
   int n = 0, kxm = 1, kym = 1;
   stk__kitem *d = L->desc_host + base;
   for (int c = 0; c < k; c++) {
@@ -453,6 +464,48 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }
+  *nout = n;
+  *kxout = kxm;
+  *kyout = kym;
+}
+
+/* cfg.profile: waits for the chunk and adds its device time up to the
+ * kernel and of the kernel to the stats (events prof[0..2]). */
+static int chunk_profile(stk__gpu *g, glane *L, gslot *s, char *msg, size_t msglen) {
+  float a = 0, b = 0;
+  CU(stk__cu.EventRecord(L->prof[2], s->stream));
+  CU(stk__cu.EventSynchronize(L->prof[2]));
+  CU(stk__cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
+  CU(stk__cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
+  pthread_mutex_lock(&g->mu);
+  g->st.gpu_decode_seconds += a * 1e-3;
+  g->st.gpu_kernel_seconds += b * 1e-3;
+  pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+/* Decodes the sources of items chunk[0..k) into the arena (places already
+ * assigned), then launches the kernel over those that made it. `base` is
+ * where this chunk's descriptors go. */
+static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
+                     int base, char *msg, size_t msglen) {
+  int rc;
+  /* The arena is free once the slot's previous kernel (an earlier batch, or
+   * an earlier chunk of this one) has read it. */
+  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
+  /* The hybrid decoder's stream may write this chunk's arena places once the
+   * work queued so far is done. */
+  CU(stk__cu.EventRecord(L->ev_main, L->stream));
+  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
+  /* 1-4: the decoders, in this order so that the engines and the aux
+   * stream work while this thread decodes on the CPU; then the kernel's
+   * descriptors */
+  if ((rc = chunk_engines(g, L, s, items, chunk, k, msg, msglen))) return rc;
+  if ((rc = chunk_host(g, L, items, chunk, k, msg, msglen))) return rc;
+  if ((rc = chunk_cuda(g, L, items, chunk, k, msg, msglen))) return rc;
+  int n, kxm, kym;
+  chunk_descriptors(L, items, chunk, k, base, &n, &kxm, &kym);
+  stk__kitem *d = L->desc_host + base;
   int run_kernel = n > 0 && !g->cfg.decode_only;
   if (run_kernel)
     CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem), d,
@@ -473,18 +526,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
   CU(stk__cu.EventRecord(s->consumed, s->stream));
   s->consumed_pending = 1;
-  if (g->cfg.profile) {
-    float a = 0, b = 0;
-    CU(stk__cu.EventRecord(L->prof[2], s->stream));
-    CU(stk__cu.EventSynchronize(L->prof[2]));
-    CU(stk__cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
-    CU(stk__cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
-    pthread_mutex_lock(&g->mu);
-    g->st.gpu_decode_seconds += a * 1e-3;
-    g->st.gpu_kernel_seconds += b * 1e-3;
-    pthread_mutex_unlock(&g->mu);
-  }
-  return STK_OK;
+  return g->cfg.profile ? chunk_profile(g, L, s, msg, msglen) : STK_OK;
 }
 
 _Static_assert(STK_KAUG_OPS == STK__AUG_MAX_OPS, "the kernels' op list holds every drawn op");

@@ -376,12 +376,9 @@ static void aug_shared_memory(stk__gpu *g) {
   g->aug_smem_bytes = bytes;
 }
 
-int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
-                  size_t msglen) {
-  if (out) *out = NULL;
-  if (!cfg || !out) return stk__fail(msg, msglen, STK_EINVAL, "cfg and out must not be NULL");
-  int rc = validate_cfg(cfg, msg, msglen);
-  if (rc) return rc;
+/* Whether `device` can be opened at all: kernels in this build, the
+ * driver, the device number (before anything is allocated). */
+static int check_device(int device, char *msg, size_t msglen) {
   if (device < 0) return stk__fail(msg, msglen, STK_EINVAL, "device must be >= 0, got %d", device);
   if (!kernel_image())
     return stk__fail(msg, msglen, STK_ENODEV,
@@ -399,6 +396,152 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   if (device >= count)
     return stk__fail(msg, msglen, STK_ENODEV, "device %d asked for, but %d CUDA device%s present",
                      device, count, count == 1 ? " is" : "s are");
+  return STK_OK;
+}
+
+/* The device's primary context, retained and made current (*pushed). */
+static int open_context(stk__gpu *g, int device, int *pushed, char *msg, size_t msglen) {
+  CUresult r = stk__cu.DeviceGet(&g->dev, device);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuDeviceGet", msg, msglen);
+  int ccmaj = 0, ccmin = 0;
+  stk__cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
+  stk__cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
+  if (ccmaj < 8)
+    return stk__fail(msg, msglen, STK_ENODEV,
+                     "device %d has compute capability %d.%d; stoker's kernels need 8.0 or newer",
+                     device, ccmaj, ccmin);
+  r = stk__cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuDevicePrimaryCtxRetain", msg, msglen);
+  g->ctx_retained = 1;
+  r = stk__cu.CtxPushCurrent(g->ctx);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuCtxPushCurrent", msg, msglen);
+  *pushed = 1;
+  return STK_OK;
+}
+
+/* The embedded kernels, the stream priority, the output's store and
+ * (cfg.aug) the 8-bit work store and the augmentation kernel. */
+static int load_kernels(stk__gpu *g, char *msg, size_t msglen) {
+  CUresult r = stk__cu.ModuleLoadData(&g->mod, kernel_image());
+  if (r != CUDA_SUCCESS)
+    return stk__gpu_fail(NULL, r, "cuModuleLoadData (the embedded kernels)", msg, msglen);
+  r = stk__cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
+  if (r == CUDA_SUCCESS) r = stk__cu.ModuleGetFunction(&g->fn_mix, g->mod, "stk_mix_kernel");
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
+  int least = 0;
+  if (stk__cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
+
+  stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
+                  g->cfg.std);
+  g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
+  if (!g->cfg.aug) {
+    g->work_store = g->store;
+    g->work_bytes = g->image_bytes;
+    return STK_OK;
+  }
+  stk__store_init(&g->work_store, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, g->cfg.out_w, g->cfg.out_h,
+                  g->cfg.mean, g->cfg.std);
+  g->work_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3;
+  if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS)
+    return stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernel)", msg, msglen);
+  aug_shared_memory(g);
+  return STK_OK;
+}
+
+/* The normalisation tables, in device memory for the kernels. */
+static int upload_tables(stk__gpu *g, char *msg, size_t msglen) {
+  int rc = dev_alloc(g, &g->lut, sizeof g->store.lut_f32 + sizeof g->store.lut_u16, "tables", msg,
+                     msglen);
+  if (rc) return rc;
+  uint8_t tab[sizeof g->store.lut_f32 + sizeof g->store.lut_u16];
+  memcpy(tab, g->store.lut_f32, sizeof g->store.lut_f32);
+  memcpy(tab + sizeof g->store.lut_f32, g->store.lut_u16, sizeof g->store.lut_u16);
+  CUresult r = stk__cu.MemcpyHtoD(g->lut, tab, sizeof tab);
+  return r != CUDA_SUCCESS ? stk__gpu_fail(NULL, r, "cuMemcpyHtoD", msg, msglen) : STK_OK;
+}
+
+/* The output slots, each with its arena of `arena` bytes (gpu_internal.h). */
+static int open_slots(stk__gpu *g, size_t arena, char *msg, size_t msglen) {
+  int rc;
+  CUresult r;
+  for (int i = 0; i < g->cfg.slots; i++) {
+    gslot *s = &g->slots[i];
+    if ((rc = dev_alloc(g, &s->data, (size_t)g->cfg.max_batch * g->image_bytes, "batch slots", msg,
+                        msglen)) ||
+        (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
+                        msglen)) ||
+        (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
+        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(stk__kitem),
+                        "item descriptors", msg, msglen)))
+      return rc;
+    if (g->cfg.aug &&
+        ((rc = dev_alloc(g, &s->tiles, (size_t)g->cfg.max_batch * g->work_bytes, "8-bit tiles", msg,
+                         msglen)) ||
+         (rc = dev_alloc(g, &s->scratch, (size_t)g->cfg.max_batch * g->work_bytes, "tile scratch",
+                         msg, msglen)) ||
+         (rc = dev_alloc(g, &s->aug_dev, (size_t)g->cfg.max_batch * sizeof(stk__kaug),
+                         "augmentation draws", msg, msglen))))
+      return rc;
+    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = make_stream(g, &s->stream)) != CUDA_SUCCESS)
+      return stk__gpu_fail(NULL, r, "cuEventCreate/cuStreamCreate", msg, msglen);
+  }
+  return STK_OK;
+}
+
+/* The engines must decode a batch on every lane, else they are switched off
+ * (and the lanes parse headers with the generic handle). */
+static int warm_engines(stk__gpu *g, char *msg, size_t msglen) {
+  char why[160];
+  for (int i = 0; i < g->cfg.lanes && g->hw; i++) {
+    if (!hw_warmup(g, &g->lanes[i], why, sizeof why)) continue;
+    stk__gpu_note(g, "hardware decoder off: %s", why);
+    for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
+    stk__nj.Destroy(g->hw);
+    g->hw = NULL;
+    for (int k = 0; k < g->cfg.lanes; k++) {
+      glane *L = &g->lanes[k];
+      L->js_handle = g->gen;
+      if (g->gen && (stk__nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
+                     stk__nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS))
+        return stk__fail(msg, msglen, STK_ECUDA, "nvJPEG: cannot create a stream parser");
+    }
+  }
+  g->hw_roi = g->hw && g->cfg.roi;
+  return STK_OK;
+}
+
+/* cfg.planners header parsers for stk__gpu_plan_ahead(); as many as nvJPEG
+ * gives (the lanes plan what the missing ones would have). */
+static int open_parsers(stk__gpu *g, char *msg, size_t msglen) {
+  g->parse_handle = g->hw ? g->hw : g->gen;
+  if (g->cfg.planners <= 0 || !g->parse_handle) return STK_OK;
+  g->parsers = calloc((size_t)g->cfg.planners, sizeof *g->parsers);
+  if (!g->parsers) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  for (; g->nparsers < g->cfg.planners; g->nparsers++) {
+    parser *P = &g->parsers[g->nparsers];
+    pthread_mutex_init(&P->mu, NULL);
+    if (stk__nj.JpegStreamCreate(g->parse_handle, &P->js) != NVJPEG_STATUS_SUCCESS ||
+        stk__nj.DecodeParamsCreate(g->parse_handle, &P->chk) != NVJPEG_STATUS_SUCCESS ||
+        stk__nj.DecodeParamsSetOutputFormat(P->chk, NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
+      if (P->js) stk__nj.JpegStreamDestroy(P->js);
+      if (P->chk) stk__nj.DecodeParamsDestroy(P->chk);
+      pthread_mutex_destroy(&P->mu);
+      stk__gpu_note(g, "planning ahead with %d of %d header parsers", g->nparsers, g->cfg.planners);
+      break;
+    }
+  }
+  return STK_OK;
+}
+
+int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
+                  size_t msglen) {
+  if (out) *out = NULL;
+  if (!cfg || !out) return stk__fail(msg, msglen, STK_EINVAL, "cfg and out must not be NULL");
+  int rc = validate_cfg(cfg, msg, msglen);
+  if (rc || (rc = check_device(device, msg, msglen))) return rc;
 
   stk__gpu *g = calloc(1, sizeof *g);
   if (!g) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
@@ -410,115 +553,19 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   int pushed = 0;
   size_t free0 = 0, free1 = 0, total = 0;
 
-  r = stk__cu.DeviceGet(&g->dev, device);
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuDeviceGet", msg, msglen);
-    goto fail;
-  }
-  int ccmaj = 0, ccmin = 0;
-  stk__cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
-  stk__cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
-  if (ccmaj < 8) {
-    rc = stk__fail(msg, msglen, STK_ENODEV,
-                   "device %d has compute capability %d.%d; stoker's kernels need 8.0 or newer",
-                   device, ccmaj, ccmin);
-    goto fail;
-  }
-  r = stk__cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuDevicePrimaryCtxRetain", msg, msglen);
-    goto fail;
-  }
-  g->ctx_retained = 1;
-  r = stk__cu.CtxPushCurrent(g->ctx);
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuCtxPushCurrent", msg, msglen);
-    goto fail;
-  }
-  pushed = 1;
+  if ((rc = open_context(g, device, &pushed, msg, msglen))) goto fail;
   stk__cu.MemGetInfo(&free0, &total);
-  r = stk__cu.ModuleLoadData(&g->mod, kernel_image());
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuModuleLoadData (the embedded kernels)", msg, msglen);
-    goto fail;
-  }
-  r = stk__cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
-  if (r == CUDA_SUCCESS) r = stk__cu.ModuleGetFunction(&g->fn_mix, g->mod, "stk_mix_kernel");
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
-    goto fail;
-  }
-  {
-    int least = 0;
-    if (stk__cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
-  }
-
-  stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
-                  g->cfg.std);
-  g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
-  if (g->cfg.aug) {
-    stk__store_init(&g->work_store, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, g->cfg.out_w, g->cfg.out_h,
-                    g->cfg.mean, g->cfg.std);
-    g->work_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3;
-    if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernel)", msg, msglen);
-      goto fail;
-    }
-    aug_shared_memory(g);
-  } else {
-    g->work_store = g->store;
-    g->work_bytes = g->image_bytes;
-  }
+  if ((rc = load_kernels(g, msg, msglen)) || (rc = upload_tables(g, msg, msglen))) goto fail;
   /* per slot; at least two finished images (the "big" path's need) */
   size_t arena = g->cfg.arena_bytes ? g->cfg.arena_bytes : (size_t)g->cfg.max_batch * (768 << 10);
   if (arena < 2 * big_need(g)) arena = 2 * big_need(g);
-  if ((rc = dev_alloc(g, &g->lut, sizeof g->store.lut_f32 + sizeof g->store.lut_u16, "tables", msg,
-                      msglen)))
-    goto fail;
-  {
-    uint8_t tab[sizeof g->store.lut_f32 + sizeof g->store.lut_u16];
-    memcpy(tab, g->store.lut_f32, sizeof g->store.lut_f32);
-    memcpy(tab + sizeof g->store.lut_f32, g->store.lut_u16, sizeof g->store.lut_u16);
-    r = stk__cu.MemcpyHtoD(g->lut, tab, sizeof tab);
-    if (r != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuMemcpyHtoD", msg, msglen);
-      goto fail;
-    }
-  }
-
   g->slots = calloc((size_t)g->cfg.slots, sizeof *g->slots);
   g->lanes = calloc((size_t)g->cfg.lanes, sizeof *g->lanes);
   if (!g->slots || !g->lanes) {
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     goto fail;
   }
-  for (int i = 0; i < g->cfg.slots; i++) {
-    gslot *s = &g->slots[i];
-    if ((rc = dev_alloc(g, &s->data, (size_t)g->cfg.max_batch * g->image_bytes, "batch slots", msg,
-                        msglen)) ||
-        (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
-                        msglen)) ||
-        (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
-        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(stk__kitem),
-                        "item descriptors", msg, msglen)))
-      goto fail;
-    if (g->cfg.aug &&
-        ((rc = dev_alloc(g, &s->tiles, (size_t)g->cfg.max_batch * g->work_bytes, "8-bit tiles", msg,
-                         msglen)) ||
-         (rc = dev_alloc(g, &s->scratch, (size_t)g->cfg.max_batch * g->work_bytes, "tile scratch",
-                         msg, msglen)) ||
-         (rc = dev_alloc(g, &s->aug_dev, (size_t)g->cfg.max_batch * sizeof(stk__kaug),
-                         "augmentation draws", msg, msglen))))
-      goto fail;
-    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = make_stream(g, &s->stream)) != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuEventCreate/cuStreamCreate", msg, msglen);
-      goto fail;
-    }
-  }
-
+  if ((rc = open_slots(g, arena, msg, msglen))) goto fail;
   if (make_dummy(g)) {
     rc = stk__fail(msg, msglen, STK_ENOMEM, "cannot make the padding JPEG");
     goto fail;
@@ -528,50 +575,8 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     if ((rc = open_lane(g, &g->lanes[i], msg, msglen))) goto fail;
     g->lanes[i].arena_bytes = arena;
   }
-  if (g->hw) {
-    /* The engines must decode a batch, else they are switched off (and the
-     * lanes parse headers with the generic handle). */
-    char why[160];
-    for (int i = 0; i < g->cfg.lanes && g->hw; i++)
-      if (hw_warmup(g, &g->lanes[i], why, sizeof why)) {
-        stk__gpu_note(g, "hardware decoder off: %s", why);
-        for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
-        stk__nj.Destroy(g->hw);
-        g->hw = NULL;
-        for (int k = 0; k < g->cfg.lanes; k++) {
-          glane *L = &g->lanes[k];
-          L->js_handle = g->gen;
-          if (g->gen && (stk__nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
-                         stk__nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS)) {
-            rc = stk__fail(msg, msglen, STK_ECUDA, "nvJPEG: cannot create a stream parser");
-            goto fail;
-          }
-        }
-      }
-    g->hw_roi = g->hw && g->cfg.roi;
-  }
-  g->parse_handle = g->hw ? g->hw : g->gen;
-  if (g->cfg.planners > 0 && g->parse_handle) {
-    g->parsers = calloc((size_t)g->cfg.planners, sizeof *g->parsers);
-    if (!g->parsers) {
-      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-      goto fail;
-    }
-    for (; g->nparsers < g->cfg.planners; g->nparsers++) {
-      parser *P = &g->parsers[g->nparsers];
-      pthread_mutex_init(&P->mu, NULL);
-      if (stk__nj.JpegStreamCreate(g->parse_handle, &P->js) != NVJPEG_STATUS_SUCCESS ||
-          stk__nj.DecodeParamsCreate(g->parse_handle, &P->chk) != NVJPEG_STATUS_SUCCESS ||
-          stk__nj.DecodeParamsSetOutputFormat(P->chk, NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
-        /* the lanes plan what these would have */
-        if (P->js) stk__nj.JpegStreamDestroy(P->js);
-        if (P->chk) stk__nj.DecodeParamsDestroy(P->chk);
-        pthread_mutex_destroy(&P->mu);
-        stk__gpu_note(g, "planning ahead with %d of %d header parsers", g->nparsers, g->cfg.planners);
-        break;
-      }
-    }
-  }
+  if ((g->hw && (rc = warm_engines(g, msg, msglen))) || (rc = open_parsers(g, msg, msglen)))
+    goto fail;
   g->st.hw_available = g->hw != NULL;
   g->st.hw_roi = g->hw_roi;
   g->st.cuda_available = g->hy_dec != NULL;
