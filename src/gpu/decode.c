@@ -17,6 +17,25 @@
 #include "gpu/plan.h"
 
 /* ---- running a batch --------------------------------------------------------- */
+/* ---- the engines' batched state of a lane ---- */
+int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen) {
+  NJ(stk__nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
+  L->hw_n = n;
+  return STK_OK;
+}
+
+/* Pads the batched arrays from m to the initialised size with the dummy. */
+void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m) {
+  for (int i = m; i < L->hw_n; i++) {
+    L->hw_data[i] = g->dummy_jpeg;
+    L->hw_len[i] = g->dummy_len;
+    memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
+    L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
+    L->hw_dst[i].pitch[0] = DUMMY_SIDE * 3;
+    stk__nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
+  }
+}
+
 /* Copies `rows` rows of `row_bytes` to device memory through the lane's
  * pinned staging, waiting for the lane's stream when the staging is full. */
 static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch, const uint8_t *src,

@@ -60,32 +60,6 @@ void stk__gpu_config_init(stk__gpu_config *c) {
   c->max_pixels = 178956970ULL;
 }
 
-/* ---- error helpers -------------------------------------------------------- */
-int stk__gpu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen) {
-  if (g && stk__cu_sticky(r)) {
-    pthread_mutex_lock(&g->mu);
-    if (!g->poisoned) {
-      g->poisoned = 1;
-      snprintf(g->poison_msg, sizeof g->poison_msg, "%s: %s (%s)", what, stk__cu_name(r), stk__cu_str(r));
-    }
-    pthread_mutex_unlock(&g->mu);
-  }
-  return stk__fail(msg, msglen, STK_ECUDA, "%s: %s (%s)", what, stk__cu_name(r), stk__cu_str(r));
-}
-
-void stk__gpu_note(stk__gpu *g, const char *fmt, ...) {
-  size_t at = strlen(g->st.notes);
-  if (at + 3 >= sizeof g->st.notes) return;
-  if (at) {
-    memcpy(g->st.notes + at, "; ", 3);
-    at += 2;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g->st.notes + at, sizeof g->st.notes - at, fmt, ap);
-  va_end(ap);
-}
-
 /* ---- geometry --------------------------------------------------------------- */
 static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t msglen) {
   const stk__axis *ax[2] = {&ge->x, &ge->y};
@@ -163,24 +137,6 @@ static int make_dummy(stk__gpu *g) {
   stk__jpeg_enc_opts o;
   stk__jpeg_enc_defaults(&o);
   return stk__jpeg_encode(px, DUMMY_SIDE, DUMMY_SIDE, &o, &g->dummy_jpeg, &g->dummy_len);
-}
-
-int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen) {
-  NJ(stk__nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
-  L->hw_n = n;
-  return STK_OK;
-}
-
-/* Pads the batched arrays from m to the initialised size with the dummy. */
-void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m) {
-  for (int i = m; i < L->hw_n; i++) {
-    L->hw_data[i] = g->dummy_jpeg;
-    L->hw_len[i] = g->dummy_len;
-    memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
-    L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
-    L->hw_dst[i].pitch[0] = DUMMY_SIDE * 3;
-    stk__nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
-  }
 }
 
 /* Decodes a full batch of dummies and waits: sizes nvJPEG's internal

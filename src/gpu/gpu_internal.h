@@ -1,9 +1,10 @@
 /*
- * gpu_internal.h: what the two halves of the GPU back end share, private to
+ * gpu_internal.h: what the parts of the GPU back end share, private to
  * src/gpu/. gpu.c makes and frees the objects below (stk__gpu_open/close),
  * takes a lane for each batch and runs the slot operations; decode.c runs
  * one batch on a lane: the planning, the decode paths and the launch of the
- * fused kernel.
+ * fused kernel. gpu.c calls into decode.c, never the other way; both report
+ * through status.c.
  */
 #ifndef STK_GPU_INTERNAL_H
 #define STK_GPU_INTERNAL_H
@@ -134,17 +135,17 @@ struct stk__gpu {
   stk__gpu_stats st;
 };
 
-/* gpu.c */
+/* status.c */
 /* Returns STK_ECUDA for a failed CUDA call (a sticky error poisons g). */
 int stk__gpu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen);
 /* Remembers why a decode path is off (stats.notes). */
 void stk__gpu_note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
+
+/* decode.c */
 /* (Re)initialises the lane's engines' state for batches of n. */
 int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen);
 /* Fills the engines' batch from position m on with the padding image. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m);
-
-/* decode.c */
 /* Runs n items into slot s on lane L (the context current, the lane taken). */
 int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
                         size_t msglen);
