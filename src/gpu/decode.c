@@ -163,6 +163,13 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
 }
 
+/* The path an item takes after its decoder failed it: the engines hand it to
+ * nvJPEG's hybrid decoder where there is one, the hybrid decoder to the CPU;
+ * the CPU's own failure fails the item. Every fallback goes through here. */
+static void fall_back(const stk__gpu *g, iplan *p) {
+  p->path = p->path == STK__GPU_PATH_HW && g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+}
+
 static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
   plan_with(g, L->js_handle, L->js, L->chk_params, it, p);
 }
@@ -370,10 +377,7 @@ static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, 
       /* The state must be initialised again after a failed batch; then each
        * item goes down the list on its own. */
       if ((rc = stk__gpu_hw_init_lane(g, L, L->hw_n, msg, msglen))) return rc;
-      for (int i = 0; i < m; i++) {
-        iplan *p = &L->plan[L->hw_item[i]];
-        p->path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
-      }
+      for (int i = 0; i < m; i++) fall_back(g, &L->plan[L->hw_item[i]]);
     } else {
       for (int i = 0; i < m; i++) L->plan[L->hw_item[i]].have_src = 1;
     }
@@ -434,7 +438,7 @@ static int chunk_cuda(stk__gpu *g, glane *L, stk__gpu_item *items, const int *ch
         p->have_src = 1;
         continue;
       }
-      p->path = STK__GPU_PATH_CPU;
+      fall_back(g, p);
       int brc = 0;
       if (cpu_decode(g, L, &items[i], p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
       if (brc) return brc;
