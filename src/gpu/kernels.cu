@@ -263,26 +263,36 @@ template <bool STORE, class F> __device__ static void map_pixels(uint8_t *t, int
 
 __device__ static void tile_copy(const uint8_t *src, uint8_t *dst, int n) {
   if ((n & 15) == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 15) == 0) {
-    /* UNROLL loads in flight before their stores: the copy of a tile from
-     * global memory otherwise waits a load's latency per 16 bytes */
     const uint4 *s16 = (const uint4 *)src;
     uint4 *d16 = (uint4 *)dst;
-    const int n16 = n / 16, nt = blockDim.x;
-    for (int i0 = threadIdx.x; i0 < n16; i0 += UNROLL * nt) {
-      uint4 v[UNROLL];
-#pragma unroll
-      for (int u = 0; u < UNROLL; u++)
-        if (i0 + u * nt < n16) v[u] = s16[i0 + u * nt];
-#pragma unroll
-      for (int u = 0; u < UNROLL; u++)
-        if (i0 + u * nt < n16) d16[i0 + u * nt] = v[u];
-    }
+    for (int i = threadIdx.x; i < n / 16; i += blockDim.x) d16[i] = s16[i];
   } else if ((n & 3) == 0) {
     const uint32_t *s4 = (const uint32_t *)src;
     uint32_t *d4 = (uint32_t *)dst;
     for (int i = threadIdx.x; i < n / 4; i += blockDim.x) d4[i] = s4[i];
   } else {
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  }
+  __syncthreads();
+}
+
+/* The tile from global into shared memory (16-byte aligned at both ends,
+ * n a multiple of 16) with UNROLL loads in flight before their stores: a
+ * copy from global memory otherwise waits a load's latency per 16 bytes.
+ * Only here: unrolled at every copy site the kernel's registers would
+ * reach its cap. */
+__device__ static void tile_stage(const uint8_t *src, uint8_t *dst, int n) {
+  const uint4 *s16 = (const uint4 *)src;
+  uint4 *d16 = (uint4 *)dst;
+  const int n16 = n / 16, nt = blockDim.x;
+  for (int i0 = threadIdx.x; i0 < n16; i0 += UNROLL * nt) {
+    uint4 v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+      if (i0 + u * nt < n16) v[u] = s16[i0 + u * nt];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+      if (i0 + u * nt < n16) d16[i0 + u * nt] = v[u];
   }
   __syncthreads();
 }
@@ -430,7 +440,10 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
   if (p.smem != STK_AUG_SMEM_NONE && a->n > 0) {
     /* the ops on a shared copy (generic pointers: the same code either
      * way); store_tile reads the result from there */
-    tile_copy(t, dyn, n);
+    if ((n & 15) == 0 && ((uintptr_t)t & 15) == 0)
+      tile_stage(t, dyn, n);
+    else
+      tile_copy(t, dyn, n);
     t = dyn;
     if (p.smem == STK_AUG_SMEM_BOTH) sc = dyn + ((n + 15) & ~15);
   }
