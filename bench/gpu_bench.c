@@ -9,10 +9,9 @@
  *   1. the hardware-backend batched decode alone, whole images and the
  *      regions RandomResizedCrop reads (ROI), with and without nvJPEG's
  *      interpolated chroma upsampling;
- *   2. the GPU-hybrid back end's batched decode alone (CUDA Huffman);
+ *   2. the per-image hybrid decoder alone (no engines);
  *   3. train (RandomResizedCrop 224 + flip + normalise, float32 NCHW):
- *      decode + fused kernel with the engines and the GPU-hybrid decoder
- *      sharing each batch, 1 and T submitting threads;
+ *      decode + fused kernel with the engines, 1 and T submitting threads;
  *   4. the same with a share of each batch decoded by CPU threads first
  *      (what the loader's workers would do: region + DCT-scaled decode,
  *      handed over as RGB8 items);
@@ -63,7 +62,6 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 typedef struct {
   const char *name;
   int train, decode_only, roi, threads, profile;
-  float hw_share;  /* -1: engines only (no GPU-hybrid decoder) */
   int use_hw;
   int chroma_interp;
   float cpu_share; /* share of each batch decoded by CPU helper threads */
@@ -222,7 +220,7 @@ static void *worker_main(void *p) {
 
 typedef struct {
   double ips, ms_batch, host_ms_batch, gpu_dec_ms, gpu_ker_ms;
-  double plan_ms, hw_ms, gpu_ms, cpu_ms; /* host ms per batch inside run_batch */
+  double plan_ms, hw_ms, cpu_ms; /* host ms per batch inside run_batch */
   stk__gpu_stats st;
   int ok;
 } bresult;
@@ -238,8 +236,6 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.roi = m->roi;
   c.use_hw = m->use_hw;
   c.chroma_interp = m->chroma_interp;
-  c.use_gpu_hybrid = m->hw_share >= 0;
-  if (m->hw_share >= 0) c.hw_share = m->hw_share;
   c.decode_only = m->decode_only;
   c.profile = m->profile;
   stk__gpu *g = NULL;
@@ -296,7 +292,6 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
     r.gpu_ker_ms = (s1.gpu_kernel_seconds - s0.gpu_kernel_seconds) * 1e3 / nb;
     r.plan_ms = (s1.host_plan_seconds - s0.host_plan_seconds) * 1e3 / nb;
     r.hw_ms = (s1.host_hw_seconds - s0.host_hw_seconds) * 1e3 / nb;
-    r.gpu_ms = (s1.host_gpu_seconds - s0.host_gpu_seconds) * 1e3 / nb;
     r.cpu_ms = (s1.host_cpu_seconds - s0.host_cpu_seconds) * 1e3 / nb;
     r.st = s1;
     for (int p = 0; p < STK__GPU_NPATHS; p++) r.st.path[p] -= s0.path[p];
@@ -391,21 +386,19 @@ int main(int argc, char **argv) {
   snprintf(nm3, sizeof nm3, "train: engines + 40%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
   snprintf(nm4, sizeof nm4, "eval: engines, %d threads", T);
   snprintf(nm5, sizeof nm5, "decode: engines only, ROI, %d threads", T);
-  /* name, train, decode_only, roi, threads, profile, hw_share (-1: no GPU-hybrid decoder),
-   * use_hw, chroma_interp, cpu_share */
+  /* name, train, decode_only, roi, threads, profile, use_hw, chroma_interp, cpu_share */
   bmode modes[] = {
-      {"decode: engines only, full images", 1, 1, 0, 1, 0, -1, 1, 0, 0},
-      {"decode: engines only, ROI (train crops)", 1, 1, 1, 1, 0, -1, 1, 0, 0},
-      {nm5, 1, 1, 1, T, 0, -1, 1, 0, 0},
-      {"decode: engines, ROI, interpolated chroma", 1, 1, 1, 1, 0, -1, 1, 1, 0},
-      {"decode: GPU-hybrid back end only (batched)", 1, 1, 1, 1, 0, 0, 0, 0, 0},
-      {"decode: per-image hybrid only (no engines)", 1, 1, 1, 1, 0, -1, 0, 0, 0},
-      {"train: engines, 1 thread", 1, 0, 1, 1, 0, -1, 1, 0, 0},
-      {nm1, 1, 0, 1, T, 0, -1, 1, 0, 0},
-      {nm2, 1, 0, 1, T, 0, -1, 1, 0, 0.25f},
-      {nm3, 1, 0, 1, T, 0, -1, 1, 0, 0.4f},
-      {nm4, 0, 0, 1, T, 0, -1, 1, 0, 0},
-      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1, -1, 1, 0, 0},
+      {"decode: engines only, full images", 1, 1, 0, 1, 0, 1, 0, 0},
+      {"decode: engines only, ROI (train crops)", 1, 1, 1, 1, 0, 1, 0, 0},
+      {nm5, 1, 1, 1, T, 0, 1, 0, 0},
+      {"decode: engines, ROI, interpolated chroma", 1, 1, 1, 1, 0, 1, 1, 0},
+      {"decode: per-image hybrid only (no engines)", 1, 1, 1, 1, 0, 0, 0, 0},
+      {"train: engines, 1 thread", 1, 0, 1, 1, 0, 1, 0, 0},
+      {nm1, 1, 0, 1, T, 0, 1, 0, 0},
+      {nm2, 1, 0, 1, T, 0, 1, 0, 0.25f},
+      {nm3, 1, 0, 1, T, 0, 1, 0, 0.4f},
+      {nm4, 0, 0, 1, T, 0, 1, 0, 0},
+      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1, 1, 0, 0},
   };
   int nm = (int)(sizeof modes / sizeof *modes);
   bresult res[32];
@@ -416,15 +409,15 @@ int main(int argc, char **argv) {
   }
 
   printf("\nbatch %d, %d images (%s)\n", batch, nimg, dir);
-  printf("%-46s %8s %8s %7s %6s %6s %6s %6s  %s\n", "mode", "img/s", "ms/batch", "host ms", "plan",
-         "in hw", "in gpu", "cpu", "paths hw/gpu/cuda/cpu/host, failed");
+  printf("%-46s %8s %8s %7s %6s %6s %6s  %s\n", "mode", "img/s", "ms/batch", "host ms", "plan",
+         "in hw", "cpu", "paths hw/cuda/cpu/host, failed");
   for (int i = 0; i < nm; i++) {
     if (!res[i].ok) continue;
     const stk__gpu_stats *s = &res[i].st;
-    printf("%-46s %8.0f %8.2f %7.2f %6.2f %6.2f %6.2f %6.2f  %llu/%llu/%llu/%llu/%llu, %llu\n",
+    printf("%-46s %8.0f %8.2f %7.2f %6.2f %6.2f %6.2f  %llu/%llu/%llu/%llu, %llu\n",
            modes[i].name, res[i].ips, res[i].ms_batch, res[i].host_ms_batch, res[i].plan_ms,
-           res[i].hw_ms, res[i].gpu_ms, res[i].cpu_ms, (unsigned long long)s->path[STK__GPU_PATH_HW],
-           (unsigned long long)s->path[STK__GPU_PATH_GPU], (unsigned long long)s->path[STK__GPU_PATH_CUDA],
+           res[i].hw_ms, res[i].cpu_ms, (unsigned long long)s->path[STK__GPU_PATH_HW],
+           (unsigned long long)s->path[STK__GPU_PATH_CUDA],
            (unsigned long long)s->path[STK__GPU_PATH_CPU], (unsigned long long)s->path[STK__GPU_PATH_HOST],
            (unsigned long long)s->failed);
   }

@@ -207,14 +207,11 @@ static void item_rgb(stk__gpu_item *it, const region *r, const stk__geom *g, int
 }
 
 /* decoder mix for the runs below: -1 = default */
-static float mix_share = -1;
-static int mix_gh = -1, mix_hw = -1;
+static int mix_hw = -1;
 
 static stk__gpu_config base_cfg(int n) {
   stk__gpu_config c;
   stk__gpu_config_init(&c);
-  if (mix_share >= 0) c.hw_share = mix_share;
-  if (mix_gh >= 0) c.use_gpu_hybrid = mix_gh;
   if (mix_hw >= 0) c.use_hw = mix_hw;
   c.max_batch = n;
   c.out_w = c.out_h = OUT;
@@ -223,7 +220,7 @@ static stk__gpu_config base_cfg(int n) {
 }
 
 static const char *path_name(int p) {
-  static const char *n[] = {"none", "hw", "cuda", "cpu", "host", "big", "gpu"};
+  static const char *n[] = {"none", "hw", "cuda", "cpu", "host", "big"};
   return p >= 0 && p < STK__GPU_NPATHS ? n[p] : "?";
 }
 
@@ -348,8 +345,7 @@ static psnr_result run_psnr(int train, int roi, int chroma_interp, int verbose, 
     if (items[i].rc) continue;
     double p = psnr(ref + (size_t)i * ib, got + (size_t)i * ib, ib);
     npath[items[i].path]++;
-    if (items[i].path == STK__GPU_PATH_HW || items[i].path == STK__GPU_PATH_CUDA ||
-        items[i].path == STK__GPU_PATH_GPU) {
+    if (items[i].path == STK__GPU_PATH_HW || items[i].path == STK__GPU_PATH_CUDA) {
       res.mean_hw += p;
       res.n_hw++;
       if (p < res.min_hw) res.min_hw = p;
@@ -368,11 +364,10 @@ static psnr_result run_psnr(int train, int roi, int chroma_interp, int verbose, 
   if (n_all) res.mean_all = sum_all / n_all;
   stk__gpu_stats s;
   stk__gpu_get_stats(g, &s);
-  printf("psnr %s roi=%d chroma_interp=%d(%s) hw_share=%.2f gpu_hybrid=%d use_hw=%d: nvJPEG-decoded %d images: mean %.2f dB, min %.2f dB; "
-         "paths hw=%d gpu=%d cuda=%d cpu=%d; engines %s, engine ROI %s\n",
-         train ? "train" : "eval ", roi, chroma_interp, s.chroma_interp ? "on" : "off", c.hw_share,
-         s.gpu_hybrid_available, c.use_hw, res.n_hw,
-         res.mean_hw, res.n_hw ? res.min_hw : 0.0, npath[STK__GPU_PATH_HW], npath[STK__GPU_PATH_GPU],
+  printf("psnr %s roi=%d chroma_interp=%d(%s) use_hw=%d: nvJPEG-decoded %d images: mean %.2f dB, min %.2f dB; "
+         "paths hw=%d cuda=%d cpu=%d; engines %s, engine ROI %s\n",
+         train ? "train" : "eval ", roi, chroma_interp, s.chroma_interp ? "on" : "off", c.use_hw,
+         res.n_hw, res.mean_hw, res.n_hw ? res.min_hw : 0.0, npath[STK__GPU_PATH_HW],
          npath[STK__GPU_PATH_CUDA], npath[STK__GPU_PATH_CPU], s.hw_available ? "yes" : "no",
          s.hw_roi ? "yes" : "no");
   if (s.notes[0]) printf("  notes: %s\n", s.notes);
@@ -679,20 +674,10 @@ int main(void) {
   CHECK_MSG(pt.n_hw == 0 || pt.mean_hw >= 35.0, "train PSNR %.2f dB", pt.mean_hw);
   run_psnr(0, 0, 0, 0, NULL); /* whole-image decode */
   run_psnr(0, 1, 1, 0, NULL); /* interpolated chroma upsampling */
-  /* other decoder mixes: GPU-hybrid only; engines + GPU-hybrid; no engines
-   * (everything through the per-image hybrid decoder) */
-  mix_gh = 1;
-  mix_share = 0;
-  psnr_result p1 = run_psnr(0, 1, 0, 0, NULL);
-  mix_share = 0.35f;
-  psnr_result p2 = run_psnr(0, 1, 0, 0, NULL);
-  mix_share = -1;
-  mix_gh = 0;
+  /* no engines: everything through the per-image hybrid decoder */
   mix_hw = 0;
   psnr_result p3 = run_psnr(0, 1, 0, 0, NULL);
-  mix_hw = mix_gh = -1;
-  CHECK_MSG(p1.n_hw == 0 || p1.mean_hw >= 40.0, "GPU-hybrid: %.2f dB", p1.mean_hw);
-  CHECK_MSG(p2.n_hw == 0 || p2.mean_hw >= 40.0, "engines + GPU-hybrid: %.2f dB", p2.mean_hw);
+  mix_hw = -1;
   CHECK_MSG(p3.n_hw == 0 || p3.mean_hw >= 40.0, "no engines: %.2f dB", p3.mean_hw);
 
   test_fallbacks(eval_out);

@@ -2,7 +2,7 @@
  * decode.c: one batch on one lane (gpu.h, gpu_internal.h): each item's plan
  * (its decoder and the region to decode, ahead on a worker's thread or
  * here), the packing of the sources into the slot's arena in chunks, the
- * decode paths (the engines, the GPU-hybrid and per-image hybrid decoders,
+ * decode paths (the engines, the per-image hybrid decoder,
  * the CPU, and the host copy of decoded pixels), and the launch of the fused
  * kernel of kernels.cu on the slot's stream.
  */
@@ -17,6 +17,25 @@
 #include "gpu/plan.h"
 
 /* ---- running a batch --------------------------------------------------------- */
+/* ---- the engines' batched state of a lane ---- */
+int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen) {
+  NJ(stk__nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
+  L->hw_n = n;
+  return STK_OK;
+}
+
+/* Pads the batched arrays from m to the initialised size with the dummy. */
+void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m) {
+  for (int i = m; i < L->hw_n; i++) {
+    L->hw_data[i] = g->dummy_jpeg;
+    L->hw_len[i] = g->dummy_len;
+    memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
+    L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
+    L->hw_dst[i].pitch[0] = DUMMY_SIDE * 3;
+    stk__nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
+  }
+}
+
 /* Copies `rows` rows of `row_bytes` to device memory through the lane's
  * pinned staging, waiting for the lane's stream when the staging is full. */
 static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch, const uint8_t *src,
@@ -141,15 +160,14 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
       return;
     }
   }
-  if (g->gh && !g->hw && (jm.sof == 0xC0 || jm.sof == 0xC1)) {
-    /* no engines: baseline files go to the batched GPU-hybrid decoder */
-    p->path = STK__GPU_PATH_GPU;
-    p->sx = p->sy = 0;
-    p->sw = (int)w;
-    p->sh = (int)h;
-    return;
-  }
   if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
+}
+
+/* The path an item takes after its decoder failed it: the engines hand it to
+ * nvJPEG's hybrid decoder where there is one, the hybrid decoder to the CPU;
+ * the CPU's own failure fails the item. Every fallback goes through here. */
+static void fall_back(const stk__gpu *g, iplan *p) {
+  p->path = p->path == STK__GPU_PATH_HW && g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
 }
 
 static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
@@ -304,54 +322,12 @@ static int slot_after_lane(stk__gpu *g, glane *L, gslot *s, char *msg, size_t ms
 }
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen);
 
-/* Decodes the sources of items chunk[0..k) into the arena (places already
- * assigned), then launches the kernel over those that made it. `base` is
- * where this chunk's descriptors go. */
-static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
-                     int base, char *msg, size_t msglen) {
+/* The chunk's items planned for the hardware engines, in one batched call
+ * (step 1 of run_chunk). A failed call sends them down to the hybrid
+ * decoder or the CPU. */
+static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                         int k, char *msg, size_t msglen) {
   int rc;
-  /* The arena is free once the slot's previous kernel (an earlier batch, or
-   * an earlier chunk of this one) has read it. */
-  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
-  /* The hybrid decoder's stream may write this chunk's arena places once the
-   * work queued so far is done. */
-  CU(stk__cu.EventRecord(L->ev_main, L->stream));
-  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
-  /* 0. the GPU-hybrid decoder, on its own stream, first: it runs on the SMs
-   * while the call to the engines below holds this thread */
-  int mg = 0;
-  for (int c = 0; c < k && g->gh; c++) {
-    iplan *p = &L->plan[chunk[c]];
-    if (p->path != STK__GPU_PATH_GPU) continue;
-    stk__gpu_item *it = &items[chunk[c]];
-    L->gb.data[mg] = it->data;
-    L->gb.len[mg] = it->len;
-    memset(&L->gb.dst[mg], 0, sizeof L->gb.dst[mg]);
-    L->gb.dst[mg].channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
-    L->gb.dst[mg].pitch[0] = p->pitch;
-    L->gb.item[mg++] = chunk[c];
-  }
-  if (mg > 0) {
-    double t = stk__now();
-    CU(stk__cu.StreamWaitEvent(L->gstream, L->ev_main, 0));
-    stk__gpu_gb_pad(g, &L->gb, mg);
-    nvjpegStatus_t st =
-        stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst, L->gstream);
-    if (st == NVJPEG_STATUS_SUCCESS) {
-      CU(stk__cu.EventRecord(L->ev_gpu, L->gstream));
-      for (int i = 0; i < mg; i++) L->plan[L->gb.item[i]].have_src = 1;
-    } else {
-      pthread_mutex_lock(&g->mu);
-      g->st.hw_batch_failures++;
-      pthread_mutex_unlock(&g->mu);
-      NJ(stk__nj.DecodeBatchedInitialize(g->gh, L->gb.state, L->gb.n, 1, NVJPEG_OUTPUT_RGBI));
-      for (int i = 0; i < mg; i++)
-        L->plan[L->gb.item[i]].path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
-      mg = 0;
-    }
-    L->t_gpu += stk__now() - t;
-  }
-  /* 1. the hardware engines, for the whole chunk at once */
   int m = 0;
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
@@ -401,16 +377,20 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       /* The state must be initialised again after a failed batch; then each
        * item goes down the list on its own. */
       if ((rc = stk__gpu_hw_init_lane(g, L, L->hw_n, msg, msglen))) return rc;
-      for (int i = 0; i < m; i++) {
-        iplan *p = &L->plan[L->hw_item[i]];
-        p->path = g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
-      }
+      for (int i = 0; i < m; i++) fall_back(g, &L->plan[L->hw_item[i]]);
     } else {
       for (int i = 0; i < m; i++) L->plan[L->hw_item[i]].have_src = 1;
     }
   }
+  return STK_OK;
+}
 
-  /* 2. the CPU: decodes here while the engines work */
+/* The chunk's items for this thread: pixels decoded by the loader's
+ * workers copied up (host), and the CPU's decodes (cpu, big), done here
+ * while the engines work (step 2 of run_chunk). */
+static int chunk_host(stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk, int k,
+                      char *msg, size_t msglen) {
+  int rc;
   double tc = stk__now();
   for (int c = 0; c < k; c++) {
     int i = chunk[c];
@@ -437,9 +417,15 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
       if (brc) return brc;
     }
   }
-
   L->t_cpu += stk__now() - tc;
-  /* 3. nvJPEG's hybrid decoder, on the aux stream after the arena is free */
+  return STK_OK;
+}
+
+/* The chunk's items for nvJPEG's hybrid decoder, one by one on the aux
+ * stream once the arena is free; one that fails goes to the CPU (step 3 of
+ * run_chunk). */
+static int chunk_cuda(stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk, int k,
+                      char *msg, size_t msglen) {
   int any_cuda = 0;
   for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
   if (any_cuda) {
@@ -452,7 +438,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
         p->have_src = 1;
         continue;
       }
-      p->path = STK__GPU_PATH_CPU;
+      fall_back(g, p);
       int brc = 0;
       if (cpu_decode(g, L, &items[i], p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
       if (brc) return brc;
@@ -460,9 +446,14 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     CU(stk__cu.EventRecord(L->ev_aux, L->aux));
     CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
   }
+  return STK_OK;
+}
 
-  if (mg > 0) CU(stk__cu.StreamWaitEvent(L->stream, L->ev_gpu, 0));
-  /* 4. the kernel */
+/* The kernel's descriptors (at L->desc_host + base) of the chunk's items
+ * that have their source; *n of them, and the largest filter windows
+ * (step 4 of run_chunk). Items the CPU finished ("big") are copied later. */
+static void chunk_descriptors(glane *L, stk__gpu_item *items, const int *chunk, int k, int base,
+                              int *nout, int *kxout, int *kyout) {
   int n = 0, kxm = 1, kym = 1;
   stk__kitem *d = L->desc_host + base;
   for (int c = 0; c < k; c++) {
@@ -496,6 +487,48 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }
+  *nout = n;
+  *kxout = kxm;
+  *kyout = kym;
+}
+
+/* cfg.profile: waits for the chunk and adds its device time up to the
+ * kernel and of the kernel to the stats (events prof[0..2]). */
+static int chunk_profile(stk__gpu *g, glane *L, gslot *s, char *msg, size_t msglen) {
+  float a = 0, b = 0;
+  CU(stk__cu.EventRecord(L->prof[2], s->stream));
+  CU(stk__cu.EventSynchronize(L->prof[2]));
+  CU(stk__cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
+  CU(stk__cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
+  pthread_mutex_lock(&g->mu);
+  g->st.gpu_decode_seconds += a * 1e-3;
+  g->st.gpu_kernel_seconds += b * 1e-3;
+  pthread_mutex_unlock(&g->mu);
+  return STK_OK;
+}
+
+/* Decodes the sources of items chunk[0..k) into the arena (places already
+ * assigned), then launches the kernel over those that made it. `base` is
+ * where this chunk's descriptors go. */
+static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
+                     int base, char *msg, size_t msglen) {
+  int rc;
+  /* The arena is free once the slot's previous kernel (an earlier batch, or
+   * an earlier chunk of this one) has read it. */
+  if (s->consumed_pending) CU(stk__cu.StreamWaitEvent(L->stream, s->consumed, 0));
+  /* The hybrid decoder's stream may write this chunk's arena places once the
+   * work queued so far is done. */
+  CU(stk__cu.EventRecord(L->ev_main, L->stream));
+  if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
+  /* 1-4: the decoders, in this order so that the engines and the aux
+   * stream work while this thread decodes on the CPU; then the kernel's
+   * descriptors */
+  if ((rc = chunk_engines(g, L, s, items, chunk, k, msg, msglen))) return rc;
+  if ((rc = chunk_host(g, L, items, chunk, k, msg, msglen))) return rc;
+  if ((rc = chunk_cuda(g, L, items, chunk, k, msg, msglen))) return rc;
+  int n, kxm, kym;
+  chunk_descriptors(L, items, chunk, k, base, &n, &kxm, &kym);
+  stk__kitem *d = L->desc_host + base;
   int run_kernel = n > 0 && !g->cfg.decode_only;
   if (run_kernel)
     CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem), d,
@@ -516,18 +549,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   }
   CU(stk__cu.EventRecord(s->consumed, s->stream));
   s->consumed_pending = 1;
-  if (g->cfg.profile) {
-    float a = 0, b = 0;
-    CU(stk__cu.EventRecord(L->prof[2], s->stream));
-    CU(stk__cu.EventSynchronize(L->prof[2]));
-    CU(stk__cu.EventElapsedTime(&a, L->prof[0], L->prof[1]));
-    CU(stk__cu.EventElapsedTime(&b, L->prof[1], L->prof[2]));
-    pthread_mutex_lock(&g->mu);
-    g->st.gpu_decode_seconds += a * 1e-3;
-    g->st.gpu_kernel_seconds += b * 1e-3;
-    pthread_mutex_unlock(&g->mu);
-  }
-  return STK_OK;
+  return g->cfg.profile ? chunk_profile(g, L, s, msg, msglen) : STK_OK;
 }
 
 _Static_assert(STK_KAUG_OPS == STK__AUG_MAX_OPS, "the kernels' op list holds every drawn op");
@@ -649,7 +671,7 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
    * the lane's stream, before any wait for a consumer): the staging, the
    * host descriptors and nvJPEG's state are free again. */
   double ts = stk__now();
-  L->t_plan = L->t_hw = L->t_gpu = L->t_cpu = L->t_sync = 0;
+  L->t_plan = L->t_hw = L->t_cpu = L->t_sync = 0;
   CU(stk__cu.EventSynchronize(L->done));
   L->t_sync = stk__now() - ts;
   L->staging_used = 0;
@@ -659,24 +681,6 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
   double t0 = stk__now();
   for (int i = 0; i < n; i++)
     if (items[i].rc == STK_OK) take_plan(g, L, &items[i], &L->plan[i]);
-  /* Share the engines' files with the GPU-hybrid decoder, spread evenly. */
-  if (g->hw && g->gh) {
-    int elig = 0, to_hw = 0;
-    for (int i = 0; i < n; i++) {
-      iplan *p = &L->plan[i];
-      if (items[i].rc != STK_OK || p->path != STK__GPU_PATH_HW) continue;
-      elig++;
-      if ((int)(g->cfg.hw_share * elig + 0.5f) > to_hw) {
-        to_hw++;
-        continue;
-      }
-      p->path = STK__GPU_PATH_GPU;
-      p->roi = 0;
-      p->sx = p->sy = 0;
-      p->sw = p->img_w;
-      p->sh = p->img_h;
-    }
-  }
   L->t_plan += stk__now() - t0;
   int naug = 0;
   if (g->cfg.aug && (rc = upload_aug(g, L, s, n, items, &naug, msg, msglen))) return rc;

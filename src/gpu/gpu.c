@@ -56,36 +56,8 @@ void stk__gpu_config_init(stk__gpu_config *c) {
   c->use_hw = 1;
   c->use_cuda = 1;
   c->roi = 1;
-  c->use_gpu_hybrid = 0; /* slower than the engines on an H200, see gpu.h */
-  c->hw_share = 0.35f;
   c->chroma_interp = 0;  /* 3.5x slower engines for ~85 -> ~98 dB, see gpu.h */
   c->max_pixels = 178956970ULL;
-}
-
-/* ---- error helpers -------------------------------------------------------- */
-int stk__gpu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen) {
-  if (g && stk__cu_sticky(r)) {
-    pthread_mutex_lock(&g->mu);
-    if (!g->poisoned) {
-      g->poisoned = 1;
-      snprintf(g->poison_msg, sizeof g->poison_msg, "%s: %s (%s)", what, stk__cu_name(r), stk__cu_str(r));
-    }
-    pthread_mutex_unlock(&g->mu);
-  }
-  return stk__fail(msg, msglen, STK_ECUDA, "%s: %s (%s)", what, stk__cu_name(r), stk__cu_str(r));
-}
-
-void stk__gpu_note(stk__gpu *g, const char *fmt, ...) {
-  size_t at = strlen(g->st.notes);
-  if (at + 3 >= sizeof g->st.notes) return;
-  if (at) {
-    memcpy(g->st.notes + at, "; ", 3);
-    at += 2;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g->st.notes + at, sizeof g->st.notes - at, fmt, ap);
-  va_end(ap);
 }
 
 /* ---- geometry --------------------------------------------------------------- */
@@ -120,8 +92,6 @@ static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_EINVAL, "unknown layout %d", (int)c->layout);
   if (c->slots < 1 || c->slots > 1024)
     return stk__fail(msg, msglen, STK_EINVAL, "slots must be in 1..1024, got %d", c->slots);
-  if (!(c->hw_share >= 0.0f && c->hw_share <= 1.0f))
-    return stk__fail(msg, msglen, STK_EINVAL, "hw_share must be in [0, 1]");
   if (c->planners < 0 || c->planners > 4096)
     return stk__fail(msg, msglen, STK_EINVAL, "planners must be in 0..4096, got %d", c->planners);
   if (c->lanes < 0 || c->lanes > 64)
@@ -169,24 +139,6 @@ static int make_dummy(stk__gpu *g) {
   return stk__jpeg_encode(px, DUMMY_SIDE, DUMMY_SIDE, &o, &g->dummy_jpeg, &g->dummy_len);
 }
 
-int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen) {
-  NJ(stk__nj.DecodeBatchedInitialize(g->hw, L->hw_state, n, 1, NVJPEG_OUTPUT_RGBI));
-  L->hw_n = n;
-  return STK_OK;
-}
-
-/* Pads the batched arrays from m to the initialised size with the dummy. */
-void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m) {
-  for (int i = m; i < L->hw_n; i++) {
-    L->hw_data[i] = g->dummy_jpeg;
-    L->hw_len[i] = g->dummy_len;
-    memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
-    L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
-    L->hw_dst[i].pitch[0] = DUMMY_SIDE * 3;
-    stk__nj.DecodeParamsSetROI(L->hw_params[i], 0, 0, -1, -1);
-  }
-}
-
 /* Decodes a full batch of dummies and waits: sizes nvJPEG's internal
  * buffers, and tells whether the engines work at all. */
 static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
@@ -199,42 +151,6 @@ static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   }
   CU(stk__cu.StreamSynchronize(L->stream));
   return STK_OK;
-}
-
-static int gb_open(stk__gpu *g, nvjpegHandle_t h, batched *b, int B, char *msg, size_t msglen) {
-  b->data = calloc((size_t)B, sizeof *b->data);
-  b->len = calloc((size_t)B, sizeof *b->len);
-  b->dst = calloc((size_t)B, sizeof *b->dst);
-  b->item = calloc((size_t)B, sizeof *b->item);
-  if (!b->data || !b->len || !b->dst || !b->item)
-    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  NJ(stk__nj.JpegStateCreate(h, &b->state));
-  NJ(stk__nj.DecodeBatchedInitialize(h, b->state, B, 1, NVJPEG_OUTPUT_RGBI));
-  b->n = B;
-  return STK_OK;
-}
-
-static void gb_close(batched *b) {
-  if (b->state) stk__nj.JpegStateDestroy(b->state);
-  b->state = NULL;
-  free(b->data);
-  free(b->len);
-  free(b->dst);
-  free(b->item);
-  b->data = NULL;
-  b->len = NULL;
-  b->dst = NULL;
-  b->item = NULL;
-}
-
-void stk__gpu_gb_pad(stk__gpu *g, batched *b, int m) {
-  for (int i = m; i < b->n; i++) {
-    b->data[i] = g->dummy_jpeg;
-    b->len[i] = g->dummy_len;
-    memset(&b->dst[i], 0, sizeof b->dst[i]);
-    b->dst[i].channel[0] = (unsigned char *)(uintptr_t)(b->pad_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
-    b->dst[i].pitch[0] = DUMMY_SIDE * 3;
-  }
 }
 
 static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
@@ -251,10 +167,9 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     for (int i = 0; i < 3; i++) CU(stk__cu.EventCreate(&L->prof[i], 0));
   L->staging_bytes = c->staging_bytes ? c->staging_bytes : (size_t)B << 18;
   if (!c->staging_bytes && L->staging_bytes < ((size_t)64 << 20)) L->staging_bytes = (size_t)64 << 20;
-  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)2 * B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
+  if ((rc = dev_alloc(g, &L->dummy_out, (size_t)B * DUMMY_SIDE * DUMMY_SIDE * 3, "padding", msg,
                       msglen)))
     return rc;
-  L->gb.pad_out = L->dummy_out + (CUdeviceptr)B * DUMMY_SIDE * DUMMY_SIDE * 3;
   if ((rc = host_alloc(g, (void **)&L->staging, L->staging_bytes, "staging", msg, msglen))) return rc;
   if ((rc = host_alloc(g, (void **)&L->desc_host, (size_t)B * sizeof(stk__kitem),
                        "item descriptors", msg, msglen)))
@@ -291,11 +206,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       stk__nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
                                     NVJPEG_OUTPUT_RGBI);
   }
-  if (g->gh) {
-    CU(make_stream(g, &L->gstream));
-    CU(stk__cu.EventCreate(&L->ev_gpu, CU_EVENT_DISABLE_TIMING));
-    if ((rc = gb_open(g, g->gh, &L->gb, B, msg, msglen))) return rc;
-  }
   if (g->hy_dec) {
     NJ(stk__nj.DecoderStateCreate(g->gen, g->hy_dec, &L->hy_state));
     NJ(stk__nj.BufferPinnedCreate(g->gen, NULL, &L->hy_pinned));
@@ -328,11 +238,7 @@ static void drop_lane_hw(stk__gpu *g, glane *L) {
 static void close_lane(stk__gpu *g, glane *L) {
   if (L->stream) stk__cu.StreamSynchronize(L->stream);
   if (L->aux) stk__cu.StreamSynchronize(L->aux);
-  if (L->gstream) stk__cu.StreamSynchronize(L->gstream);
   drop_lane_hw(g, L);
-  gb_close(&L->gb);
-  if (L->ev_gpu) stk__cu.EventDestroy(L->ev_gpu);
-  if (L->gstream) stk__cu.StreamDestroy(L->gstream);
   if (L->hy_params) stk__nj.DecodeParamsDestroy(L->hy_params);
   if (L->hy_js) stk__nj.JpegStreamDestroy(L->hy_js);
   if (L->hy_state) stk__nj.JpegStateDestroy(L->hy_state);
@@ -399,15 +305,6 @@ static void open_nvjpeg(stk__gpu *g) {
   if (g->cfg.use_cuda && stk__nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
                              NVJPEG_STATUS_SUCCESS)
     g->hy_dec = NULL;
-  if (g->cfg.use_gpu_hybrid) {
-    nvjpegStatus_t st = stk__nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, flags, &g->gh);
-    if (st != NVJPEG_STATUS_SUCCESS && flags)
-      st = stk__nj.CreateEx(NVJPEG_BACKEND_GPU_HYBRID, NJ_ALLOC, 0, &g->gh);
-    if (st != NVJPEG_STATUS_SUCCESS) {
-      g->gh = NULL;
-      stk__gpu_note(g, "GPU-hybrid decoder not available: %s", stk__nj_status(st));
-    }
-  }
 }
 
 /* How much of the tile the augmentation kernel keeps in shared memory
@@ -435,12 +332,9 @@ static void aug_shared_memory(stk__gpu *g) {
   g->aug_smem_bytes = bytes;
 }
 
-int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
-                  size_t msglen) {
-  if (out) *out = NULL;
-  if (!cfg || !out) return stk__fail(msg, msglen, STK_EINVAL, "cfg and out must not be NULL");
-  int rc = validate_cfg(cfg, msg, msglen);
-  if (rc) return rc;
+/* Whether `device` can be opened at all: kernels in this build, the
+ * driver, the device number (before anything is allocated). */
+static int check_device(int device, char *msg, size_t msglen) {
   if (device < 0) return stk__fail(msg, msglen, STK_EINVAL, "device must be >= 0, got %d", device);
   if (!kernel_image())
     return stk__fail(msg, msglen, STK_ENODEV,
@@ -458,6 +352,152 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   if (device >= count)
     return stk__fail(msg, msglen, STK_ENODEV, "device %d asked for, but %d CUDA device%s present",
                      device, count, count == 1 ? " is" : "s are");
+  return STK_OK;
+}
+
+/* The device's primary context, retained and made current (*pushed). */
+static int open_context(stk__gpu *g, int device, int *pushed, char *msg, size_t msglen) {
+  CUresult r = stk__cu.DeviceGet(&g->dev, device);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuDeviceGet", msg, msglen);
+  int ccmaj = 0, ccmin = 0;
+  stk__cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
+  stk__cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
+  if (ccmaj < 8)
+    return stk__fail(msg, msglen, STK_ENODEV,
+                     "device %d has compute capability %d.%d; stoker's kernels need 8.0 or newer",
+                     device, ccmaj, ccmin);
+  r = stk__cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuDevicePrimaryCtxRetain", msg, msglen);
+  g->ctx_retained = 1;
+  r = stk__cu.CtxPushCurrent(g->ctx);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuCtxPushCurrent", msg, msglen);
+  *pushed = 1;
+  return STK_OK;
+}
+
+/* The embedded kernels, the stream priority, the output's store and
+ * (cfg.aug) the 8-bit work store and the augmentation kernel. */
+static int load_kernels(stk__gpu *g, char *msg, size_t msglen) {
+  CUresult r = stk__cu.ModuleLoadData(&g->mod, kernel_image());
+  if (r != CUDA_SUCCESS)
+    return stk__gpu_fail(NULL, r, "cuModuleLoadData (the embedded kernels)", msg, msglen);
+  r = stk__cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
+  if (r == CUDA_SUCCESS) r = stk__cu.ModuleGetFunction(&g->fn_mix, g->mod, "stk_mix_kernel");
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
+  int least = 0;
+  if (stk__cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
+
+  stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
+                  g->cfg.std);
+  g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
+  if (!g->cfg.aug) {
+    g->work_store = g->store;
+    g->work_bytes = g->image_bytes;
+    return STK_OK;
+  }
+  stk__store_init(&g->work_store, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, g->cfg.out_w, g->cfg.out_h,
+                  g->cfg.mean, g->cfg.std);
+  g->work_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3;
+  if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS)
+    return stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernel)", msg, msglen);
+  aug_shared_memory(g);
+  return STK_OK;
+}
+
+/* The normalisation tables, in device memory for the kernels. */
+static int upload_tables(stk__gpu *g, char *msg, size_t msglen) {
+  int rc = dev_alloc(g, &g->lut, sizeof g->store.lut_f32 + sizeof g->store.lut_u16, "tables", msg,
+                     msglen);
+  if (rc) return rc;
+  uint8_t tab[sizeof g->store.lut_f32 + sizeof g->store.lut_u16];
+  memcpy(tab, g->store.lut_f32, sizeof g->store.lut_f32);
+  memcpy(tab + sizeof g->store.lut_f32, g->store.lut_u16, sizeof g->store.lut_u16);
+  CUresult r = stk__cu.MemcpyHtoD(g->lut, tab, sizeof tab);
+  return r != CUDA_SUCCESS ? stk__gpu_fail(NULL, r, "cuMemcpyHtoD", msg, msglen) : STK_OK;
+}
+
+/* The output slots, each with its arena of `arena` bytes (gpu_internal.h). */
+static int open_slots(stk__gpu *g, size_t arena, char *msg, size_t msglen) {
+  int rc;
+  CUresult r;
+  for (int i = 0; i < g->cfg.slots; i++) {
+    gslot *s = &g->slots[i];
+    if ((rc = dev_alloc(g, &s->data, (size_t)g->cfg.max_batch * g->image_bytes, "batch slots", msg,
+                        msglen)) ||
+        (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
+                        msglen)) ||
+        (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
+        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(stk__kitem),
+                        "item descriptors", msg, msglen)))
+      return rc;
+    if (g->cfg.aug &&
+        ((rc = dev_alloc(g, &s->tiles, (size_t)g->cfg.max_batch * g->work_bytes, "8-bit tiles", msg,
+                         msglen)) ||
+         (rc = dev_alloc(g, &s->scratch, (size_t)g->cfg.max_batch * g->work_bytes, "tile scratch",
+                         msg, msglen)) ||
+         (rc = dev_alloc(g, &s->aug_dev, (size_t)g->cfg.max_batch * sizeof(stk__kaug),
+                         "augmentation draws", msg, msglen))))
+      return rc;
+    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+        (r = make_stream(g, &s->stream)) != CUDA_SUCCESS)
+      return stk__gpu_fail(NULL, r, "cuEventCreate/cuStreamCreate", msg, msglen);
+  }
+  return STK_OK;
+}
+
+/* The engines must decode a batch on every lane, else they are switched off
+ * (and the lanes parse headers with the generic handle). */
+static int warm_engines(stk__gpu *g, char *msg, size_t msglen) {
+  char why[160];
+  for (int i = 0; i < g->cfg.lanes && g->hw; i++) {
+    if (!hw_warmup(g, &g->lanes[i], why, sizeof why)) continue;
+    stk__gpu_note(g, "hardware decoder off: %s", why);
+    for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
+    stk__nj.Destroy(g->hw);
+    g->hw = NULL;
+    for (int k = 0; k < g->cfg.lanes; k++) {
+      glane *L = &g->lanes[k];
+      L->js_handle = g->gen;
+      if (g->gen && (stk__nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
+                     stk__nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS))
+        return stk__fail(msg, msglen, STK_ECUDA, "nvJPEG: cannot create a stream parser");
+    }
+  }
+  g->hw_roi = g->hw && g->cfg.roi;
+  return STK_OK;
+}
+
+/* cfg.planners header parsers for stk__gpu_plan_ahead(); as many as nvJPEG
+ * gives (the lanes plan what the missing ones would have). */
+static int open_parsers(stk__gpu *g, char *msg, size_t msglen) {
+  g->parse_handle = g->hw ? g->hw : g->gen;
+  if (g->cfg.planners <= 0 || !g->parse_handle) return STK_OK;
+  g->parsers = calloc((size_t)g->cfg.planners, sizeof *g->parsers);
+  if (!g->parsers) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  for (; g->nparsers < g->cfg.planners; g->nparsers++) {
+    parser *P = &g->parsers[g->nparsers];
+    pthread_mutex_init(&P->mu, NULL);
+    if (stk__nj.JpegStreamCreate(g->parse_handle, &P->js) != NVJPEG_STATUS_SUCCESS ||
+        stk__nj.DecodeParamsCreate(g->parse_handle, &P->chk) != NVJPEG_STATUS_SUCCESS ||
+        stk__nj.DecodeParamsSetOutputFormat(P->chk, NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
+      if (P->js) stk__nj.JpegStreamDestroy(P->js);
+      if (P->chk) stk__nj.DecodeParamsDestroy(P->chk);
+      pthread_mutex_destroy(&P->mu);
+      stk__gpu_note(g, "planning ahead with %d of %d header parsers", g->nparsers, g->cfg.planners);
+      break;
+    }
+  }
+  return STK_OK;
+}
+
+int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *msg,
+                  size_t msglen) {
+  if (out) *out = NULL;
+  if (!cfg || !out) return stk__fail(msg, msglen, STK_EINVAL, "cfg and out must not be NULL");
+  int rc = validate_cfg(cfg, msg, msglen);
+  if (rc || (rc = check_device(device, msg, msglen))) return rc;
 
   stk__gpu *g = calloc(1, sizeof *g);
   if (!g) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
@@ -469,115 +509,19 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   int pushed = 0;
   size_t free0 = 0, free1 = 0, total = 0;
 
-  r = stk__cu.DeviceGet(&g->dev, device);
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuDeviceGet", msg, msglen);
-    goto fail;
-  }
-  int ccmaj = 0, ccmin = 0;
-  stk__cu.DeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_CC_MAJOR, g->dev);
-  stk__cu.DeviceGetAttribute(&ccmin, CU_DEVICE_ATTRIBUTE_CC_MINOR, g->dev);
-  if (ccmaj < 8) {
-    rc = stk__fail(msg, msglen, STK_ENODEV,
-                   "device %d has compute capability %d.%d; stoker's kernels need 8.0 or newer",
-                   device, ccmaj, ccmin);
-    goto fail;
-  }
-  r = stk__cu.DevicePrimaryCtxRetain(&g->ctx, g->dev);
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuDevicePrimaryCtxRetain", msg, msglen);
-    goto fail;
-  }
-  g->ctx_retained = 1;
-  r = stk__cu.CtxPushCurrent(g->ctx);
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuCtxPushCurrent", msg, msglen);
-    goto fail;
-  }
-  pushed = 1;
+  if ((rc = open_context(g, device, &pushed, msg, msglen))) goto fail;
   stk__cu.MemGetInfo(&free0, &total);
-  r = stk__cu.ModuleLoadData(&g->mod, kernel_image());
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuModuleLoadData (the embedded kernels)", msg, msglen);
-    goto fail;
-  }
-  r = stk__cu.ModuleGetFunction(&g->fn, g->mod, "stk_resample_kernel");
-  if (r == CUDA_SUCCESS) r = stk__cu.ModuleGetFunction(&g->fn_mix, g->mod, "stk_mix_kernel");
-  if (r != CUDA_SUCCESS) {
-    rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction", msg, msglen);
-    goto fail;
-  }
-  {
-    int least = 0;
-    if (stk__cu.CtxGetStreamPriorityRange(&least, &g->prio) != CUDA_SUCCESS) g->prio = 0;
-  }
-
-  stk__store_init(&g->store, g->cfg.dtype, g->cfg.layout, g->cfg.out_w, g->cfg.out_h, g->cfg.mean,
-                  g->cfg.std);
-  g->image_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3 * stk__dtype_size(g->cfg.dtype);
-  if (g->cfg.aug) {
-    stk__store_init(&g->work_store, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, g->cfg.out_w, g->cfg.out_h,
-                    g->cfg.mean, g->cfg.std);
-    g->work_bytes = (size_t)g->cfg.out_w * g->cfg.out_h * 3;
-    if ((r = stk__cu.ModuleGetFunction(&g->fn_aug, g->mod, "stk_augment_kernel")) != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuModuleGetFunction (the augmentation kernel)", msg, msglen);
-      goto fail;
-    }
-    aug_shared_memory(g);
-  } else {
-    g->work_store = g->store;
-    g->work_bytes = g->image_bytes;
-  }
+  if ((rc = load_kernels(g, msg, msglen)) || (rc = upload_tables(g, msg, msglen))) goto fail;
   /* per slot; at least two finished images (the "big" path's need) */
   size_t arena = g->cfg.arena_bytes ? g->cfg.arena_bytes : (size_t)g->cfg.max_batch * (768 << 10);
   if (arena < 2 * big_need(g)) arena = 2 * big_need(g);
-  if ((rc = dev_alloc(g, &g->lut, sizeof g->store.lut_f32 + sizeof g->store.lut_u16, "tables", msg,
-                      msglen)))
-    goto fail;
-  {
-    uint8_t tab[sizeof g->store.lut_f32 + sizeof g->store.lut_u16];
-    memcpy(tab, g->store.lut_f32, sizeof g->store.lut_f32);
-    memcpy(tab + sizeof g->store.lut_f32, g->store.lut_u16, sizeof g->store.lut_u16);
-    r = stk__cu.MemcpyHtoD(g->lut, tab, sizeof tab);
-    if (r != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuMemcpyHtoD", msg, msglen);
-      goto fail;
-    }
-  }
-
   g->slots = calloc((size_t)g->cfg.slots, sizeof *g->slots);
   g->lanes = calloc((size_t)g->cfg.lanes, sizeof *g->lanes);
   if (!g->slots || !g->lanes) {
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     goto fail;
   }
-  for (int i = 0; i < g->cfg.slots; i++) {
-    gslot *s = &g->slots[i];
-    if ((rc = dev_alloc(g, &s->data, (size_t)g->cfg.max_batch * g->image_bytes, "batch slots", msg,
-                        msglen)) ||
-        (rc = dev_alloc(g, &s->labels, (size_t)g->cfg.max_batch * sizeof(int64_t), "labels", msg,
-                        msglen)) ||
-        (rc = dev_alloc(g, &s->arena, arena, "the source arena", msg, msglen)) ||
-        (rc = dev_alloc(g, &s->desc_dev, (size_t)g->cfg.max_batch * sizeof(stk__kitem),
-                        "item descriptors", msg, msglen)))
-      goto fail;
-    if (g->cfg.aug &&
-        ((rc = dev_alloc(g, &s->tiles, (size_t)g->cfg.max_batch * g->work_bytes, "8-bit tiles", msg,
-                         msglen)) ||
-         (rc = dev_alloc(g, &s->scratch, (size_t)g->cfg.max_batch * g->work_bytes, "tile scratch",
-                         msg, msglen)) ||
-         (rc = dev_alloc(g, &s->aug_dev, (size_t)g->cfg.max_batch * sizeof(stk__kaug),
-                         "augmentation draws", msg, msglen))))
-      goto fail;
-    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-        (r = make_stream(g, &s->stream)) != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(NULL, r, "cuEventCreate/cuStreamCreate", msg, msglen);
-      goto fail;
-    }
-  }
-
+  if ((rc = open_slots(g, arena, msg, msglen))) goto fail;
   if (make_dummy(g)) {
     rc = stk__fail(msg, msglen, STK_ENOMEM, "cannot make the padding JPEG");
     goto fail;
@@ -587,71 +531,11 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
     if ((rc = open_lane(g, &g->lanes[i], msg, msglen))) goto fail;
     g->lanes[i].arena_bytes = arena;
   }
-  if (g->hw) {
-    /* The engines must decode a batch, else they are switched off (and the
-     * lanes parse headers with the generic handle). */
-    char why[160];
-    for (int i = 0; i < g->cfg.lanes && g->hw; i++)
-      if (hw_warmup(g, &g->lanes[i], why, sizeof why)) {
-        stk__gpu_note(g, "hardware decoder off: %s", why);
-        for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
-        stk__nj.Destroy(g->hw);
-        g->hw = NULL;
-        for (int k = 0; k < g->cfg.lanes; k++) {
-          glane *L = &g->lanes[k];
-          L->js_handle = g->gen;
-          if (g->gen && (stk__nj.JpegStreamCreate(g->gen, &L->js) != NVJPEG_STATUS_SUCCESS ||
-                         stk__nj.DecodeParamsCreate(g->gen, &L->chk_params) != NVJPEG_STATUS_SUCCESS)) {
-            rc = stk__fail(msg, msglen, STK_ECUDA, "nvJPEG: cannot create a stream parser");
-            goto fail;
-          }
-        }
-      }
-    g->hw_roi = g->hw && g->cfg.roi;
-  }
-  g->parse_handle = g->hw ? g->hw : g->gen;
-  if (g->cfg.planners > 0 && g->parse_handle) {
-    g->parsers = calloc((size_t)g->cfg.planners, sizeof *g->parsers);
-    if (!g->parsers) {
-      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-      goto fail;
-    }
-    for (; g->nparsers < g->cfg.planners; g->nparsers++) {
-      parser *P = &g->parsers[g->nparsers];
-      pthread_mutex_init(&P->mu, NULL);
-      if (stk__nj.JpegStreamCreate(g->parse_handle, &P->js) != NVJPEG_STATUS_SUCCESS ||
-          stk__nj.DecodeParamsCreate(g->parse_handle, &P->chk) != NVJPEG_STATUS_SUCCESS ||
-          stk__nj.DecodeParamsSetOutputFormat(P->chk, NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
-        /* the lanes plan what these would have */
-        if (P->js) stk__nj.JpegStreamDestroy(P->js);
-        if (P->chk) stk__nj.DecodeParamsDestroy(P->chk);
-        pthread_mutex_destroy(&P->mu);
-        stk__gpu_note(g, "planning ahead with %d of %d header parsers", g->nparsers, g->cfg.planners);
-        break;
-      }
-    }
-  }
-  for (int i = 0; i < g->cfg.lanes && g->gh; i++) {
-    glane *L = &g->lanes[i];
-    stk__gpu_gb_pad(g, &L->gb, 0);
-    nvjpegStatus_t st = stk__nj.DecodeBatched(g->gh, L->gb.state, L->gb.data, L->gb.len, L->gb.dst,
-                                           L->gstream);
-    r = st == NVJPEG_STATUS_SUCCESS ? stk__cu.StreamSynchronize(L->gstream) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-      rc = stk__gpu_fail(g, r, "GPU-hybrid warm-up", msg, msglen);
-      goto fail;
-    }
-    if (st != NVJPEG_STATUS_SUCCESS) {
-      stk__gpu_note(g, "GPU-hybrid decoder off: nvjpegDecodeBatched: %s", stk__nj_status(st));
-      for (int k = 0; k < g->cfg.lanes; k++) gb_close(&g->lanes[k].gb);
-      stk__nj.Destroy(g->gh);
-      g->gh = NULL;
-    }
-  }
+  if ((g->hw && (rc = warm_engines(g, msg, msglen))) || (rc = open_parsers(g, msg, msglen)))
+    goto fail;
   g->st.hw_available = g->hw != NULL;
   g->st.hw_roi = g->hw_roi;
   g->st.cuda_available = g->hy_dec != NULL;
-  g->st.gpu_hybrid_available = g->gh != NULL;
   stk__cu.MemGetInfo(&free1, &total);
   g->st.device_bytes_used = free0 > free1 ? free0 - free1 : 0;
   g->pool_at_open = stk__pool_fresh();
@@ -692,7 +576,6 @@ void stk__gpu_close(stk__gpu *g) {
   }
   free(g->parsers);
   if (g->hy_dec) stk__nj.DecoderDestroy(g->hy_dec);
-  if (g->gh) stk__nj.Destroy(g->gh);
   if (g->hw) stk__nj.Destroy(g->hw);
   if (g->gen) stk__nj.Destroy(g->gen);
   if (g->ctx) stk__pool_release(g->ctx);
@@ -764,7 +647,7 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
     rc = stk__gpu_run_locked(g, L, &g->slots[slot], n, items, msg, msglen);
     stk__cu.CtxPopCurrent(NULL);
   }
-  double tp = L->t_plan, th = L->t_hw, tg = L->t_gpu, tc = L->t_cpu, tsy = L->t_sync;
+  double tp = L->t_plan, th = L->t_hw, tc = L->t_cpu, tsy = L->t_sync;
   give_lane(g, L);
   pthread_mutex_lock(&g->mu);
   g->st.batches++;
@@ -780,7 +663,6 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
   g->st.host_seconds += stk__now() - t0;
   g->st.host_plan_seconds += tp;
   g->st.host_hw_seconds += th;
-  g->st.host_gpu_seconds += tg;
   g->st.host_cpu_seconds += tc;
   g->st.host_lane_wait_seconds += tl;
   g->st.host_sync_seconds += tsy;

@@ -33,12 +33,6 @@
  *   1. "hw":   nvJPEG batched decode on the hardware JPEG engines
  *              (NVJPEG_BACKEND_HARDWARE), of only the region the geometry
  *              reads (ROI) when the engine accepts it, else the whole image;
- *   1b."gpu":  (off by default) nvJPEG batched decode with the GPU-hybrid
- *              back end (Huffman decoding in CUDA kernels), whole images, for
- *              a share (1 - hw_share) of the baseline JPEGs, run on the SMs
- *              while the engines work. Measured on an H200 it is slower than
- *              the engines (2,300 img/s per lane) and slows them down when
- *              both run, so it only makes sense without engines;
  *   2. "cuda": nvJPEG's hybrid decoder (CPU Huffman + CUDA), ROI only; for
  *              JPEGs the hardware refuses (progressive, odd sampling);
  *   3. "cpu":  stoker's own decoder (libjpeg-turbo) on the calling thread,
@@ -108,11 +102,6 @@ typedef struct {
   int use_cuda;           /* use nvJPEG's hybrid decoder for the JPEGs the
                              engines refuse. 1 */
   int roi;                /* decode only the region the resampler reads. 1 */
-  int use_gpu_hybrid;     /* the batched GPU-hybrid decoder ("gpu" path). 0 */
-  float hw_share;         /* fraction of the baseline JPEGs of a batch sent to
-                             the engines when both they and the GPU-hybrid
-                             decoder are in use; the rest go to the latter.
-                             0.35 */
   int chroma_interp;      /* ask nvJPEG for interpolated (libjpeg-like)
                              chroma upsampling. 0. With it the engines' output
                              is bit-identical to libjpeg-turbo's for most
@@ -150,7 +139,6 @@ enum {
   STK__GPU_PATH_CPU,  /* stoker's CPU decoder, source copied up */
   STK__GPU_PATH_HOST, /* an STK__GPU_RGB8 item, copied up */
   STK__GPU_PATH_BIG,  /* decoded and resampled on the CPU, image copied up */
-  STK__GPU_PATH_GPU,  /* nvJPEG GPU-hybrid back end (CUDA Huffman), batched */
   STK__GPU_NPATHS
 };
 
@@ -209,7 +197,6 @@ typedef struct {
   double host_seconds;            /* summed over threads, inside run_batch() */
   double host_plan_seconds;       /* of which: reading headers, choosing paths */
   double host_hw_seconds;         /*   inside the engines' batched decode call */
-  double host_gpu_seconds;        /*   inside the GPU-hybrid batched decode call */
   double host_cpu_seconds;        /*   decoding and copying on the CPU */
   double host_lane_wait_seconds;  /*   waiting for a free lane */
   double host_sync_seconds;       /*   waiting for the lane's previous decode */
@@ -225,7 +212,6 @@ typedef struct {
   int hw_roi;                     /* ROI decode on the engines is in use */
   int chroma_interp;              /* interpolated chroma upsampling is on */
   int cuda_available;             /* the hybrid decoder is in use */
-  int gpu_hybrid_available;       /* the batched GPU-hybrid decoder is in use */
   char notes[320];                /* why a decode path is off, "" if none */
 } stk__gpu_stats;
 

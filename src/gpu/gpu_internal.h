@@ -1,9 +1,10 @@
 /*
- * gpu_internal.h: what the two halves of the GPU back end share, private to
+ * gpu_internal.h: what the parts of the GPU back end share, private to
  * src/gpu/. gpu.c makes and frees the objects below (stk__gpu_open/close),
  * takes a lane for each batch and runs the slot operations; decode.c runs
  * one batch on a lane: the planning, the decode paths and the launch of the
- * fused kernel.
+ * fused kernel. gpu.c calls into decode.c, never the other way; both report
+ * through status.c.
  */
 #ifndef STK_GPU_INTERNAL_H
 #define STK_GPU_INTERNAL_H
@@ -46,25 +47,11 @@ typedef struct {
 /* What run_batch() decided for one item (gpu.h). */
 typedef stk__gpu_pre iplan;
 
-/* One batched nvJPEG decoder of a lane (engines or GPU-hybrid). */
-typedef struct {
-  nvjpegJpegState_t state;
-  const unsigned char **data; /* max_batch */
-  size_t *len;
-  nvjpegImage_t *dst;
-  int *item;
-  int n;                      /* the batch size it is initialised for */
-  CUdeviceptr pad_out;        /* where the padding images go */
-} batched;
-
 typedef struct {
   CUstream stream, aux;    /* aux: the hybrid decoder, joined back by events */
   CUevent done, ev_main, ev_aux, decoded;
   CUevent prof[3]; /* cfg.profile: chunk start, before the kernel, after it */
-  CUstream gstream; /* the GPU-hybrid batched decoder */
-  CUevent ev_gpu;
-  batched gb;
-  double t_plan, t_hw, t_gpu, t_cpu, t_sync; /* host seconds, this batch */
+  double t_plan, t_hw, t_cpu, t_sync; /* host seconds, this batch */
   int busy;
   /* hardware, batched */
   nvjpegJpegState_t hw_state;
@@ -128,7 +115,7 @@ struct stk__gpu {
   uint64_t pool_at_open; /* stk__pool_fresh() at the end of open */
   int prio;      /* the greatest stream priority: our work is small and
                     should not queue behind a training step's kernels */
-  nvjpegHandle_t hw, gen, gh;
+  nvjpegHandle_t hw, gen;
   nvjpegJpegDecoder_t hy_dec;
   /* the engines' regions are in use; read by workers planning ahead while a
    * lane may switch it off */
@@ -148,19 +135,17 @@ struct stk__gpu {
   stk__gpu_stats st;
 };
 
-/* gpu.c */
+/* status.c */
 /* Returns STK_ECUDA for a failed CUDA call (a sticky error poisons g). */
 int stk__gpu_fail(stk__gpu *g, CUresult r, const char *what, char *msg, size_t msglen);
 /* Remembers why a decode path is off (stats.notes). */
 void stk__gpu_note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
+
+/* decode.c */
 /* (Re)initialises the lane's engines' state for batches of n. */
 int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen);
 /* Fills the engines' batch from position m on with the padding image. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m);
-/* The same for a GPU-hybrid batched decoder. */
-void stk__gpu_gb_pad(stk__gpu *g, batched *b, int m);
-
-/* decode.c */
 /* Runs n items into slot s on lane L (the context current, the lane taken). */
 int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
                         size_t msglen);

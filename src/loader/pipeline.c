@@ -111,32 +111,40 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
   return STK_OK;
 }
 
-int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s,
-                           const stk__store *store, void *dst, char *msg, size_t msglen) {
+int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, stk__geom *g,
+                       stk__region *reg, stk__rect *need_out, char *msg, size_t msglen) {
   double t1 = stk__now();
   const stk__image_info *info = &s->info;
   int denom = s->denom;
-  stk__geom g = s->geom;
-  stk__geom_downscale(&g, info->width, info->height, denom);
+  *g = s->geom;
+  stk__geom_downscale(g, info->width, info->height, denom);
 
   stk__rect need;
-  int rc = stk__resampler_plan(&w->rs, &g, &need);
+  int rc = stk__resampler_plan(&w->rs, g, &need);
   if (rc) return stk__fail(msg, msglen, rc, "cannot resample a %dx%d image to %d", info->width,
                            info->height, p->size);
+  if (need_out) *need_out = need;
   /* The decoder takes full-resolution coordinates. */
   stk__rect want = {need.x * denom, need.y * denom, need.w * denom, need.h * denom};
   if (want.x + want.w > info->width) want.w = info->width - want.x;
   if (want.y + want.h > info->height) want.h = info->height - want.y;
 
-  stk__region reg;
   if (s->raw) /* the whole image is there: the resampler reads it in place */
-    reg = (stk__region){s->px.px, s->px.stride, 0, 0, s->px.w, s->px.h, 1, s->px.w, s->px.h};
+    *reg = (stk__region){s->px.px, s->px.stride, 0, 0, s->px.w, s->px.h, 1, s->px.w, s->px.h};
   else
-    rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, &reg, msg, msglen);
-  double t2 = stk__now();
-  w->t_decode = t2 - t1;
+    rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, reg, msg, msglen);
+  w->t_decode = stk__now() - t1;
   if (rc) return rc;
-  if (reg.scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
+  if (reg->scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
+  return STK_OK;
+}
+
+int stk__sample_resample(const stk__plan *p, stk__worker *w, const stk__sample *s,
+                         const stk__region *r, const stk__store *store, void *dst, char *msg,
+                         size_t msglen) {
+  const stk__region reg = *r;
+  int rc;
+  double t2 = stk__now();
   /* The GPU share's tiles (store_rgb8) get their augmentations on the GPU,
    * with the rest of the batch. */
   if (p->aug.on && s->aug.n + s->aug.erase > 0 && store != &p->store_rgb8) {
@@ -162,6 +170,15 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   if (rc == STK_ENOMEM) return stk__fail(msg, msglen, rc, "out of memory for the augmentations");
   if (rc) return stk__fail(msg, msglen, rc, "resampling failed");
   return STK_OK;
+}
+
+int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s,
+                           const stk__store *store, void *dst, char *msg, size_t msglen) {
+  stk__geom g;
+  stk__region reg;
+  int rc = stk__sample_decode(p, w, s, &g, &reg, NULL, msg, msglen);
+  if (rc) return rc;
+  return stk__sample_resample(p, w, s, &reg, store, dst, msg, msglen);
 }
 
 int stk__process_sample(const stk__plan *p, stk__worker *w, const stk__source *src,

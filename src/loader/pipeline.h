@@ -86,7 +86,21 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
                         stk__buf *file, uint64_t epoch, int64_t index, stk__sample *s, char *msg,
                         size_t msglen);
 
-/* Decodes the region `s` needs on the CPU and resamples it into dst,
+/* Decodes on the CPU the region of `s` that its crop reads, at the DCT scale
+ * s->denom: *reg (the worker's decoder owns its pixels until its next
+ * decode; a pre-decoded sample's are lent in place) and *g, the geometry in
+ * the decoded image's coordinates, which stk__resampler_run reads it with;
+ * *need (when not NULL): the rectangle of *reg the resampler reads. */
+int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, stk__geom *g,
+                       stk__region *reg, stk__rect *need, char *msg, size_t msglen);
+
+/* The region stk__sample_decode gave, resampled (and augmented) into dst as
+ * `store` says; the worker's resampler keeps the plan that call made. */
+int stk__sample_resample(const stk__plan *p, stk__worker *w, const stk__sample *s,
+                         const stk__region *reg, const stk__store *store, void *dst, char *msg,
+                         size_t msglen);
+
+/* Both: decodes the region `s` needs on the CPU and resamples it into dst,
  * written as `store` says (&p->store for the batch, or &p->store_rgb8). */
 int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample *s,
                            const stk__store *store, void *dst, char *msg, size_t msglen);

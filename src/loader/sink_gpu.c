@@ -5,8 +5,10 @@
  * its file's bytes and what to do with them (an stk__gpu_item) until the
  * batch is submitted, and the finaliser hands the whole batch to
  * stk__gpu_run_batch, which decodes it and writes it into the slot's device
- * memory. A share of the positions (the CPU share, share.h) is finished by
- * the workers on the CPU as raw RGB8, which the GPU only normalises. */
+ * memory. A share of the positions (the CPU share, share.h) is decoded by
+ * the workers on the CPU, and the GPU resamples it as it does a cache image
+ * (or, for an image whose decoded region is large, finished on the CPU as
+ * raw RGB8, which the GPU only normalises). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@ typedef struct {
   uint8_t *rgb8;       /* per position, size x size x 3: the images the
                           workers finished on the CPU (raw RGB8), which the
                           GPU only normalises and stores */
+  stk__buf *regions;   /* per position: the region a worker decoded, which
+                          the GPU resamples */
   stk__aug *augs;      /* per position: the augmentations drawn for it */
 } gpu_slot;
 
@@ -50,7 +54,9 @@ static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
   /* untouched pages cost nothing: only positions decoded here are */
   s->rgb8 = malloc((size_t)g->B * g->opt->size * g->opt->size * 3);
   s->augs = calloc((size_t)g->B, sizeof *s->augs);
-  return *data && s->files && s->items && s->from && s->rgb8 && s->augs ? STK_OK : STK_ENOMEM;
+  s->regions = calloc((size_t)g->B, sizeof *s->regions);
+  return *data && s->files && s->items && s->from && s->rgb8 && s->augs && s->regions ? STK_OK
+                                                                                      : STK_ENOMEM;
 }
 
 /* Reads position j's file and plans it for the GPU, or finishes it on the
@@ -109,11 +115,51 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
     stk__gpu_plan_ahead(g->gpu, j, it);
     return STK_OK;
   }
+  /* Decoded here, the region the crop reads at the CPU path's DCT scale,
+   * and resampled by the GPU's fused kernel as a cache image is: the same
+   * pixels and the same arithmetic as the CPU loader, and the worker's time
+   * goes to the decoding alone (the resampling was 30% of it). What the
+   * kernel reads is copied out of the decoder, whose buffer the worker's
+   * next image reuses. */
+  int S = g->plan->size;
+  stk__geom geom;
+  stk__region reg;
+  stk__rect need;
+  rc = stk__sample_decode(g->plan, w, &smp, &geom, &reg, &need, reason, reasonlen);
+  if (rc) return rc;
+  /* What the kernel reads: the resampler's rectangle, one pixel wider each
+   * side within the region (the GPU plans the same rectangle; the margin
+   * costs little and keeps a rounding apart from failing the item). */
+  int x0 = need.x - 1 > reg.x ? need.x - 1 : reg.x, y0 = need.y - 1 > reg.y ? need.y - 1 : reg.y;
+  int x1 = need.x + need.w + 1 < reg.x + reg.w ? need.x + need.w + 1 : reg.x + reg.w;
+  int y1 = need.y + need.h + 1 < reg.y + reg.h ? need.y + need.h + 1 : reg.y + reg.h;
+  const size_t row = (size_t)(x1 - x0) * 3, bytes = row * (size_t)(y1 - y0);
+  /* Pre-decoded images, and a region larger than 4 output tiles (a large
+   * PNG, which has no DCT scaling), are resampled here as before: the
+   * positions would hold too much. */
+  if (!smp.raw && x1 > x0 && y1 > y0 && bytes <= (size_t)4 * S * S * 3) {
+    stk__buf *b = &s->regions[j];
+    size_t before = b->cap;
+    if (stk__buf_reserve(b, bytes))
+      return stk__fail(reason, reasonlen, STK_ENOMEM, "out of memory for a %dx%d region", x1 - x0,
+                       y1 - y0);
+    *held += (int64_t)b->cap - (int64_t)before;
+    const uint8_t *from = reg.pixels + (size_t)(y0 - reg.y) * reg.stride + (size_t)(x0 - reg.x) * 3;
+    for (int r = 0; r < y1 - y0; r++) memcpy(b->p + (size_t)r * row, from + (size_t)r * reg.stride, row);
+    it->kind = STK__GPU_RGB8;
+    it->pixels = b->p;
+    it->stride = row;
+    it->x = x0;
+    it->y = y0;
+    it->w = x1 - x0;
+    it->h = y1 - y0;
+    it->geom = geom;
+    return STK_OK;
+  }
   /* Finished here exactly as the CPU sink would (flip included), as raw
    * RGB8; the GPU applies an identity resample (exact) and normalises. */
-  int S = g->plan->size;
   uint8_t *px = s->rgb8 + (size_t)j * S * S * 3;
-  rc = stk__sample_finish_cpu(g->plan, w, &smp, &g->plan->store_rgb8, px, reason, reasonlen);
+  rc = stk__sample_resample(g->plan, w, &smp, &reg, &g->plan->store_rgb8, px, reason, reasonlen);
   if (rc) return rc;
   it->kind = STK__GPU_RGB8;
   it->pixels = px;
@@ -269,6 +315,9 @@ static void gpu_close(stk__sink *k) {
       free(s->items);
       free(s->from);
       free(s->rgb8);
+      if (s->regions)
+        for (int j = 0; j < g->B; j++) stk__buf_free(&s->regions[j]);
+      free(s->regions);
       free(s->augs);
     }
   free(g->slots);
