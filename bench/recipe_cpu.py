@@ -24,12 +24,13 @@ hands out an epoch's batches to its workers in turn, so an epoch of 3 batches wi
 drop_last and 2 workers would leave one worker idle a third of the time (1,000 files
 in batches of 256 are 4 batches, 2 for each worker). --drop-last drops it on both.
 
-Each measurement takes one warm-up batch (worker start-up, the first decode), then times
---images images (crossing epochs as needed). Rounds alternate the loaders; the best
-round of each is reported with the ratio stoker / torchvision.
+Each measurement takes --warmup batches (1 by default: worker start-up, the first decode;
+4 reaches the steady state, stoker's batch buffers written once), then times --images
+images (crossing epochs as needed). Rounds alternate the loaders; the best round of each
+is reported with the ratio stoker / torchvision.
 
   PYTHONPATH=python python3 bench/recipe_cpu.py DATA [--workers 2] [--batch 256]
-      [--images 2000] [--rounds 2] [--recipes new classic] [--json]
+      [--images 2000] [--warmup 1] [--rounds 2] [--recipes new classic] [--json]
   PYTHONPATH=python python3 bench/recipe_cpu.py DATA --make-from JPEG_DIR --files 1000
 
 --make-from builds DATA first: the JPEGs found under JPEG_DIR copied (--link: linked)
