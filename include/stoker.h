@@ -513,6 +513,12 @@ typedef struct stk_pack_options {
    * output's name, removes its temporary output and returns STK_ECANCELED
    * (what a Ctrl-C should do in a program that keeps running). */
   int (*cancel)(void *user);
+  /* Cache: the CUDA device that decodes (nvJPEG, the hardware JPEG engines
+   * where the GPU has them) and resizes (the same arithmetic as the CPU
+   * pack) before the pixels come back to be written. -1 = the CPU. Needs
+   * max_side in 1..8192. The file format is the same; the pixels are what
+   * nvJPEG decodes (docs/storage.md says how close to the CPU pack's). */
+  int device;
 } stk_pack_options;
 
 typedef struct stk_pack_result {
@@ -520,6 +526,9 @@ typedef struct stk_pack_result {
   int64_t failed;            /* files left out (each reported to bad_file) */
   uint64_t bytes;            /* bytes written */
   int shards;                /* tar: shard files written */
+  int64_t device_packed;     /* device >= 0: samples whose JPEG the GPU
+                                decoded (the others: the CPU, as without a
+                                device, and resized on the GPU) */
 } stk_pack_result;
 
 STK_API void stk_pack_options_init_sized(stk_pack_options *o, size_t size);

@@ -596,6 +596,128 @@ static void test_threads_and_compact(void) {
   stk__gpu_close(g);
 }
 
+/* --- items of their own output size (a pack on the GPU) -------------------- */
+/* Each image shrunk whole to its own size, as stk_pack(device=) asks: from
+ * pre-decoded sources bit-identical to the CPU resampler at that size, from
+ * JPEGs close to it; sizes the slot cannot hold, or own sizes with another
+ * dtype, fail the item alone. */
+static void test_own_size(void) {
+  const int side = 320;
+  stk__gpu_config c = base_cfg(nimg + 2);
+  c.out_w = c.out_h = side;
+  c.dtype = STK_DTYPE_UINT8;
+  c.layout = STK_LAYOUT_NHWC;
+  for (int k = 0; k < 3; k++) c.mean[k] = 0, c.std[k] = 1;
+  stk__gpu *g = NULL;
+  char msg[512];
+  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "open: %s", msg);
+  if (rc) return;
+  size_t ib = stk__gpu_image_bytes(g);
+  region *src = calloc((size_t)nimg, sizeof *src);
+  stk__geom *geo = calloc((size_t)nimg, sizeof *geo);
+  stk__gpu_item *items = calloc((size_t)nimg + 2, sizeof *items);
+  uint8_t *ref = malloc(ib * nimg), *got = malloc(ib);
+  int ow[MAXIMG], oh[MAXIMG], ok[MAXIMG];
+  /* 0: RGB8 sources, 1: the JPEGs, 2: RGB8 sources with an arena so small
+   * that most go the "big" way (resampled on the CPU at their own size) */
+  for (int pass = 0; pass < 3; pass++) {
+    if (pass == 2) {
+      stk__gpu_close(g);
+      c.arena_bytes = 1; /* raised to the least the big path needs */
+      rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
+      CHECK_MSG(rc == STK_OK, "open: %s", msg);
+      if (rc) break;
+    }
+    int n = 0;
+    for (int i = 0; i < nimg; i++) {
+      const timg *t = &imgs[i];
+      /* the longer side to at most `side`, and odd sizes in between */
+      double f = (t->w > t->h ? t->w : t->h) > side ? (double)side / (t->w > t->h ? t->w : t->h)
+                                                     : (i % 3 == 0 ? 1.0 : 0.61);
+      ow[i] = (int)(t->w * f + 0.5);
+      oh[i] = (int)(t->h * f + 0.5);
+      if (ow[i] < 1) ow[i] = 1;
+      if (oh[i] < 1) oh[i] = 1;
+      stk__geom_crop(&(stk__rect){0, 0, t->w, t->h}, ow[i], oh[i], &geo[i]);
+      geo[i].exact = 1;
+      stk__store st;
+      stk__store_init(&st, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, ow[i], oh[i], c.mean, c.std);
+      free(src[i].px);
+      memset(&src[i], 0, sizeof src[i]);
+      ok[i] = cpu_ref(t, &geo[i], &st, ref + (size_t)i * ib, &src[i]) == STK_OK;
+      if (!ok[i]) continue;
+      if (pass != 1)
+        item_rgb(&items[n], &src[i], &geo[i], i);
+      else
+        item_jpeg(&items[n], t, &geo[i], i);
+      items[n].out_w = ow[i];
+      items[n++].out_h = oh[i];
+    }
+    /* two that must fail alone: larger than the slot, and no size on one axis */
+    int bad0 = n;
+    item_rgb(&items[n], &src[0], &geo[0], nimg);
+    items[n].out_w = side + 1;
+    items[n++].out_h = oh[0];
+    item_rgb(&items[n], &src[0], &geo[0], nimg + 1);
+    items[n].out_w = ow[0];
+    items[n++].out_h = 0;
+    rc = stk__gpu_run_batch(g, 0, n, items, msg, sizeof msg);
+    CHECK_MSG(rc == STK_OK, "run_batch: %s", msg);
+    CHECK_EQ_INT(items[bad0].rc, STK_EINVAL);
+    CHECK_EQ_INT(items[bad0 + 1].rc, STK_EINVAL);
+    int exact = 0, close = 0, big = 0;
+    double worst = 100;
+    for (int k = 0; k < bad0; k++) {
+      int i = items[k].dst;
+      size_t bytes = (size_t)ow[i] * oh[i] * 3;
+      CHECK_MSG(items[k].rc == STK_OK, "%s: rc %d", imgs[i].name, items[k].rc);
+      rc = stk__gpu_download_image(g, 0, i, got, bytes, msg, sizeof msg);
+      CHECK_MSG(rc == STK_OK, "download: %s", msg);
+      big += items[k].path == STK__GPU_PATH_BIG;
+      if (pass != 1) {
+        exact += !memcmp(got, ref + (size_t)i * ib, bytes);
+        if (memcmp(got, ref + (size_t)i * ib, bytes))
+          fprintf(stderr, "  own size %dx%d of %s differs from the CPU\n", ow[i], oh[i],
+                  imgs[i].name);
+      } else {
+        double p = psnr(got, ref + (size_t)i * ib, bytes);
+        if (items[k].path == STK__GPU_PATH_HW && p < worst) worst = p;
+        close += items[k].path != STK__GPU_PATH_HW || p >= 35.0;
+      }
+    }
+    if (pass != 1)
+      CHECK_MSG(exact == bad0, "own sizes: %d of %d images bit-identical", exact, bad0);
+    else
+      CHECK_MSG(close == bad0, "own sizes from JPEGs: %d of %d within 35 dB", close, bad0);
+    if (pass == 2) CHECK_MSG(big > 0, "no item went the big way with a tiny arena");
+    if (pass != 1)
+      printf("own sizes, RGB8 sources%s: %d images bit-identical to the CPU resampler (%d big)\n",
+             pass ? ", tiny arena" : "", exact, big);
+    else
+      printf("own sizes, JPEG sources: %d images, worst engine PSNR %.1f dB\n", bad0, worst);
+  }
+  stk__gpu_close(g);
+  /* own sizes need a uint8 NHWC output */
+  c = base_cfg(1);
+  rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "open: %s", msg);
+  if (!rc) {
+    item_rgb(&items[0], &src[0], &geo[0], 0);
+    items[0].out_w = ow[0];
+    items[0].out_h = oh[0];
+    CHECK_EQ_INT(stk__gpu_run_batch(g, 0, 1, items, msg, sizeof msg), STK_OK);
+    CHECK_EQ_INT(items[0].rc, STK_EINVAL);
+    stk__gpu_close(g);
+  }
+  for (int i = 0; i < nimg; i++) free(src[i].px);
+  free(src);
+  free(geo);
+  free(items);
+  free(ref);
+  free(got);
+}
+
 int main(void) {
   char probe[2048];
   stk__gpu_probe(probe, sizeof probe);
@@ -657,6 +779,7 @@ int main(void) {
     test_exact(1, STK_FILTER_BILINEAR);
     test_exact(1, STK_FILTER_BICUBIC);
     run_psnr(0, 1, 1, 1, NULL);
+    test_own_size();
     for (int i = 0; i < nimg; i++) free(imgs[i].data);
     stk__decoder_destroy(dec);
     return CHECK_DONE();
@@ -680,6 +803,7 @@ int main(void) {
   mix_hw = -1;
   CHECK_MSG(p3.n_hw == 0 || p3.mean_hw >= 40.0, "no engines: %.2f dB", p3.mean_hw);
 
+  test_own_size();
   test_fallbacks(eval_out);
   test_plan_ahead(eval_out);
   test_threads_and_compact();

@@ -1330,9 +1330,10 @@ static PyObject *pack(PyObject *m, PyObject *args, PyObject *kwds) {
       Py_XDECREF(t);
     }
     if (left)
-      result = Py_BuildValue("{s:L,s:L,s:K,s:i,s:N}", "packed", (long long)res.packed, "failed",
-                             (long long)res.failed, "bytes", (unsigned long long)res.bytes,
-                             "shards", res.shards, "left_out", left);
+      result = Py_BuildValue("{s:L,s:L,s:K,s:i,s:L,s:N}", "packed", (long long)res.packed,
+                             "failed", (long long)res.failed, "bytes",
+                             (unsigned long long)res.bytes, "shards", res.shards,
+                             "device_packed", (long long)res.device_packed, "left_out", left);
   }
   for (Py_ssize_t i = 0; i < c.n; i++) {
     free(c.paths[i]);
@@ -1395,8 +1396,8 @@ static PyMethodDef module_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))pack, METH_VARARGS | METH_KEYWORDS,
      "pack(source, output, *, format='cache', encoding='raw', max_side=512, quality=90,\n"
      "shard_bytes=1<<30, threads=0, list_file=None, list_base=None, max_pixels=None,\n"
-     "max_file_bytes=None, progress=None) -> dict of packed, failed, bytes, shards and\n"
-     "left_out [(path, reason)]. See stoker.pack."},
+     "max_file_bytes=None, device=-1, progress=None) -> dict of packed, failed, bytes,\n"
+     "shards, device_packed and left_out [(path, reason)]. See stoker.pack."},
     {"strerror", strerror_, METH_O, "strerror(code) -> str: the name of an error code."},
     {"_source_check", source_check, METH_VARARGS,
      "_source_check(root, list_file): ValueError unless exactly one of them is given."},

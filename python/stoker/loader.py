@@ -65,7 +65,8 @@ def _dtype_name(dtype):
     return name
 
 
-def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_fraction):
+def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_fraction,
+               device=-1):
     """ImageLoader(cache=...): the cache file's path, packed from the folder
     ``root`` first when it does not exist yet. Under torch.distributed the
     process of local rank 0 packs and the others wait for it (a barrier that
@@ -84,7 +85,7 @@ def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_
     err = None
     if local0 and not os.path.exists(cache):
         try:
-            _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction)
+            _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction, device)
         except BaseException as e:  # reach the barrier first: the other ranks wait there
             err = e
     if multi:
@@ -97,18 +98,21 @@ def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_
     return cache
 
 
-def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction):
-    """Packs the cache for ImageLoader(cache=...). The files the pack leaves
-    out are the loader's bad files: under on_error="raise" (or past
-    max_skipped_fraction) the pack is removed and DecodeError names them;
-    under "skip" they are listed in a warning."""
+def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction, device=-1):
+    """Packs the cache for ImageLoader(cache=...), on the loader's GPU when
+    it has one (device >= 0). The files the pack leaves out are the loader's
+    bad files: under on_error="raise" (or past max_skipped_fraction) the
+    pack is removed and DecodeError names them; under "skip" they are listed
+    in a warning."""
     from . import _stoker as S
     from .pack import pack
 
-    sys.stderr.write(f"stoker: packing {root} into the cache {cache} (max_side {max_side}); "
-                     "the loader reads the cache from then on\n")
+    on = f"on cuda:{device}" if device >= 0 else "on the CPU"
+    sys.stderr.write(f"stoker: packing {root} into the cache {cache} (max_side {max_side}, "
+                     f"{on}); the loader reads the cache from then on\n")
     try:
-        r = pack(root, cache, max_side=max_side, threads=threads, progress=True)
+        r = pack(root, cache, max_side=max_side, threads=threads, progress=True,
+                 device=device if device >= 0 else None)
     except BaseException:
         # Ctrl-C during the pack stops it with nothing written; one that
         # comes after its last check between files is raised once the
@@ -376,7 +380,8 @@ class ImageLoader:
                 labels become float ``[B, num_classes]`` soft labels.
             cache: a pre-decoded cache file for ``root`` (an image folder): used when it
                 exists, else packed there first (``stoker.pack(root, cache,
-                max_side=cache_max_side)``, with a progress bar on stderr), then read.
+                max_side=cache_max_side)``, with a progress bar on stderr; on the
+                loader's GPU when ``device`` is one), then read.
 
         The other arguments (list files, limits on bad input, folder indexes, tar
         shuffling, caches, the GPU's CPU share, read timeouts) are described in
@@ -410,7 +415,8 @@ class ImageLoader:
         cache_from = None
         if cache is not None:
             cache_from, root = root, _cache_for(root, list_file, cache, cache_max_side, threads,
-                                                on_error, max_skipped_fraction)
+                                                on_error, max_skipped_fraction,
+                                                _device_index(device))
         try:
             opts, normalised = self._pipeline(pipeline, size)
         except ValueError as e:

@@ -18,6 +18,7 @@ class PackResult(NamedTuple):
     bytes: int                        # bytes written
     shards: int                       # tar: shard files written (0 for a cache)
     left_out: List[Tuple[str, str]]   # (path, reason) of each file left out
+    device_packed: int = 0            # device=: samples the GPU decoded (the rest: the CPU)
 
     def __getitem__(self, key: Any) -> Any:  # a field name, an index or a slice
         if isinstance(key, str):
@@ -46,6 +47,7 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
          list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
          max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
          check: bool = False, read_timeout: Optional[float] = None,
+         device: Any = None,
          progress: Union[bool, Callable[[int, int], object], None] = False) -> PackResult:
     """Packs the images of ``source`` into ``output``; returns a PackResult.
 
@@ -66,6 +68,17 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     fail; without it tar shards read only each file's header. ``read_timeout``
     (seconds, default 300, 0 = none) bounds each file read and a FIFO list.
 
+    ``device`` (a cache only): ``None`` or ``"cpu"`` packs on the CPU;
+    ``"cuda[:N]"``, an index or a ``torch.device`` decodes the JPEGs with
+    nvJPEG (the GPU's hardware JPEG engines where it has them) and resizes
+    them on that GPU, with the CPU pack's resize arithmetic, before they are
+    written (up to 8 threads drive it). ``max_side`` must then be 1..8192.
+    The file is the same format; its pixels are nvJPEG's decode, which
+    differs slightly from the CPU's (docs/storage.md says how much).
+    ``device_packed`` in the result counts the samples the GPU decoded; the
+    others (PNG, CMYK, progressive JPEGs the engines refuse...) are decoded
+    on the CPU as without a device.
+
     ``threads=None`` uses the CPUs this process may run on. ``progress``:
     False, True (a bar on stderr) or a callable ``f(done, total)``.
 
@@ -75,7 +88,7 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     runs signal handlers on the main thread only: a pack on another thread
     runs to its end.)
     """
-    from .loader import _check_list_file, _default_threads, _int
+    from .loader import _check_list_file, _default_threads, _device_index, _int
 
     if format == "tar" and (encoding != "raw" or max_side != 512 or quality != 90):
         raise ValueError("encoding, max_side and quality apply to format='cache' only: tar "
@@ -109,10 +122,18 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
         if format != "tar":
             raise ValueError("check applies to format='tar' (a cache decodes every image anyway)")
         kw["check"] = True
+    if device is not None:
+        index = _device_index(device)
+        if index >= 0:
+            if format != "cache":
+                raise ValueError("device applies to format='cache' (tar shards keep each "
+                                 "file's bytes: nothing is decoded)")
+            kw["device"] = index
     if read_timeout is not None:
         if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))
                 or not read_timeout >= 0):
             raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
         kw["read_timeout"] = float(read_timeout)
     r = _stoker.pack(source, os.fspath(output), **kw)
-    return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"])
+    return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"],
+                      r["device_packed"])

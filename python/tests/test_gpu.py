@@ -1,5 +1,6 @@
 """device="cuda": runs on a machine with an NVIDIA GPU, skips cleanly elsewhere."""
 import math
+import os
 
 import pytest
 
@@ -184,3 +185,58 @@ def test_pin_memory_cpu_batches(photos):
             assert torch.equal(yp, yq)
             n += xp.shape[0]
         assert n == 36
+
+
+def _cache_images(path):
+    """{index: (w, h, label, pixels)} of a raw cache (src/sources/cache_format.h)."""
+    import struct
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<Q", data, 24)[0]
+    meta_off = struct.unpack_from("<Q", data, 64)[0]
+    out = []
+    for i in range(n):
+        off, ln, w, h, label = struct.unpack_from("<QQIIi", data, meta_off + 40 * i)
+        assert ln == w * h * 3
+        out.append((w, h, label, data[off:off + ln]))
+    return out
+
+
+def test_pack_on_the_device_matches_the_cpu_pack(tmp_path):
+    """stoker.pack(device=): the same samples, sizes and labels as the CPU pack,
+    the same files left out, the JPEGs decoded on the GPU; pixels within the
+    bound docs/storage.md gives (nvJPEG's decode is not libjpeg-turbo's)."""
+    np = pytest.importorskip("numpy")
+    from PIL import Image
+
+    src = make_folder(str(tmp_path / "src"), classes=2, per_class=6,
+                      sizes=((500, 375), (375, 500), (900, 300), (120, 90)), seed=9)
+    Image.fromarray(np.full((70, 50, 3), 90, np.uint8)).save(os.path.join(src, "class00", "p.png"))
+    with open(os.path.join(src, "class01", "bad.jpg"), "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 not a jpeg")
+    cpu = stoker.pack(src, tmp_path / "cpu.stkc", max_side=384, threads=2)
+    gpu = stoker.pack(src, tmp_path / "gpu.stkc", max_side=384, threads=2, device="cuda")
+    assert (gpu.packed, gpu.failed) == (cpu.packed, cpu.failed) == (13, 1)
+    assert [p for p, _ in gpu.left_out] == [p for p, _ in cpu.left_out]
+    assert gpu.device_packed == 12  # the JPEGs; the PNG is decoded on the CPU
+    a, b = _cache_images(tmp_path / "cpu.stkc"), _cache_images(tmp_path / "gpu.stkc")
+    assert [x[:3] for x in a] == [x[:3] for x in b]
+    assert max(max(w, h) for w, h, _, _ in b) == 384
+    far = total = 0
+    for (w, h, _, pa), (_, _, _, pb) in zip(a, b):
+        d = np.abs(np.frombuffer(pa, np.uint8).astype(int) - np.frombuffer(pb, np.uint8))
+        far += int((d > 1).sum())
+        total += d.size
+    print(f"device pack: {far} of {total} values more than 1 level from the CPU pack")
+    assert far <= 0.001 * total
+    # the cache reads back through the loader
+    with stoker.ImageLoader(str(tmp_path / "gpu.stkc"), batch_size=13, pipeline="eval",
+                            size=64, device="cuda") as ld:
+        assert sum(len(y) for _, y in ld) == 13
+
+
+def test_cache_first_use_packs_on_the_loaders_gpu(tmp_path, capfd):
+    src = make_folder(str(tmp_path / "src"), classes=2, per_class=4, sizes=((320, 240),), seed=3)
+    cache = str(tmp_path / "c.stkc")
+    with stoker.ImageLoader(src, cache=cache, batch_size=4, device="cuda", threads=2) as ld:
+        assert ld.source_kind == "cache" and sum(len(y) for _, y in ld) == 8
+    assert "on cuda:" in capfd.readouterr().err

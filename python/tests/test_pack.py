@@ -365,3 +365,28 @@ def test_pack_keywords_come_from_the_library(folder, tmp_path):
     with pytest.raises(TypeError, match="multiple values"):
         _stoker.pack(folder, str(tmp_path / "o.stkc"), source=folder)
     assert not os.path.exists(tmp_path / "o.stkc")
+
+
+# ---- pack on a device --------------------------------------------------------------
+
+
+def test_device_pack_arguments_are_checked_before_any_gpu(folder, tmp_path):
+    """What a device pack refuses whatever the machine: tar shards (nothing is
+    decoded) and an unbounded max_side (it sizes the GPU's output)."""
+    with pytest.raises(ValueError, match="device applies to format='cache'"):
+        stoker.pack(folder, tmp_path / "shards", format="tar", device="cuda:0")
+    with pytest.raises(ValueError, match="max_side in 1..8192"):
+        stoker.pack(folder, tmp_path / "a.stkc", max_side=0, device=0)
+    with pytest.raises(ValueError, match="device must be"):
+        stoker.pack(folder, tmp_path / "a.stkc", device="tpu")
+    assert os.listdir(tmp_path) == ["src"]
+    # "cpu" is the CPU pack, as device=None
+    r = stoker.pack(folder, tmp_path / "c.stkc", device="cpu", threads=2)
+    assert (r.packed, r.device_packed) == (12, 0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_device_pack_without_a_gpu_says_so_and_writes_nothing(folder, tmp_path):
+    with pytest.raises(RuntimeError, match="cannot pack on device 0"):
+        stoker.pack(folder, tmp_path / "a.stkc", device="cuda:0")
+    assert os.listdir(tmp_path) == ["src"]

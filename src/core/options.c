@@ -384,6 +384,11 @@ int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errl
     rc = check_field(o, &stk__pack_options[i], err, errlen);
     if (rc) return rc;
   }
+  /* a GPU pack lands each image in a slot of max_side x max_side */
+  if (o->device >= 0 && o->format == STK_PACK_CACHE && (o->max_side < 1 || o->max_side > 8192))
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "a pack on a device needs max_side in 1..8192 (it sizes the GPU's output), "
+                     "got %d", o->max_side);
   return STK_OK;
 }
 

@@ -230,7 +230,9 @@
     "(without it only each file's header is read: damage past it is packed)") \
   X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", NULL, \
     "seconds a file read (or a FIFO or pipe list) may take before the file is left out; " \
-    "0 = no limit")
+    "0 = no limit") \
+  X(device, INT, STK__V(-1), -1, 1023, NULL, "--device", "device", "cache", \
+    "cache: decode (nvJPEG) and resize on CUDA device N, then write; -1 = the CPU")
 /* clang-format on */
 
 typedef enum {

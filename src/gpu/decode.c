@@ -289,13 +289,22 @@ static int big_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p, char *ms
     item_fail(it, STK_ENOMEM, "out of memory");
     return STK_ENOMEM;
   }
-  rc = stk__resampler_run(&L->rs, px, stride, ox, oy, &g->work_store, L->big.p);
+  /* an item of its own size (uint8 NHWC only, gpu.h): a packed prefix of
+   * its image, written by a store of that size */
+  stk__store own;
+  const stk__store *st = &g->work_store;
+  if (it->out_w) {
+    stk__store_init(&own, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, it->out_w, it->out_h, g->cfg.mean,
+                    g->cfg.std);
+    st = &own;
+  }
+  rc = stk__resampler_run(&L->rs, px, stride, ox, oy, st, L->big.p);
   if (rc) {
     item_fail(it, rc, "resampling failed");
     return rc;
   }
-  *batch_rc = upload_rows(g, L, L->arena + p->off, g->work_bytes, L->big.p, g->work_bytes,
-                          g->work_bytes, 1, msg, msglen);
+  size_t bytes = it->out_w ? (size_t)it->out_w * it->out_h * 3 : g->work_bytes;
+  *batch_rc = upload_rows(g, L, L->arena + p->off, bytes, L->big.p, bytes, bytes, 1, msg, msglen);
   if (!*batch_rc)
     *batch_rc = upload_rows(g, L, L->arena + p->off + align_up(g->work_bytes, 8), 8,
                             (const uint8_t *)&it->label, 8, 8, 1, msg, msglen);
@@ -452,8 +461,8 @@ static int chunk_cuda(stk__gpu *g, glane *L, stk__gpu_item *items, const int *ch
 /* The kernel's descriptors (at L->desc_host + base) of the chunk's items
  * that have their source; *n of them, and the largest filter windows
  * (step 4 of run_chunk). Items the CPU finished ("big") are copied later. */
-static void chunk_descriptors(glane *L, stk__gpu_item *items, const int *chunk, int k, int base,
-                              int *nout, int *kxout, int *kyout) {
+static void chunk_descriptors(const stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk,
+                              int k, int base, int *nout, int *kxout, int *kyout) {
   int n = 0, kxm = 1, kym = 1;
   stk__kitem *d = L->desc_host + base;
   for (int c = 0; c < k; c++) {
@@ -484,6 +493,8 @@ static void chunk_descriptors(glane *L, stk__gpu_item *items, const int *chunk, 
     q->dst = it->dst;
     q->vfirst = p->vfirst;
     q->filter = it->geom.x.filter; /* both axes have it (stk__geom_set_filter) */
+    q->ow = it->out_w ? it->out_w : g->cfg.out_w;
+    q->oh = it->out_h ? it->out_h : g->cfg.out_h;
     if (p->kx > kxm) kxm = p->kx;
     if (p->ky > kym) kym = p->ky;
   }
@@ -527,7 +538,7 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
   if ((rc = chunk_host(g, L, items, chunk, k, msg, msglen))) return rc;
   if ((rc = chunk_cuda(g, L, items, chunk, k, msg, msglen))) return rc;
   int n, kxm, kym;
-  chunk_descriptors(L, items, chunk, k, base, &n, &kxm, &kym);
+  chunk_descriptors(g, L, items, chunk, k, base, &n, &kxm, &kym);
   stk__kitem *d = L->desc_host + base;
   int run_kernel = n > 0 && !g->cfg.decode_only;
   if (run_kernel)

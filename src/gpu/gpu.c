@@ -61,9 +61,23 @@ void stk__gpu_config_init(stk__gpu_config *c) {
 }
 
 /* ---- geometry --------------------------------------------------------------- */
-static int check_geom(const stk__gpu *g, const stk__geom *ge, char *msg, size_t msglen) {
+/* An item's own output size (gpu.h): only where an image's bytes are its
+ * packed pixels, so that a smaller one is a prefix of its slot image. */
+static int check_own_size(const stk__gpu *g, const stk__gpu_item *it, char *msg, size_t msglen) {
+  if (!it->out_w && !it->out_h) return STK_OK;
+  if (g->cfg.dtype != STK_DTYPE_UINT8 || g->cfg.layout != STK_LAYOUT_NHWC || g->cfg.aug)
+    return stk__fail(msg, msglen, STK_EINVAL,
+                     "an item's own output size needs uint8 NHWC output without augmentations");
+  if (it->out_w < 1 || it->out_h < 1 || it->out_w > g->cfg.out_w || it->out_h > g->cfg.out_h)
+    return stk__fail(msg, msglen, STK_EINVAL, "item output size %dx%d outside 1x1..%dx%d",
+                     it->out_w, it->out_h, g->cfg.out_w, g->cfg.out_h);
+  return STK_OK;
+}
+
+static int check_geom(const stk__gpu *g, const stk__gpu_item *it, char *msg, size_t msglen) {
+  const stk__geom *ge = &it->geom;
   const stk__axis *ax[2] = {&ge->x, &ge->y};
-  int outs[2] = {g->cfg.out_w, g->cfg.out_h};
+  int outs[2] = {it->out_w ? it->out_w : g->cfg.out_w, it->out_h ? it->out_h : g->cfg.out_h};
   for (int k = 0; k < 2; k++) {
     const stk__axis *a = ax[k];
     if (a->out != outs[k])
@@ -633,7 +647,7 @@ int stk__gpu_run_batch(stk__gpu *g, int slot, int n, stk__gpu_item *items, char 
       item_fail(it, STK_EINVAL, "dst out of range");
     else if (it->kind == STK__GPU_JPEG ? !it->data || !it->len : it->kind != STK__GPU_RGB8)
       item_fail(it, STK_EINVAL, "no data");
-    else if (check_geom(g, &it->geom, why, sizeof why))
+    else if (check_own_size(g, it, why, sizeof why) || check_geom(g, it, why, sizeof why))
       item_fail(it, STK_EINVAL, why);
   }
   double tl = stk__now();
@@ -827,4 +841,19 @@ void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out) {
   *out = g->st;
   pthread_mutex_unlock(&g->mu);
   out->late_allocs = stk__pool_fresh() - g->pool_at_open;
+}
+
+int stk__gpu_download_image(stk__gpu *g, int slot, int index, void *host, size_t bytes, char *msg,
+                            size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots || index < 0 || index >= g->cfg.max_batch ||
+      bytes > g->image_bytes)
+    return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
+  int rc = stk__gpu_slot_wait(g, slot, msg, msglen);
+  if (rc || !bytes) return rc;
+  ENTER();
+  CUresult r = stk__cu.MemcpyDtoH(host, g->slots[slot].data + (CUdeviceptr)index * g->image_bytes,
+                                  bytes);
+  stk__cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(g, r, "cuMemcpyDtoH", msg, msglen);
+  return STK_OK;
 }

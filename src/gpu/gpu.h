@@ -173,8 +173,14 @@ typedef struct {
   /* Where output pixel (i, j) samples the source, as in ops.h. For JPEG
    * items: in full-resolution coordinates of the file (stk__geom_crop /
    * stk__geom_eval on the header's size, not downscaled). geom.x.out and
-   * geom.y.out must equal out_w, out_h. geom.flip mirrors the output. */
+   * geom.y.out must equal out_w, out_h (or the item's own size below).
+   * geom.flip mirrors the output. */
   stk__geom geom;
+  /* 0, 0: the image is cfg.out_w x cfg.out_h. Otherwise the item's own
+   * output size, at most cfg.out_w x cfg.out_h, with cfg.dtype UINT8,
+   * cfg.layout NHWC and no cfg.aug: its out_w * out_h * 3 bytes are packed
+   * at the start of image dst (a pack writes each image at its own size). */
+  int out_w, out_h;
   int64_t label;      /* written to the slot's device labels at [dst] */
   int dst;            /* image index in the slot, 0..max_batch-1 */
   stk__gpu_pre pre;   /* zero, or filled by stk__gpu_plan_ahead() */
@@ -286,6 +292,11 @@ int stk__gpu_slot_compact(stk__gpu *g, int slot, int n, const int *from, char *m
  * when labels != NULL, n labels) to host memory. */
 int stk__gpu_download(stk__gpu *g, int slot, void *host, size_t bytes, int64_t *labels, int n,
                       char *msg, size_t msglen);
+
+/* Waits for the slot, then copies the first `bytes` (at most an image's) of
+ * its image `index` to host memory: an item of its own size (a pack). */
+int stk__gpu_download_image(stk__gpu *g, int slot, int index, void *host, size_t bytes, char *msg,
+                            size_t msglen);
 
 /* The primary context of the device (CUcontext), for callers that need it
  * current to use the events and pointers above. */

@@ -17,6 +17,8 @@ typedef struct {
   int flip, dst;
   int vfirst;             /* vertical pass first (as stk__resampler_run decides) */
   int filter;             /* STK_FILTER_* of window.h (the geometry's) */
+  int ow, oh;             /* the item's output size (<= the launch's out_w,
+                             out_h; rows packed at ow * 3 per channel set) */
 } stk__kitem;
 
 /* One launch: blockIdx.y is the item, blockIdx.x a tile of its output. */
@@ -25,7 +27,7 @@ typedef struct {
   unsigned long long out;    /* the slot's images */
   unsigned long long labels; /* the slot's int64 labels, or 0 */
   unsigned long long lut;    /* float[3][256] then uint16[3][256] */
-  int out_w, out_h, dtype, layout;
+  int out_w, out_h, dtype, layout; /* out_w x out_h: an image's room in out */
   int kx, ky;                /* weights per output pixel, x and y (max over items) */
   int tiles_x, n;
 } stk__kparams;
@@ -98,14 +100,14 @@ typedef struct {
 
 /* (a layout change must be made on both sides at once: it is one file) */
 #if defined(__cplusplus)
-static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
+static_assert(sizeof(stk__kitem) == 112, "stk__kitem layout");
 static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
 static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
 static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
 static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
 static_assert(sizeof(stk__kmixparams) == 104, "stk__kmixparams layout");
 #else
-_Static_assert(sizeof(stk__kitem) == 104, "stk__kitem layout");
+_Static_assert(sizeof(stk__kitem) == 112, "stk__kitem layout");
 _Static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
 _Static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
 _Static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");

@@ -70,10 +70,14 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
   unsigned short *lut16 = (unsigned short *)(lutf + 768); /* 768 */
 
   const stk__kitem *it = (const stk__kitem *)p.items + blockIdx.y;
-  const int W = p.out_w, H = p.out_h;
+  const int W = it->ow, H = it->oh;
   const int ox0 = (blockIdx.x % p.tiles_x) * STK_TILE_W;
   const int oy0 = (blockIdx.x / p.tiles_x) * STK_TILE_H;
   const int t = threadIdx.y * STK_TILE_W + threadIdx.x;
+  /* The grid covers the largest output; a tile wholly outside an item of
+   * its own smaller size has nothing to do (the label is written by tile 0,
+   * which every item has). Block-uniform, so before any barrier. */
+  if (ox0 >= W || oy0 >= H) return;
 
   if (t < STK_TILE_W) {
     int i = ox0 + t;
@@ -146,7 +150,8 @@ extern "C" __global__ void __launch_bounds__(STK_TILE_W * STK_TILE_H)
   const int v0 = stk__clip8(a0), v1 = stk__clip8(a1), v2 = stk__clip8(a2);
 
   const int ox = it->flip ? W - 1 - i : i;
-  const size_t plane = (size_t)W * H, img = (size_t)it->dst * 3 * plane;
+  /* images sit out_w * out_h * 3 elements apart whatever their own size */
+  const size_t plane = (size_t)W * H, img = (size_t)it->dst * 3 * ((size_t)p.out_w * p.out_h);
   size_t o0, o1, o2;
   if (p.layout == LAYOUT_NCHW) {
     o0 = img + (size_t)j * W + ox;
