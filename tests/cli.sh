@@ -61,6 +61,13 @@ src=$(dirname "$0")/../tools/stoker.c
 if [ -f "$src" ]; then
   [ -z "$(grep '^#include "' "$src" | grep -v '^#include "stoker.h"')" ] && ok || bad "tools/stoker.c includes internal headers: $(grep '^#include "' "$src")"
 fi
+expect 2 "pack --device with tar" -- "$STK" pack "$T" "$T/out" --tar --device 0
+grep -q -- "--device applies to --cache only" "$T/err" && ok || bad "pack --device tar message"
+expect 1 "pack --device unbounded" -- "$STK" pack "$T" "$T/out.stkc" --cache --device 0 --max-side 0
+grep -q "needs max_side in 1..8192" "$T/err" && ok || bad "pack --device max-side message"
+expect 1 "pack --plain-chroma on the CPU" -- "$STK" pack "$T" "$T/out.stkc" --cache --plain-chroma
+grep -q "plain_chroma applies to a pack on a device" "$T/err" && ok || bad "plain-chroma message"
+[ ! -e "$T/out.stkc" ] && ok || bad "a refused device pack leaves no output"
 expect 2 "pack without output" -- "$STK" pack "$T" --cache
 expect 1 "pack of a missing folder" -- "$STK" pack "$T/missing" "$T/out.stkc" --cache
 grep -q "$T/missing" "$T/err" && ok || bad "pack names the missing folder: $(cat "$T/err")"
@@ -109,7 +116,8 @@ for f in broken.jpg empty.JPEG truncated.jpg; do
   grep -q "^left out: .*$f: " "$T/out" && ok || bad "pack lists $f"
 done
 last=$(tail -n 1 "$T/out")
-for k in '"ok": true' '"format": "cache"' '"packed": 24' '"failed": 3' '"shards": 0' 'truncated.jpg'; do
+for k in '"ok": true' '"format": "cache"' '"packed": 24' '"failed": 3' '"shards": 0' \
+  '"device_packed": 0' 'truncated.jpg'; do
   echo "$last" | grep -q "$k" && ok || bad "pack json has $k: $last"
 done
 [ -s "$T/ds.stkc" ] && ok || bad "pack wrote the cache"

@@ -672,7 +672,8 @@ static void test_own_size(void) {
       int i = items[k].dst;
       size_t bytes = (size_t)ow[i] * oh[i] * 3;
       CHECK_MSG(items[k].rc == STK_OK, "%s: rc %d", imgs[i].name, items[k].rc);
-      rc = stk__gpu_download_image(g, 0, i, got, bytes, msg, sizeof msg);
+      void *host = got;
+      rc = stk__gpu_download_images(g, 0, 1, &i, &bytes, &host, msg, sizeof msg);
       CHECK_MSG(rc == STK_OK, "download: %s", msg);
       big += items[k].path == STK__GPU_PATH_BIG;
       if (pass != 1) {

@@ -379,6 +379,8 @@ def test_device_pack_arguments_are_checked_before_any_gpu(folder, tmp_path):
         stoker.pack(folder, tmp_path / "a.stkc", max_side=0, device=0)
     with pytest.raises(ValueError, match="device must be"):
         stoker.pack(folder, tmp_path / "a.stkc", device="tpu")
+    with pytest.raises(ValueError, match="plain_chroma applies to a pack on a device"):
+        stoker.pack(folder, tmp_path / "a.stkc", plain_chroma=True)
     assert os.listdir(tmp_path) == ["src"]
     # "cpu" is the CPU pack, as device=None
     r = stoker.pack(folder, tmp_path / "c.stkc", device="cpu", threads=2)

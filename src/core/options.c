@@ -384,6 +384,10 @@ int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errl
     rc = check_field(o, &stk__pack_options[i], err, errlen);
     if (rc) return rc;
   }
+  if (o->plain_chroma && o->device < 0)
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "plain_chroma applies to a pack on a device (the CPU pack decodes as "
+                     "libjpeg-turbo does)");
   /* a GPU pack lands each image in a slot of max_side x max_side */
   if (o->device >= 0 && o->format == STK_PACK_CACHE && (o->max_side < 1 || o->max_side > 8192))
     return stk__fail(err, errlen, STK_EINVAL,

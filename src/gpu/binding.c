@@ -37,6 +37,7 @@ static const sym_entry cuda_syms[] = {
     CU_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2"),
     CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2"),
     CU_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+    CU_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
     CU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
     CU_SYM(MemsetD8Async, "cuMemsetD8Async"),
     CU_SYM(StreamCreate, "cuStreamCreate"),

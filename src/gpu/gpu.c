@@ -843,17 +843,47 @@ void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out) {
   out->late_allocs = stk__pool_fresh() - g->pool_at_open;
 }
 
-int stk__gpu_download_image(stk__gpu *g, int slot, int index, void *host, size_t bytes, char *msg,
-                            size_t msglen) {
-  if (!g || slot < 0 || slot >= g->cfg.slots || index < 0 || index >= g->cfg.max_batch ||
-      bytes > g->image_bytes)
+int stk__gpu_download_images(stk__gpu *g, int slot, int n, const int *index, const size_t *bytes,
+                             void *const *host, char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots || n < 0 || n > g->cfg.max_batch ||
+      (n && (!index || !bytes || !host)))
     return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
-  int rc = stk__gpu_slot_wait(g, slot, msg, msglen);
-  if (rc || !bytes) return rc;
+  for (int k = 0; k < n; k++)
+    if (index[k] < 0 || index[k] >= g->cfg.max_batch || bytes[k] > g->image_bytes)
+      return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
   ENTER();
-  CUresult r = stk__cu.MemcpyDtoH(host, g->slots[slot].data + (CUdeviceptr)index * g->image_bytes,
-                                  bytes);
+  /* On the slot's own stream, after its kernel, and one wait for them all:
+   * a plain cuMemcpyDtoH would run on the legacy default stream, which
+   * waits for every blocking stream of the context (nvJPEG's among them),
+   * so each thread's copies would also wait for the other threads' decodes */
+  gslot *s = &g->slots[slot];
+  CUresult r = CUDA_SUCCESS;
+  for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
+    if (bytes[k])
+      r = stk__cu.MemcpyDtoHAsync(host[k], s->data + (CUdeviceptr)index[k] * g->image_bytes,
+                                  bytes[k], s->stream);
+  if (r == CUDA_SUCCESS) r = stk__cu.StreamSynchronize(s->stream);
   stk__cu.CtxPopCurrent(NULL);
-  if (r != CUDA_SUCCESS) return stk__gpu_fail(g, r, "cuMemcpyDtoH", msg, msglen);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(g, r, "cuMemcpyDtoHAsync", msg, msglen);
   return STK_OK;
+}
+
+int stk__gpu_host_alloc(stk__gpu *g, size_t bytes, void **p, char *msg, size_t msglen) {
+  *p = NULL;
+  if (!g) return stk__fail(msg, msglen, STK_EINVAL, "bad arguments");
+  ENTER();
+  CUresult r = stk__cu.MemHostAlloc(p, bytes ? bytes : 1, 0);
+  stk__cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) {
+    *p = NULL;
+    return stk__fail(msg, msglen, STK_ENOMEM, "cannot allocate %zu bytes of pinned memory: %s",
+                     bytes, stk__cu_name(r));
+  }
+  return STK_OK;
+}
+
+void stk__gpu_host_free(stk__gpu *g, void *p) {
+  if (!g || !p || stk__cu.CtxPushCurrent(g->ctx) != CUDA_SUCCESS) return;
+  stk__cu.MemFreeHost(p);
+  stk__cu.CtxPopCurrent(NULL);
 }

@@ -293,10 +293,16 @@ int stk__gpu_slot_compact(stk__gpu *g, int slot, int n, const int *from, char *m
 int stk__gpu_download(stk__gpu *g, int slot, void *host, size_t bytes, int64_t *labels, int n,
                       char *msg, size_t msglen);
 
-/* Waits for the slot, then copies the first `bytes` (at most an image's) of
- * its image `index` to host memory: an item of its own size (a pack). */
-int stk__gpu_download_image(stk__gpu *g, int slot, int index, void *host, size_t bytes, char *msg,
-                            size_t msglen);
+/* Copies the first bytes[k] (at most an image's) of the slot's image
+ * index[k] to host[k], for k < n, after the slot's last writes, and waits
+ * for them: items of their own size (a pack). host[] should be pinned
+ * (stk__gpu_host_alloc): pageable memory is copied at a fraction of the rate. */
+int stk__gpu_download_images(stk__gpu *g, int slot, int n, const int *index, const size_t *bytes,
+                             void *const *host, char *msg, size_t msglen);
+
+/* Pinned host memory of g's context, and its release (NULL is a no-op). */
+int stk__gpu_host_alloc(stk__gpu *g, size_t bytes, void **p, char *msg, size_t msglen);
+void stk__gpu_host_free(stk__gpu *g, void *p);
 
 /* The primary context of the device (CUcontext), for callers that need it
  * current to use the events and pointers above. */
