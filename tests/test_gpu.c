@@ -719,6 +719,60 @@ static void test_own_size(void) {
   free(got);
 }
 
+/* --- a decoder that fails routes its items on --------------------------------- */
+/* Without the engines every JPEG nvJPEG can read goes to its hybrid
+ * decoder; with that failing them all (a test switch), each must be routed
+ * on to the CPU decoder in the same batch and come out as the CPU path's
+ * own output: libjpeg-turbo's pixels through the kernel, bit-identical. */
+static void test_cuda_failure(void) {
+  stk__gpu_config c = base_cfg(nimg);
+  c.use_hw = 0;
+  c.fail_cuda = 1;
+  c.dtype = STK_DTYPE_UINT8;
+  c.layout = STK_LAYOUT_NHWC;
+  stk__gpu *g = NULL;
+  char msg[512];
+  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "open: %s", msg);
+  if (rc) return;
+  stk__gpu_stats st0;
+  stk__gpu_get_stats(g, &st0);
+  stk__store st;
+  stk__store_init(&st, c.dtype, c.layout, OUT, OUT, c.mean, c.std);
+  size_t ib = stk__gpu_image_bytes(g);
+  uint8_t *ref = malloc(ib * nimg), *got = malloc(ib * nimg);
+  stk__gpu_item *items = calloc((size_t)nimg, sizeof *items);
+  stk__geom *geo = calloc((size_t)nimg, sizeof *geo);
+  int n = 0;
+  for (int i = 0; i < nimg; i++) {
+    geom_eval(&imgs[i], &geo[i]);
+    if (cpu_ref(&imgs[i], &geo[i], &st, ref + (size_t)i * ib, NULL)) continue;
+    item_jpeg(&items[n++], &imgs[i], &geo[i], i);
+  }
+  rc = stk__gpu_run_batch(g, 0, n, items, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "run_batch: %s", msg);
+  rc = stk__gpu_download(g, 0, got, ib * nimg, NULL, 0, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "download: %s", msg);
+  int exact = 0, cpu = 0;
+  for (int k = 0; k < n; k++) {
+    int i = items[k].dst;
+    CHECK_MSG(items[k].rc == STK_OK, "%s: rc %d", imgs[i].name, items[k].rc);
+    cpu += items[k].path == STK__GPU_PATH_CPU || items[k].path == STK__GPU_PATH_BIG;
+    exact += !memcmp(ref + (size_t)i * ib, got + (size_t)i * ib, ib);
+  }
+  stk__gpu_stats st1;
+  stk__gpu_get_stats(g, &st1);
+  CHECK_MSG(cpu == n, "%d of %d items through the CPU decoder", cpu, n);
+  CHECK_MSG(exact == n, "%d of %d items bit-identical to the CPU path", exact, n);
+  CHECK_MSG(st1.path[STK__GPU_PATH_CUDA] == st0.path[STK__GPU_PATH_CUDA], "cuda path counted");
+  printf("hybrid decoder failing: %d of %d items routed on to the CPU, all bit-identical\n", cpu, n);
+  stk__gpu_close(g);
+  free(ref);
+  free(got);
+  free(items);
+  free(geo);
+}
+
 int main(void) {
   char probe[2048];
   stk__gpu_probe(probe, sizeof probe);
@@ -805,6 +859,7 @@ int main(void) {
   CHECK_MSG(p3.n_hw == 0 || p3.mean_hw >= 40.0, "no engines: %.2f dB", p3.mean_hw);
 
   test_own_size();
+  test_cuda_failure();
   test_fallbacks(eval_out);
   test_plan_ahead(eval_out);
   test_threads_and_compact();

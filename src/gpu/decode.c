@@ -83,6 +83,76 @@ static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch,
   return STK_OK;
 }
 
+/* ---- routing ------------------------------------------------------------------ */
+/* Why an item is routed. */
+enum { ROUTE_PLAN, ROUTE_TOO_BIG, ROUTE_FAILED };
+
+/* What the planning learnt of an item (ROUTE_PLAN). */
+typedef struct {
+  int rgb8;    /* already decoded pixels (STK__GPU_RGB8) */
+  int nvjpeg;  /* nvJPEG decodes it as PIL does (YCbCr or grey, complete) */
+  int engines; /* ... and the engines accept it (whole, or its region) */
+} route_facts;
+
+/* Every choice of an item's decoder is made here: at planning, from what
+ * its header said; when its source does not fit the arena or the kernel's
+ * filter window (the CPU then resamples it too, "big"); and when its
+ * decoder failed it, moving it down to a decoder later in the table of
+ * run_decoders(), so that one pass over the table decodes every item.
+ * Returns STK__GPU_PATH_*, or NONE when nothing is left to try (the item
+ * has failed with its decoder's reason). */
+static int route(const stk__gpu *g, int path, int why, const route_facts *f) {
+  switch (why) {
+    case ROUTE_PLAN:
+      if (f->rgb8) return STK__GPU_PATH_HOST;
+      if (f->engines) return STK__GPU_PATH_HW;
+      if (f->nvjpeg && g->hy_dec) return STK__GPU_PATH_CUDA;
+      return STK__GPU_PATH_CPU;
+    case ROUTE_TOO_BIG:
+      return STK__GPU_PATH_BIG;
+    default: /* ROUTE_FAILED */
+      if (path == STK__GPU_PATH_HW) return g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+      if (path == STK__GPU_PATH_CUDA) return STK__GPU_PATH_CPU;
+      return STK__GPU_PATH_NONE;
+  }
+}
+
+/* Whether the engines accept the item whose header js holds, at the region
+ * p asks for (p->roi) or whole; adjusts p's rectangle to what they decode. */
+static int engines_accept(stk__gpu *g, nvjpegJpegStream_t js, nvjpegDecodeParams_t chk,
+                          stk__gpu_rect *r, int w, int h, iplan *p) {
+  int sup = 1;
+  for (int a = 0; a < 2 && g->hw_roi; a++) {
+    /* the exact rectangle, then one aligned outwards to 16 pixels */
+    if (a) {
+      if (!stk__gpu_align16(r, w, h)) break;
+      p->sx = r->sx;
+      p->sy = r->sy;
+      p->sw = r->sw;
+      p->sh = r->sh;
+    }
+    stk__nj.DecodeParamsSetROI(chk, p->sx, p->sy, p->sw, p->sh);
+    if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS) sup = 1;
+    if (sup == 0) {
+      p->roi = 1;
+      return 1;
+    }
+  }
+  stk__nj.DecodeParamsSetROI(chk, 0, 0, -1, -1);
+  if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS) sup = 1;
+  if (sup != 0) return 0;
+  p->roi = 0;
+  p->sx = p->sy = 0;
+  p->sw = w;
+  p->sh = h;
+  if (g->hw_roi) {
+    pthread_mutex_lock(&g->mu);
+    g->st.hw_roi_full++;
+    pthread_mutex_unlock(&g->mu);
+  }
+  return 1;
+}
+
 /* Decides the path and the source rectangle of one item, reading its
  * header with parser js (made with handle jh) and support-check params chk. */
 static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
@@ -100,12 +170,9 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   p->img_w = p->img_h = 0;
   p->roi = 0;
   p->have_src = 0;
-  if (it->kind == STK__GPU_RGB8) {
-    p->path = STK__GPU_PATH_HOST;
-    return;
-  }
-  p->path = STK__GPU_PATH_CPU;
-  if (!js) return;
+  route_facts f = {it->kind == STK__GPU_RGB8, 0, 0};
+  p->path = route(g, STK__GPU_PATH_NONE, ROUTE_PLAN, &f);
+  if (f.rgb8 || !js) return;
   /* What nvJPEG would decode differently from PIL stays on the CPU: RGB-
    * coded files (nvJPEG assumes YCbCr), CMYK/YCCK, and files without an end
    * marker (PIL fails them; nvJPEG decodes whatever is there). */
@@ -123,51 +190,14 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   if ((int)w < x1 || (int)h < y1 || w == 0 || h == 0) return; /* geometry outside the image */
   p->img_w = (int)w;
   p->img_h = (int)h;
-  int sup = 1;
-  if (g->hw) {
-    for (int a = 0; a < 2 && g->hw_roi; a++) {
-      /* the exact rectangle, then one aligned outwards to 16 pixels */
-      if (a) {
-        if (!stk__gpu_align16(&r, (int)w, (int)h)) break;
-        p->sx = r.sx;
-        p->sy = r.sy;
-        p->sw = r.sw;
-        p->sh = r.sh;
-      }
-      stk__nj.DecodeParamsSetROI(chk, p->sx, p->sy, p->sw, p->sh);
-      if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS)
-        sup = 1;
-      if (sup == 0) {
-        p->path = STK__GPU_PATH_HW;
-        p->roi = 1;
-        return;
-      }
-    }
-    stk__nj.DecodeParamsSetROI(chk, 0, 0, -1, -1);
-    if (stk__nj.DecodeBatchedSupportedEx(g->hw, js, chk, &sup) != NVJPEG_STATUS_SUCCESS)
-      sup = 1;
-    if (sup == 0) {
-      p->path = STK__GPU_PATH_HW;
-      p->roi = 0;
-      p->sx = p->sy = 0;
-      p->sw = (int)w;
-      p->sh = (int)h;
-      if (g->hw_roi) {
-        pthread_mutex_lock(&g->mu);
-        g->st.hw_roi_full++;
-        pthread_mutex_unlock(&g->mu);
-      }
-      return;
-    }
-  }
-  if (g->hy_dec) p->path = STK__GPU_PATH_CUDA;
+  f.nvjpeg = 1;
+  f.engines = g->hw && engines_accept(g, js, chk, &r, (int)w, (int)h, p);
+  p->path = route(g, STK__GPU_PATH_NONE, ROUTE_PLAN, &f);
 }
 
-/* The path an item takes after its decoder failed it: the engines hand it to
- * nvJPEG's hybrid decoder where there is one, the hybrid decoder to the CPU;
- * the CPU's own failure fails the item. Every fallback goes through here. */
+/* The path an item takes after its decoder failed it (route()). */
 static void fall_back(const stk__gpu *g, iplan *p) {
-  p->path = p->path == STK__GPU_PATH_HW && g->hy_dec ? STK__GPU_PATH_CUDA : STK__GPU_PATH_CPU;
+  p->path = route(g, p->path, ROUTE_FAILED, NULL);
 }
 
 static void plan_item(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
@@ -208,6 +238,7 @@ static void take_plan(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
 /* The CUDA (hybrid) path for one item, on the lane's aux stream. Returns
  * STK_OK or a non-zero code (the item then goes to the CPU). */
 static int hybrid_decode(stk__gpu *g, glane *L, stk__gpu_item *it, iplan *p) {
+  if (g->cfg.fail_cuda) return STK_EDECODE;
   if (stk__nj.JpegStreamParse(g->gen, it->data, it->len, 0, 0, L->hy_js) != NVJPEG_STATUS_SUCCESS)
     return STK_EDECODE;
   int full = p->sx == 0 && p->sy == 0 && p->sw == p->img_w && p->sh == p->img_h;
@@ -331,9 +362,8 @@ static int slot_after_lane(stk__gpu *g, glane *L, gslot *s, char *msg, size_t ms
 }
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen);
 
-/* The chunk's items planned for the hardware engines, in one batched call
- * (step 1 of run_chunk). A failed call sends them down to the hybrid
- * decoder or the CPU. */
+/* The chunk's items planned for the hardware engines, in one batched call.
+ * A failed call routes them on, to the hybrid decoder or the CPU. */
 static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
                          int k, char *msg, size_t msglen) {
   int rc;
@@ -394,73 +424,117 @@ static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, 
   return STK_OK;
 }
 
-/* The chunk's items for this thread: pixels decoded by the loader's
- * workers copied up (host), and the CPU's decodes (cpu, big), done here
- * while the engines work (step 2 of run_chunk). */
-static int chunk_host(stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk, int k,
-                      char *msg, size_t msglen) {
-  int rc;
-  double tc = stk__now();
+/* The chunk's items already decoded by the loader's workers (STK__GPU_RGB8),
+ * copied up through the lane's pinned staging. */
+static int host_items(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                      int k, char *msg, size_t msglen) {
+  (void)s;
   for (int c = 0; c < k; c++) {
-    int i = chunk[c];
-    iplan *p = &L->plan[i];
-    stk__gpu_item *it = &items[i];
-    if (p->path == STK__GPU_PATH_HOST) {
-      if (it->x > p->sx || it->y > p->sy || it->x + it->w < p->sx + p->sw ||
-          it->y + it->h < p->sy + p->sh || !it->pixels) {
-        item_fail(it, STK_EINVAL, "the pixels do not cover what the geometry reads");
-        continue;
-      }
-      const uint8_t *src = it->pixels + (size_t)(p->sy - it->y) * it->stride + (size_t)(p->sx - it->x) * 3;
-      if ((rc = upload_rows(g, L, L->arena + p->off, p->pitch, src, it->stride, (size_t)p->sw * 3,
-                            p->sh, msg, msglen)))
-        return rc;
-      p->have_src = 1;
-    } else if (p->path == STK__GPU_PATH_CPU) {
-      int brc = 0;
-      if (cpu_decode(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
-      if (brc) return brc;
-    } else if (p->path == STK__GPU_PATH_BIG) {
-      int brc = 0;
-      if (big_item(g, L, it, p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
-      if (brc) return brc;
+    iplan *p = &L->plan[chunk[c]];
+    stk__gpu_item *it = &items[chunk[c]];
+    if (p->path != STK__GPU_PATH_HOST || p->have_src || it->rc) continue;
+    if (it->x > p->sx || it->y > p->sy || it->x + it->w < p->sx + p->sw ||
+        it->y + it->h < p->sy + p->sh || !it->pixels) {
+      item_fail(it, STK_EINVAL, "the pixels do not cover what the geometry reads");
+      continue;
     }
+    const uint8_t *src = it->pixels + (size_t)(p->sy - it->y) * it->stride + (size_t)(p->sx - it->x) * 3;
+    int rc = upload_rows(g, L, L->arena + p->off, p->pitch, src, it->stride, (size_t)p->sw * 3,
+                         p->sh, msg, msglen);
+    if (rc) return rc;
+    p->have_src = 1;
   }
-  L->t_cpu += stk__now() - tc;
   return STK_OK;
 }
 
+/* The chunk's items for stoker's own decoder (cpu) or, too large for the
+ * arena or the kernel's window, for the CPU's decoder and resampler (big),
+ * on this thread. */
+static int cpu_items(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                     int k, char *msg, size_t msglen, int path) {
+  (void)s;
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    stk__gpu_item *it = &items[chunk[c]];
+    if (p->path != path || p->have_src || it->rc) continue;
+    int brc = 0;
+    if ((path == STK__GPU_PATH_BIG ? big_item(g, L, it, p, msg, msglen, &brc)
+                                   : cpu_decode(g, L, it, p, msg, msglen, &brc)) == STK_OK)
+      p->have_src = 1;
+    if (brc) return brc;
+  }
+  return STK_OK;
+}
+
+static int cpu_path(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
+                    char *msg, size_t msglen) {
+  return cpu_items(g, L, s, items, chunk, k, msg, msglen, STK__GPU_PATH_CPU);
+}
+
+static int big_path(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk, int k,
+                    char *msg, size_t msglen) {
+  return cpu_items(g, L, s, items, chunk, k, msg, msglen, STK__GPU_PATH_BIG);
+}
+
 /* The chunk's items for nvJPEG's hybrid decoder, one by one on the aux
- * stream once the arena is free; one that fails goes to the CPU (step 3 of
- * run_chunk). */
-static int chunk_cuda(stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk, int k,
-                      char *msg, size_t msglen) {
-  int any_cuda = 0;
-  for (int c = 0; c < k; c++) any_cuda |= L->plan[chunk[c]].path == STK__GPU_PATH_CUDA;
-  if (any_cuda) {
-    CU(stk__cu.StreamWaitEvent(L->aux, L->ev_main, 0));
-    for (int c = 0; c < k; c++) {
-      int i = chunk[c];
-      iplan *p = &L->plan[i];
-      if (p->path != STK__GPU_PATH_CUDA) continue;
-      if (hybrid_decode(g, L, &items[i], p) == STK_OK) {
-        p->have_src = 1;
-        continue;
-      }
+ * stream once the arena is free; one that fails is routed on (to the CPU,
+ * later in the table). */
+static int chunk_cuda(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                      int k, char *msg, size_t msglen) {
+  (void)s;
+  CU(stk__cu.StreamWaitEvent(L->aux, L->ev_main, 0));
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_CUDA || p->have_src || items[chunk[c]].rc) continue;
+    if (hybrid_decode(g, L, &items[chunk[c]], p) == STK_OK)
+      p->have_src = 1;
+    else
       fall_back(g, p);
-      int brc = 0;
-      if (cpu_decode(g, L, &items[i], p, msg, msglen, &brc) == STK_OK) p->have_src = 1;
-      if (brc) return brc;
+  }
+  CU(stk__cu.EventRecord(L->ev_aux, L->aux));
+  CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
+  return STK_OK;
+}
+
+/* The decoders, behind one interface: each takes the chunk's items routed
+ * to its path that have no source yet, queues their sources into their
+ * arena places, and routes on those it fails (route()). They run in this
+ * order: the engines first, which then work while this thread copies and
+ * decodes on the CPU; the hybrid decoder before the CPU, which takes what
+ * it fails. route() only ever moves an item later in the table, so one
+ * pass decodes every item that can be. */
+typedef int (*decoder_fn)(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                          int k, char *msg, size_t msglen);
+static const struct {
+  int path;
+  int on_cpu; /* counted in t_cpu */
+  decoder_fn run;
+} decoders[] = {
+    {STK__GPU_PATH_HW, 0, chunk_engines},  {STK__GPU_PATH_HOST, 1, host_items},
+    {STK__GPU_PATH_BIG, 1, big_path},      {STK__GPU_PATH_CUDA, 0, chunk_cuda},
+    {STK__GPU_PATH_CPU, 1, cpu_path},
+};
+
+static int run_decoders(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
+                        int k, char *msg, size_t msglen) {
+  for (size_t d = 0; d < sizeof decoders / sizeof decoders[0]; d++) {
+    int any = 0;
+    for (int c = 0; c < k && !any; c++) {
+      const iplan *p = &L->plan[chunk[c]];
+      any = p->path == decoders[d].path && !p->have_src && items[chunk[c]].rc == STK_OK;
     }
-    CU(stk__cu.EventRecord(L->ev_aux, L->aux));
-    CU(stk__cu.StreamWaitEvent(L->stream, L->ev_aux, 0));
+    if (!any) continue;
+    double t = stk__now();
+    int rc = decoders[d].run(g, L, s, items, chunk, k, msg, msglen);
+    if (decoders[d].on_cpu) L->t_cpu += stk__now() - t;
+    if (rc) return rc;
   }
   return STK_OK;
 }
 
 /* The kernel's descriptors (at L->desc_host + base) of the chunk's items
- * that have their source; *n of them, and the largest filter windows
- * (step 4 of run_chunk). Items the CPU finished ("big") are copied later. */
+ * that have their source; *n of them, and the largest filter windows.
+ * Items the CPU finished ("big") are copied later. */
 static void chunk_descriptors(const stk__gpu *g, glane *L, stk__gpu_item *items, const int *chunk,
                               int k, int base, int *nout, int *kxout, int *kyout) {
   int n = 0, kxm = 1, kym = 1;
@@ -531,12 +605,9 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
    * work queued so far is done. */
   CU(stk__cu.EventRecord(L->ev_main, L->stream));
   if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[0], L->stream));
-  /* 1-4: the decoders, in this order so that the engines and the aux
-   * stream work while this thread decodes on the CPU; then the kernel's
-   * descriptors */
-  if ((rc = chunk_engines(g, L, s, items, chunk, k, msg, msglen))) return rc;
-  if ((rc = chunk_host(g, L, items, chunk, k, msg, msglen))) return rc;
-  if ((rc = chunk_cuda(g, L, items, chunk, k, msg, msglen))) return rc;
+  /* the decoders (their table's order lets the engines work while this
+   * thread decodes on the CPU), then the kernel's descriptors */
+  if ((rc = run_decoders(g, L, s, items, chunk, k, msg, msglen))) return rc;
   int n, kxm, kym;
   chunk_descriptors(g, L, items, chunk, k, base, &n, &kxm, &kym);
   stk__kitem *d = L->desc_host + base;
@@ -545,8 +616,8 @@ static int run_chunk(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, cons
     CU(stk__cu.MemcpyHtoDAsync(L->desc_dev + (CUdeviceptr)base * sizeof(stk__kitem), d,
                             (size_t)n * sizeof(stk__kitem), L->stream));
   if (g->cfg.profile) CU(stk__cu.EventRecord(L->prof[1], L->stream));
-  /* 5. on the slot's stream: after the decoders, and after the consumer has
-   * let go of the slot, the kernel and the copies of finished images */
+  /* then on the slot's stream, after the decoders and after the consumer
+   * has let go of the slot: the kernel and the copies of finished images */
   if ((rc = slot_after_lane(g, L, s, msg, msglen))) return rc;
   if (run_kernel && (rc = launch(g, L, s, base, n, kxm, kym, msg, msglen))) return rc;
   for (int c = 0; c < k; c++) {
@@ -712,7 +783,7 @@ int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *i
       stk__gpu_rect r = {p->sx, p->sy, p->sw, p->sh, p->kx, p->ky, p->vfirst};
       int big = 0;
       need = stk__gpu_item_bytes(&r, &items[i].geom, L->arena_bytes, big_need(g), &big);
-      if (big) p->path = STK__GPU_PATH_BIG;
+      if (big) p->path = route(g, p->path, ROUTE_TOO_BIG, NULL);
     }
     if (i == n || stk__gpu_packer_full(&pk, need)) {
       if (k > 0 && (rc = run_chunk(g, L, s, items, L->chunk, k, base, msg, msglen))) return rc;

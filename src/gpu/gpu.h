@@ -115,6 +115,8 @@ typedef struct {
   int decode_only;        /* benchmarks: decode, but launch no kernel. 0 */
   int profile;            /* benchmarks: time the device's decode and kernel
                              work per chunk (waits for each chunk). 0 */
+  int fail_cuda;          /* tests: the hybrid decoder fails every item, so
+                             that its fallback runs. 0 */
   const stk__aug_plan *aug; /* the augmentations after the crop
                              (augment.h), or NULL. With them the fused
                              kernel writes 8-bit tiles, which the
