@@ -219,6 +219,15 @@ static stk__gpu_config base_cfg(int n) {
   return c;
 }
 
+/* Opens device 0 with c, or fails the check with the reason: NULL. */
+static stk__gpu *open_gpu(const stk__gpu_config *c) {
+  stk__gpu *g = NULL;
+  char msg[512];
+  int rc = stk__gpu_open(0, c, &g, msg, sizeof msg);
+  CHECK_MSG(rc == STK_OK, "open: %s", msg);
+  return rc ? NULL : g;
+}
+
 static const char *path_name(int p) {
   static const char *n[] = {"none", "hw", "cuda", "cpu", "host", "big"};
   return p >= 0 && p < STK__GPU_NPATHS ? n[p] : "?";
@@ -389,11 +398,10 @@ static void test_fallbacks(const uint8_t *normal_eval) {
   c.dtype = STK_DTYPE_UINT8;
   c.arena_bytes = 600 << 10;
   c.staging_bytes = 256 << 10;
-  stk__gpu *g = NULL;
   char msg[512];
-  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
-  CHECK_MSG(rc == STK_OK, "open: %s", msg);
-  if (rc) return;
+  int rc;
+  stk__gpu *g = open_gpu(&c);
+  if (!g) return;
   stk__store st;
   stk__store_init(&st, c.dtype, c.layout, OUT, OUT, c.mean, c.std);
   size_t ib = stk__gpu_image_bytes(g);
@@ -473,11 +481,10 @@ static void test_plan_ahead(const uint8_t *normal_eval) {
   stk__gpu_config c = base_cfg(nimg);
   c.dtype = STK_DTYPE_UINT8;
   c.planners = 2;
-  stk__gpu *g = NULL;
   char msg[512];
-  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
-  CHECK_MSG(rc == STK_OK, "open: %s", msg);
-  if (rc) return;
+  int rc;
+  stk__gpu *g = open_gpu(&c);
+  if (!g) return;
   size_t ib = stk__gpu_image_bytes(g);
   uint8_t *got = malloc(ib * nimg);
   stk__gpu_item *items = calloc((size_t)nimg, sizeof *items);
@@ -536,11 +543,10 @@ static void test_threads_and_compact(void) {
   c.layout = STK_LAYOUT_NHWC;
   c.lanes = 3;
   c.slots = 3;
-  stk__gpu *g = NULL;
   char msg[512];
-  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
-  CHECK_MSG(rc == STK_OK, "open: %s", msg);
-  if (rc) return;
+  int rc;
+  stk__gpu *g = open_gpu(&c);
+  if (!g) return;
   size_t ib = stk__gpu_image_bytes(g);
   stk__gpu_item *items[3];
   thr_arg args[3];
@@ -608,11 +614,10 @@ static void test_own_size(void) {
   c.dtype = STK_DTYPE_UINT8;
   c.layout = STK_LAYOUT_NHWC;
   for (int k = 0; k < 3; k++) c.mean[k] = 0, c.std[k] = 1;
-  stk__gpu *g = NULL;
   char msg[512];
-  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
-  CHECK_MSG(rc == STK_OK, "open: %s", msg);
-  if (rc) return;
+  int rc;
+  stk__gpu *g = open_gpu(&c);
+  if (!g) return;
   size_t ib = stk__gpu_image_bytes(g);
   region *src = calloc((size_t)nimg, sizeof *src);
   stk__geom *geo = calloc((size_t)nimg, sizeof *geo);
@@ -730,11 +735,10 @@ static void test_cuda_failure(void) {
   c.fail_cuda = 1;
   c.dtype = STK_DTYPE_UINT8;
   c.layout = STK_LAYOUT_NHWC;
-  stk__gpu *g = NULL;
   char msg[512];
-  int rc = stk__gpu_open(0, &c, &g, msg, sizeof msg);
-  CHECK_MSG(rc == STK_OK, "open: %s", msg);
-  if (rc) return;
+  int rc;
+  stk__gpu *g = open_gpu(&c);
+  if (!g) return;
   stk__gpu_stats st0;
   stk__gpu_get_stats(g, &st0);
   stk__store st;
