@@ -532,8 +532,9 @@ typedef struct stk_pack_result {
   uint64_t bytes;            /* bytes written */
   int shards;                /* tar: shard files written */
   int64_t device_packed;     /* device >= 0: samples whose JPEG the GPU
-                                decoded (the others: the CPU, as without a
-                                device, and resized on the GPU) */
+                                decoded (the others were decoded on the
+                                CPU, as without a device, and resized on the
+                                GPU, or on the CPU when too large for it) */
 } stk_pack_result;
 
 STK_API void stk_pack_options_init_sized(stk_pack_options *o, size_t size);

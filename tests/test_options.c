@@ -310,6 +310,41 @@ static void test_pack_table(void) {
   CHECK_EQ_INT(p.check, 0);
   CHECK(p.read_timeout == 300.0f);
   CHECK(!p.progress && !p.bad_file && !p.user && !p.estimate);
+  CHECK_EQ_INT(p.device, -1);
+  CHECK_EQ_INT(p.plain_chroma, 0);
+}
+
+/* What a pack on a device refuses before any GPU is opened: tar shards,
+ * an unbounded or too large max_side, plain_chroma without a device. */
+static void test_pack_device_rules(void) {
+  char err[256];
+  struct {
+    int format, device, max_side, plain;
+    int want;
+    const char *says;
+  } cases[] = {
+      {STK_PACK_CACHE, 0, 512, 0, STK_OK, NULL},
+      {STK_PACK_CACHE, 0, 8192, 1, STK_OK, NULL},
+      {STK_PACK_CACHE, 0, 0, 0, STK_EINVAL, "needs max_side in 1..8192"},
+      {STK_PACK_CACHE, 3, 8193, 0, STK_EINVAL, "needs max_side in 1..8192"},
+      {STK_PACK_CACHE, -1, 0, 1, STK_EINVAL, "plain_chroma applies to a pack on a device"},
+      {STK_PACK_TAR, 0, 512, 0, STK_EINVAL, "apply to a cache"},
+      {STK_PACK_TAR, -1, 512, 1, STK_EINVAL, "apply to a cache"},
+      {STK_PACK_CACHE, -1, 0, 0, STK_OK, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    stk_pack_options p;
+    stk_pack_options_init(&p);
+    p.root = "src", p.output = "out";
+    p.format = cases[i].format;
+    p.device = cases[i].device;
+    p.max_side = cases[i].max_side;
+    p.plain_chroma = cases[i].plain;
+    err[0] = 0;
+    int rc = stk__pack_options_validate(&p, err, sizeof err);
+    CHECK_MSG(rc == cases[i].want, "case %zu: %d (%s)", i, rc, err);
+    if (cases[i].says) CHECK_MSG(strstr(err, cases[i].says) != NULL, "case %zu says: %s", i, err);
+  }
 }
 
 /* The flag parser of `stoker pack` and stk_pack()'s validation are the
@@ -464,6 +499,7 @@ int main(void) {
   test_cross_rules();
   test_parse();
   test_pack_table();
+  test_pack_device_rules();
   test_pack_flags_agree_with_the_library();
   test_source_rule();
   test_public_tables();

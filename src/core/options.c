@@ -384,6 +384,10 @@ int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errl
     rc = check_field(o, &stk__pack_options[i], err, errlen);
     if (rc) return rc;
   }
+  if (o->format == STK_PACK_TAR && (o->device >= 0 || o->plain_chroma))
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "device and plain_chroma apply to a cache (tar shards keep each file's "
+                     "bytes: nothing is decoded)");
   if (o->plain_chroma && o->device < 0)
     return stk__fail(err, errlen, STK_EINVAL,
                      "plain_chroma applies to a pack on a device (the CPU pack decodes as "

@@ -17,7 +17,10 @@
  * threads instead: each claims an aligned block of files, reads them and
  * their headers, has the GPU decode them and resize them into a slot of its
  * own (stk__gpu_run_batch with each item at its own output size), copies
- * the pixels back and fills the same ring; the writer is the same.
+ * the pixels back and fills the same ring. The writer then only places
+ * each result (its offset, in sample order) and the device thread writes
+ * its own block there (dev_flush): one thread copying several GB/s into
+ * the page cache would bound the pack.
  *
  * The file is written under a temporary name beside the output, its header
  * last, then synced and renamed: a pack that is interrupted or fails leaves
@@ -101,6 +104,7 @@ typedef struct {
   int dev_rc;             /* a failure of the GPU itself stops the pack */
   char dev_msg[320];
   int64_t device_items;   /* decoded on the GPU (stk_pack_result.device_packed) */
+  uint8_t **pinned;       /* a pinned buffer per device thread (dev_block) */
   int fd;                 /* the cache being written, for dev_flush */
   const char *tmp;        /* its name */
 } packer;
@@ -366,6 +370,7 @@ static void dev_flush(packer *pk, int64_t first, int n) {
   int err = 0;
   for (int k = 0; k < n; k++) {
     result *r = &pk->ring[(first + k) % pk->nring];
+    errno = 0; /* pwrite_all fails on a 0-byte write too, which sets none */
     if (write && !err && !r->rc && pwrite_all(pk->fd, r->data, r->len, r->off))
       err = errno ? errno : EIO;
     if (r->data && r->data != r->buf.p && !r->lent) free(r->data);
@@ -396,18 +401,16 @@ static void dev_main(void *arg) {
   stk__bounded_reader br;
   stk__bounded_init(&br, pk->o->read_timeout);
   char msg[320] = "";
-  int prc = STK_ENOMEM;
-  if (b) {
-    b->image_bytes = stk__gpu_image_bytes(pk->gpu);
-    prc = stk__gpu_host_alloc(pk->gpu, DEV_BLOCK * b->image_bytes, (void **)&b->pinned, msg,
-                              sizeof msg);
-  }
   pthread_mutex_lock(&pk->mu);
   int slot = pk->next_slot++;
-  if (!b || !dec || prc) {
+  if (b) {
+    b->image_bytes = stk__gpu_image_bytes(pk->gpu);
+    b->pinned = pk->pinned[slot];
+  }
+  if (!b || !dec) {
     if (!pk->dev_rc) {
-      pk->dev_rc = prc ? prc : STK_ENOMEM;
-      snprintf(pk->dev_msg, sizeof pk->dev_msg, "%s", prc && b ? msg : "out of memory");
+      pk->dev_rc = STK_ENOMEM;
+      snprintf(pk->dev_msg, sizeof pk->dev_msg, "out of memory");
     }
     pk->stop = 1;
     pthread_cond_broadcast(&pk->cv);
@@ -444,10 +447,8 @@ static void dev_main(void *arg) {
   pthread_mutex_unlock(&pk->mu);
   stk__bounded_free(&br);
   stk__decoder_destroy(dec);
-  if (b) {
+  if (b)
     for (int k = 0; k < DEV_BLOCK; k++) stk__buf_free(&b->bytes[k]);
-    stk__gpu_host_free(pk->gpu, b->pinned);
-  }
   free(b);
 }
 
@@ -477,6 +478,42 @@ static int dev_open(const stk_pack_options *o, int threads, stk__gpu **g, char *
   int rc = stk__gpu_open(o->device, &c, g, msg, sizeof msg);
   if (rc) return stk__fail(err, errlen, rc, "cannot pack on device %d: %s", o->device, msg);
   return STK_OK;
+}
+
+/* The device threads' pinned buffers, one block of max_side squares each:
+ * as many as can be had, up to *threads (at least one, else the pack
+ * fails), so that a host short of pinned memory runs fewer threads. */
+static int dev_pinned(stk__gpu *g, int *threads, uint8_t ***out, char *err, size_t errlen) {
+  uint8_t **p = calloc((size_t)*threads, sizeof *p);
+  if (!p) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  size_t bytes = DEV_BLOCK * stk__gpu_image_bytes(g);
+  char msg[256];
+  int k = 0;
+  for (; k < *threads; k++)
+    if (stk__gpu_host_alloc(g, bytes, (void **)&p[k], msg, sizeof msg)) break;
+  if (k == 0) {
+    free(p);
+    return stk__fail(err, errlen, STK_ENOMEM, "cannot pack on a device: %s", msg);
+  }
+  *threads = k;
+  *out = p;
+  return STK_OK;
+}
+
+static void dev_close(stk__gpu *g, uint8_t **pinned, int threads) {
+  for (int k = 0; pinned && k < threads; k++) stk__gpu_host_free(g, pinned[k]);
+  free(pinned);
+  stk__gpu_close(g);
+}
+
+/* Why a device pack stopped (pk->dev_rc set): a device thread's write, or
+ * the GPU itself after `done` of the files. */
+static int dev_failure(const stk_pack_options *o, const packer *pk, int64_t done, int64_t n,
+                       char *err, size_t errlen) {
+  if (pk->dev_rc == STK_EIO) return stk__fail(err, errlen, STK_EIO, "%s", pk->dev_msg);
+  /* what the GPU left undone cannot be told from bad files: the pack fails */
+  return stk__fail(err, errlen, pk->dev_rc, "device %d failed after %lld of %lld files: %s",
+                   o->device, (long long)done, (long long)n, pk->dev_msg);
 }
 
 /* A growable byte string, for the metadata block. */
@@ -559,10 +596,17 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     threads = n > 0 ? (int)n : 1;
   }
-  if (dev && threads > DEV_MAX_THREADS) threads = DEV_MAX_THREADS;
   stk__gpu *gpu = NULL;
+  uint8_t **pinned = NULL;
   if (dev) {
+    /* each thread holds a GPU slot and a pinned block of DEV_BLOCK max_side
+     * squares: at most 4 GiB of them (one thread at the largest sides) */
+    uint64_t per = (uint64_t)DEV_BLOCK * o->max_side * o->max_side * 3;
+    int most = (int)((4ULL << 30) / per);
+    if (threads > DEV_MAX_THREADS) threads = DEV_MAX_THREADS;
+    if (threads > most) threads = most > 0 ? most : 1;
     int rc = dev_open(o, threads, &gpu, err, errlen);
+    if (!rc && (rc = dev_pinned(gpu, &threads, &pinned, err, errlen))) stk__gpu_close(gpu);
     if (rc) return rc;
   }
   if (!tar && o->encoding == STK_CACHE_RAW) {
@@ -581,7 +625,7 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
                        "(estimated from the headers of %lld), and %s is free there; free some "
                        "space, pack with a smaller max_side or with the jpeg encoding",
                        o->output, (long long)ds->n, e, (long long)sampled, a);
-      stk__gpu_close(gpu);
+      dev_close(gpu, pinned, threads);
       return rc;
     }
   }
@@ -598,7 +642,7 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
     else if ((fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
       rc = stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tmp, strerror(errno));
     if (rc) {
-      stk__gpu_close(gpu);
+      dev_close(gpu, pinned, threads);
       return rc;
     }
   }
@@ -607,6 +651,7 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   pk.o = o;
   pk.ds = ds;
   pk.gpu = gpu;
+  pk.pinned = pinned;
   pk.fd = fd;
   pk.tmp = tmp;
   /* a device thread claims a block at a time: room for two each */
@@ -646,13 +691,8 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
     while (!(r->state == 2 && pk.written == i) && !pk.dev_rc) pthread_cond_wait(&pk.cv, &pk.mu);
     int dev_rc = pk.dev_rc;
     pthread_mutex_unlock(&pk.mu);
-    if (dev_rc == STK_EIO) { /* a device thread's write */
-      rc = stk__fail(err, errlen, dev_rc, "%s", pk.dev_msg);
-      break;
-    }
-    if (dev_rc) { /* the GPU failed: what it left undone cannot be told from bad files */
-      rc = stk__fail(err, errlen, dev_rc, "device %d failed after %lld of %lld files: %s",
-                     o->device, (long long)i, (long long)ds->n, pk.dev_msg);
+    if (dev_rc) {
+      rc = dev_failure(o, &pk, i, ds->n, err, errlen);
       break;
     }
     const char *path = stk__dataset_path(ds, i);
@@ -685,6 +725,9 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
       r->data = NULL;
     }
     pthread_mutex_lock(&pk.mu);
+    /* (when a device thread failed meanwhile, dev_flush may have freed this
+     * block already: the 3 then stays, harmless, as stop is set and nothing
+     * claims the entry again) */
     r->state = dev ? 3 : 0;
     pk.written = i + 1;
     pthread_cond_broadcast(&pk.cv);
@@ -696,7 +739,10 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   pthread_cond_broadcast(&pk.cv);
   pthread_mutex_unlock(&pk.mu);
   stk__workers_destroy(pool);
-  stk__gpu_close(gpu);
+  /* the device threads write the last blocks after the writer has placed
+   * them: a failure there is known only now */
+  if (rc == STK_OK && pk.dev_rc) rc = dev_failure(o, &pk, ds->n, ds->n, err, errlen);
+  dev_close(gpu, pinned, threads);
   res->device_packed = pk.device_items;
 
   if (tar) {
