@@ -20,6 +20,8 @@ def pack(source: Optional[str], output: str, *, format: str = ..., encoding: str
          max_side: int = ..., quality: int = ..., shard_bytes: int = ..., threads: int = ...,
          list_file: Optional[str] = ..., list_base: Optional[str] = ...,
          max_pixels: Optional[int] = ..., max_file_bytes: Optional[int] = ...,
+         check: bool = ..., read_timeout: float = ..., device: int = ...,
+         plain_chroma: bool = ...,
          progress: Optional[Callable[[int, int], object]] = ...) -> Dict[str, Any]: ...
 def _rrc_params(width: int, height: int, scale: Tuple[float, float],
                 ratio: Tuple[float, float], seed: int, epoch: int,
