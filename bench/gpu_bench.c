@@ -16,7 +16,9 @@
  *      (what the loader's workers would do: region + DCT-scaled decode,
  *      handed over as RGB8 items);
  *   5. eval (Resize 256 + CenterCrop 224): decode + kernel;
- *   6. device time of the decode and of the kernel per batch (profiled run).
+ *   6. device time of the decode and of the kernel per batch (profiled run);
+ *   7. the engines with nvJPEG's HW_DECODE_NO_PIPELINE flag, and with their
+ *      batch sorted by chroma subsampling and size (decode alone, train).
  * and prints a table. Images per second count images delivered into device
  * tensors; file reading is not included (the files are in memory).
  *
@@ -65,6 +67,8 @@ typedef struct {
   int use_hw;
   int chroma_interp;
   float cpu_share; /* share of each batch decoded by CPU helper threads */
+  unsigned hw_flags; /* stk__gpu_config.hw_flags */
+  int hw_sort;       /* stk__gpu_config.hw_sort */
 } bmode;
 
 static int cpu_threads = 6;
@@ -238,6 +242,8 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.chroma_interp = m->chroma_interp;
   c.decode_only = m->decode_only;
   c.profile = m->profile;
+  c.hw_flags = m->hw_flags;
+  c.hw_sort = m->hw_sort;
   stk__gpu *g = NULL;
   char msg[512];
   if (stk__gpu_open(0, &c, &g, msg, sizeof msg)) {
@@ -379,26 +385,35 @@ int main(int argc, char **argv) {
   printf("%d images, %.1f MB in memory; CPU header read %.1f us/image\n", nimg, bytes / 1e6,
          t_head * 1e6 / (nimg ? nimg : 1));
 
-  char nm1[80], nm2[80], nm3[80], nm4[80], nm5[80];
+  char nm1[80], nm2[80], nm3[80], nm4[80], nm5[80], nm6[80], nm7[80], nm8[80], nm9[80];
   int T = threads;
   snprintf(nm1, sizeof nm1, "train: engines, %d threads", T);
   snprintf(nm2, sizeof nm2, "train: engines + 25%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
   snprintf(nm3, sizeof nm3, "train: engines + 40%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
   snprintf(nm4, sizeof nm4, "eval: engines, %d threads", T);
   snprintf(nm5, sizeof nm5, "decode: engines only, ROI, %d threads", T);
-  /* name, train, decode_only, roi, threads, profile, use_hw, chroma_interp, cpu_share */
+  snprintf(nm6, sizeof nm6, "decode: ROI, %d thr, HW_DECODE_NO_PIPELINE", T);
+  snprintf(nm7, sizeof nm7, "decode: ROI, %d thr, sorted by css and size", T);
+  snprintf(nm8, sizeof nm8, "train: engines, %d thr, HW_DECODE_NO_PIPELINE", T);
+  snprintf(nm9, sizeof nm9, "train: engines, %d thr, sorted by css, size", T);
+  /* name, train, decode_only, roi, threads, profile, use_hw, chroma_interp, cpu_share,
+   * hw_flags, hw_sort */
   bmode modes[] = {
-      {"decode: engines only, full images", 1, 1, 0, 1, 0, 1, 0, 0},
-      {"decode: engines only, ROI (train crops)", 1, 1, 1, 1, 0, 1, 0, 0},
-      {nm5, 1, 1, 1, T, 0, 1, 0, 0},
-      {"decode: engines, ROI, interpolated chroma", 1, 1, 1, 1, 0, 1, 1, 0},
-      {"decode: per-image hybrid only (no engines)", 1, 1, 1, 1, 0, 0, 0, 0},
-      {"train: engines, 1 thread", 1, 0, 1, 1, 0, 1, 0, 0},
-      {nm1, 1, 0, 1, T, 0, 1, 0, 0},
-      {nm2, 1, 0, 1, T, 0, 1, 0, 0.25f},
-      {nm3, 1, 0, 1, T, 0, 1, 0, 0.4f},
-      {nm4, 0, 0, 1, T, 0, 1, 0, 0},
-      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1, 1, 0, 0},
+      {"decode: engines only, full images", 1, 1, 0, 1, 0, 1, 0, 0, 0, 0},
+      {"decode: engines only, ROI (train crops)", 1, 1, 1, 1, 0, 1, 0, 0, 0, 0},
+      {nm5, 1, 1, 1, T, 0, 1, 0, 0, 0, 0},
+      {nm6, 1, 1, 1, T, 0, 1, 0, 0, 1, 0},
+      {nm7, 1, 1, 1, T, 0, 1, 0, 0, 0, 1},
+      {"decode: engines, ROI, interpolated chroma", 1, 1, 1, 1, 0, 1, 1, 0, 0, 0},
+      {"decode: per-image hybrid only (no engines)", 1, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+      {"train: engines, 1 thread", 1, 0, 1, 1, 0, 1, 0, 0, 0, 0},
+      {nm1, 1, 0, 1, T, 0, 1, 0, 0, 0, 0},
+      {nm8, 1, 0, 1, T, 0, 1, 0, 0, 1, 0},
+      {nm9, 1, 0, 1, T, 0, 1, 0, 0, 0, 1},
+      {nm2, 1, 0, 1, T, 0, 1, 0, 0.25f, 0, 0},
+      {nm3, 1, 0, 1, T, 0, 1, 0, 0.4f, 0, 0},
+      {nm4, 0, 0, 1, T, 0, 1, 0, 0, 0, 0},
+      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1, 1, 0, 0, 0, 0},
   };
   int nm = (int)(sizeof modes / sizeof *modes);
   bresult res[32];

@@ -95,6 +95,7 @@ static const sym_entry nvjpeg_syms[] = {
     NJ_SYM(DecodeJpeg, "nvjpegDecodeJpeg", 0),
     NJ_SYM(DecodeBatchedPreAllocate, "nvjpegDecodeBatchedPreAllocate", 1),
     NJ_SYM(GetHardwareDecoderInfo, "nvjpegGetHardwareDecoderInfo", 1),
+    NJ_SYM(JpegStreamGetChromaSubsampling, "nvjpegJpegStreamGetChromaSubsampling", 1),
 };
 
 /* The libraries are opened once per process and never closed: other users

@@ -97,6 +97,7 @@ typedef struct {
 #define NVJPEG_BACKEND_HARDWARE 3
 #define NVJPEG_OUTPUT_RGBI 5
 #define NVJPEG_CSS_444 0
+#define NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE 1
 #define NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION 32
 #define NVJPEG_PROP_MAJOR 0
 #define NVJPEG_PROP_MINOR 1
@@ -124,6 +125,7 @@ typedef struct {
                                           nvjpegJpegStream_t);
   nvjpegStatus_t (*JpegStreamGetFrameDimensions)(nvjpegJpegStream_t, unsigned *, unsigned *);
   nvjpegStatus_t (*JpegStreamGetComponentsNum)(nvjpegJpegStream_t, unsigned *);
+  nvjpegStatus_t (*JpegStreamGetChromaSubsampling)(nvjpegJpegStream_t, int *); /* optional */
   nvjpegStatus_t (*DecodeParamsCreate)(nvjpegHandle_t, nvjpegDecodeParams_t *);
   nvjpegStatus_t (*DecodeParamsDestroy)(nvjpegDecodeParams_t);
   nvjpegStatus_t (*DecodeParamsSetOutputFormat)(nvjpegDecodeParams_t, int);

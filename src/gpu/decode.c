@@ -170,6 +170,7 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   p->img_w = p->img_h = 0;
   p->roi = 0;
   p->have_src = 0;
+  p->css = -1;
   route_facts f = {it->kind == STK__GPU_RGB8, 0, 0};
   p->path = route(g, STK__GPU_PATH_NONE, ROUTE_PLAN, &f);
   if (f.rgb8 || !js) return;
@@ -190,6 +191,9 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   if ((int)w < x1 || (int)h < y1 || w == 0 || h == 0) return; /* geometry outside the image */
   p->img_w = (int)w;
   p->img_h = (int)h;
+  if (stk__nj.JpegStreamGetChromaSubsampling &&
+      stk__nj.JpegStreamGetChromaSubsampling(js, &p->css) != NVJPEG_STATUS_SUCCESS)
+    p->css = -1;
   f.nvjpeg = 1;
   f.engines = g->hw && engines_accept(g, js, chk, &r, (int)w, (int)h, p);
   p->path = route(g, STK__GPU_PATH_NONE, ROUTE_PLAN, &f);
@@ -364,10 +368,29 @@ static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size
 
 /* The chunk's items planned for the hardware engines, in one batched call.
  * A failed call routes them on, to the hybrid decoder or the CPU. */
+/* cfg.hw_sort: the chunk's positions in L->order, by chroma subsampling,
+ * then source size (an insertion sort: at most max_batch items). */
+static const int *engine_order(const stk__gpu *g, glane *L, const int *chunk, int k) {
+  if (!g->cfg.hw_sort) return chunk;
+  for (int c = 0; c < k; c++) {
+    const iplan *p = &L->plan[chunk[c]];
+    long long key = (long long)p->css * (1LL << 40) + (long long)p->sw * p->sh;
+    int j = c;
+    for (; j > 0; j--) {
+      const iplan *q = &L->plan[L->order[j - 1]];
+      if ((long long)q->css * (1LL << 40) + (long long)q->sw * q->sh <= key) break;
+      L->order[j] = L->order[j - 1];
+    }
+    L->order[j] = chunk[c];
+  }
+  return L->order;
+}
+
 static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
                          int k, char *msg, size_t msglen) {
   int rc;
   int m = 0;
+  chunk = engine_order(g, L, chunk, k);
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_HW) continue;

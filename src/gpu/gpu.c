@@ -198,9 +198,10 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   L->hw_item = calloc((size_t)B, sizeof *L->hw_item);
   L->plan = calloc((size_t)B, sizeof *L->plan);
   L->chunk = calloc((size_t)B, sizeof *L->chunk);
+  L->order = calloc((size_t)B, sizeof *L->order);
   L->dec = stk__decoder_create();
   if (!L->hw_params || !L->hw_data || !L->hw_len || !L->hw_dst || !L->hw_item || !L->plan ||
-      !L->chunk || !L->dec)
+      !L->chunk || !L->order || !L->dec)
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   stk__decoder_set_limits(L->dec, c->max_pixels);
   L->js_handle = g->hw ? g->hw : g->gen;
@@ -277,6 +278,7 @@ static void close_lane(stk__gpu *g, glane *L) {
   free(L->hw_item);
   free(L->plan);
   free(L->chunk);
+  free(L->order);
   stk__decoder_destroy(L->dec);
   stk__resampler_free(&L->rs);
   stk__buf_free(&L->big);
@@ -305,7 +307,12 @@ static void open_nvjpeg(stk__gpu *g) {
   }
   g->st.chroma_interp = flags != 0;
   if (g->cfg.use_hw) {
-    nvjpegStatus_t st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
+    nvjpegStatus_t st =
+        stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
+    if (st != NVJPEG_STATUS_SUCCESS && g->cfg.hw_flags) {
+      stk__gpu_note(g, "engine flags %#x refused: %s", g->cfg.hw_flags, stk__nj_status(st));
+      st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
+    }
     if (st != NVJPEG_STATUS_SUCCESS && flags) {
       /* without the upsampling flag, which this version may not know */
       st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, 0, &g->hw);

@@ -117,6 +117,11 @@ typedef struct {
                              work per chunk (waits for each chunk). 0 */
   int fail_cuda;          /* tests: the hybrid decoder fails every item, so
                              that its fallback runs. 0 */
+  unsigned hw_flags;      /* benchmarks: nvJPEG flags (NVJPEG_FLAGS_*) added
+                             to the hardware handle's, e.g. 1 for
+                             HW_DECODE_NO_PIPELINE. 0 */
+  int hw_sort;            /* benchmarks: the engines' batch in the order of
+                             chroma subsampling, then source size. 0 */
   const stk__aug_plan *aug; /* the augmentations after the crop
                              (augment.h), or NULL. With them the fused
                              kernel writes 8-bit tiles, which the
@@ -157,6 +162,7 @@ typedef struct {
   int have_src;          /* the source is (queued to be) in the arena */
   int kx, ky;            /* Pillow's ksize per axis */
   int vfirst;            /* the CPU resampler would run the vertical pass first */
+  int css;               /* JPEG: nvJPEG's chroma subsampling, -1 unknown */
 } stk__gpu_pre;
 
 typedef struct {

@@ -85,6 +85,7 @@ typedef struct {
   /* per batch */
   iplan *plan;
   int *chunk;
+  int *order; /* cfg.hw_sort: the chunk's positions, sorted for the engines */
 } glane;
 
 /* A header parser for stk__gpu_plan_ahead(), used by one thread at a time. */
