@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--out", default=os.path.join(ROOT, "data", "cache-first"),
-                    help="where the caches go (/dev/shm/...: without the disk's write-back)")
+                    help="where the caches go (a tmpfs: without the disk's write-back)")
     a = ap.parse_args()
     folder, n = dataset(a.src, a.copies)
     out = a.out

@@ -5,6 +5,7 @@ pixels are from the CPU's (values equal, at most one level off, more).
 
 usage: bench/pack_device.py SRC [--copies 34] [--max-side 512] [--threads 16]
                             [--device-threads 4,8] [--encoding raw] [--device 0]
+                            [--plain-chroma] [--out DIR]
 
 SRC is a flat folder of JPEGs, linked COPIES times into an ImageFolder under
 data/pack-device (one class per copy), read once into the page cache before
@@ -43,11 +44,11 @@ def dataset(src, copies):
     return d, copies * len(files)
 
 
-def pack(folder, out, threads, max_side, encoding, device):
+def pack(folder, out, threads, max_side, encoding, device, plain_chroma=False):
     cmd = [os.path.join(ROOT, "build", "stoker"), "pack", folder, "--cache", out, "--json",
            "--threads", str(threads), "--max-side", str(max_side), "--encoding", encoding]
     if device is not None:
-        cmd += ["--device", str(device)]
+        cmd += ["--device", str(device)] + (["--plain-chroma"] if plain_chroma else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -98,8 +99,10 @@ def main():
     ap.add_argument("--device-threads", default="4,8")
     ap.add_argument("--encoding", default="raw", choices=["raw", "jpeg"])
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--plain-chroma", action="store_true",
+                    help="the device packs with the engines' plain chroma upsampling")
     ap.add_argument("--out", default=os.path.join(ROOT, "data", "pack-device-out"),
-                    help="where the caches go (/dev/shm/...: the packs without the disk)")
+                    help="where the caches go (a tmpfs: the packs without the disk)")
     a = ap.parse_args()
     folder, n = dataset(a.src, a.copies)
     os.makedirs(a.out, exist_ok=True)
@@ -112,8 +115,9 @@ def main():
     rows.append(r)
     for t in [int(x) for x in a.device_threads.split(",")]:
         out = os.path.join(a.out, f"gpu{t}.stkc")
-        r = pack(folder, out, t, a.max_side, a.encoding, a.device)
-        r.update(tag=f"device {a.device} pack, {t} threads", rate=r["packed"] / r["seconds"])
+        r = pack(folder, out, t, a.max_side, a.encoding, a.device, a.plain_chroma)
+        plain = ", plain chroma" if a.plain_chroma else ""
+        r.update(tag=f"device {a.device} pack, {t} threads{plain}", rate=r["packed"] / r["seconds"])
         if a.encoding == "raw":
             r["pixels"] = compare(cpu_out, out, max(1, n // 1500))
         print(json.dumps(r | {"left_out": len(r["left_out"])}), flush=True)

@@ -520,7 +520,7 @@ typedef struct stk_pack_options {
    * nvJPEG decodes (docs/storage.md says how close to the CPU pack's). */
   int device;
   int plain_chroma;          /* device: the engines' plain chroma upsampling,
-                                about 2.3x faster, but 0.6-1.8% of values
+                                up to 2.3x faster, but 0.1-1.8% of values
                                 more than 1 level (up to 40) from the CPU
                                 pack's. 0: interpolated, as libjpeg-turbo, no
                                 value more than 1 level off */

@@ -107,6 +107,10 @@ def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction, 
     from . import _stoker as S
     from .pack import pack
 
+    # a pack on a device sizes its GPU output by the bound: full-size (0) or
+    # larger bounds pack on the CPU
+    if not 1 <= max_side <= 8192:
+        device = -1
     on = f"on cuda:{device}" if device >= 0 else "on the CPU"
     sys.stderr.write(f"stoker: packing {root} into the cache {cache} (max_side {max_side}, "
                      f"{on}); the loader reads the cache from then on\n")

@@ -76,12 +76,12 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     The file is the same format; its pixels are nvJPEG's decode, which
     differs slightly from the CPU's (docs/storage.md says how much).
     ``plain_chroma=True`` uses the engines' plain chroma upsampling instead
-    of libjpeg-turbo's interpolated one: about 2.3x faster, but 0.6-1.8% of
+    of libjpeg-turbo's interpolated one: up to 2.3x faster, but 0.1-1.8% of
     the values then differ from the CPU pack's by more than 1 level (up to
     40, at colour edges); without it none does.
     ``device_packed`` in the result counts the samples the GPU decoded; the
-    others (PNG, CMYK, progressive JPEGs the engines refuse...) are decoded
-    on the CPU as without a device.
+    others (PNG, CMYK, RGB-coded or truncated JPEGs) are decoded on the CPU
+    as without a device.
 
     ``threads=None`` uses the CPUs this process may run on. ``progress``:
     False, True (a bar on stderr) or a callable ``f(done, total)``.

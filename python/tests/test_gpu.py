@@ -240,3 +240,14 @@ def test_cache_first_use_packs_on_the_loaders_gpu(tmp_path, capfd):
     with stoker.ImageLoader(src, cache=cache, batch_size=4, device="cuda", threads=2) as ld:
         assert ld.source_kind == "cache" and sum(len(y) for _, y in ld) == 8
     assert "on cuda:" in capfd.readouterr().err
+
+
+def test_cache_first_use_at_full_size_packs_on_the_cpu(tmp_path, capfd):
+    """A full-size cache (cache_max_side=0) cannot be packed on the GPU,
+    whose output the bound sizes: a GPU loader packs it on the CPU."""
+    src = make_folder(str(tmp_path / "src"), classes=2, per_class=2, sizes=((64, 48),), seed=4)
+    cache = str(tmp_path / "c.stkc")
+    with stoker.ImageLoader(src, cache=cache, cache_max_side=0, batch_size=4, device="cuda",
+                            threads=2, size=32) as ld:
+        assert sum(len(y) for _, y in ld) == 4
+    assert "on the CPU" in capfd.readouterr().err

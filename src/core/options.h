@@ -234,7 +234,7 @@
   X(device, INT, STK__V(-1), -1, 1023, NULL, "--device", "device", "cache", \
     "cache: decode (nvJPEG) and resize on CUDA device N, then write; -1 = the CPU") \
   X(plain_chroma, BOOL, STK__V(0), 0, 1, NULL, "--plain-chroma", "plain_chroma", "cache", \
-    "cache, --device: the engines' plain chroma upsampling: about 2.3x faster, but some " \
+    "cache, --device: the engines' plain chroma upsampling: up to 2.3x faster, but some " \
     "values more than 1 level from the CPU pack's (docs/storage.md)")
 /* clang-format on */
 

@@ -470,8 +470,8 @@ static int dev_open(const stk_pack_options *o, int threads, stk__gpu **g, char *
   c.roi = 0; /* whole images */
   /* libjpeg-like (interpolated) chroma upsampling unless plain_chroma:
    * measured on ImageNet photos, no value then more than 1 level from the
-   * CPU pack's, where the engines' plain upsampling (2.3x faster) puts
-   * 0.6-1.8% of them further, up to 40 (docs/storage.md) */
+   * CPU pack's, where the engines' plain upsampling (up to 2.3x faster) puts
+   * 0.1-1.8% of them further, up to 40 (docs/storage.md) */
   c.chroma_interp = !o->plain_chroma;
   c.max_pixels = o->max_pixels;
   char msg[384];
