@@ -366,26 +366,26 @@ static int slot_after_lane(stk__gpu *g, glane *L, gslot *s, char *msg, size_t ms
 }
 static int launch_aug(stk__gpu *g, glane *L, gslot *s, int naug, char *msg, size_t msglen);
 
-/* The chunk's items planned for the hardware engines, in one batched call.
- * A failed call routes them on, to the hybrid decoder or the CPU. */
-/* cfg.hw_sort: the chunk's positions in L->order, by chroma subsampling,
- * then source size (an insertion sort: at most max_batch items). */
+/* cfg.hw_sort's order: chroma subsampling, then source size. */
+static long long engine_key(const iplan *p) {
+  return (long long)p->css * (1LL << 40) + (long long)p->sw * p->sh;
+}
+
+/* cfg.hw_sort: the chunk's positions in L->order, by engine_key (an
+ * insertion sort: at most max_batch items); else the chunk as it is. */
 static const int *engine_order(const stk__gpu *g, glane *L, const int *chunk, int k) {
   if (!g->cfg.hw_sort) return chunk;
   for (int c = 0; c < k; c++) {
-    const iplan *p = &L->plan[chunk[c]];
-    long long key = (long long)p->css * (1LL << 40) + (long long)p->sw * p->sh;
+    long long key = engine_key(&L->plan[chunk[c]]);
     int j = c;
-    for (; j > 0; j--) {
-      const iplan *q = &L->plan[L->order[j - 1]];
-      if ((long long)q->css * (1LL << 40) + (long long)q->sw * q->sh <= key) break;
-      L->order[j] = L->order[j - 1];
-    }
+    for (; j > 0 && engine_key(&L->plan[L->order[j - 1]]) > key; j--) L->order[j] = L->order[j - 1];
     L->order[j] = chunk[c];
   }
   return L->order;
 }
 
+/* The chunk's items planned for the hardware engines, in one batched call.
+ * A failed call routes them on, to the hybrid decoder or the CPU. */
 static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
                          int k, char *msg, size_t msglen) {
   int rc;

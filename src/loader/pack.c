@@ -419,13 +419,11 @@ static void dev_main(void *arg) {
   for (;;) {
     /* a whole block of free ring entries (blocks are aligned in the ring,
      * which holds a whole number of them) */
-    int64_t first = pk->next_claim;
-    int n = pk->ds->n - first < DEV_BLOCK ? (int)(pk->ds->n - first) : DEV_BLOCK;
     while (!pk->stop && pk->next_claim < pk->ds->n && !dev_ring_free(pk, pk->next_claim, DEV_BLOCK))
       pthread_cond_wait(&pk->cv, &pk->mu);
     if (pk->stop || pk->next_claim >= pk->ds->n) break;
-    first = pk->next_claim;
-    n = pk->ds->n - first < DEV_BLOCK ? (int)(pk->ds->n - first) : DEV_BLOCK;
+    int64_t first = pk->next_claim;
+    int n = pk->ds->n - first < DEV_BLOCK ? (int)(pk->ds->n - first) : DEV_BLOCK;
     pk->next_claim += n;
     for (int k = 0; k < n; k++) pk->ring[(first + k) % pk->nring].state = 1;
     pthread_mutex_unlock(&pk->mu);
@@ -523,7 +521,6 @@ static int put(stk__buf *b, size_t *len, const void *p, size_t n) {
   *len += n;
   return STK_OK;
 }
-
 
 /* Raw cache: the output's size from the headers of up to 256 files spread
  * over the list (pixels bounded to max_side, 64-byte aligned, plus the
