@@ -2,6 +2,7 @@
  * gpu_bench.c: throughput of the GPU path (src/gpu) on a folder of JPEGs.
  *
  *   stk_gpu_bench DIR [--images N] [--batch B] [--threads T] [--seconds S]
+ *                 [--cpu-threads C] [--only SUBSTRING]
  *
  * Reads up to N files under DIR (recursively, following symbolic links) into
  * memory, reads their headers on the CPU (as the loader does, to place the
@@ -69,6 +70,10 @@ typedef struct {
   float cpu_share; /* share of each batch decoded by CPU helper threads */
   unsigned hw_flags; /* stk__gpu_config.hw_flags */
   int hw_sort;       /* stk__gpu_config.hw_sort */
+  int hw_states;     /* stk__gpu_config.hw_states */
+  int hw_device_input; /* stk__gpu_config.hw_device_input */
+  int eval, whole, no_hw; /* as written in the list below; train, roi and
+                             use_hw are their opposites */
 } bmode;
 
 static int cpu_threads = 6;
@@ -244,6 +249,8 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.profile = m->profile;
   c.hw_flags = m->hw_flags;
   c.hw_sort = m->hw_sort;
+  c.hw_states = m->hw_states;
+  c.hw_device_input = m->hw_device_input;
   stk__gpu *g = NULL;
   char msg[512];
   if (stk__gpu_open(0, &c, &g, msg, sizeof msg)) {
@@ -311,6 +318,7 @@ int main(int argc, char **argv) {
   const char *dir = NULL;
   int batch = 256, threads = 2;
   double seconds = 4.0;
+  const char *only = NULL; /* --only S: the modes whose name contains S */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--images") && i + 1 < argc)
       max_paths = (size_t)atol(argv[++i]);
@@ -320,13 +328,16 @@ int main(int argc, char **argv) {
       threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
     else if (!strcmp(argv[i], "--cpu-threads") && i + 1 < argc)
       cpu_threads = atoi(argv[++i]);
     else
       dir = argv[i];
   }
   if (!dir || batch < 1 || threads < 1 || threads > 32 || cpu_threads < 1 || cpu_threads > 64) {
-    fprintf(stderr, "usage: %s DIR [--images N] [--batch B] [--threads T] [--seconds S]\n", argv[0]);
+    fprintf(stderr, "usage: %s DIR [--images N] [--batch B] [--threads T] [--seconds S]\n"
+                    "       [--cpu-threads C] [--only SUBSTRING]\n", argv[0]);
     return 2;
   }
   char info[2048];
@@ -385,39 +396,59 @@ int main(int argc, char **argv) {
   printf("%d images, %.1f MB in memory; CPU header read %.1f us/image\n", nimg, bytes / 1e6,
          t_head * 1e6 / (nimg ? nimg : 1));
 
-  char nm1[80], nm2[80], nm3[80], nm4[80], nm5[80], nm6[80], nm7[80], nm8[80], nm9[80];
+  /* T: the lanes (threads), as the loader runs them */
+  enum { NMODES = 24 };
+  char nm[NMODES][96];
   int T = threads;
-  snprintf(nm1, sizeof nm1, "train: engines, %d threads", T);
-  snprintf(nm2, sizeof nm2, "train: engines + 25%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
-  snprintf(nm3, sizeof nm3, "train: engines + 40%% CPU (%dx%d thr), %d thr", T, cpu_threads, T);
-  snprintf(nm4, sizeof nm4, "eval: engines, %d threads", T);
-  snprintf(nm5, sizeof nm5, "decode: engines only, ROI, %d threads", T);
-  snprintf(nm6, sizeof nm6, "decode: ROI, %d thr, HW_DECODE_NO_PIPELINE", T);
-  snprintf(nm7, sizeof nm7, "decode: ROI, %d thr, sorted by css and size", T);
-  snprintf(nm8, sizeof nm8, "train: engines, %d thr, HW_DECODE_NO_PIPELINE", T);
-  snprintf(nm9, sizeof nm9, "train: engines, %d thr, sorted by css, size", T);
-  /* name, train, decode_only, roi, threads, profile, use_hw, chroma_interp, cpu_share,
-   * hw_flags, hw_sort */
-  bmode modes[] = {
-      {"decode: engines only, full images", 1, 1, 0, 1, 0, 1, 0, 0, 0, 0},
-      {"decode: engines only, ROI (train crops)", 1, 1, 1, 1, 0, 1, 0, 0, 0, 0},
-      {nm5, 1, 1, 1, T, 0, 1, 0, 0, 0, 0},
-      {nm6, 1, 1, 1, T, 0, 1, 0, 0, 1, 0},
-      {nm7, 1, 1, 1, T, 0, 1, 0, 0, 0, 1},
-      {"decode: engines, ROI, interpolated chroma", 1, 1, 1, 1, 0, 1, 1, 0, 0, 0},
-      {"decode: per-image hybrid only (no engines)", 1, 1, 1, 1, 0, 0, 0, 0, 0, 0},
-      {"train: engines, 1 thread", 1, 0, 1, 1, 0, 1, 0, 0, 0, 0},
-      {nm1, 1, 0, 1, T, 0, 1, 0, 0, 0, 0},
-      {nm8, 1, 0, 1, T, 0, 1, 0, 0, 1, 0},
-      {nm9, 1, 0, 1, T, 0, 1, 0, 0, 0, 1},
-      {nm2, 1, 0, 1, T, 0, 1, 0, 0.25f, 0, 0},
-      {nm3, 1, 0, 1, T, 0, 1, 0, 0.4f, 0, 0},
-      {nm4, 0, 0, 1, T, 0, 1, 0, 0, 0, 0},
-      {"train: profiled (device time per batch)", 1, 0, 1, 1, 1, 1, 0, 0, 0, 0},
-  };
-  int nm = (int)(sizeof modes / sizeof *modes);
-  bresult res[32];
-  for (int i = 0; i < nm; i++) {
+  int mi = 0;
+  bmode modes[NMODES];
+  memset(modes, 0, sizeof modes);
+#define MODE(...)                                                                            \
+  do {                                                                                       \
+    bmode m_ = {__VA_ARGS__};                                                                \
+    m_.threads = m_.threads ? m_.threads : 1;                                                \
+    m_.train = !m_.eval;                                                                     \
+    m_.roi = !m_.whole;                                                                      \
+    m_.use_hw = !m_.no_hw;                                                                   \
+    modes[mi++] = m_;                                                                        \
+  } while (0)
+#define NAME(...) (snprintf(nm[mi], sizeof nm[mi], __VA_ARGS__), nm[mi])
+  MODE(.name = "decode: engines only, full images", .decode_only = 1, .whole = 1);
+  MODE(.name = "decode: engines only, ROI (train crops)", .decode_only = 1);
+  MODE(.name = NAME("decode: engines only, ROI, %d threads", T), .decode_only = 1, .threads = T);
+  MODE(.name = NAME("decode: ROI, %d thr, HW_DECODE_NO_PIPELINE", T), .decode_only = 1,
+       .threads = T, .hw_flags = 1);
+  MODE(.name = NAME("decode: ROI, %d thr, sorted by css and size", T), .decode_only = 1,
+       .threads = T, .hw_sort = 1);
+  MODE(.name = NAME("decode: ROI, %d thr, decoupled, 4 states/thr", T), .decode_only = 1,
+       .threads = T, .hw_states = 4);
+  MODE(.name = NAME("decode: ROI, %d thr, decoupled, 14 states/thr", T), .decode_only = 1,
+       .threads = T, .hw_states = 14);
+  MODE(.name = NAME("decode: ROI, %d thr, bitstreams in device mem", T), .decode_only = 1,
+       .threads = T, .hw_device_input = 1);
+  MODE(.name = "decode: engines, ROI, interpolated chroma", .decode_only = 1, .chroma_interp = 1);
+  MODE(.name = "decode: per-image hybrid only (no engines)", .decode_only = 1, .no_hw = 1);
+  MODE(.name = "train: engines, 1 thread");
+  MODE(.name = NAME("train: engines, %d threads", T), .threads = T);
+  MODE(.name = NAME("train: engines, %d thr, HW_DECODE_NO_PIPELINE", T), .threads = T, .hw_flags = 1);
+  MODE(.name = NAME("train: engines, %d thr, sorted by css, size", T), .threads = T, .hw_sort = 1);
+  MODE(.name = NAME("train: %d thr, decoupled, 14 states/thr", T), .threads = T, .hw_states = 14);
+  MODE(.name = NAME("train: %d thr, bitstreams in device memory", T), .threads = T,
+       .hw_device_input = 1);
+  MODE(.name = NAME("train: engines + 25%% CPU (%dx%d thr), %d thr", T, cpu_threads, T),
+       .threads = T, .cpu_share = 0.25f);
+  MODE(.name = NAME("train: engines + 40%% CPU (%dx%d thr), %d thr", T, cpu_threads, T),
+       .threads = T, .cpu_share = 0.4f);
+  MODE(.name = NAME("eval: engines, %d threads", T), .eval = 1, .threads = T);
+  /* last: its figures are printed below */
+  MODE(.name = "train: profiled (device time per batch)", .profile = 1);
+#undef MODE
+#undef NAME
+  int nmodes = mi;
+  bresult res[NMODES];
+  memset(res, 0, sizeof res);
+  for (int i = 0; i < nmodes; i++) {
+    if (only && !strstr(modes[i].name, only)) continue;
     res[i] = run_mode(&modes[i], imgs, nimg, batch, seconds);
     if (res[i].ok)
       fprintf(stderr, "%-46s %9.0f img/s\n", modes[i].name, res[i].ips);
@@ -425,18 +456,19 @@ int main(int argc, char **argv) {
 
   printf("\nbatch %d, %d images (%s)\n", batch, nimg, dir);
   printf("%-46s %8s %8s %7s %6s %6s %6s  %s\n", "mode", "img/s", "ms/batch", "host ms", "plan",
-         "in hw", "cpu", "paths hw/cuda/cpu/host, failed");
-  for (int i = 0; i < nm; i++) {
+         "in hw", "cpu", "paths hw/cuda/cpu/host, failed, engine failures");
+  for (int i = 0; i < nmodes; i++) {
     if (!res[i].ok) continue;
     const stk__gpu_stats *s = &res[i].st;
-    printf("%-46s %8.0f %8.2f %7.2f %6.2f %6.2f %6.2f  %llu/%llu/%llu/%llu, %llu\n",
+    printf("%-46s %8.0f %8.2f %7.2f %6.2f %6.2f %6.2f  %llu/%llu/%llu/%llu, %llu, %llu\n",
            modes[i].name, res[i].ips, res[i].ms_batch, res[i].host_ms_batch, res[i].plan_ms,
            res[i].hw_ms, res[i].cpu_ms, (unsigned long long)s->path[STK__GPU_PATH_HW],
            (unsigned long long)s->path[STK__GPU_PATH_CUDA],
            (unsigned long long)s->path[STK__GPU_PATH_CPU], (unsigned long long)s->path[STK__GPU_PATH_HOST],
-           (unsigned long long)s->failed);
+           (unsigned long long)s->failed, (unsigned long long)s->hw_batch_failures);
+    if (s->notes[0]) printf("    notes: %s\n", s->notes);
   }
-  const bresult *p = &res[nm - 1];
+  const bresult *p = &res[nmodes - 1];
   if (p->ok) {
     printf("device time per batch (train, profiled): decode %.2f ms, kernel %.3f ms -> kernel alone "
            "%.0f img/s\n",

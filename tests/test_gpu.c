@@ -519,6 +519,78 @@ static void test_plan_ahead(const uint8_t *normal_eval) {
   stk__gpu_close(g);
 }
 
+/* The benchmark switches that drive the engines differently (gpu.h): the
+ * decoupled decoder over a few states (run twice, so that the states and
+ * their double buffers are reused), the bitstreams in device memory, the
+ * sorted batch and NO_PIPELINE must produce what the default run did. An
+ * item the engines decode must be within 40 dB of it (the same engines, so
+ * normally identical, which is counted); one the switch routed elsewhere
+ * must still be a good decode (35 dB against the CPU). */
+static void test_engine_drives(const uint8_t *normal_eval) {
+  static const char *names[] = {"decoupled, 3 states", "bitstreams in device memory",
+                                "sorted by css and size", "HW_DECODE_NO_PIPELINE"};
+  for (int v = 0; v < 4; v++) {
+    stk__gpu_config c = base_cfg(nimg);
+    c.dtype = STK_DTYPE_UINT8;
+    if (v == 0) c.hw_states = 3;
+    if (v == 1) c.hw_device_input = 1;
+    if (v == 2) c.hw_sort = 1;
+    if (v == 3) c.hw_flags = 1;
+    char msg[512];
+    stk__gpu *g = open_gpu(&c);
+    if (!g) return;
+    stk__store st;
+    stk__store_init(&st, c.dtype, c.layout, OUT, OUT, c.mean, c.std);
+    size_t ib = stk__gpu_image_bytes(g);
+    uint8_t *got = malloc(ib * nimg), *ref = malloc(ib);
+    stk__gpu_item *items = calloc((size_t)nimg, sizeof *items);
+    int same = 0, hw = 0, elsewhere = 0;
+    for (int round = 0; round < 2; round++) {
+      for (int i = 0; i < nimg; i++) {
+        stk__geom ge;
+        geom_eval(&imgs[i], &ge);
+        item_jpeg(&items[i], &imgs[i], &ge, i);
+      }
+      int rc = stk__gpu_run_batch(g, round, nimg, items, msg, sizeof msg);
+      CHECK_MSG(rc == STK_OK, "%s: run_batch: %s", names[v], msg);
+      rc = stk__gpu_download(g, round, got, ib * nimg, NULL, 0, msg, sizeof msg);
+      CHECK_MSG(rc == STK_OK, "%s: download: %s", names[v], msg);
+      if (rc) break;
+      for (int i = 0; i < nimg; i++) {
+        const uint8_t *a = normal_eval + (size_t)i * ib, *b = got + (size_t)i * ib;
+        CHECK_MSG(items[i].rc == STK_OK, "%s: %s failed", names[v], imgs[i].name);
+        if (items[i].rc) continue;
+        int ident = !memcmp(a, b, ib);
+        same += ident;
+        if (items[i].path == STK__GPU_PATH_HW) {
+          hw++;
+          double q = ident ? 99.0 : psnr(a, b, ib);
+          CHECK_MSG(q >= 40.0, "%s: %s: %.1f dB from the default run", names[v], imgs[i].name, q);
+        } else if (!ident) {
+          elsewhere++;
+          stk__geom ge;
+          geom_eval(&imgs[i], &ge);
+          cpu_ref(&imgs[i], &ge, &st, ref, NULL);
+          double q = psnr(ref, b, ib);
+          CHECK_MSG(q >= 35.0, "%s: %s (%s): %.1f dB from the CPU", names[v], imgs[i].name,
+                    path_name(items[i].path), q);
+        }
+      }
+    }
+    stk__gpu_stats s;
+    stk__gpu_get_stats(g, &s);
+    printf("engines %s: %d/%d images identical to the default run, %d on the engines, %d routed "
+           "elsewhere and different; engine failures %llu%s%s\n",
+           names[v], same, 2 * nimg, hw, elsewhere, (unsigned long long)s.hw_batch_failures,
+           s.notes[0] ? "; notes: " : "", s.notes);
+    if (s.hw_available) CHECK_MSG(hw > 0, "%s: no image on the engines", names[v]);
+    free(got);
+    free(ref);
+    free(items);
+    stk__gpu_close(g);
+  }
+}
+
 /* --- concurrency, slots, compaction --------------------------------------- */
 typedef struct {
   stk__gpu *g;
@@ -873,6 +945,7 @@ int main(void) {
   test_cuda_failure();
   test_fallbacks(eval_out);
   test_plan_ahead(eval_out);
+  test_engine_drives(eval_out);
   test_threads_and_compact();
 
   free(eval_out);

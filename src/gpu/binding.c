@@ -96,6 +96,9 @@ static const sym_entry nvjpeg_syms[] = {
     NJ_SYM(DecodeBatchedPreAllocate, "nvjpegDecodeBatchedPreAllocate", 1),
     NJ_SYM(GetHardwareDecoderInfo, "nvjpegGetHardwareDecoderInfo", 1),
     NJ_SYM(JpegStreamGetChromaSubsampling, "nvjpegJpegStreamGetChromaSubsampling", 1),
+    NJ_SYM(DecodeJpegHost, "nvjpegDecodeJpegHost", 1),
+    NJ_SYM(DecodeJpegTransferToDevice, "nvjpegDecodeJpegTransferToDevice", 1),
+    NJ_SYM(DecodeJpegDevice, "nvjpegDecodeJpegDevice", 1),
 };
 
 /* The libraries are opened once per process and never closed: other users

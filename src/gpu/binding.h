@@ -95,6 +95,7 @@ typedef struct {
 #define NVJPEG_BACKEND_DEFAULT 0
 #define NVJPEG_BACKEND_HYBRID 1
 #define NVJPEG_BACKEND_HARDWARE 3
+#define NVJPEG_BACKEND_HARDWARE_DEVICE 5
 #define NVJPEG_OUTPUT_RGBI 5
 #define NVJPEG_CSS_444 0
 #define NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE 1
@@ -147,6 +148,12 @@ typedef struct {
   nvjpegStatus_t (*DecodeBatchedPreAllocate)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int, int,
                                              int);
   nvjpegStatus_t (*GetHardwareDecoderInfo)(nvjpegHandle_t, unsigned *, unsigned *);
+  nvjpegStatus_t (*DecodeJpegHost)(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t,
+                                   nvjpegDecodeParams_t, nvjpegJpegStream_t);
+  nvjpegStatus_t (*DecodeJpegTransferToDevice)(nvjpegHandle_t, nvjpegJpegDecoder_t,
+                                               nvjpegJpegState_t, nvjpegJpegStream_t, CUstream);
+  nvjpegStatus_t (*DecodeJpegDevice)(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t,
+                                     nvjpegImage_t *, CUstream);
 } nvjpeg_api;
 
 /* Filled once per process by stk__gpu_load(); the libraries are never

@@ -27,7 +27,7 @@ int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen
 /* Pads the batched arrays from m to the initialised size with the dummy. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m) {
   for (int i = m; i < L->hw_n; i++) {
-    L->hw_data[i] = g->dummy_jpeg;
+    L->hw_data[i] = L->pad_data;
     L->hw_len[i] = g->dummy_len;
     memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
     L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
@@ -384,13 +384,119 @@ static const int *engine_order(const stk__gpu *g, glane *L, const int *chunk, in
   return L->order;
 }
 
-/* The chunk's items planned for the hardware engines, in one batched call.
- * A failed call routes them on, to the hybrid decoder or the CPU. */
+/* One image through the decoupled hardware decoder on state h, into dst.
+ * Returns 0, or -1 when nvJPEG failed or refused it (the item is then
+ * routed on); a failed wait for the state's stream also sets *cu. */
+int stk__gpu_engine_one(stk__gpu *g, hwstate *h, const stk__gpu_item *it, const iplan *p,
+                        nvjpegImage_t *dst, CUresult *cu) {
+  int b = h->buf ^= 1;
+  int sup = 1;
+  if (stk__nj.JpegStreamParse(g->hw, it->data, it->len, 0, 0, h->js[b]) ||
+      stk__nj.DecodeParamsSetROI(h->params, p->roi ? p->sx : 0, p->roi ? p->sy : 0,
+                                 p->roi ? p->sw : -1, p->roi ? p->sh : -1) ||
+      stk__nj.DecoderJpegSupported(g->hw_dec, h->js[b], h->params, &sup) || sup != 0 ||
+      stk__nj.StateAttachPinnedBuffer(h->state, h->pinned[b]) ||
+      stk__nj.DecodeJpegHost(g->hw, g->hw_dec, h->state, h->params, h->js[b]))
+    return -1;
+  /* The state's previous image (its transfer read the other pinned buffer,
+   * its device phase this state's buffers) must be done before this one's
+   * transfer; with twice as many states as engines it normally is. */
+  if ((*cu = stk__cu.StreamSynchronize(h->stream)) != CUDA_SUCCESS) return -1;
+  if (stk__nj.DecodeJpegTransferToDevice(g->hw, g->hw_dec, h->state, h->js[b], h->stream) ||
+      stk__nj.DecodeJpegDevice(g->hw, g->hw_dec, h->state, dst, h->stream))
+    return -1;
+  h->used = 1;
+  return 0;
+}
+
+/* cfg.hw_states: the chunk's engine items one by one through the decoupled
+ * hardware decoder, round-robin over the lane's states. No call waits for a
+ * whole batch: the host phase of one image runs while the engines decode
+ * the ones before it. The states' streams start after what the lane's
+ * stream holds (the arena's previous reader) and the lane's stream then
+ * waits for all of them. */
+static int engines_one_by_one(stk__gpu *g, glane *L, const stk__gpu_item *items, const int *chunk,
+                              int k, char *msg, size_t msglen) {
+  double t = stk__now();
+  for (int i = 0; i < L->nhs; i++) CU(stk__cu.StreamWaitEvent(L->hs[i].stream, L->ev_main, 0));
+  int failed = 0;
+  for (int c = 0; c < k; c++) {
+    iplan *p = &L->plan[chunk[c]];
+    if (p->path != STK__GPU_PATH_HW || p->have_src) continue;
+    hwstate *h = &L->hs[L->hs_next];
+    L->hs_next = (L->hs_next + 1) % L->nhs;
+    nvjpegImage_t dst;
+    memset(&dst, 0, sizeof dst);
+    dst.channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
+    dst.pitch[0] = p->pitch;
+    CUresult cu = CUDA_SUCCESS;
+    if (stk__gpu_engine_one(g, h, &items[chunk[c]], p, &dst, &cu) == 0) {
+      p->have_src = 1;
+    } else {
+      CU(cu);
+      fall_back(g, p);
+      failed++;
+    }
+  }
+  for (int i = 0; i < L->nhs; i++) {
+    hwstate *h = &L->hs[i];
+    if (!h->used) continue;
+    CU(stk__cu.EventRecord(h->done, h->stream));
+    CU(stk__cu.StreamWaitEvent(L->stream, h->done, 0));
+    h->used = 0;
+  }
+  L->t_hw += stk__now() - t;
+  if (failed) {
+    pthread_mutex_lock(&g->mu);
+    g->st.hw_batch_failures += (uint64_t)failed;
+    pthread_mutex_unlock(&g->mu);
+  }
+  return STK_OK;
+}
+
+/* cfg.hw_device_input: the bitstreams of the engines' batch (hw_data[0, m))
+ * packed into the lane's pinned buffer and copied up on the lane's stream
+ * in one call; hw_data then points at the device copies. The buffers grow
+ * to the largest chunk seen. */
+static int bitstreams_to_device(stk__gpu *g, glane *L, int m, char *msg, size_t msglen) {
+  size_t need = 0;
+  for (int i = 0; i < m; i++) need += align_up(L->hw_len[i], 256);
+  /* the previous chunk's copy must have left the pinned buffer */
+  if (L->bits_pending) CU(stk__cu.EventSynchronize(L->bits_done));
+  L->bits_pending = 0;
+  if (need > L->bits_cap) {
+    size_t cap = need + need / 4;
+    CU(stk__cu.StreamSynchronize(L->stream)); /* the engines may still read the old copy */
+    if (L->bits_host) stk__cu.MemFreeHost(L->bits_host);
+    if (L->bits_dev) stk__cu.MemFree(L->bits_dev);
+    L->bits_host = NULL;
+    L->bits_dev = 0;
+    L->bits_cap = 0;
+    CU(stk__cu.MemHostAlloc((void **)&L->bits_host, cap, 0));
+    CU(stk__cu.MemAlloc(&L->bits_dev, cap));
+    L->bits_cap = cap;
+  }
+  size_t off = 0;
+  for (int i = 0; i < m; i++) {
+    memcpy(L->bits_host + off, L->hw_data[i], L->hw_len[i]);
+    L->hw_data[i] = (const unsigned char *)(uintptr_t)(L->bits_dev + off);
+    off += align_up(L->hw_len[i], 256);
+  }
+  if (off) CU(stk__cu.MemcpyHtoDAsync(L->bits_dev, L->bits_host, off, L->stream));
+  CU(stk__cu.EventRecord(L->bits_done, L->stream));
+  L->bits_pending = 1;
+  return STK_OK;
+}
+
+/* The chunk's items planned for the hardware engines, in one batched call
+ * (or, cfg.hw_states, one by one). A failed call routes them on, to the
+ * hybrid decoder or the CPU. */
 static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, const int *chunk,
                          int k, char *msg, size_t msglen) {
   int rc;
   int m = 0;
   chunk = engine_order(g, L, chunk, k);
+  if (L->nhs) return engines_one_by_one(g, L, items, chunk, k, msg, msglen);
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_HW) continue;
@@ -414,6 +520,7 @@ static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, 
      * chunk's kernel was still reading it. Between batches the slot's last
      * kernel is long done, so this rarely waits. */
     if (s->consumed_pending) CU(stk__cu.EventSynchronize(s->consumed));
+    if (L->pad_dev && (rc = bitstreams_to_device(g, L, m, msg, msglen))) return rc;
     stk__gpu_hw_pad(g, L, m);
     int roi_used = 0;
     for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;

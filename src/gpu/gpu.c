@@ -108,6 +108,8 @@ static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_EINVAL, "slots must be in 1..1024, got %d", c->slots);
   if (c->planners < 0 || c->planners > 4096)
     return stk__fail(msg, msglen, STK_EINVAL, "planners must be in 0..4096, got %d", c->planners);
+  if (c->hw_states < 0 || c->hw_states > 64)
+    return stk__fail(msg, msglen, STK_EINVAL, "hw_states must be in 0..64, got %d", c->hw_states);
   if (c->lanes < 0 || c->lanes > 64)
     return stk__fail(msg, msglen, STK_EINVAL, "lanes must be in 0..64, got %d", c->lanes);
   for (int i = 0; i < 3; i++)
@@ -153,6 +155,37 @@ static int make_dummy(stk__gpu *g) {
   return stk__jpeg_encode(px, DUMMY_SIDE, DUMMY_SIDE, &o, &g->dummy_jpeg, &g->dummy_len);
 }
 
+static void close_states(stk__gpu *g, glane *L);
+
+/* cfg.hw_states: one padding image through each state, which sizes its
+ * buffers. A state that fails turns the decoupled decoder off on every
+ * lane (the batched call then drives the engines). */
+static int warm_states(stk__gpu *g, glane *L, char *msg, size_t msglen) {
+  stk__gpu_item it;
+  iplan p;
+  memset(&it, 0, sizeof it);
+  memset(&p, 0, sizeof p);
+  it.data = g->dummy_jpeg;
+  it.len = g->dummy_len;
+  nvjpegImage_t dst;
+  memset(&dst, 0, sizeof dst);
+  dst.channel[0] = (unsigned char *)(uintptr_t)L->dummy_out;
+  dst.pitch[0] = DUMMY_SIDE * 3;
+  for (int i = 0; i < L->nhs; i++) {
+    CUresult cu = CUDA_SUCCESS;
+    int bad = stk__gpu_engine_one(g, &L->hs[i], &it, &p, &dst, &cu);
+    CU(cu);
+    CU(stk__cu.StreamSynchronize(L->hs[i].stream));
+    L->hs[i].used = 0;
+    if (bad) {
+      stk__gpu_note(g, "decoupled hardware decoder off: it failed the padding image");
+      for (int k = 0; k < g->cfg.lanes; k++) close_states(g, &g->lanes[k]);
+      return STK_OK;
+    }
+  }
+  return STK_OK;
+}
+
 /* Decodes a full batch of dummies and waits: sizes nvJPEG's internal
  * buffers, and tells whether the engines work at all. */
 static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
@@ -164,7 +197,48 @@ static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx: %s", stk__nj_status(s));
   }
   CU(stk__cu.StreamSynchronize(L->stream));
+  return warm_states(g, L, msg, msglen);
+}
+
+/* cfg.hw_states: the lane's states of the decoupled hardware decoder. */
+static int open_states(stk__gpu *g, glane *L, char *msg, size_t msglen) {
+  L->hs = calloc((size_t)g->cfg.hw_states, sizeof *L->hs);
+  if (!L->hs) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  for (; L->nhs < g->cfg.hw_states; L->nhs++) {
+    hwstate *h = &L->hs[L->nhs];
+    CU(make_stream(g, &h->stream));
+    CU(stk__cu.EventCreate(&h->done, CU_EVENT_DISABLE_TIMING));
+    NJ(stk__nj.DecoderStateCreate(g->hw, g->hw_dec, &h->state));
+    NJ(stk__nj.BufferDeviceCreate(g->hw, NULL, &h->dev));
+    NJ(stk__nj.StateAttachDeviceBuffer(h->state, h->dev));
+    for (int b = 0; b < 2; b++) {
+      NJ(stk__nj.BufferPinnedCreate(g->hw, NULL, &h->pinned[b]));
+      NJ(stk__nj.JpegStreamCreate(g->hw, &h->js[b]));
+    }
+    NJ(stk__nj.DecodeParamsCreate(g->hw, &h->params));
+    NJ(stk__nj.DecodeParamsSetOutputFormat(h->params, NVJPEG_OUTPUT_RGBI));
+  }
   return STK_OK;
+}
+
+/* Frees what open_states() made, a failed state's part included. */
+static void close_states(stk__gpu *g, glane *L) {
+  for (int i = 0; L->hs && i < g->cfg.hw_states; i++) {
+    hwstate *h = &L->hs[i];
+    if (h->stream) stk__cu.StreamSynchronize(h->stream);
+    if (h->params) stk__nj.DecodeParamsDestroy(h->params);
+    for (int b = 0; b < 2; b++) {
+      if (h->js[b]) stk__nj.JpegStreamDestroy(h->js[b]);
+      if (h->pinned[b]) stk__nj.BufferPinnedDestroy(h->pinned[b]);
+    }
+    if (h->state) stk__nj.JpegStateDestroy(h->state);
+    if (h->dev) stk__nj.BufferDeviceDestroy(h->dev);
+    if (h->done) stk__cu.EventDestroy(h->done);
+    if (h->stream) stk__cu.StreamDestroy(h->stream);
+  }
+  free(L->hs);
+  L->hs = NULL;
+  L->nhs = 0;
 }
 
 static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
@@ -205,6 +279,7 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   stk__decoder_set_limits(L->dec, c->max_pixels);
   L->js_handle = g->hw ? g->hw : g->gen;
+  L->pad_data = g->dummy_jpeg;
   if (L->js_handle) {
     NJ(stk__nj.JpegStreamCreate(L->js_handle, &L->js));
     NJ(stk__nj.DecodeParamsCreate(L->js_handle, &L->chk_params));
@@ -217,6 +292,14 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       NJ(stk__nj.DecodeParamsSetOutputFormat(L->hw_params[i], NVJPEG_OUTPUT_RGBI));
     }
     if ((rc = stk__gpu_hw_init_lane(g, L, B, msg, msglen))) return rc;
+    if (g->hw_device_input) {
+      /* the padding JPEG where the engines then read their input */
+      if ((rc = dev_alloc(g, &L->pad_dev, g->dummy_len, "padding JPEG", msg, msglen))) return rc;
+      CU(stk__cu.MemcpyHtoD(L->pad_dev, g->dummy_jpeg, g->dummy_len));
+      CU(stk__cu.EventCreate(&L->bits_done, CU_EVENT_DISABLE_TIMING));
+      L->pad_data = (const unsigned char *)(uintptr_t)L->pad_dev;
+    }
+    if (g->hw_dec && (rc = open_states(g, L, msg, msglen))) return rc;
     if (stk__nj.DecodeBatchedPreAllocate)
       stk__nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
                                     NVJPEG_OUTPUT_RGBI);
@@ -236,6 +319,18 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
 
 /* Destroys the lane's objects made with the hardware handle. */
 static void drop_lane_hw(stk__gpu *g, glane *L) {
+  close_states(g, L);
+  if (L->bits_pending) stk__cu.EventSynchronize(L->bits_done);
+  if (L->stream) stk__cu.StreamSynchronize(L->stream); /* the engines may read bits_dev */
+  if (L->bits_host) stk__cu.MemFreeHost(L->bits_host);
+  if (L->bits_dev) stk__cu.MemFree(L->bits_dev);
+  if (L->pad_dev) stk__cu.MemFree(L->pad_dev);
+  if (L->bits_done) stk__cu.EventDestroy(L->bits_done);
+  L->bits_host = NULL;
+  L->bits_dev = L->pad_dev = 0;
+  L->bits_cap = 0;
+  L->bits_done = NULL;
+  L->bits_pending = 0;
   if (L->hw_params)
     for (int i = 0; i < g->cfg.max_batch; i++) {
       if (L->hw_params[i]) stk__nj.DecodeParamsDestroy(L->hw_params[i]);
@@ -307,20 +402,40 @@ static void open_nvjpeg(stk__gpu *g) {
   }
   g->st.chroma_interp = flags != 0;
   if (g->cfg.use_hw) {
-    nvjpegStatus_t st =
-        stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
+    int backend = NVJPEG_BACKEND_HARDWARE;
+    nvjpegStatus_t st;
+    if (g->cfg.hw_device_input) {
+      backend = NVJPEG_BACKEND_HARDWARE_DEVICE;
+      st = stk__nj.CreateEx(backend, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
+      if (st != NVJPEG_STATUS_SUCCESS) {
+        stk__gpu_note(g, "engines with device input refused: %s", stk__nj_status(st));
+        backend = NVJPEG_BACKEND_HARDWARE;
+      }
+    }
+    if (backend == NVJPEG_BACKEND_HARDWARE)
+      st = stk__nj.CreateEx(backend, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
     if (st != NVJPEG_STATUS_SUCCESS && g->cfg.hw_flags) {
       stk__gpu_note(g, "engine flags %#x refused: %s", g->cfg.hw_flags, stk__nj_status(st));
-      st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
+      st = stk__nj.CreateEx(backend, NJ_ALLOC, flags, &g->hw);
     }
     if (st != NVJPEG_STATUS_SUCCESS && flags) {
       /* without the upsampling flag, which this version may not know */
-      st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, 0, &g->hw);
+      st = stk__nj.CreateEx(backend, NJ_ALLOC, 0, &g->hw);
       if (st == NVJPEG_STATUS_SUCCESS) g->st.chroma_interp = 0; /* as the engines do it */
     }
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->hw = NULL;
       stk__gpu_note(g, "hardware decoder not available: %s", stk__nj_status(st));
+    }
+    g->hw_device_input = g->hw && backend == NVJPEG_BACKEND_HARDWARE_DEVICE;
+    if (g->hw && g->cfg.hw_states > 0 && !g->hw_device_input) {
+      if (!stk__nj.DecodeJpegHost || !stk__nj.DecodeJpegTransferToDevice || !stk__nj.DecodeJpegDevice)
+        stk__gpu_note(g, "decoupled hardware decoder off: this nvJPEG lacks its calls");
+      else if ((st = stk__nj.DecoderCreate(g->hw, NVJPEG_BACKEND_HARDWARE, &g->hw_dec)) !=
+               NVJPEG_STATUS_SUCCESS) {
+        g->hw_dec = NULL;
+        stk__gpu_note(g, "decoupled hardware decoder off: %s", stk__nj_status(st));
+      }
     }
   }
   if (g->cfg.use_cuda && stk__nj.DecoderCreate(g->gen, NVJPEG_BACKEND_HYBRID, &g->hy_dec) !=
@@ -476,6 +591,8 @@ static int warm_engines(stk__gpu *g, char *msg, size_t msglen) {
     if (!hw_warmup(g, &g->lanes[i], why, sizeof why)) continue;
     stk__gpu_note(g, "hardware decoder off: %s", why);
     for (int k = 0; k < g->cfg.lanes; k++) drop_lane_hw(g, &g->lanes[k]);
+    if (g->hw_dec) stk__nj.DecoderDestroy(g->hw_dec);
+    g->hw_dec = NULL;
     stk__nj.Destroy(g->hw);
     g->hw = NULL;
     for (int k = 0; k < g->cfg.lanes; k++) {
@@ -597,6 +714,7 @@ void stk__gpu_close(stk__gpu *g) {
   }
   free(g->parsers);
   if (g->hy_dec) stk__nj.DecoderDestroy(g->hy_dec);
+  if (g->hw_dec) stk__nj.DecoderDestroy(g->hw_dec);
   if (g->hw) stk__nj.Destroy(g->hw);
   if (g->gen) stk__nj.Destroy(g->gen);
   if (g->ctx) stk__pool_release(g->ctx);

@@ -122,6 +122,16 @@ typedef struct {
                              HW_DECODE_NO_PIPELINE. 0 */
   int hw_sort;            /* benchmarks: the engines' batch in the order of
                              chroma subsampling, then source size. 0 */
+  int hw_states;          /* benchmarks: the engines driven one image at a
+                             time through nvJPEG's decoupled hardware decoder
+                             (host phase, transfer, device phase), round-robin
+                             over this many states per lane, each on its own
+                             stream with two pinned buffers; 0: one batched
+                             call per chunk. 0 */
+  int hw_device_input;    /* benchmarks: the engines' handle made with
+                             NVJPEG_BACKEND_HARDWARE_DEVICE; each chunk's
+                             bitstreams go up in one copy and the engines
+                             read them from device memory. 0 */
   const stk__aug_plan *aug; /* the augmentations after the crop
                              (augment.h), or NULL. With them the fused
                              kernel writes 8-bit tiles, which the
@@ -206,7 +216,9 @@ typedef struct {
   uint64_t batches, items, failed;
   uint64_t path[STK__GPU_NPATHS]; /* items per path */
   uint64_t chunks;                /* kernel launches (> batches: arena too small) */
-  uint64_t hw_batch_failures;     /* batched hardware decodes that failed as a whole */
+  uint64_t hw_batch_failures;     /* batched hardware decodes that failed as a whole
+                                     (cfg.hw_states: images the decoupled decoder
+                                     failed or refused) */
   uint64_t hw_roi_full;           /* hardware items decoded whole: ROI refused */
   double host_seconds;            /* summed over threads, inside run_batch() */
   double host_plan_seconds;       /* of which: reading headers, choosing paths */

@@ -44,6 +44,21 @@ typedef struct {
   int consumed_pending; /* consumed was recorded: the next decode waits */
 } gslot;
 
+/* cfg.hw_states: one state of the decoupled hardware decoder. Two pinned
+ * buffers and two stream parsers, so that the host phase of an image can
+ * run while the previous image's transfer may still read the other. */
+typedef struct {
+  nvjpegJpegState_t state;
+  nvjpegBufferPinned_t pinned[2];
+  nvjpegBufferDevice_t dev;
+  nvjpegJpegStream_t js[2];
+  nvjpegDecodeParams_t params;
+  CUstream stream;
+  CUevent done;
+  int buf;  /* the buffer the last image used */
+  int used; /* work queued in this chunk, not yet joined to the lane */
+} hwstate;
+
 /* What run_batch() decided for one item (gpu.h). */
 typedef stk__gpu_pre iplan;
 
@@ -62,6 +77,17 @@ typedef struct {
   nvjpegImage_t *hw_dst;
   int *hw_item;
   int hw_n;                        /* the batch size it is initialised for */
+  const unsigned char *pad_data;   /* the padding JPEG, where the engines read it */
+  /* cfg.hw_states */
+  hwstate *hs;
+  int nhs, hs_next;
+  /* cfg.hw_device_input: the chunk's bitstreams packed in pinned memory,
+   * and their device copy; bits_done once the copy has left the host side */
+  uint8_t *bits_host;
+  CUdeviceptr bits_dev, pad_dev;
+  size_t bits_cap;
+  CUevent bits_done;
+  int bits_pending;
   /* hybrid */
   nvjpegJpegState_t hy_state;
   nvjpegBufferPinned_t hy_pinned;
@@ -118,6 +144,8 @@ struct stk__gpu {
                     should not queue behind a training step's kernels */
   nvjpegHandle_t hw, gen;
   nvjpegJpegDecoder_t hy_dec;
+  nvjpegJpegDecoder_t hw_dec; /* cfg.hw_states: the decoupled hardware decoder */
+  int hw_device_input;        /* cfg.hw_device_input, granted */
   /* the engines' regions are in use; read by workers planning ahead while a
    * lane may switch it off */
   _Atomic int hw_roi;
@@ -147,6 +175,10 @@ void stk__gpu_note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
 int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen);
 /* Fills the engines' batch from position m on with the padding image. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m);
+/* cfg.hw_states: one image (its plan p) through state h into dst; 0 or -1
+ * (a failed wait on h's stream also sets *cu). */
+int stk__gpu_engine_one(stk__gpu *g, hwstate *h, const stk__gpu_item *it, const iplan *p,
+                        nvjpegImage_t *dst, CUresult *cu);
 /* Runs n items into slot s on lane L (the context current, the lane taken). */
 int stk__gpu_run_locked(stk__gpu *g, glane *L, gslot *s, int n, stk__gpu_item *items, char *msg,
                         size_t msglen);
