@@ -190,11 +190,18 @@ static int warm_states(stk__gpu *g, glane *L, char *msg, size_t msglen) {
  * buffers, and tells whether the engines work at all. */
 static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   stk__gpu_hw_pad(g, L, 0);
-  nvjpegStatus_t s = stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
-                                          L->hw_params, L->stream);
+  /* with device input, the call without regions (chunk_engines makes it for
+   * a chunk that needs none) */
+  nvjpegStatus_t s =
+      g->hw_device_input
+          ? stk__nj.DecodeBatched(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst, L->stream)
+          : stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+                                    L->hw_params, L->stream);
   if (s != NVJPEG_STATUS_SUCCESS) {
     stk__gpu_hw_init_lane(g, L, L->hw_n, NULL, 0);
-    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx: %s", stk__nj_status(s));
+    return stk__fail(msg, msglen, STK_ECUDA, "%s: %s",
+                     g->hw_device_input ? "nvjpegDecodeBatched" : "nvjpegDecodeBatchedEx",
+                     stk__nj_status(s));
   }
   CU(stk__cu.StreamSynchronize(L->stream));
   return warm_states(g, L, msg, msglen);
