@@ -69,7 +69,7 @@ typedef struct {
   int chroma_interp;
   float cpu_share; /* share of each batch decoded by CPU helper threads */
   unsigned hw_flags; /* stk__gpu_config.hw_flags */
-  int hw_sort;       /* stk__gpu_config.hw_sort */
+  int hw_sort;       /* stk__gpu_config.hw_sort: 1 on, -1 off, 0 the default */
   int hw_states;     /* stk__gpu_config.hw_states */
   int hw_device_input; /* stk__gpu_config.hw_device_input */
   int eval, whole, no_hw; /* as written in the list below; train, roi and
@@ -248,7 +248,7 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.decode_only = m->decode_only;
   c.profile = m->profile;
   c.hw_flags = m->hw_flags;
-  c.hw_sort = m->hw_sort;
+  if (m->hw_sort) c.hw_sort = m->hw_sort > 0; /* -1: off */
   c.hw_states = m->hw_states;
   c.hw_device_input = m->hw_device_input;
   stk__gpu *g = NULL;
@@ -418,8 +418,8 @@ int main(int argc, char **argv) {
   MODE(.name = NAME("decode: engines only, ROI, %d threads", T), .decode_only = 1, .threads = T);
   MODE(.name = NAME("decode: ROI, %d thr, HW_DECODE_NO_PIPELINE", T), .decode_only = 1,
        .threads = T, .hw_flags = 1);
-  MODE(.name = NAME("decode: ROI, %d thr, sorted by css and size", T), .decode_only = 1,
-       .threads = T, .hw_sort = 1);
+  MODE(.name = NAME("decode: ROI, %d thr, in arrival order", T), .decode_only = 1,
+       .threads = T, .hw_sort = -1);
   MODE(.name = NAME("decode: ROI, %d thr, decoupled, 4 states/thr", T), .decode_only = 1,
        .threads = T, .hw_states = 4);
   MODE(.name = NAME("decode: ROI, %d thr, decoupled, 14 states/thr", T), .decode_only = 1,
@@ -429,7 +429,7 @@ int main(int argc, char **argv) {
   MODE(.name = "train: engines, 1 thread");
   MODE(.name = NAME("train: engines, %d threads", T), .threads = T);
   MODE(.name = NAME("train: engines, %d thr, HW_DECODE_NO_PIPELINE", T), .threads = T, .hw_flags = 1);
-  MODE(.name = NAME("train: engines, %d thr, sorted by css, size", T), .threads = T, .hw_sort = 1);
+  MODE(.name = NAME("train: engines, %d thr, in arrival order", T), .threads = T, .hw_sort = -1);
   MODE(.name = NAME("train: %d thr, decoupled, 14 states/thr", T), .threads = T, .hw_states = 14);
   MODE(.name = NAME("train: engines + 25%% CPU (%dx%d thr), %d thr", T, cpu_threads, T),
        .threads = T, .cpu_share = 0.25f);

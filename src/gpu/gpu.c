@@ -57,6 +57,7 @@ void stk__gpu_config_init(stk__gpu_config *c) {
   c->use_cuda = 1;
   c->roi = 1;
   c->chroma_interp = 0;  /* 3.5x slower engines for ~85 -> ~98 dB, see gpu.h */
+  c->hw_sort = 1;        /* 7-21% more from the engines on an H200, see gpu.h */
   c->max_pixels = 178956970ULL;
 }
 

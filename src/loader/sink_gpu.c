@@ -372,6 +372,10 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   cfg.max_pixels = o->max_pixels;
   cfg.planners = o->threads; /* as many header parsers as workers (resolved by now) */
   cfg.aug = g->plan->aug.on ? &g->plan->aug : NULL;
+  /* STOKER_GPU_ENGINE_ORDER=arrival: the engines' batches in the order the
+   * items came, for benchmarks of the sorted default against it */
+  const char *eo = getenv("STOKER_GPU_ENGINE_ORDER");
+  if (eo && !strcmp(eo, "arrival")) cfg.hw_sort = 0;
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
