@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
          t_head * 1e6 / (nimg ? nimg : 1));
 
   /* T: the lanes (threads), as the loader runs them */
-  enum { NMODES = 24 };
+  enum { NMODES = 28 };
   char nm[NMODES][96];
   int T = threads;
   int mi = 0;
@@ -420,6 +420,8 @@ int main(int argc, char **argv) {
        .threads = T, .hw_flags = 1);
   MODE(.name = NAME("decode: ROI, %d thr, in arrival order", T), .decode_only = 1,
        .threads = T, .hw_sort = -1);
+  MODE(.name = NAME("decode: ROI, %d thr, decoupled, 2 states/thr", T), .decode_only = 1,
+       .threads = T, .hw_states = 2);
   MODE(.name = NAME("decode: ROI, %d thr, decoupled, 4 states/thr", T), .decode_only = 1,
        .threads = T, .hw_states = 4);
   MODE(.name = NAME("decode: ROI, %d thr, decoupled, 14 states/thr", T), .decode_only = 1,
@@ -430,6 +432,7 @@ int main(int argc, char **argv) {
   MODE(.name = NAME("train: engines, %d threads", T), .threads = T);
   MODE(.name = NAME("train: engines, %d thr, HW_DECODE_NO_PIPELINE", T), .threads = T, .hw_flags = 1);
   MODE(.name = NAME("train: engines, %d thr, in arrival order", T), .threads = T, .hw_sort = -1);
+  MODE(.name = NAME("train: %d thr, decoupled, 4 states/thr", T), .threads = T, .hw_states = 4);
   MODE(.name = NAME("train: %d thr, decoupled, 14 states/thr", T), .threads = T, .hw_states = 14);
   MODE(.name = NAME("train: engines + 25%% CPU (%dx%d thr), %d thr", T, cpu_threads, T),
        .threads = T, .cpu_share = 0.25f);
