@@ -376,6 +376,10 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
    * items came, for benchmarks of the sorted default against it */
   const char *eo = getenv("STOKER_GPU_ENGINE_ORDER");
   if (eo && !strcmp(eo, "arrival")) cfg.hw_sort = 0;
+  /* STOKER_GPU_ENGINE_STATES=N: the engines driven through the decoupled
+   * decoder with N states per lane (gpu.h hw_states), for benchmarks */
+  const char *es = getenv("STOKER_GPU_ENGINE_STATES");
+  if (es && atoi(es) > 0 && atoi(es) <= 64) cfg.hw_states = atoi(es);
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
