@@ -125,12 +125,15 @@ typedef struct {
                              and on an H200 with 2 lanes 18,300 instead of
                              17,100 img/s (train crops, kernel included) and
                              18,400 instead of 15,200 (decode alone). 1 */
-  int hw_states;          /* benchmarks: the engines driven one image at a
-                             time through nvJPEG's decoupled hardware decoder
-                             (host phase, transfer, device phase), round-robin
-                             over this many states per lane, each on its own
-                             stream with two pinned buffers; 0: one batched
-                             call per chunk. 0 */
+  int hw_states;          /* the engines driven one image at a time through
+                             nvJPEG's decoupled hardware decoder (host phase,
+                             transfer, device phase), round-robin over this
+                             many states per lane, each on its own stream with
+                             two pinned buffers; 0: one batched call per
+                             chunk. Beside a training model the decoupled
+                             decoder feeds it better, alone the batched call
+                             is faster (docs/gpu.md): the loader sets 4, the
+                             pack keeps 0. 0 */
   int hw_device_input;    /* benchmarks: the engines' handle made with
                              NVJPEG_BACKEND_HARDWARE_DEVICE; each chunk's
                              bitstreams go up in one copy and the engines
