@@ -385,27 +385,35 @@ static const int *engine_order(const stk__gpu *g, glane *L, const int *chunk, in
 }
 
 /* One image through the decoupled hardware decoder on state h, into dst.
- * Returns 0, or -1 when nvJPEG failed or refused it (the item is then
- * routed on); a failed wait for the state's stream also sets *cu. */
+ * Returns 0; -1 when the decoder refuses the image; or nvJPEG's failure
+ * (the item is then routed on). A failed wait for the state's stream also
+ * sets *cu. */
 int stk__gpu_engine_one(stk__gpu *g, hwstate *h, const stk__gpu_item *it, const iplan *p,
                         nvjpegImage_t *dst, CUresult *cu) {
-  int b = h->buf ^= 1;
+  /* h->buf is the buffer of the last image whose host phase succeeded; its
+   * transfer may still be reading it, so this image takes the other one,
+   * and keeps it only once its own host phase has filled it. */
+  int b = h->buf ^ 1;
   int sup = 1;
-  if (stk__nj.JpegStreamParse(g->hw, it->data, it->len, 0, 0, h->js[b]) ||
-      stk__nj.DecodeParamsSetROI(h->params, p->roi ? p->sx : 0, p->roi ? p->sy : 0,
-                                 p->roi ? p->sw : -1, p->roi ? p->sh : -1) ||
-      stk__nj.DecoderJpegSupported(g->hw_dec, h->js[b], h->params, &sup) || sup != 0 ||
-      stk__nj.StateAttachPinnedBuffer(h->state, h->pinned[b]) ||
-      stk__nj.DecodeJpegHost(g->hw, g->hw_dec, h->state, h->params, h->js[b]))
-    return -1;
+  nvjpegStatus_t st;
+  if ((st = stk__nj.JpegStreamParse(g->hw, it->data, it->len, 0, 0, h->js[b])) ||
+      (st = stk__nj.DecodeParamsSetROI(h->params, p->roi ? p->sx : 0, p->roi ? p->sy : 0,
+                                       p->roi ? p->sw : -1, p->roi ? p->sh : -1)) ||
+      (st = stk__nj.DecoderJpegSupported(g->hw_dec, h->js[b], h->params, &sup)))
+    return st;
+  if (sup != 0) return -1;
+  if ((st = stk__nj.StateAttachPinnedBuffer(h->state, h->pinned[b])) ||
+      (st = stk__nj.DecodeJpegHost(g->hw, g->hw_dec, h->state, h->params, h->js[b])))
+    return st;
+  h->buf = b;
   /* The state's previous image (its transfer read the other pinned buffer,
    * its device phase this state's buffers) must be done before this one's
    * transfer; with twice as many states as engines it normally is. */
   if ((*cu = stk__cu.StreamSynchronize(h->stream)) != CUDA_SUCCESS) return -1;
-  if (stk__nj.DecodeJpegTransferToDevice(g->hw, g->hw_dec, h->state, h->js[b], h->stream) ||
-      stk__nj.DecodeJpegDevice(g->hw, g->hw_dec, h->state, dst, h->stream))
-    return -1;
-  h->used = 1;
+  h->used = 1; /* from here on, work of this image may be queued */
+  if ((st = stk__nj.DecodeJpegTransferToDevice(g->hw, g->hw_dec, h->state, h->js[b], h->stream)) ||
+      (st = stk__nj.DecodeJpegDevice(g->hw, g->hw_dec, h->state, dst, h->stream)))
+    return st;
   return 0;
 }
 
@@ -419,7 +427,7 @@ static int engines_one_by_one(stk__gpu *g, glane *L, const stk__gpu_item *items,
                               int k, char *msg, size_t msglen) {
   double t = stk__now();
   for (int i = 0; i < L->nhs; i++) CU(stk__cu.StreamWaitEvent(L->hs[i].stream, L->ev_main, 0));
-  int failed = 0;
+  int failed = 0, first = 0;
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_HW || p->have_src) continue;
@@ -430,12 +438,13 @@ static int engines_one_by_one(stk__gpu *g, glane *L, const stk__gpu_item *items,
     dst.channel[0] = (unsigned char *)(uintptr_t)(L->arena + p->off);
     dst.pitch[0] = p->pitch;
     CUresult cu = CUDA_SUCCESS;
-    if (stk__gpu_engine_one(g, h, &items[chunk[c]], p, &dst, &cu) == 0) {
+    int st = stk__gpu_engine_one(g, h, &items[chunk[c]], p, &dst, &cu);
+    if (st == 0) {
       p->have_src = 1;
     } else {
       CU(cu);
       fall_back(g, p);
-      failed++;
+      if (!failed++) first = st;
     }
   }
   for (int i = 0; i < L->nhs; i++) {
@@ -449,6 +458,13 @@ static int engines_one_by_one(stk__gpu *g, glane *L, const stk__gpu_item *items,
   if (failed) {
     pthread_mutex_lock(&g->mu);
     g->st.hw_batch_failures += (uint64_t)failed;
+    if (!g->hw_dec_failed_noted) { /* once: the count is in hw_batch_failures */
+      g->hw_dec_failed_noted = 1;
+      if (first < 0)
+        stk__gpu_note(g, "the decoupled hardware decoder refused an image");
+      else
+        stk__gpu_note(g, "the decoupled hardware decoder failed an image: %s", stk__nj_status(first));
+    }
     pthread_mutex_unlock(&g->mu);
   }
   return STK_OK;
@@ -457,13 +473,11 @@ static int engines_one_by_one(stk__gpu *g, glane *L, const stk__gpu_item *items,
 /* cfg.hw_device_input: the bitstreams of the engines' batch (hw_data[0, m))
  * packed into the lane's pinned buffer and copied up on the lane's stream
  * in one call; hw_data then points at the device copies. The buffers grow
- * to the largest chunk seen. */
+ * to the largest chunk seen; the copy is waited for (see below), so the
+ * pinned buffer is free again on return. */
 static int bitstreams_to_device(stk__gpu *g, glane *L, int m, char *msg, size_t msglen) {
   size_t need = 0;
   for (int i = 0; i < m; i++) need += align_up(L->hw_len[i], 256);
-  /* the previous chunk's copy must have left the pinned buffer */
-  if (L->bits_pending) CU(stk__cu.EventSynchronize(L->bits_done));
-  L->bits_pending = 0;
   if (need > L->bits_cap) {
     size_t cap = need + need / 4;
     CU(stk__cu.StreamSynchronize(L->stream)); /* the engines may still read the old copy */
@@ -484,7 +498,9 @@ static int bitstreams_to_device(stk__gpu *g, glane *L, int m, char *msg, size_t 
   }
   if (off) CU(stk__cu.MemcpyHtoDAsync(L->bits_dev, L->bits_host, off, L->stream));
   CU(stk__cu.EventRecord(L->bits_done, L->stream));
-  L->bits_pending = 1;
+  /* The engines work on nvJPEG's own streams, which need not wait for
+   * L->stream (chunk_engines): the copy must have landed before the call. */
+  CU(stk__cu.EventSynchronize(L->bits_done));
   return STK_OK;
 }
 

@@ -234,12 +234,13 @@ static void close_states(stk__gpu *g, glane *L) {
   for (int i = 0; L->hs && i < g->cfg.hw_states; i++) {
     hwstate *h = &L->hs[i];
     if (h->stream) stk__cu.StreamSynchronize(h->stream);
+    /* the state first: the buffers are attached to it */
+    if (h->state) stk__nj.JpegStateDestroy(h->state);
     if (h->params) stk__nj.DecodeParamsDestroy(h->params);
     for (int b = 0; b < 2; b++) {
       if (h->js[b]) stk__nj.JpegStreamDestroy(h->js[b]);
       if (h->pinned[b]) stk__nj.BufferPinnedDestroy(h->pinned[b]);
     }
-    if (h->state) stk__nj.JpegStateDestroy(h->state);
     if (h->dev) stk__nj.BufferDeviceDestroy(h->dev);
     if (h->done) stk__cu.EventDestroy(h->done);
     if (h->stream) stk__cu.StreamDestroy(h->stream);
@@ -252,6 +253,7 @@ static void close_states(stk__gpu *g, glane *L) {
 static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   const stk__gpu_config *c = &g->cfg;
   int B = c->max_batch, rc;
+  char why[256];
   CU(make_stream(g, &L->stream));
   CU(make_stream(g, &L->aux));
   CU(stk__cu.EventCreate(&L->done, CU_EVENT_DISABLE_TIMING));
@@ -307,7 +309,13 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       CU(stk__cu.EventCreate(&L->bits_done, CU_EVENT_DISABLE_TIMING));
       L->pad_data = (const unsigned char *)(uintptr_t)L->pad_dev;
     }
-    if (g->hw_dec && (rc = open_states(g, L, msg, msglen))) return rc;
+    if (g->hw_dec && open_states(g, L, why, sizeof why)) {
+      /* the batched call drives the engines instead, on every lane */
+      stk__gpu_note(g, "decoupled hardware decoder off: %s", why);
+      for (glane *l = g->lanes; l <= L; l++) close_states(g, l);
+      stk__nj.DecoderDestroy(g->hw_dec);
+      g->hw_dec = NULL;
+    }
     if (stk__nj.DecodeBatchedPreAllocate)
       stk__nj.DecodeBatchedPreAllocate(g->hw, L->hw_state, B, 1024, 1024, NVJPEG_CSS_444,
                                     NVJPEG_OUTPUT_RGBI);
@@ -328,7 +336,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
 /* Destroys the lane's objects made with the hardware handle. */
 static void drop_lane_hw(stk__gpu *g, glane *L) {
   close_states(g, L);
-  if (L->bits_pending) stk__cu.EventSynchronize(L->bits_done);
   if (L->stream) stk__cu.StreamSynchronize(L->stream); /* the engines may read bits_dev */
   if (L->bits_host) stk__cu.MemFreeHost(L->bits_host);
   if (L->bits_dev) stk__cu.MemFree(L->bits_dev);
@@ -338,7 +345,6 @@ static void drop_lane_hw(stk__gpu *g, glane *L) {
   L->bits_dev = L->pad_dev = 0;
   L->bits_cap = 0;
   L->bits_done = NULL;
-  L->bits_pending = 0;
   if (L->hw_params)
     for (int i = 0; i < g->cfg.max_batch; i++) {
       if (L->hw_params[i]) stk__nj.DecodeParamsDestroy(L->hw_params[i]);

@@ -55,7 +55,7 @@ typedef struct {
   nvjpegDecodeParams_t params;
   CUstream stream;
   CUevent done;
-  int buf;  /* the buffer the last image used */
+  int buf;  /* the buffer of the last image whose host phase succeeded */
   int used; /* work queued in this chunk, not yet joined to the lane */
 } hwstate;
 
@@ -87,7 +87,6 @@ typedef struct {
   CUdeviceptr bits_dev, pad_dev;
   size_t bits_cap;
   CUevent bits_done;
-  int bits_pending;
   /* hybrid */
   nvjpegJpegState_t hy_state;
   nvjpegBufferPinned_t hy_pinned;
@@ -146,6 +145,7 @@ struct stk__gpu {
   nvjpegJpegDecoder_t hy_dec;
   nvjpegJpegDecoder_t hw_dec; /* cfg.hw_states: the decoupled hardware decoder */
   int hw_device_input;        /* cfg.hw_device_input, granted */
+  int hw_dec_failed_noted;    /* the decoupled decoder's first failure is in the notes */
   /* the engines' regions are in use; read by workers planning ahead while a
    * lane may switch it off */
   _Atomic int hw_roi;
@@ -175,8 +175,9 @@ void stk__gpu_note(stk__gpu *g, const char *fmt, ...) STK__PRINTF(2, 3);
 int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen);
 /* Fills the engines' batch from position m on with the padding image. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m);
-/* cfg.hw_states: one image (its plan p) through state h into dst; 0 or -1
- * (a failed wait on h's stream also sets *cu). */
+/* cfg.hw_states: one image (its plan p) through state h into dst; 0, -1
+ * when refused, or nvJPEG's failure (a failed wait on h's stream also sets
+ * *cu). */
 int stk__gpu_engine_one(stk__gpu *g, hwstate *h, const stk__gpu_item *it, const iplan *p,
                         nvjpegImage_t *dst, CUresult *cu);
 /* Runs n items into slot s on lane L (the context current, the lane taken). */

@@ -385,7 +385,9 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
    * N, 0 for the batched call. */
   cfg.hw_states = 4;
   const char *es = getenv("STOKER_GPU_ENGINE_STATES");
-  if (es && *es && atoi(es) >= 0 && atoi(es) <= 64) cfg.hw_states = atoi(es);
+  char *end = NULL;
+  long ns = es && *es ? strtol(es, &end, 10) : -1;
+  if (end && !*end && ns >= 0 && ns <= 64) cfg.hw_states = (int)ns; /* else ignored */
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
