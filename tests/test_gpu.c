@@ -919,6 +919,12 @@ int main(void) {
     test_exact(1, STK_FILTER_BICUBIC);
     run_psnr(0, 1, 1, 1, NULL);
     test_own_size();
+    /* the ways of driving the engines, the decoupled decoder the loader
+     * uses among them, under the sanitizers too */
+    uint8_t *quick_eval = malloc((size_t)OUT * OUT * 3 * nimg);
+    run_psnr(0, 1, 0, 1, quick_eval);
+    test_engine_drives(quick_eval);
+    free(quick_eval);
     for (int i = 0; i < nimg; i++) free(imgs[i].data);
     stk__decoder_destroy(dec);
     return CHECK_DONE();
