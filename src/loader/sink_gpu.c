@@ -378,8 +378,8 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   if (eo && !strcmp(eo, "arrival")) cfg.hw_sort = 0;
   /* The engines through the decoupled decoder, 4 states per lane: beside a
    * model its per-image work runs on our few streams instead of the
-   * batched call's many, and on an H200 ResNet-18 trained at 89.9-90.2% of
-   * its synthetic rate instead of 71-76%, ResNet-50 (4 threads) at 99.9-100%
+   * batched call's many, and on an H200 ResNet-18 trained at 88.3-89.9% of
+   * its synthetic rate instead of 71-79%, ResNet-50 (4 threads) at 99.9-100%
    * instead of 92% (docs/gpu.md). The loader alone is slower with it
    * (14,200 against 17,600 img/s). STOKER_GPU_ENGINE_STATES=N (0-64) sets
    * N, 0 for the batched call. */
