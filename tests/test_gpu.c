@@ -585,6 +585,13 @@ static void test_engine_drives(const uint8_t *normal_eval) {
            names[v], same, 2 * nimg, hw, elsewhere, (unsigned long long)s.hw_batch_failures,
            s.notes[0] ? "; notes: " : "", s.notes);
     if (s.hw_available) CHECK_MSG(hw > 0, "%s: no image on the engines", names[v]);
+    /* the decoupled decoder ran, and took every image the plans gave it */
+    if (v == 0 && s.hw_available) {
+      CHECK_EQ_INT(s.hw_states, 3);
+      CHECK_MSG(s.hw_batch_failures == 0, "decoupled: %llu images failed or refused",
+                (unsigned long long)s.hw_batch_failures);
+    }
+    if (v != 0) CHECK_EQ_INT(s.hw_states, 0);
     free(got);
     free(ref);
     free(items);

@@ -686,6 +686,7 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
   if ((g->hw && (rc = warm_engines(g, msg, msglen))) || (rc = open_parsers(g, msg, msglen)))
     goto fail;
   g->st.hw_available = g->hw != NULL;
+  g->st.hw_states = g->lanes[0].nhs; /* every lane has them, or none (open_lane, warm_states) */
   g->st.hw_roi = g->hw_roi;
   g->st.cuda_available = g->hy_dec != NULL;
   stk__cu.MemGetInfo(&free1, &total);

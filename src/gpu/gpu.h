@@ -241,6 +241,8 @@ typedef struct {
   uint64_t late_allocs;           /* device/pinned allocations nvJPEG made
                                      after open (process-wide: all gpus) */
   int hw_available;               /* the hardware engines are in use */
+  int hw_states;                  /* the decoupled decoder's states per lane in
+                                     use (cfg.hw_states), 0: the batched call */
   int hw_roi;                     /* ROI decode on the engines is in use */
   int chroma_interp;              /* interpolated chroma upsampling is on */
   int cuda_available;             /* the hybrid decoder is in use */

@@ -291,11 +291,13 @@ static void gpu_finish(stk__sink *k) {
   fprintf(stderr,
           "stoker gpu profile: %llu batches, cpu share %.3f; per batch, ms of host time: in "
           "run_batch %.2f = waiting for a lane %.2f + for the lane's previous decode %.2f + "
-          "planning %.2f + engines' batched call %.2f + CPU fallbacks %.2f + rest; items: "
-          "engines %llu, cuda %llu, cpu %llu, host %llu, big %llu\n",
+          "planning %.2f + the engines %.2f + CPU fallbacks %.2f + rest; the engines driven "
+          "%s, %d states per lane; items: engines %llu, cuda %llu, cpu %llu, host %llu, big "
+          "%llu\n",
           (unsigned long long)gs.batches, g->share, gs.host_seconds * b,
           gs.host_lane_wait_seconds * b, gs.host_sync_seconds * b, gs.host_plan_seconds * b,
           gs.host_hw_seconds * b, gs.host_cpu_seconds * b,
+          gs.hw_states ? "one by one (decoupled decoder)" : "by the batched call", gs.hw_states,
           (unsigned long long)gs.path[STK__GPU_PATH_HW],
           (unsigned long long)gs.path[STK__GPU_PATH_CUDA],
           (unsigned long long)gs.path[STK__GPU_PATH_CPU],
