@@ -64,16 +64,16 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 typedef struct {
   const char *name;
-  int train, decode_only, roi, threads, profile;
-  int use_hw;
+  int decode_only, threads, profile;
   int chroma_interp;
   float cpu_share; /* share of each batch decoded by CPU helper threads */
   unsigned hw_flags; /* stk__gpu_config.hw_flags */
   int hw_sort;       /* stk__gpu_config.hw_sort: 1 on, -1 off, 0 the default */
   int hw_states;     /* stk__gpu_config.hw_states */
   int hw_device_input; /* stk__gpu_config.hw_device_input */
-  int eval, whole, no_hw; /* as written in the list below; train, roi and
-                             use_hw are their opposites */
+  int eval, whole, no_hw; /* not the defaults: eval crops instead of train
+                             crops, whole images instead of regions, no
+                             engines */
 } bmode;
 
 static int cpu_threads = 6;
@@ -242,8 +242,8 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.max_batch = batch;
   c.slots = 2 * m->threads;
   c.lanes = m->threads;
-  c.roi = m->roi;
-  c.use_hw = m->use_hw;
+  c.roi = !m->whole;
+  c.use_hw = !m->no_hw;
   c.chroma_interp = m->chroma_interp;
   c.decode_only = m->decode_only;
   c.profile = m->profile;
@@ -273,7 +273,7 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
       ws[t].batch = batch;
       ws[t].tid = t;
       ws[t].nthreads = m->threads;
-      ws[t].train = m->train;
+      ws[t].train = !m->eval;
       ws[t].nbatches = nb;
       ws[t].ncpu = (int)(m->cpu_share * batch + 0.5f);
       ws[t].nhelp = cpu_threads;
@@ -407,9 +407,6 @@ int main(int argc, char **argv) {
   do {                                                                                       \
     bmode m_ = {__VA_ARGS__};                                                                \
     m_.threads = m_.threads ? m_.threads : 1;                                                \
-    m_.train = !m_.eval;                                                                     \
-    m_.roi = !m_.whole;                                                                      \
-    m_.use_hw = !m_.no_hw;                                                                   \
     modes[mi++] = m_;                                                                        \
   } while (0)
 #define NAME(...) (snprintf(nm[mi], sizeof nm[mi], __VA_ARGS__), nm[mi])
