@@ -50,6 +50,9 @@ for t in ${STOKER_THREADS:-2 4 8 14}; do
   # a fixed share needs the workers to run ahead of the engines: two more slots
   record "stoker t$t share0.2 pf4" $S bench "$D" --device 0 --threads "$t" --batch 256 --epochs 4 \
     --cpu-share 0.2 --prefetch 4 --json
+  # the engines' batched call: slower beside a model, faster alone (docs/gpu.md)
+  record "stoker t$t share0 batched" env STOKER_GPU_ENGINE_STATES=0 $S bench "$D" --device 0 \
+    --threads "$t" --batch 256 --epochs 4 --cpu-share 0 --json
 done
 for t in ${DALI_THREADS:-4 8 12}; do
   for h in ${DALI_HW_LOADS:-0.65 0.9}; do

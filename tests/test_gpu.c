@@ -526,11 +526,15 @@ static void test_plan_ahead(const uint8_t *normal_eval) {
  * produce what the default run did. An
  * item the engines decode must be within 40 dB of it (the same engines, so
  * normally identical, which is counted); one the switch routed elsewhere
- * must still be a good decode (35 dB against the CPU). */
-static void test_engine_drives(const uint8_t *normal_eval) {
+ * must still be a good decode (35 dB against the CPU). The sanitizer runs
+ * leave the device-input variant out: nvJPEG 13.0.1 fails that backend
+ * inside its own cudaMemcpyAsync (invalid argument), which compute-sanitizer
+ * reports as an API error although stoker then turns the engines off. */
+static void test_engine_drives(const uint8_t *normal_eval, int device_input) {
   static const char *names[] = {"decoupled, 3 states", "bitstreams in device memory",
                                 "in arrival order", "HW_DECODE_NO_PIPELINE"};
   for (int v = 0; v < 4; v++) {
+    if (v == 1 && !device_input) continue;
     stk__gpu_config c = base_cfg(nimg);
     c.dtype = STK_DTYPE_UINT8;
     if (v == 0) c.hw_states = 3;
@@ -930,7 +934,7 @@ int main(void) {
      * uses among them, under the sanitizers too */
     uint8_t *quick_eval = malloc((size_t)OUT * OUT * 3 * nimg);
     run_psnr(0, 1, 0, 1, quick_eval);
-    test_engine_drives(quick_eval);
+    test_engine_drives(quick_eval, 0);
     free(quick_eval);
     for (int i = 0; i < nimg; i++) free(imgs[i].data);
     stk__decoder_destroy(dec);
@@ -959,7 +963,7 @@ int main(void) {
   test_cuda_failure();
   test_fallbacks(eval_out);
   test_plan_ahead(eval_out);
-  test_engine_drives(eval_out);
+  test_engine_drives(eval_out, 1);
   test_threads_and_compact();
 
   free(eval_out);
