@@ -34,6 +34,15 @@ KINDS = [
     ("event record (host)", re.compile(r"(cu|cuda)EventRecord")),
     ("stream wait event (host)", re.compile(r"(cu|cuda)StreamWaitEvent")),
     ("memcpy call (host)", re.compile(r"^(cu|cuda)Memcpy")),
+    # allocation in the loop would stall the device (an implicit sync); the
+    # setup counts show how many streams and buffers stoker and nvJPEG make
+    ("device alloc (host)", re.compile(r"^(cudaMalloc(Async|Pitch)?|cuMemAlloc(Async|Pitch)?(_v2)?)$")),
+    ("device free (host)", re.compile(r"^(cudaFree(Async)?|cuMemFree(Async)?(_v2)?)$")),
+    ("pinned alloc/free (host)", re.compile(
+        r"^(cudaMallocHost|cudaHostAlloc|cudaFreeHost|cudaHostRegister|cudaHostUnregister|"
+        r"cuMemHostAlloc|cuMemAllocHost(_v2)?|cuMemFreeHost|cuMemHostRegister(_v2)?|cuMemHostUnregister)$")),
+    ("stream create (host)", re.compile(r"^(cu|cuda)StreamCreate")),
+    ("stream destroy (host)", re.compile(r"^(cu|cuda)StreamDestroy")),
 ]
 
 
@@ -61,6 +70,10 @@ def main():
     model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    # the loader's setup, traced apart: the streams and buffers it creates
+    setup = torch.profiler.profile(activities=acts)
+    setup.start()
     ld = stoker.ImageLoader(a.data, batch_size=a.batch, device="cuda", threads=a.threads,
                             gpu_cpu_share=a.cpu_share, dtype="bfloat16", channels_last=True,
                             drop_last=True)
@@ -83,10 +96,17 @@ def main():
         loss.backward()
         opt.step()
 
-    for _ in range(a.warmup):
+    step()
+    torch.cuda.synchronize()
+    setup.stop()
+    setup_calls = {}
+    for e in setup.events():
+        k = kind_of(e.name)
+        if k and k.endswith("(host)"):
+            setup_calls[k] = setup_calls.get(k, 0) + 1
+    for _ in range(a.warmup - 1):
         step()
     torch.cuda.synchronize()
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     t0 = time.perf_counter()
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(a.steps):
@@ -120,7 +140,7 @@ def main():
            "steps": a.steps, "ms_per_step": round(wall * 1e3 / a.steps, 2),
            "images_per_s": round(a.steps * a.batch / wall, 1),
            "model_and_other_kernels_ms_per_step": round(other_kernels / 1e3 / a.steps, 3),
-           "kinds": per, "decoded_hw": stats.get("decoded_hw"),
+           "kinds": per, "setup_host_calls": setup_calls, "decoded_hw": stats.get("decoded_hw"),
            "decoded_cpu": stats.get("decoded_cpu")}
     if a.json:
         print(json.dumps(out))
@@ -134,6 +154,8 @@ def main():
             print(f"{k:28s} {v['per_step']:9.1f} {v['device_ms_per_step']:10.3f} "
                   f"{v['host_ms_per_step']:9.3f}")
     print(f"{'model and other kernels':28s} {'':9s} {out['model_and_other_kernels_ms_per_step']:10.3f}")
+    print("host calls while the loader opened and the first step ran (the model's too): " +
+          ", ".join(f"{k} {v}" for k, v in sorted(setup_calls.items())))
     print(json.dumps(out))
 
 
