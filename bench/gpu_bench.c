@@ -70,7 +70,6 @@ typedef struct {
   unsigned hw_flags; /* stk__gpu_config.hw_flags */
   int hw_sort;       /* stk__gpu_config.hw_sort: 1 on, -1 off, 0 the default */
   int hw_states;     /* stk__gpu_config.hw_states */
-  int hw_device_input; /* stk__gpu_config.hw_device_input */
   int eval, whole, no_hw; /* not the defaults: eval crops instead of train
                              crops, whole images instead of regions, no
                              engines */
@@ -250,7 +249,6 @@ static bresult run_mode(const bmode *m, bimg *imgs, int nimg, int batch, double 
   c.hw_flags = m->hw_flags;
   if (m->hw_sort) c.hw_sort = m->hw_sort > 0; /* -1: off */
   c.hw_states = m->hw_states;
-  c.hw_device_input = m->hw_device_input;
   stk__gpu *g = NULL;
   char msg[512];
   if (stk__gpu_open(0, &c, &g, msg, sizeof msg)) {
@@ -436,12 +434,6 @@ int main(int argc, char **argv) {
   MODE(.name = NAME("train: engines + 40%% CPU (%dx%d thr), %d thr", T, cpu_threads, T),
        .threads = T, .cpu_share = 0.4f);
   MODE(.name = NAME("eval: engines, %d threads", T), .eval = 1, .threads = T);
-  /* bitstreams in device memory: a failure there has turned the engines off
-   * in later modes, so these come last but one */
-  MODE(.name = NAME("decode: whole, %d thr, bitstreams in device mem", T), .decode_only = 1,
-       .whole = 1, .threads = T, .hw_device_input = 1);
-  MODE(.name = NAME("decode: ROI, %d thr, bitstreams in device mem", T), .decode_only = 1,
-       .threads = T, .hw_device_input = 1);
   /* last: its figures are printed below */
   MODE(.name = "train: profiled (device time per batch)", .profile = 1);
 #undef MODE

@@ -75,6 +75,17 @@ def test_cuda_device_is_a_clear_runtime_error(small_folder):
             loader(small_folder, device=dev)
 
 
+@pytest.mark.parametrize("name,value", [("STOKER_GPU_ENGINE_STATES", "x"),
+                                        ("STOKER_GPU_ENGINE_STATES", "65"),
+                                        ("STOKER_GPU_ENGINE_STATES", "4 "),
+                                        ("STOKER_GPU_ENGINE_ORDER", "random")])
+def test_bad_gpu_engine_variable_is_named(small_folder, monkeypatch, name, value):
+    # checked before the device is opened: the same error with or without a GPU
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        loader(small_folder, device="cuda")
+
+
 # ---- transforms --------------------------------------------------------------------
 
 

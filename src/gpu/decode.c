@@ -27,7 +27,7 @@ int stk__gpu_hw_init_lane(stk__gpu *g, glane *L, int n, char *msg, size_t msglen
 /* Pads the batched arrays from m to the initialised size with the dummy. */
 void stk__gpu_hw_pad(stk__gpu *g, glane *L, int m) {
   for (int i = m; i < L->hw_n; i++) {
-    L->hw_data[i] = L->pad_data;
+    L->hw_data[i] = g->dummy_jpeg;
     L->hw_len[i] = g->dummy_len;
     memset(&L->hw_dst[i], 0, sizeof L->hw_dst[i]);
     L->hw_dst[i].channel[0] = (unsigned char *)(uintptr_t)(L->dummy_out + (CUdeviceptr)i * DUMMY_SIDE * DUMMY_SIDE * 3);
@@ -470,40 +470,6 @@ static int engines_one_by_one(stk__gpu *g, glane *L, const stk__gpu_item *items,
   return STK_OK;
 }
 
-/* cfg.hw_device_input: the bitstreams of the engines' batch (hw_data[0, m))
- * packed into the lane's pinned buffer and copied up on the lane's stream
- * in one call; hw_data then points at the device copies. The buffers grow
- * to the largest chunk seen; the copy is waited for (see below), so the
- * pinned buffer is free again on return. */
-static int bitstreams_to_device(stk__gpu *g, glane *L, int m, char *msg, size_t msglen) {
-  size_t need = 0;
-  for (int i = 0; i < m; i++) need += align_up(L->hw_len[i], 256);
-  if (need > L->bits_cap) {
-    size_t cap = need + need / 4;
-    CU(stk__cu.StreamSynchronize(L->stream)); /* the engines may still read the old copy */
-    if (L->bits_host) stk__cu.MemFreeHost(L->bits_host);
-    if (L->bits_dev) stk__cu.MemFree(L->bits_dev);
-    L->bits_host = NULL;
-    L->bits_dev = 0;
-    L->bits_cap = 0;
-    CU(stk__cu.MemHostAlloc((void **)&L->bits_host, cap, 0));
-    CU(stk__cu.MemAlloc(&L->bits_dev, cap));
-    L->bits_cap = cap;
-  }
-  size_t off = 0;
-  for (int i = 0; i < m; i++) {
-    memcpy(L->bits_host + off, L->hw_data[i], L->hw_len[i]);
-    L->hw_data[i] = (const unsigned char *)(uintptr_t)(L->bits_dev + off);
-    off += align_up(L->hw_len[i], 256);
-  }
-  if (off) CU(stk__cu.MemcpyHtoDAsync(L->bits_dev, L->bits_host, off, L->stream));
-  CU(stk__cu.EventRecord(L->bits_done, L->stream));
-  /* The engines work on nvJPEG's own streams, which need not wait for
-   * L->stream (chunk_engines): the copy must have landed before the call. */
-  CU(stk__cu.EventSynchronize(L->bits_done));
-  return STK_OK;
-}
-
 /* The chunk's items planned for the hardware engines, in one batched call
  * (or, cfg.hw_states, one by one). A failed call routes them on, to the
  * hybrid decoder or the CPU. */
@@ -536,7 +502,6 @@ static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, 
      * chunk's kernel was still reading it. Between batches the slot's last
      * kernel is long done, so this rarely waits. */
     if (s->consumed_pending) CU(stk__cu.EventSynchronize(s->consumed));
-    if (L->pad_dev && (rc = bitstreams_to_device(g, L, m, msg, msglen))) return rc;
     stk__gpu_hw_pad(g, L, m);
     int roi_used = 0;
     for (int i = 0; i < m; i++) roi_used |= L->plan[L->hw_item[i]].roi;

@@ -191,18 +191,11 @@ static int warm_states(stk__gpu *g, glane *L, char *msg, size_t msglen) {
  * buffers, and tells whether the engines work at all. */
 static int hw_warmup(stk__gpu *g, glane *L, char *msg, size_t msglen) {
   stk__gpu_hw_pad(g, L, 0);
-  /* with device input, the call without regions (chunk_engines makes it for
-   * a chunk that needs none) */
-  nvjpegStatus_t s =
-      g->hw_device_input
-          ? stk__nj.DecodeBatched(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst, L->stream)
-          : stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
-                                    L->hw_params, L->stream);
+  nvjpegStatus_t s = stk__nj.DecodeBatchedEx(g->hw, L->hw_state, L->hw_data, L->hw_len, L->hw_dst,
+                                          L->hw_params, L->stream);
   if (s != NVJPEG_STATUS_SUCCESS) {
     stk__gpu_hw_init_lane(g, L, L->hw_n, NULL, 0);
-    return stk__fail(msg, msglen, STK_ECUDA, "%s: %s",
-                     g->hw_device_input ? "nvjpegDecodeBatched" : "nvjpegDecodeBatchedEx",
-                     stk__nj_status(s));
+    return stk__fail(msg, msglen, STK_ECUDA, "nvjpegDecodeBatchedEx: %s", stk__nj_status(s));
   }
   CU(stk__cu.StreamSynchronize(L->stream));
   return warm_states(g, L, msg, msglen);
@@ -289,7 +282,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   stk__decoder_set_limits(L->dec, c->max_pixels);
   L->js_handle = g->hw ? g->hw : g->gen;
-  L->pad_data = g->dummy_jpeg;
   if (L->js_handle) {
     NJ(stk__nj.JpegStreamCreate(L->js_handle, &L->js));
     NJ(stk__nj.DecodeParamsCreate(L->js_handle, &L->chk_params));
@@ -302,13 +294,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
       NJ(stk__nj.DecodeParamsSetOutputFormat(L->hw_params[i], NVJPEG_OUTPUT_RGBI));
     }
     if ((rc = stk__gpu_hw_init_lane(g, L, B, msg, msglen))) return rc;
-    if (g->hw_device_input) {
-      /* the padding JPEG where the engines then read their input */
-      if ((rc = dev_alloc(g, &L->pad_dev, g->dummy_len, "padding JPEG", msg, msglen))) return rc;
-      CU(stk__cu.MemcpyHtoD(L->pad_dev, g->dummy_jpeg, g->dummy_len));
-      CU(stk__cu.EventCreate(&L->bits_done, CU_EVENT_DISABLE_TIMING));
-      L->pad_data = (const unsigned char *)(uintptr_t)L->pad_dev;
-    }
     if (g->hw_dec && open_states(g, L, why, sizeof why)) {
       /* the batched call drives the engines instead, on every lane */
       stk__gpu_note(g, "decoupled hardware decoder off: %s", why);
@@ -336,15 +321,6 @@ static int open_lane(stk__gpu *g, glane *L, char *msg, size_t msglen) {
 /* Destroys the lane's objects made with the hardware handle. */
 static void drop_lane_hw(stk__gpu *g, glane *L) {
   close_states(g, L);
-  if (L->stream) stk__cu.StreamSynchronize(L->stream); /* the engines may read bits_dev */
-  if (L->bits_host) stk__cu.MemFreeHost(L->bits_host);
-  if (L->bits_dev) stk__cu.MemFree(L->bits_dev);
-  if (L->pad_dev) stk__cu.MemFree(L->pad_dev);
-  if (L->bits_done) stk__cu.EventDestroy(L->bits_done);
-  L->bits_host = NULL;
-  L->bits_dev = L->pad_dev = 0;
-  L->bits_cap = 0;
-  L->bits_done = NULL;
   if (L->hw_params)
     for (int i = 0; i < g->cfg.max_batch; i++) {
       if (L->hw_params[i]) stk__nj.DecodeParamsDestroy(L->hw_params[i]);
@@ -416,33 +392,22 @@ static void open_nvjpeg(stk__gpu *g) {
   }
   g->st.chroma_interp = flags != 0;
   if (g->cfg.use_hw) {
-    int backend = NVJPEG_BACKEND_HARDWARE;
-    nvjpegStatus_t st;
-    if (g->cfg.hw_device_input) {
-      backend = NVJPEG_BACKEND_HARDWARE_DEVICE;
-      st = stk__nj.CreateEx(backend, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
-      if (st != NVJPEG_STATUS_SUCCESS) {
-        stk__gpu_note(g, "engines with device input refused: %s", stk__nj_status(st));
-        backend = NVJPEG_BACKEND_HARDWARE;
-      }
-    }
-    if (backend == NVJPEG_BACKEND_HARDWARE)
-      st = stk__nj.CreateEx(backend, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
+    nvjpegStatus_t st =
+        stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags | g->cfg.hw_flags, &g->hw);
     if (st != NVJPEG_STATUS_SUCCESS && g->cfg.hw_flags) {
       stk__gpu_note(g, "engine flags %#x refused: %s", g->cfg.hw_flags, stk__nj_status(st));
-      st = stk__nj.CreateEx(backend, NJ_ALLOC, flags, &g->hw);
+      st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, flags, &g->hw);
     }
     if (st != NVJPEG_STATUS_SUCCESS && flags) {
       /* without the upsampling flag, which this version may not know */
-      st = stk__nj.CreateEx(backend, NJ_ALLOC, 0, &g->hw);
+      st = stk__nj.CreateEx(NVJPEG_BACKEND_HARDWARE, NJ_ALLOC, 0, &g->hw);
       if (st == NVJPEG_STATUS_SUCCESS) g->st.chroma_interp = 0; /* as the engines do it */
     }
     if (st != NVJPEG_STATUS_SUCCESS) {
       g->hw = NULL;
       stk__gpu_note(g, "hardware decoder not available: %s", stk__nj_status(st));
     }
-    g->hw_device_input = g->hw && backend == NVJPEG_BACKEND_HARDWARE_DEVICE;
-    if (g->hw && g->cfg.hw_states > 0 && !g->hw_device_input) {
+    if (g->hw && g->cfg.hw_states > 0) {
       if (!stk__nj.DecodeJpegHost || !stk__nj.DecodeJpegTransferToDevice || !stk__nj.DecodeJpegDevice)
         stk__gpu_note(g, "decoupled hardware decoder off: this nvJPEG lacks its calls");
       else if ((st = stk__nj.DecoderCreate(g->hw, NVJPEG_BACKEND_HARDWARE, &g->hw_dec)) !=

@@ -134,10 +134,6 @@ typedef struct {
                              decoder feeds it better, alone the batched call
                              is faster (docs/gpu.md): the loader sets 4, the
                              pack keeps 0. 0 */
-  int hw_device_input;    /* benchmarks: the engines' handle made with
-                             NVJPEG_BACKEND_HARDWARE_DEVICE; each chunk's
-                             bitstreams go up in one copy and the engines
-                             read them from device memory. 0 */
   const stk__aug_plan *aug; /* the augmentations after the crop
                              (augment.h), or NULL. With them the fused
                              kernel writes 8-bit tiles, which the

@@ -77,16 +77,9 @@ typedef struct {
   nvjpegImage_t *hw_dst;
   int *hw_item;
   int hw_n;                        /* the batch size it is initialised for */
-  const unsigned char *pad_data;   /* the padding JPEG, where the engines read it */
   /* cfg.hw_states */
   hwstate *hs;
   int nhs, hs_next;
-  /* cfg.hw_device_input: the chunk's bitstreams packed in pinned memory,
-   * and their device copy; bits_done once the copy has left the host side */
-  uint8_t *bits_host;
-  CUdeviceptr bits_dev, pad_dev;
-  size_t bits_cap;
-  CUevent bits_done;
   /* hybrid */
   nvjpegJpegState_t hy_state;
   nvjpegBufferPinned_t hy_pinned;
@@ -144,7 +137,6 @@ struct stk__gpu {
   nvjpegHandle_t hw, gen;
   nvjpegJpegDecoder_t hy_dec;
   nvjpegJpegDecoder_t hw_dec; /* cfg.hw_states: the decoupled hardware decoder */
-  int hw_device_input;        /* cfg.hw_device_input, granted */
   int hw_dec_failed_noted;    /* the decoupled decoder's first failure is in the notes */
   /* the engines' regions are in use; read by workers planning ahead while a
    * lane may switch it off */

@@ -377,19 +377,30 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   /* STOKER_GPU_ENGINE_ORDER=arrival: the engines' batches in the order the
    * items came, for benchmarks of the sorted default against it */
   const char *eo = getenv("STOKER_GPU_ENGINE_ORDER");
-  if (eo && !strcmp(eo, "arrival")) cfg.hw_sort = 0;
+  if (eo && *eo && strcmp(eo, "sorted")) {
+    if (strcmp(eo, "arrival"))
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "STOKER_GPU_ENGINE_ORDER must be \"arrival\" or \"sorted\", got \"%s\"", eo);
+    cfg.hw_sort = 0;
+  }
   /* The engines through the decoupled decoder, 4 states per lane: beside a
    * model its per-image work runs on our few streams instead of the
-   * batched call's many, and on an H200 ResNet-18 trained at 88.3-89.9% of
-   * its synthetic rate instead of 71-79%, ResNet-50 (4 threads) at 99.9-100%
+   * batched call's many, and on an H200 ResNet-18 trained at 86-90% of its
+   * synthetic rate (92% with a CPU share of 0.3) instead of 71-79%,
+   * ResNet-50 (4 threads) at 99.2-100%
    * instead of 92% (docs/gpu.md). The loader alone is slower with it
-   * (14,200 against 17,600 img/s). STOKER_GPU_ENGINE_STATES=N (0-64) sets
-   * N, 0 for the batched call. */
+   * (14,600-15,100 against 18,000 img/s). STOKER_GPU_ENGINE_STATES=N (0-64)
+   * sets N, 0 for the batched call. */
   cfg.hw_states = 4;
   const char *es = getenv("STOKER_GPU_ENGINE_STATES");
-  char *end = NULL;
-  long ns = es && *es ? strtol(es, &end, 10) : -1;
-  if (end && !*end && ns >= 0 && ns <= 64) cfg.hw_states = (int)ns; /* else ignored */
+  if (es && *es) {
+    char *end = NULL;
+    long ns = strtol(es, &end, 10);
+    if (*end || ns < 0 || ns > 64)
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "STOKER_GPU_ENGINE_STATES must be a whole number in 0..64, got \"%s\"", es);
+    cfg.hw_states = (int)ns;
+  }
   char why[1024] = "";
   int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
