@@ -403,6 +403,7 @@ int main(int argc, char **argv) {
   memset(modes, 0, sizeof modes);
 #define MODE(...)                                                                            \
   do {                                                                                       \
+    if (mi == NMODES) abort(); /* a mode added without raising NMODES (NAME writes nm[mi]) */ \
     bmode m_ = {__VA_ARGS__};                                                                \
     m_.threads = m_.threads ? m_.threads : 1;                                                \
     modes[mi++] = m_;                                                                        \
