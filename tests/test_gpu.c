@@ -522,9 +522,10 @@ static void test_plan_ahead(const uint8_t *normal_eval) {
 /* The switches that drive the engines differently (gpu.h): the decoupled
  * decoder over a few states (run twice, so that the states and their double
  * buffers are reused), the batch in arrival order (the default sorts it)
- * and NO_PIPELINE must produce what the default run did. An item the engines decode must be within 40 dB of it (the same engines, so
- * normally identical, which is counted); one the switch routed elsewhere
- * must still be a good decode (35 dB against the CPU). */
+ * and NO_PIPELINE must produce what the default run did. An item the
+ * engines decode must be within 40 dB of it (the same engines, so normally
+ * identical, which is counted); one the switch routed elsewhere must still
+ * be a good decode (35 dB against the CPU). */
 static void test_engine_drives(const uint8_t *normal_eval) {
   static const char *names[] = {"decoupled, 3 states", "in arrival order", "HW_DECODE_NO_PIPELINE"};
   for (int v = 0; v < 3; v++) {
