@@ -339,7 +339,7 @@ class ImageLoader:
                  device: Union[str, int, "torch.device"] = "cpu", seed: int = 0,
                  shuffle: Optional[bool] = None, drop_last: bool = False,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 on_error: str = "raise", dtype: Union[str, "torch.dtype"] = "float32",
+                 on_error: str = "raise", dtype: Union[str, "torch.dtype", None] = None,
                  channels_last: bool = False, prefetch: int = 2,
                  list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
                  shard_drop_last: bool = False, dct_scaling: Optional[bool] = None,
@@ -373,7 +373,9 @@ class ImageLoader:
             rank, world_size: this process's shard; default ``torch.distributed``'s.
                 Under ``WORLD_SIZE > 1`` without a process group, ``RuntimeError``.
             on_error: ``"raise"`` or ``"skip"`` a file that cannot be decoded.
-            dtype, channels_last: the images' element type and memory format.
+            dtype, channels_last: the images' element type and memory format. ``dtype=None``
+                (the default): float32, or uint8 when the transforms end in a uint8 tensor
+                (``PILToTensor``/``ToImage`` without a float conversion, as torchvision).
             prefetch: batches prepared ahead (the loader has ``prefetch + 2`` slots).
             pin_memory: page-lock CPU batches for ``.cuda(non_blocking=True)``.
             ra_reps: repeated augmentation: the order of torchvision's ``RASampler``
@@ -427,7 +429,7 @@ class ImageLoader:
             if imagefolder is None or pipeline is not imagefolder.transform:
                 raise
             raise ValueError(f"root: the ImageFolder's transform: {e}") from None
-        dtype_name = _dtype_name(dtype)
+        dtype_name = self._output_dtype(dtype, opts.pop("dtype", None))
         if dtype_name == "uint8" and normalised and not isinstance(pipeline, str):
             raise ValueError("dtype uint8 gives raw 0..255 values: remove Normalize from the "
                              "transforms or choose a float dtype")
@@ -592,6 +594,27 @@ class ImageLoader:
             # No Normalize: ToTensor's [0, 1] values.
             opts["mean"], opts["std"] = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
         return opts, normalised
+
+    @staticmethod
+    def _output_dtype(dtype, from_transforms):
+        """The images' element type: dtype= when given, else the one the
+        transforms end in (uint8 after PILToTensor or ToImage with no float
+        conversion), else float32. A dtype= that contradicts the transforms'
+        uint8 (or float16/bfloat16) is an error, never a silent float."""
+        if dtype is None:
+            return from_transforms or "float32"
+        name = _dtype_name(dtype)
+        if from_transforms is not None and name != from_transforms:
+            if from_transforms == "uint8":
+                raise ValueError(
+                    f"dtype={dtype!r} but the transforms end in a uint8 tensor (PILToTensor, "
+                    "ToImage or ToDtype(torch.uint8) with no float conversion after it), which "
+                    "torchvision yields as 0..255 integers: add ConvertImageDtype(torch.float) "
+                    "(v2: ToDtype(torch.float32, scale=True)) to the transforms for floats in "
+                    "[0, 1], or leave dtype= out for uint8")
+            raise ValueError(f"dtype={dtype!r} but the transforms convert to {from_transforms}: "
+                             "give the element type once")
+        return name
 
     _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2, "uint8": 3}
 

@@ -28,8 +28,13 @@ v1 or v2, are accepted too):
   its resize_size, crop_size, mean, std and interpolation).
 
 Without ``Normalize`` a float output holds ``ToTensor()`` values in [0, 1]
-(mean 0, std 1). Anything else raises ``ValueError`` naming what is not
-supported.
+(mean 0, std 1). A list that ends in uint8 (``PILToTensor()``, ``ToImage()``
+or ``ToDtype(torch.uint8)`` with no float conversion after it) yields uint8
+in 0..255, as torchvision would; ``ConvertImageDtype(torch.float)`` or
+``ToDtype(torch.float32, scale=True)`` after it gives floats. torchvision's
+reference presets are accepted as written (a leading ``PILToTensor()`` or
+``ToImage()``, a trailing ``ToPureTensor()``). Anything else raises
+``ValueError`` naming what is not supported.
 """
 import enum
 import numbers
@@ -63,6 +68,8 @@ __all__ = [
     "RandomChoice",
     "ToImage",
     "ToDtype",
+    "ConvertImageDtype",
+    "ToPureTensor",
 ]
 
 
@@ -490,14 +497,28 @@ class ToImage(_Transform):
 
 
 class ToDtype(_Transform):
-    """torchvision v2's ToDtype: float32 with scale=True (ToTensor's values)
-    or uint8; the loader's ``dtype=`` chooses the output's element type."""
+    """torchvision v2's ToDtype: to float (float32, float16, bfloat16) with
+    scale=True (ToTensor's values in [0, 1]), or to uint8 (0..255). A list
+    that ends in uint8 makes the loader yield uint8."""
 
     _fields = ("dtype", "scale")
 
     def __init__(self, dtype: Any, scale: bool = False) -> None:
         self.dtype = dtype
         self.scale = scale
+
+
+class ConvertImageDtype(_Transform):
+    """torchvision's ConvertImageDtype: ToDtype(dtype, scale=True)."""
+
+    _fields = ("dtype",)
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+
+
+class ToPureTensor(_Transform):
+    """A marker (torchvision v2, last in its reference presets): a no-op."""
 
 
 # ---- mapping a transform list onto the C options -------------------------------
@@ -554,7 +575,9 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
 
     Returns a dict with ``pipeline``, ``size`` and, as they apply,
     ``resize_size``, ``scale``, ``ratio``, ``flip_prob``, ``mean``, ``std``
-    (``mean``/``std`` are absent when the list has no Normalize).
+    (``mean``/``std`` are absent when the list has no Normalize), and
+    ``dtype`` when the list ends in another element type than float32
+    (``"uint8"`` after PILToTensor or ToImage without a float conversion).
     """
     if _name(spec) == "ImageClassification":
         return _preset_options(spec)
@@ -563,6 +586,19 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
         raise ValueError("the transform list is empty")
     if len(steps) == 1 and _name(steps[0]) == "ImageClassification":
         return _preset_options(steps[0])
+    # torchvision's reference presets (references/classification/presets.py):
+    # v2 ends in ToPureTensor (it unwraps the tv_tensors: a no-op here), and
+    # its "tensor" and "tv_tensor" backends convert first, with PILToTensor
+    # or ToImage: a uint8 tensor, cropped and resized as the PIL image would
+    # be (stoker resizes with Pillow's filters either way).
+    if _name(steps[-1]) == "ToPureTensor":
+        steps = steps[:-1]
+    kind = None
+    if steps and _name(steps[0]) in ("PILToTensor", "ToImage"):
+        kind = "uint8"
+        steps = steps[1:]
+    if not steps:
+        raise ValueError("the transform list has no RandomResizedCrop or Resize + CenterCrop")
     names = [_name(t) for t in steps]
     opts: Dict[str, Any] = {}
     rest = steps
@@ -599,19 +635,27 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
             "RandomResizedCrop (train) or Resize + CenterCrop (eval)")
     if opts["pipeline"] == "train":
         rest = _augmentations(rest, opts)
-    # What may follow: [ToTensor | PILToTensor | ToImage [ToDtype]] then [Normalize].
-    if rest and _name(rest[0]) in ("ToTensor", "PILToTensor", "ToImage"):
-        rest = rest[1:]
-    if rest and _name(rest[0]) == "ToDtype":
-        _check_to_dtype(rest[0])
-        rest = rest[1:]
+    # What may follow: the conversions to a tensor (ToTensor, PILToTensor,
+    # ToImage, ToDtype, ConvertImageDtype), then [Normalize], [RandomErasing].
+    rest, kind = _tensor_steps(rest, kind)
     if rest and _name(rest[0]) == "Normalize":
+        if kind == "uint8":
+            raise ValueError("Normalize on a uint8 tensor (after PILToTensor, ToImage or "
+                             "ToDtype(torch.uint8)): torchvision refuses it too; convert "
+                             "first with ConvertImageDtype(torch.float) (v2: "
+                             "ToDtype(torch.float32, scale=True))")
         opts["mean"] = _triple(rest[0].mean, "Normalize mean")
         opts["std"] = _triple(rest[0].std, "Normalize std")
         rest = rest[1:]
     if rest and _name(rest[0]) == "RandomErasing" and opts["pipeline"] == "train":
         opts.update(_erasing(rest[0]))
         rest = rest[1:]
+    if kind not in (None, "float32"):
+        # The pipeline decides the element type: a list ending in uint8
+        # (PILToTensor, ToImage, ToDtype(torch.uint8)) yields uint8 in 0..255,
+        # as torchvision would, never float. float32 (ToTensor) and no
+        # conversion at all leave the choice to the loader's dtype=.
+        opts["dtype"] = kind
     if rest:
         bad = _name(rest[0])
         if bad in _KNOWN:
@@ -619,7 +663,8 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
                              f"[{', '.join(names)}]: this order is not supported (the train "
                              "order is RandomResizedCrop, RandomHorizontalFlip, "
                              "RandomVerticalFlip, a policy, ColorJitter, RandomGrayscale, "
-                             "GaussianBlur, ToTensor, Normalize, RandomErasing)")
+                             "GaussianBlur, ToTensor, Normalize, RandomErasing, "
+                             "ToPureTensor)")
         if bad in ("MixUp", "CutMix", "RandomChoice"):
             raise ValueError(f"{bad} is a batch transform: give it as ImageLoader(mix=...)")
         raise ValueError(f"{bad} is not supported yet")
@@ -644,23 +689,68 @@ def _preset_options(t):
 
 
 _KNOWN = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop", "ToTensor",
-          "PILToTensor", "ToImage", "ToDtype", "Normalize", "RandomVerticalFlip",
+          "PILToTensor", "ToImage", "ToDtype", "ConvertImageDtype", "ToPureTensor", "Normalize",
+          "RandomVerticalFlip",
           "TrivialAugmentWide", "RandAugment", "AutoAugment", "TimmRandAugment", "AugMix",
           "ColorJitter",
           "RandomApply",
           "RandomGrayscale", "GaussianBlur", "RandomErasing")
 
 
-def _check_to_dtype(t):
-    dt = str(getattr(t, "dtype", ""))
+_DTYPE_OF = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
+             "bfloat16": "bfloat16", "uint8": "uint8"}
+
+
+def _target_dtype(t):
+    """The element type a ToDtype / ConvertImageDtype converts to, by name."""
+    what = f"{_name(t)}({getattr(t, 'dtype', None)})"
     if isinstance(getattr(t, "dtype", None), dict):
-        raise ValueError("ToDtype: a per-type dtype dict is not supported; give one dtype")
-    if dt.endswith("float32") and not getattr(t, "scale", False):
-        raise ValueError("ToDtype(float32) without scale=True keeps 0..255 values, which stoker "
-                         "does not output: use scale=True (ToTensor's [0, 1])")
-    if not (dt.endswith("float32") or dt.endswith("uint8")):
-        raise ValueError(f"ToDtype({dt}): the loader's dtype= chooses the element type "
-                         "(float32, float16, bfloat16, uint8)")
+        raise ValueError(f"{_name(t)}: a per-type dtype dict is not supported; give one dtype")
+    name = _DTYPE_OF.get(str(getattr(t, "dtype", "")).replace("torch.", ""))
+    if name is None:
+        raise ValueError(f"{what}: the loader outputs float32, float16, bfloat16 or uint8")
+    return name
+
+
+def _tensor_steps(rest, kind):
+    """The conversion steps after the geometry and colour steps, as
+    torchvision runs them: ToTensor gives float in [0, 1]; PILToTensor and
+    ToImage give uint8 in 0..255; ToDtype(d, scale=True) and
+    ConvertImageDtype(d) convert between the two (and between float
+    precisions); Normalize needs a float. Returns (the steps left, the
+    element type at the end: None when no step made a tensor, else
+    "float32", "float16", "bfloat16" or "uint8")."""
+    while rest:
+        t, name = rest[0], _name(rest[0])
+        if name == "ToTensor":
+            if kind is not None:
+                raise ValueError(f"ToTensor after the image is already a {kind} tensor: "
+                                 "torchvision's ToTensor takes a PIL image")
+            kind = "float32"
+        elif name == "PILToTensor":
+            if kind is not None:
+                raise ValueError(f"PILToTensor after the image is already a {kind} tensor: "
+                                 "torchvision's PILToTensor takes a PIL image")
+            kind = "uint8"
+        elif name == "ToImage":
+            kind = kind or "uint8"  # v2: a PIL image becomes uint8; a tensor keeps its type
+        elif name in ("ToDtype", "ConvertImageDtype"):
+            target = _target_dtype(t)
+            src = kind or "uint8"  # the decoded image is 8-bit
+            # ConvertImageDtype always rescales; ToDtype only with scale=True.
+            scale = name == "ConvertImageDtype" or bool(getattr(t, "scale", False))
+            if (src == "uint8") != (target == "uint8") and not scale:
+                if target == "uint8":
+                    raise ValueError(f"ToDtype({t.dtype}) without scale=True truncates [0, 1] "
+                                     "floats to 0 or 1: use scale=True (0..255)")
+                raise ValueError(f"ToDtype({t.dtype}) without scale=True keeps 0..255 values, "
+                                 "which stoker does not output: use scale=True (ToTensor's "
+                                 "[0, 1])")
+            kind = target
+        else:
+            break
+        rest = rest[1:]
+    return rest, kind
 
 
 def _policy_interp(t, what):
@@ -689,7 +779,10 @@ def _fill(t, what):
 
 def _factor(v, what, center):
     """ColorJitter's argument: a number b (the range [max(0, c - b), c + b]) or
-    a (lo, hi) pair of that form."""
+    a (lo, hi) pair of that form. None is off: torchvision's ColorJitter
+    stores None for a factor given as 0 (ColorJitter(0.4, 0.4, 0.4).hue)."""
+    if v is None:
+        return 0.0
     if isinstance(v, numbers.Real):
         v = float(v)
         if v < 0:
@@ -776,7 +869,9 @@ def _augmentations(rest, opts):
     t, p = take_applied("ColorJitter")
     if t is not None:
         hue = t.hue
-        if isinstance(hue, numbers.Real):
+        if hue is None:  # torchvision: hue=0 is stored as None
+            h = 0.0
+        elif isinstance(hue, numbers.Real):
             h = float(hue)
         else:
             lo, hi = (float(x) for x in hue)

@@ -99,7 +99,7 @@ def test_transform_lists_map_to_the_pipelines():
     assert train == dict(pipeline="train", size=96, scale=(0.3, 0.9), ratio=(0.5, 2.0),
                          flip_prob=0.25, mean=m, std=s, interpolation="bilinear")
     assert pipeline_options([T.RandomResizedCrop(64)])["flip_prob"] == 0.0
-    ev = pipeline_options([T.Resize(146), T.CenterCrop(128), T.PILToTensor()])
+    ev = pipeline_options([T.Resize(146), T.CenterCrop(128), T.ToTensor()])
     assert ev == dict(pipeline="eval", resize_size=146, size=128, interpolation="bilinear")
     bicubic = pipeline_options([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC)])
     assert bicubic["interpolation"] == "bicubic"
@@ -108,6 +108,9 @@ def test_transform_lists_map_to_the_pipelines():
                       tvT.RandomHorizontalFlip(0.25), tvT.ToTensor(), tvT.Normalize(m, s)])
     assert pipeline_options(tv) == train
     assert pipeline_options([tvT.Resize(146), tvT.CenterCrop(128)]) == ev
+    # PILToTensor makes a uint8 tensor: the loader yields uint8, as torchvision
+    assert pipeline_options([tvT.Resize(146), tvT.CenterCrop(128), tvT.PILToTensor()]) == \
+        dict(ev, dtype="uint8")
 
 
 @pytest.mark.parametrize("spec, match", [
