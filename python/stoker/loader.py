@@ -65,6 +65,21 @@ def _dtype_name(dtype):
     return name
 
 
+def _draw_seed(torch):
+    """seed=None: a seed from torch's default generator, drawn as DataLoader
+    draws its base seed, so that torch.manual_seed(k) decides it and two
+    loaders made one after the other differ. Under an initialised process
+    group every rank takes rank 0's draw (a broadcast: every rank must build
+    its loader), as the ranks' shards only fit together under one seed."""
+    seed = int(torch.empty((), dtype=torch.int64).random_().item())
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        seed = int(box[0])
+    return seed
+
+
 def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_fraction,
                device=-1):
     """ImageLoader(cache=...): the cache file's path, packed from the folder
@@ -336,7 +351,7 @@ class ImageLoader:
     def __init__(self, root: Union[StrPath, "DatasetFolder", None] = None, batch_size: int = 256, *,
                  pipeline: Union[str, Sequence[Any], Any, None] = None,
                  size: Optional[int] = None, threads: Optional[int] = None,
-                 device: Union[str, int, "torch.device"] = "cpu", seed: int = 0,
+                 device: Union[str, int, "torch.device"] = "cpu", seed: Optional[int] = None,
                  shuffle: Optional[bool] = None, drop_last: bool = False,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  on_error: str = "raise", dtype: Union[str, "torch.dtype", None] = None,
@@ -369,7 +384,9 @@ class ImageLoader:
                 them.
             device: ``"cpu"`` or ``"cuda[:N]"`` (decoding on the GPU).
             seed, shuffle, drop_last: the order, as ``DataLoader``/``DistributedSampler``;
-                ``shuffle=None`` shuffles for train only.
+                ``shuffle=None`` shuffles for train only. ``seed=None`` draws the seed from
+                torch's default generator (so ``torch.manual_seed`` decides it), rank 0's
+                draw for every rank under an initialised ``torch.distributed``.
             rank, world_size: this process's shard; default ``torch.distributed``'s.
                 Under ``WORLD_SIZE > 1`` without a process group, ``RuntimeError``.
             on_error: ``"raise"`` or ``"skip"`` a file that cannot be decoded.
@@ -418,6 +435,9 @@ class ImageLoader:
         # (before a cache= pack: a process group missing under torchrun is an
         # error that must not wait for the whole folder to be packed)
         rank, world_size = _dist_defaults(rank, world_size)
+        self._seed_drawn = seed is None
+        if seed is None:
+            seed = _draw_seed(torch)
         cache_from = None
         if cache is not None:
             cache_from, root = root, _cache_for(root, list_file, cache, cache_max_side, threads,
@@ -491,7 +511,9 @@ class ImageLoader:
                 raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
             opts["read_timeout"] = float(read_timeout)
 
-        self._c = _stoker.Loader(root=root, list_file=list_file, list_base=list_base, **opts)
+        # kept for load_state_dict(), which reopens the C loader with a saved seed
+        self._c_args = dict(opts, root=root, list_file=list_file, list_base=list_base)
+        self._c = _stoker.Loader(**self._c_args)
         if cache_from is not None:
             _check_cache_source(self._c, root, cache_from)
         note = self._c.note()
@@ -699,6 +721,11 @@ class ImageLoader:
         return self._c.samples()
 
     @property
+    def seed(self) -> int:
+        """The seed of the order and augmentations: seed= or the one drawn from torch."""
+        return self._fingerprint["seed"]
+
+    @property
     def num_samples(self) -> int:
         """Images in the whole dataset."""
         return self._fingerprint["num_samples"]
@@ -794,6 +821,13 @@ class ImageLoader:
             fp = {**fp, "ra_reps": 0}  # saved before ra_reps existed: off
         diff = [f"{k}: saved {fp.get(k)!r}, now {v!r}" for k, v in self._fingerprint.items()
                 if fp.get(k) != v]
+        if self._seed_drawn and len(diff) == 1 and diff[0].startswith("seed:") and \
+                not self._c.closed and isinstance(fp.get("seed"), int):
+            # The seed was drawn from torch (seed=None), not asked for: the
+            # saved run's seed wins, so the resume repeats its order and
+            # augmentations whatever torch's generator holds now.
+            self._reseed(int(fp["seed"]))
+            diff = []
         if diff:
             raise ValueError("the state_dict was saved by a loader with other options or data: "
                              + "; ".join(diff))
@@ -805,6 +839,20 @@ class ImageLoader:
         self._pass = None  # an older iterator must not continue
         if not self._c.closed:
             self._c.seek(epoch, batch)
+
+    def _reseed(self, seed: int) -> None:
+        """Reopens the C loader with another seed (it takes its seed only at
+        construction). The old one ends when its last batch is freed, as
+        after close(); the reopened source is scanned again (from its
+        index, for a folder)."""
+        seed = _int("seed", seed, 0)
+        self._pass = None
+        self._unpin()
+        self._c.close()
+        self._c_args["seed"] = seed
+        self._c = _stoker.Loader(**self._c_args)
+        self._fingerprint["seed"] = seed
+        self._seed_drawn = False
 
     # ---- lifetime -------------------------------------------------------------
 
