@@ -91,24 +91,33 @@ static void test_empty_and_garbage(void) {
 }
 
 static void test_other_formats(void) {
+  /* GIF is recognised and refused; the other formats are decoded, so a
+   * signature alone is a broken file of that format, named as such. */
   static const struct {
     const char *bytes;
     size_t n;
     const char *name;
+    int rc;
   } sigs[] = {
-      {"GIF89a\x10\0\x10\0\x80\0\0", 13, "GIF"},
-      {"GIF87a\x10\0\x10\0\x80\0\0", 13, "GIF"},
-      {"BM\x46\0\0\0\0\0\0\0\x36\0\0\0", 14, "BMP"},
-      {"RIFF\x24\0\0\0WEBPVP8 ", 16, "WebP"},
-      {"II*\0\x08\0\0\0", 8, "TIFF"},
-      {"P6\n16 16\n255\n", 13, "PPM/PGM"},
+      {"GIF89a\x10\0\x10\0\x80\0\0", 13, "GIF", STK_EFORMAT},
+      {"GIF87a\x10\0\x10\0\x80\0\0", 13, "GIF", STK_EFORMAT},
+      {"BM\x46\0\0\0\0\0\0\0\x36\0\0\0", 14, "BMP", STK_EDECODE},
+      {"RIFF\x24\0\0\0WEBPVP8 ", 16, "WebP", STK_EFORMAT},
+      {"II*\0\x08\0\0\0", 8, "TIFF", STK_EFORMAT},
+      {"P6\n16 16\n255\n", 13, "PPM/PGM", STK_EDECODE},
   };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-    CHECK_EQ_INT(decode((const uint8_t *)sigs[i].bytes, sigs[i].n), STK_EFORMAT);
-    char want[96];
-    snprintf(want, sizeof want, "%s images are not decoded by this build (only JPEG and PNG)",
-             sigs[i].name);
-    CHECK_MSG(strcmp(msg, want) == 0, "message \"%s\"", msg);
+    CHECK_EQ_INT(decode((const uint8_t *)sigs[i].bytes, sigs[i].n), sigs[i].rc);
+    if (sigs[i].rc == STK_EFORMAT) {
+      char want[128];
+      snprintf(want, sizeof want,
+               "%s images are not decoded by this build (JPEG, PNG, WebP, TIFF, BMP and "
+               "PPM/PGM are)", sigs[i].name);
+      CHECK_MSG(strcmp(msg, want) == 0, "message \"%s\"", msg);
+    } else {
+      CHECK_MSG(strstr(msg, sigs[i].name) != NULL && strstr(msg, "truncated") != NULL,
+                "message \"%s\"", msg);
+    }
   }
 }
 

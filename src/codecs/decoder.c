@@ -1,12 +1,14 @@
 /*
  * decoder.c: the stk__decoder object. It sniffs the format, applies the
  * limits between reading the header and decoding the pixels, and dispatches
- * to jpeg.c or png.c, whose per-thread state it owns.
+ * to jpeg.c or png.c, or to a row of the codec table of whole-image formats
+ * (formats.h: BMP, PPM/PGM, WebP, TIFF), whose per-thread state it owns.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 
 #include "codecs/codec.h"
+#include "codecs/formats.h"
 #include "core/common.h"
 
 /* jpeg.c */
@@ -38,11 +40,35 @@ void stk__pngdec_set_budget(stk__pngdec *p, uint64_t max_bytes);
  * the GPU's fallback) until stk__decoder_set_max_bytes() says otherwise. */
 #define DEFAULT_MAX_DECODE_BYTES ((uint64_t)128 << 20)
 
+/* The formats decoded whole by formats.h's decoders, one row each. */
+static const stk__codec k_codecs[] = {
+    {STK__FMT_BMP, stk__bmp_header, stk__bmp_decode, NULL},
+    {STK__FMT_PNM, stk__pnm_header, stk__pnm_decode, NULL},
+};
+
+static const stk__codec *codec_of(stk__format f) {
+  for (size_t i = 0; i < sizeof k_codecs / sizeof k_codecs[0]; i++)
+    if (k_codecs[i].format == f) return &k_codecs[i];
+  return NULL;
+}
+
 struct stk__decoder {
   uint64_t max_pixels;
   stk__jpegdec *jpeg;
   stk__pngdec *png;
+  stk__fmtdec fmt; /* the state of the table's formats */
 };
+
+uint8_t *stk__fmtdec_pixels(stk__fmtdec *f, char *msg, size_t msglen) {
+  /* decoder.c checked the pixel count, so this cannot overflow */
+  size_t size = (size_t)f->info.width * (size_t)f->info.height * 3;
+  if (stk__buf_reserve(&f->pixels, size)) {
+    stk__fail(msg, msglen, STK_ENOMEM, "out of memory for a %dx%d image", f->info.width,
+              f->info.height);
+    return NULL;
+  }
+  return f->pixels.p;
+}
 
 stk__decoder *stk__decoder_create(void) {
   stk__decoder *d = calloc(1, sizeof *d);
@@ -64,6 +90,10 @@ void stk__decoder_destroy(stk__decoder *d) {
     return;
   stk__jpegdec_destroy(d->jpeg);
   stk__pngdec_destroy(d->png);
+  const stk__codec *c = codec_of(d->fmt.info.format);
+  if (c && c->abort) c->abort(&d->fmt);
+  stk__buf_free(&d->fmt.pixels);
+  stk__buf_free(&d->fmt.scratch);
   free(d);
 }
 
@@ -72,17 +102,22 @@ void stk__decoder_set_limits(stk__decoder *d, uint64_t max_pixels) { d->max_pixe
 void stk__decoder_set_max_bytes(stk__decoder *d, uint64_t max_bytes) {
   stk__jpegdec_set_budget(d->jpeg, max_bytes);
   stk__pngdec_set_budget(d->png, max_bytes);
+  d->fmt.max_bytes = max_bytes;
 }
 
 size_t stk__decoder_scratch_bytes(const stk__decoder *d) {
-  return stk__jpegdec_scratch_bytes(d->jpeg) + stk__pngdec_scratch_bytes(d->png);
+  return stk__jpegdec_scratch_bytes(d->jpeg) + stk__pngdec_scratch_bytes(d->png) +
+         d->fmt.pixels.cap + d->fmt.scratch.cap;
 }
 
 static void abort_format(stk__decoder *d, stk__format f) {
+  const stk__codec *c = codec_of(f);
   if (f == STK__FMT_JPEG)
     stk__jpegdec_abort(d->jpeg);
-  else
+  else if (f == STK__FMT_PNG)
     stk__pngdec_abort(d->png);
+  else if (c && c->abort)
+    c->abort(&d->fmt);
 }
 
 /* Reads the header and checks the limits. On success the format's decoder
@@ -106,10 +141,23 @@ static int begin(stk__decoder *d, const uint8_t *buf, size_t n, stk__image_info 
   }
   case STK__FMT_UNKNOWN:
     return stk__fail(msg, msglen, STK_EFORMAT, "not an image (unrecognised content)");
-  default:
-    return stk__fail(msg, msglen, STK_EFORMAT,
-                     "%s images are not decoded by this build (only JPEG and PNG)",
-                     stk__format_name(f));
+  default: {
+    const stk__codec *c = codec_of(f);
+    if (!c)
+      return stk__fail(msg, msglen, STK_EFORMAT,
+                       "%s images are not decoded by this build (JPEG, PNG, WebP, TIFF, BMP "
+                       "and PPM/PGM are)", stk__format_name(f));
+    d->fmt.buf = buf;
+    d->fmt.n = n;
+    d->fmt.scratch_need = 0;
+    d->fmt.info.format = f;
+    rc = c->header(&d->fmt, msg, msglen);
+    if (!rc)
+      *info = d->fmt.info;
+    else if (c->abort)
+      c->abort(&d->fmt);
+    break;
+  }
   }
   if (rc)
     return rc;
@@ -124,6 +172,15 @@ static int begin(stk__decoder *d, const uint8_t *buf, size_t n, stk__image_info 
     return stk__fail(msg, msglen, STK_ELIMIT,
                      "image is %dx%d = %" PRIu64 " pixels, over the limit of %" PRIu64,
                      info->width, info->height, pixels, d->max_pixels);
+  }
+  /* what the table's formats need beside their pixels, from the header */
+  if (codec_of(f) && d->fmt.max_bytes && d->fmt.scratch_need > d->fmt.max_bytes) {
+    abort_format(d, f);
+    return stk__fail(msg, msglen, STK_ELIMIT,
+                     "%s: decoding this %dx%d image needs %" PRIu64 " bytes beside its pixels, "
+                     "over the decode's memory budget (max_decode_bytes=%" PRIu64 ")",
+                     stk__format_name(f), info->width, info->height, d->fmt.scratch_need,
+                     d->fmt.max_bytes);
   }
   return STK_OK;
 }
@@ -153,5 +210,21 @@ int stk__decoder_decode(stk__decoder *d, const uint8_t *buf, size_t n, const stk
   }
   if (info.format == STK__FMT_JPEG)
     return stk__jpegdec_decode(d->jpeg, want, scale_denom, out, msg, msglen);
-  return stk__pngdec_decode(d->png, out, msg, msglen);
+  if (info.format == STK__FMT_PNG)
+    return stk__pngdec_decode(d->png, out, msg, msglen);
+  /* the table's formats decode the whole image at 1/1, as PNG does */
+  const stk__codec *c = codec_of(info.format);
+  rc = c->decode(&d->fmt, msg, msglen);
+  if (c->abort) c->abort(&d->fmt);
+  if (rc) return rc;
+  out->pixels = d->fmt.pixels.p;
+  out->stride = (size_t)info.width * 3;
+  out->x = 0;
+  out->y = 0;
+  out->w = info.width;
+  out->h = info.height;
+  out->scale_denom = 1;
+  out->image_w = info.width;
+  out->image_h = info.height;
+  return STK_OK;
 }

@@ -1,0 +1,186 @@
+"""BMP, PPM/PGM, WebP and TIFF: the pixels stoker decodes equal Pillow's
+Image.open(f).convert("RGB") (torchvision's ImageFolder), exactly for the
+lossless formats; lossy WebP at least 50 dB.
+
+Images are square (S x S) so that the eval pipeline Resize(S) +
+CenterCrop(S) is the identity: the loader's uint8 output is the decoded
+image itself.
+"""
+import io
+import math
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+Image = pytest.importorskip("PIL.Image")
+
+import stoker  # noqa: E402
+from stoker import _stoker  # noqa: E402
+from stoker import transforms as T  # noqa: E402
+
+from conftest import photo  # noqa: E402
+
+S = 72
+
+
+def decoded(paths, size=S):
+    """stoker's decode of each file (S x S), as H x W x 3 uint8 arrays."""
+    root = os.path.dirname(os.path.dirname(paths[0]))
+    ld = stoker.ImageLoader(root, batch_size=len(paths), threads=2, shuffle=False,
+                            pipeline=[T.Resize(size), T.CenterCrop(size), T.PILToTensor()])
+    names = [p for p, _ in ld.samples]
+    assert sorted(names) == sorted(paths)
+    out = {}
+    for x, _ in ld:
+        for i, p in enumerate(names):
+            out[p] = x[i].permute(1, 2, 0).numpy()
+    return [out[p] for p in paths]
+
+
+def pillow(path):
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def psnr(a, b):
+    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
+    return 100.0 if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
+
+
+def save_all(folder, items):
+    """items: [(name, save(path))]; returns the paths, one class folder."""
+    d = folder / "c0"
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, save in items:
+        p = str(d / name)
+        save(p)
+        paths.append(p)
+    return paths
+
+
+def check_exact(paths):
+    for p, got in zip(paths, decoded(paths)):
+        ref = pillow(p)
+        assert got.shape == ref.shape, p
+        diff = np.argwhere(got != ref)
+        assert diff.size == 0, f"{os.path.basename(p)}: {len(diff)} samples differ, first at {diff[0]}"
+
+
+def rgb(seed):
+    return photo(S, S, seed)
+
+
+def im(a, mode=None):
+    return Image.fromarray(a) if mode is None else Image.fromarray(a).convert(mode)
+
+
+# ---- BMP --------------------------------------------------------------------------
+
+
+def test_bmp_matches_pillow(tmp_path):
+    a = rgb(1)
+    items = [
+        ("24.bmp", lambda p: im(a).save(p)),
+        ("8pal.bmp", lambda p: im(a).convert("P", palette=Image.ADAPTIVE, colors=200).save(p)),
+        ("4pal.bmp", lambda p: im(a).convert("P", palette=Image.ADAPTIVE, colors=16).save(p)),
+        ("1bit.bmp", lambda p: im(a, "1").save(p)),
+        ("grey.bmp", lambda p: im(a, "L").save(p)),
+        ("32.bmp", lambda p: im(a, "RGBA").save(p)),
+    ]
+    check_exact(save_all(tmp_path, items))
+
+
+def _bmp_bytes(a, bits, masks=None, top_down=False):
+    """A BMP written here: 16-bit 5-5-5 / 5-6-5 and 32-bit with masks, which
+    Pillow reads but does not write."""
+    import struct
+
+    h, w, _ = a.shape
+    r, g, b = (a[..., c].astype(np.uint32) for c in range(3))
+    if bits == 16:
+        if masks == (0xF800, 0x7E0, 0x1F):
+            px = (r >> 3) << 11 | (g >> 2) << 5 | (b >> 3)
+        else:
+            px = (r >> 3) << 10 | (g >> 3) << 5 | (b >> 3)
+        rows = px.astype("<u2")
+    else:  # 32: R in the low byte (the RGBA layout)
+        rows = (r | g << 8 | b << 16 | np.uint32(0x55) << 24).astype("<u4")
+    stride = (w * bits // 8 + 3) & ~3
+    data = b"".join(rows[y].tobytes().ljust(stride, b"\0")
+                    for y in (range(h) if top_down else range(h - 1, -1, -1)))
+    comp = 3 if masks else 0
+    hdr = struct.pack("<IiiHHIIiiII", 124, w, -h if top_down else h, 1, bits, comp,
+                      len(data), 2835, 2835, 0, 0)
+    hdr += struct.pack("<IIII", *(masks or (0, 0, 0)), 0xFF000000 if bits == 32 and masks else 0)
+    hdr = hdr.ljust(124, b"\0")
+    off = 14 + len(hdr)
+    return b"BM" + struct.pack("<IHHI", off + len(data), 0, 0, off) + hdr + data
+
+
+def test_bmp_bit_fields_and_top_down(tmp_path):
+    a = rgb(2)
+    variants = [
+        ("555.bmp", _bmp_bytes(a, 16)),
+        ("565.bmp", _bmp_bytes(a, 16, (0xF800, 0x7E0, 0x1F))),
+        ("565td.bmp", _bmp_bytes(a, 16, (0xF800, 0x7E0, 0x1F), top_down=True)),
+        ("rgba.bmp", _bmp_bytes(a, 32, (0xFF, 0xFF00, 0xFF0000))),
+    ]
+    items = [(n, lambda p, d=d: open(p, "wb").write(d)) for n, d in variants]
+    check_exact(save_all(tmp_path, items))
+
+
+def test_bmp_rle_is_refused_with_its_reason(tmp_path):
+    # an 8-bit BMP marked RLE8 (compression 1): refused by name, not misread
+    buf = io.BytesIO()
+    im(rgb(3)).convert("P", palette=Image.ADAPTIVE, colors=50).save(buf, "BMP")
+    data = bytearray(buf.getvalue())
+    data[30:34] = (1).to_bytes(4, "little")
+    p = tmp_path / "rle.bmp"
+    p.write_bytes(bytes(data))
+    with pytest.raises(stoker.DecodeError, match="RLE-compressed BMP"):
+        _stoker.check_file(str(p))
+
+
+# ---- PPM/PGM ----------------------------------------------------------------------
+
+
+def _pnm(kind, a, maxval):
+    """P2/P3/P5/P6 bytes of `a` (values 0..maxval)."""
+    h, w = a.shape[:2]
+    head = f"P{kind}\n# made by the tests\n{w} {h}\n{maxval}\n".encode()
+    if kind in (2, 3):
+        return head + " ".join(str(int(v)) for v in a.reshape(-1)).encode() + b"\n"
+    return head + a.astype(">u2" if maxval > 255 else "u1").tobytes()
+
+
+def test_ppm_pgm_match_pillow(tmp_path):
+    a = rgb(4)
+    rng = np.random.default_rng(4)
+    items = [
+        ("rgb.ppm", lambda p: im(a).save(p)),
+        ("grey.pgm", lambda p: im(a, "L").save(p)),
+    ]
+    for maxval in (1, 15, 100, 1023, 4095, 65535):
+        scaled = (a.astype(np.float64) / 255 * maxval + rng.uniform(-0.5, 0.5, a.shape)).round()
+        scaled = np.clip(scaled, 0, maxval).astype(np.uint32)
+        for kind in (5, 6):
+            data = _pnm(kind, scaled[..., 0] if kind == 5 else scaled, maxval)
+            items.append((f"p{kind}_{maxval}.pnm.{'pgm' if kind == 5 else 'ppm'}",
+                          lambda p, d=data: open(p, "wb").write(d)))
+    for kind in (2, 3):
+        data = _pnm(kind, a[..., 0] if kind == 2 else a, 255)
+        items.append((f"plain{kind}.{'pgm' if kind == 2 else 'ppm'}",
+                      lambda p, d=data: open(p, "wb").write(d)))
+    check_exact(save_all(tmp_path, items))
+
+
+def test_truncated_ppm_is_refused(tmp_path):
+    p = tmp_path / "t.ppm"
+    buf = io.BytesIO()
+    im(rgb(5)).save(buf, "PPM")
+    p.write_bytes(buf.getvalue()[:-1])
+    with pytest.raises(stoker.DecodeError, match="truncated PPM"):
+        _stoker.check_file(str(p))
