@@ -1,4 +1,5 @@
 """stoker.ImageLoader: the Python face of libstoker's loader."""
+import collections
 import inspect
 import numbers
 import os
@@ -563,6 +564,10 @@ class ImageLoader:
             raise TypeError(f"pin_memory must be a bool, got {pin_memory!r}")
         self._pin = pin_memory and self._device < 0 and torch.cuda.is_available()
         self._pinned: Dict[int, int] = {}
+        # Pinned batches the user has freed whose copies may still be queued:
+        # (event, storage), oldest first. Holding the storage keeps the slot
+        # from going back to the workers until the event has completed.
+        self._held: "collections.deque[Tuple[Any, Any]]" = collections.deque()
         self._mix: Optional[Dict[str, Any]] = None
         if mix is not None:
             m = _T.mix_options(mix)
@@ -877,7 +882,61 @@ class ImageLoader:
             warnings.warn("pin_memory: the CUDA runtime could not page-lock the batch memory; "
                           "batches stay in pageable memory")
 
+    # Pinned batches and asynchronous copies. A slot registered with
+    # cudaHostRegister is not torch's own pinned memory, so torch does not
+    # keep it alive while x.cuda(non_blocking=True) is queued: freeing x
+    # right after (as `x = x.cuda(non_blocking=True)` does) would hand the
+    # slot back to the workers, which could rewrite it before the copy has
+    # run. Instead, when the images tensor is freed, an event is recorded on
+    # torch's current stream (the one the copy was queued on) and the slot's
+    # storage is held here until that event has completed.
+
+    def _guard_pinned(self, images: "torch.Tensor") -> None:
+        """Defers the release of a pinned batch's slot past the copies queued
+        before its images tensor is freed."""
+        storage = (images.untyped_storage() if hasattr(images, "untyped_storage")
+                   else images.storage())
+        f = weakref.finalize(images, _hold_until_done, self._held, storage, self._new_event)
+        f.atexit = False  # at exit, nothing is refilled: no event to record
+
+    @staticmethod
+    def _new_event() -> Any:
+        """A CUDA event recorded now on torch's current stream."""
+        ev = _torch().cuda.Event()
+        ev.record()
+        return ev
+
+    def _drain_held(self, keep: int) -> None:
+        """Lets go of the held slots whose events have completed, then waits
+        for the oldest until at most `keep` are held. Only the head is looked
+        at: a finalizer may append meanwhile (popleft and append are atomic)."""
+        held = self._held
+        while held and held[0][0].query():
+            held.popleft()
+        while len(held) > keep:
+            held[0][0].synchronize()
+            held.popleft()
+
+    def _next_batch(self) -> Any:
+        """The C loader's next batch, first giving back the held pinned slots
+        that are done. When every slot is held and some of them only by
+        pending copies, waits for those copies and asks again."""
+        if self._held:
+            # keep at most `prefetch` slots waiting on copies, so that the
+            # workers always have slots to prepare batches in
+            self._drain_held(max(1, self.num_slots - 2))
+        try:
+            return self._c.next(self._stream())
+        except RuntimeError as e:
+            if not self._held or "every batch slot" not in str(e):
+                raise
+        self._drain_held(0)
+        return self._c.next(self._stream())
+
     def _unpin(self) -> None:
+        # the copies still queued from the held slots must finish before the
+        # memory is unregistered
+        self._drain_held(0)
         if self._pinned:
             rt = _torch().cuda.cudart()
             for ptr in self._pinned:
@@ -896,6 +955,18 @@ class ImageLoader:
         c = getattr(self, "_c", None)
         if c is not None:
             c.close()
+
+
+def _hold_until_done(held, storage, new_event):
+    """weakref.finalize callback of a pinned images tensor: any thread, when
+    the tensor is freed. Keeps its storage (so its slot) in `held` with an
+    event recorded on torch's current stream; _drain_held drops it once the
+    event has completed."""
+    try:
+        ev = new_event()
+    except Exception:  # CUDA unusable (interpreter shutdown): nothing can be queued
+        return
+    held.append((ev, storage))
 
 
 # help() and inspect.signature() show __init__'s arguments, not __new__'s (*args, **kwargs)
@@ -929,7 +1000,7 @@ class _Pass:
             raise RuntimeError("this iterator was superseded: a newer pass, load_state_dict() "
                                "or close() took over the loader")
         try:
-            r = ld._c.next(ld._stream())
+            r = ld._next_batch()
         except _stoker.DecodeError as e:
             if getattr(e, "code", None) == _stoker.ETOOMANY:
                 self._done = True  # the library ended the epoch; a new pass repeats it
@@ -948,6 +1019,7 @@ class _Pass:
             images, labels = ld._apply_mix(images, labels, epoch, batch_index)
         if ld._pin:
             ld._pin_slot(images)
+            ld._guard_pinned(images)
         self._next = batch_index + 1
         ld._partial = self._epoch
         if self._info:
