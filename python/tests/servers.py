@@ -91,8 +91,13 @@ def free_ports(n):
             s.close()
 
 
+class GaveUp(RuntimeError):
+    """Raised by a wait_for predicate: waiting longer cannot help."""
+
+
 def wait_for(pred, timeout, what, interval=0.1):
-    """Calls pred() until it returns a true value; TimeoutError naming `what` after timeout s."""
+    """Calls pred() until it returns a true value; TimeoutError naming `what` after timeout s.
+    A GaveUp from pred ends the wait at once."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
@@ -100,6 +105,8 @@ def wait_for(pred, timeout, what, interval=0.1):
             v = pred()
             if v:
                 return v
+        except GaveUp:
+            raise
         except Exception as e:  # noqa: BLE001 - the last error goes into the message
             last = e
         if time.monotonic() >= deadline:
@@ -264,7 +271,7 @@ class S3Server:
 
         def ready():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited with status {self.proc.returncode}")
+                raise GaveUp(f"weed exited with status {self.proc.returncode}")
             st, _, _ = self.request("PUT", probe, b"ready", timeout=5)
             if st != 200:
                 return False
