@@ -56,9 +56,21 @@ def bombs(tmp_path_factory):
     return root
 
 
+# The child's own peak. VmHWM is this process's high-water mark: exec gave
+# it a new address space. ru_maxrss would not do: Linux carries it across
+# exec, so it reports the parent's (pytest's) peak when that is larger.
+PEAK_FN = textwrap.dedent("""
+    def peak_kb():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+""")
+
 CHILD = textwrap.dedent("""
-    import json, resource, sys, time
+    import json, sys, time
     import stoker
+
+
+    PEAK_FN
     kw = json.loads(sys.argv[2])
     t0 = time.perf_counter()
     with stoker.ImageLoader(sys.argv[1], batch_size=2, threads=2, pipeline="eval", size=16,
@@ -70,8 +82,24 @@ CHILD = textwrap.dedent("""
             assert "every file" in str(e), e
         skipped = ld.stats()["skipped_files"]
     print(json.dumps({"images": n, "skipped": skipped, "s": time.perf_counter() - t0,
-                      "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
-""")
+                      "rss_kb": peak_kb()}))
+""").replace("PEAK_FN", PEAK_FN)
+
+
+def test_peak_is_the_childs_own():
+    # A parent holding 600 MB runs a child that holds little: the child's
+    # figure must not carry the parent's peak (it did with ru_maxrss).
+    parent = textwrap.dedent("""
+        import subprocess, sys
+        held = bytearray(600 << 20)
+        held[::4096] = b"x" * len(held[::4096])
+        child = sys.argv[1] + "\nprint(peak_kb())"
+        print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                             check=True).stdout)
+    """)
+    r = subprocess.run([sys.executable, "-c", parent, PEAK_FN], capture_output=True, text=True,
+                       timeout=120, check=True)
+    assert int(r.stdout.split()[0]) < 300 << 10, r.stdout
 
 
 def _run_child(root, **kw):
