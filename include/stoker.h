@@ -445,6 +445,14 @@ typedef struct stk_stats {
                                 queuing batches on the GPU (nvJPEG's calls
                                 included); a large value per batch while
                                 training means the GPU was busy elsewhere */
+  /* remote datasets (s3://, http(s)://; 0 for local ones) */
+  uint64_t remote_bytes;     /* body bytes received */
+  uint64_t remote_requests;  /* HTTP requests made (retries included) */
+  uint64_t remote_retries;   /* requests retried after a fault */
+  uint64_t remote_failures;  /* requests that failed for good */
+  double remote_seconds;     /* summed over requests: submission to end */
+  uint64_t remote_part_bytes; /* bytes the parts in memory hold now */
+  uint64_t remote_part_peak; /* and at most so far */
 } stk_stats;
 
 STK_API int stk_loader_stats(const stk_loader *l, stk_stats *out);

@@ -775,6 +775,13 @@ static PyObject *Loader_stats(PyObject *o, PyObject *unused) {
       dict_set(d, "cpu_share", PyFloat_FromDouble(s.cpu_share)) ||
       dict_set(d, "submit_seconds", PyFloat_FromDouble(s.submit_seconds)) ||
       dict_set(d, "late_allocs", PyLong_FromUnsignedLongLong(s.late_allocs)) ||
+      dict_set(d, "remote_bytes", PyLong_FromUnsignedLongLong(s.remote_bytes)) ||
+      dict_set(d, "remote_requests", PyLong_FromUnsignedLongLong(s.remote_requests)) ||
+      dict_set(d, "remote_retries", PyLong_FromUnsignedLongLong(s.remote_retries)) ||
+      dict_set(d, "remote_failures", PyLong_FromUnsignedLongLong(s.remote_failures)) ||
+      dict_set(d, "remote_seconds", PyFloat_FromDouble(s.remote_seconds)) ||
+      dict_set(d, "remote_part_bytes", PyLong_FromUnsignedLongLong(s.remote_part_bytes)) ||
+      dict_set(d, "remote_part_peak", PyLong_FromUnsignedLongLong(s.remote_part_peak)) ||
       dict_set(d, "threads", PyLong_FromLong(s.threads)) ||
       dict_set(d, "slots", PyLong_FromLong(s.slots))) {
     Py_DECREF(d);

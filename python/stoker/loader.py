@@ -284,6 +284,11 @@ def _check_kwargs(kwargs):
             raise TypeError(f"ImageLoader() got an unexpected keyword argument {name!r}: {hint}")
 
 
+def _is_url(name):
+    """s3://, http:// and https:// names: remote tar shards."""
+    return isinstance(name, str) and name.lower().startswith(("s3://", "http://", "https://"))
+
+
 def _dataset_folder(root, pipeline):
     """(folder, pipeline) for a torchvision ImageFolder/DatasetFolder given as root: its
     folder, and its transform as the pipeline unless pipeline= is given too."""
@@ -423,8 +428,9 @@ class ImageLoader:
         _stoker._source_check(root, list_file)  # the library's rule: exactly one of them
         if root is not None:
             root = os.fspath(root)
-            # a folder, a cache file or tar shards: the library tells them apart
-            if not os.path.exists(root):
+            # a folder, a cache file or tar shards: the library tells them apart;
+            # s3:// and http(s):// roots are remote tar shards (docs/remote.md)
+            if not _is_url(root) and not os.path.exists(root):
                 raise FileNotFoundError(f"no such folder or file: {root!r}")
         else:
             # (not None: exactly one of root and list_file is given)

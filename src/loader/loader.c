@@ -253,6 +253,7 @@ static int writers(const stk_loader *l) {
 static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->gen++;
   if (l->sink.ops->reset) l->sink.ops->reset(&l->sink);
+  if (l->src.ops && l->src.ops->plan_reset) l->src.ops->plan_reset(&l->src);
   l->resetting++;
   for (int i = 0; i < l->nworkers; i++) {
     int ph = PH_READING;
@@ -652,6 +653,9 @@ static int start_batch(stk_loader *l) {
     s->start = s->batch * l->B;
     int64_t left = (ahead ? l->sampler.num_samples : l->tail_end) - s->start;
     s->n = (int)(left < l->B ? left : l->B);
+    /* a remote source requests the batch's bytes now, in reading order */
+    if (l->src.ops->plan)
+      l->src.ops->plan(&l->src, (ahead ? l->order_next : l->order) + s->start, s->n, s->epoch);
     s->claimed = s->done = 0;
     s->complete = 0;
     s->fin_noted = s->fin_j = 0;
@@ -980,6 +984,8 @@ void stk_loader_shutdown(stk_loader *l) {
   l->gen++;
   pthread_cond_broadcast(&l->work_cv);
   pthread_cond_broadcast(&l->ready_cv);
+  /* reads waiting on the network come back at once */
+  if (l->src.ops && l->src.ops->cancel) l->src.ops->cancel(&l->src);
   /* Join who leaves in time; abandon who has been in a read for a while (it
    * may never come back) at once, and whoever is still busy at the
    * deadline. A worker abandoned here writes at most into a slot that is
@@ -1344,6 +1350,7 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   o->host_bytes = host + l->sink_bytes;
   o->submit_seconds = l->submit_s; /* 0 for a sink without submit */
   if (l->sink.ops->stats) l->sink.ops->stats(&m->sink, o);
+  if (l->src.ops->net_stats) l->src.ops->net_stats(&l->src, o);
   o->threads = l->nthreads;
   o->slots = l->nslots;
   pthread_mutex_unlock(&m->mu);

@@ -268,10 +268,10 @@ static void cache_close(stk__source *s) {
   s->impl = NULL;
 }
 
-static const stk__source_ops raw_ops = {"cache", NULL, cache_pixels, NULL, cache_verify,
-                                        cache_close};
-static const stk__source_ops jpeg_ops = {"cache", cache_read, NULL, NULL, cache_verify,
-                                         cache_close};
+static const stk__source_ops raw_ops = {
+    .kind = "cache", .pixels = cache_pixels, .verify = cache_verify, .close = cache_close};
+static const stk__source_ops jpeg_ops = {
+    .kind = "cache", .read = cache_read, .verify = cache_verify, .close = cache_close};
 
 uint64_t stk__source_list_fp(const stk__dataset *ds) {
   uint64_t h = stk__hash64(&ds->n, sizeof ds->n, 1);

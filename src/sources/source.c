@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/fault.h"
+#include "sources/net.h"
 #include "sources/cache_format.h"
 
 /* What a file that is not a regular one is, for messages. */
@@ -90,8 +91,8 @@ static int files_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t m
                       stk__bytes *out, char *msg, size_t msglen) {
   return stk__read_whole_file(stk__dataset_path(&s->ds, i), buf, max_bytes, out, msg, msglen);
 }
-const stk__source_ops stk__folder_ops = {"folder", files_read, NULL, NULL, NULL, NULL};
-const stk__source_ops stk__list_ops = {"list", files_read, NULL, NULL, NULL, NULL};
+const stk__source_ops stk__folder_ops = {.kind = "folder", .read = files_read};
+const stk__source_ops stk__list_ops = {.kind = "list", .read = files_read};
 
 static int has_suffix(const char *s, const char *suf) {
   size_t n = strlen(s), k = strlen(suf);
@@ -122,6 +123,7 @@ static int is_shard_folder(const char *path) {
 
 const char *stk__source_detect(const char *path) {
   struct stat st;
+  if (path && stk__is_url(path)) return "tar";
   if (!path || stat(path, &st) != 0) return NULL;
   if (S_ISDIR(st.st_mode)) return is_shard_folder(path) ? "tar" : "folder";
   if (!S_ISREG(st.st_mode)) return NULL;
@@ -139,6 +141,7 @@ int stk__source_open(stk__source *s, const stk_options *o, char *msg, size_t msg
   memset(s, 0, sizeof *s);
   s->shuffle_buffer = o->shuffle_buffer > 0 ? o->shuffle_buffer : 1000;
   if (o->list_file) return stk__list_open(s, o, msg, msglen);
+  if (stk__is_url(o->root)) return stk__tar_open(s, o->root, o, msg, msglen);
   struct stat st;
   if (stat(o->root, &st) != 0)
     return stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", o->root, strerror(errno));

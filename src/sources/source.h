@@ -64,6 +64,15 @@ typedef struct {
   int (*verify)(const stk__source *s, int64_t i, char *msg, size_t msglen);
   /* Frees what open allocated (the table is freed by stk__source_close). */
   void (*close)(stk__source *s);
+  /* Remote sources (NULL for the others). plan: the n samples idx[] of a
+   * batch just started will be read soon, in this order (their bytes are
+   * requested now). plan_reset: the batches planned were dropped. cancel:
+   * the loader is closing; reads in flight fail at once. */
+  void (*plan)(const stk__source *s, const int64_t *idx, int n, uint64_t epoch);
+  void (*plan_reset)(const stk__source *s);
+  void (*cancel)(const stk__source *s);
+  /* The network's counters (remote sources; NULL for the others). */
+  void (*net_stats)(const stk__source *s, stk_stats *out);
 } stk__source_ops;
 
 struct stk__source {
@@ -76,7 +85,8 @@ struct stk__source {
 
 /* Opens the source the options name: opt->list_file, or opt->root, which
  * may be an image folder, a cache file, or a folder (or one file) of tar
- * shards; the kind is detected from the content. */
+ * shards, the kind detected from the content; or tar shards at a URL
+ * (s3://bucket/prefix/, s3:// or http(s):// names with {a..b} ranges). */
 int stk__source_open(stk__source *s, const stk_options *opt, char *msg, size_t msglen);
 void stk__source_close(stk__source *s);
 

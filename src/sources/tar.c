@@ -33,6 +33,8 @@
 
 #include "codecs/codec.h"
 #include "loader/pack.h"
+#include "sources/net.h"
+#include "sources/object.h"
 
 #define BLOCK 512
 
@@ -55,7 +57,17 @@ typedef struct {
   char **why;          /* nwhy reasons of the damaged shards' stand-ins */
   int nwhy;
   int64_t real;        /* samples that are members, not stand-ins */
+  /* remote shards (net != NULL): their sizes from the listing or a HEAD,
+   * and the store of parts that sample reads go through */
+  stk__net *net;
+  stk__parts *parts;
+  uint64_t *size;
 } tar_impl;
+
+/* Remote reads: parts of 8 MiB, and the bytes the parts that no started
+ * batch needs may keep (the shuffle buffer's stragglers then find theirs). */
+#define PART_SIZE (8u << 20)
+#define PARTS_BUDGET (256u << 20)
 
 /* What was left out, for the note. */
 typedef struct {
@@ -242,10 +254,49 @@ static void classlist_free(classlist *c) {
   memset(c, 0, sizeof *c);
 }
 
-static int read_classes(const char *dir, classlist *c, char *msg, size_t msglen) {
+static int parse_classes(FILE *f, char *path, uint8_t *body, classlist *c, char *msg,
+                         size_t msglen);
+
+/* classes.txt beside remote shards, in memory: NULL when there is none
+ * (a 404), or on an error (in msg, *rc set). */
+static FILE *remote_classes(stk__net *net, const char *url, uint8_t **body, int *rc, char *msg,
+                            size_t msglen) {
+  char why[800];
+  stk__net_req *q = stk__net_get(net, url, 0, 0, 64u << 20, 0);
+  stk__net_body b;
+  *rc = stk__net_wait(q, &b, why, sizeof why);
+  FILE *f = NULL;
+  if (*rc == STK_OK) {
+    size_t len = b.len;
+    *body = stk__net_take(q);
+    /* fmemopen of an empty buffer fails: an empty file names no class */
+    f = len ? fmemopen(*body, len, "r") : NULL;
+    if (!f && len) *rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    if (!len) *rc = stk__fail(msg, msglen, STK_EINVAL, "%s names no class", url);
+  } else if (strstr(why, "HTTP 404")) {
+    *rc = STK_OK;
+  } else {
+    stk__fail(msg, msglen, *rc, "%s", why);
+  }
+  stk__net_free(q);
+  return f;
+}
+
+static int read_classes(const char *dir, stk__net *net, classlist *c, char *msg, size_t msglen) {
   memset(c, 0, sizeof *c);
   char *path = stk__path_join(dir, "classes.txt");
   if (!path) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  uint8_t *body = NULL;
+  if (net) {
+    int rc = STK_OK;
+    FILE *f = remote_classes(net, path, &body, &rc, msg, msglen);
+    if (!f) {
+      free(body);
+      free(path);
+      return rc;
+    }
+    return parse_classes(f, path, body, c, msg, msglen);
+  }
   struct stat st;
   char why[256];
   int fd = stk__open_input(path, 0, &st, why, sizeof why);
@@ -258,6 +309,12 @@ static int read_classes(const char *dir, classlist *c, char *msg, size_t msglen)
     free(path);
     return rc;
   }
+  return parse_classes(f, path, NULL, c, msg, msglen);
+}
+
+/* Reads the class names from f, then closes it and frees path and body. */
+static int parse_classes(FILE *f, char *path, uint8_t *body, classlist *c, char *msg,
+                         size_t msglen) {
   c->present = 1;
   char *line = NULL;
   size_t cap = 0;
@@ -287,6 +344,7 @@ static int read_classes(const char *dir, classlist *c, char *msg, size_t msglen)
   }
   free(line);
   fclose(f);
+  free(body);
   if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
   if (rc == STK_OK && c->n == 0)
     rc = stk__fail(msg, msglen, STK_EINVAL, "%s names no class", path);
@@ -359,11 +417,11 @@ static int parse_pax(const char *d, size_t n, pending *p) {
  * non-zero byte after them, or fsize when the rest of the file is zeros (the
  * end-of-archive blocks and the record padding after them); -1 on a read
  * error. Reads only the zeros, normally a few KiB at the end of a shard. */
-static int64_t zeros_end(int fd, uint64_t off, uint64_t fsize) {
+static int64_t zeros_end(stk__object *fd, uint64_t off, uint64_t fsize) {
   unsigned char b[16384];
   while (off < fsize) {
     size_t n = fsize - off < sizeof b ? (size_t)(fsize - off) : sizeof b;
-    ssize_t r = pread_full(fd, b, n, off);
+    ssize_t r = stk__object_pread(fd, b, n, off);
     if (r <= 0) return r < 0 ? -1 : (int64_t)fsize;
     for (ssize_t i = 0; i < r; i++)
       if (b[i]) return (int64_t)(off + (uint64_t)i);
@@ -392,11 +450,11 @@ typedef struct {
 static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlist *cl,
                       tally *ta, int32_t *maxlabel, char *msg, size_t msglen) {
   const char *path = t->shards[shard];
-  struct stat st;
   char why[256];
-  int fd = stk__open_input(path, 0, &st, why, sizeof why);
-  if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", path, why);
-  uint64_t fsize = (uint64_t)st.st_size, off = 0;
+  stk__object obj, *fd = &obj;
+  if (stk__object_open(fd, path, t->net, t->net ? t->size[shard] : 0, PART_SIZE, why, sizeof why))
+    return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", path, why);
+  uint64_t fsize = fd->size, off = 0;
   keyset ks = {0};
   pending pd = {0};
   char *ext = NULL; /* scratch for GNU long names and pax headers */
@@ -416,9 +474,9 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
              prev[0] ? " after member " : "", prev);
       break;
     }
-    ssize_t r = pread_full(fd, h, BLOCK, off);
+    ssize_t r = stk__object_pread(fd, h, BLOCK, off);
     if (r < 0) {
-      rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, strerror(errno));
+      rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, fd->why);
       break;
     }
     if (r < BLOCK) {
@@ -433,7 +491,7 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
        * after it would be lost without a word. */
       int64_t z = zeros_end(fd, off, fsize);
       if (z < 0) {
-        rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, strerror(errno));
+        rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, fd->why);
       } else if ((uint64_t)z < fsize) {
         left_out(ta, &ta->zeroed, path, where, "a zero-filled region with data after it");
         DAMAGE(&dm, where,
@@ -499,7 +557,7 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
           rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
           break;
         }
-        r = pread_full(fd, ext, (size_t)size, data);
+        r = stk__object_pread(fd, ext, (size_t)size, data);
         if (r != (ssize_t)size) {
           left_out(ta, &ta->truncated, path, where, "truncated inside an extended header");
           DAMAGE(&dm, where, "the shard ends inside an extended header: it is truncated, the "
@@ -562,7 +620,8 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
         } else if (is_cls) {
           kr->has_cls = 1;
           char cb[STK__TAR_CLS_MAX];
-          if (size <= STK__TAR_CLS_MAX && pread_full(fd, cb, (size_t)size, data) == (ssize_t)size)
+          if (size <= STK__TAR_CLS_MAX &&
+              stk__object_pread(fd, cb, (size_t)size, data) == (ssize_t)size)
             kr->cls_ok = parse_cls(cb, (size_t)size, &kr->label);
           if (kr->cls_ok && cl->present && kr->label >= cl->n) kr->cls_ok = 0;
           if (kr->cls_ok && !cl->present && kr->label >= STK__TAR_LABEL_MAX) kr->cls_ok = 0;
@@ -582,7 +641,7 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
     pending_clear(&pd);
     off = next;
   }
-  close(fd);
+  stk__object_close(fd);
   free(ext);
   pending_clear(&pd);
 
@@ -666,9 +725,151 @@ static int has_tar_suffix(const char *n) {
   return l > 4 && !strcasecmp(n + l - 4, ".tar");
 }
 
+/* ---- remote shards ---------------------------------------------------------- */
+
+typedef struct {
+  char **v;
+  int n, cap;
+} names;
+
+static int names_add(names *a, char *s) {
+  if (!s) return STK_ENOMEM;
+  if (a->n == a->cap) {
+    int cap = a->cap ? a->cap * 2 : 64;
+    char **v = realloc(a->v, (size_t)cap * sizeof *v);
+    if (!v) {
+      free(s);
+      return STK_ENOMEM;
+    }
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = s;
+  return STK_OK;
+}
+
+#define MAX_EXPANSION 10000000
+
+/* WebDataset's brace notation: "a-{000..127}.tar" (numbers keep the width
+ * of a bound written with leading zeros), "{x,y}", several braces. */
+static int brace_expand(const char *pat, names *out, char *msg, size_t msglen) {
+  const char *o = strchr(pat, '{');
+  if (!o) return names_add(out, strdup(pat)) ? stk__fail(msg, msglen, STK_ENOMEM, "out of memory")
+                                             : STK_OK;
+  const char *c = strchr(o, '}');
+  if (!c) return stk__fail(msg, msglen, STK_EINVAL, "%s: a '{' without its '}'", pat);
+  size_t pre = (size_t)(o - pat);
+  char body[256];
+  if ((size_t)(c - o - 1) >= sizeof body)
+    return stk__fail(msg, msglen, STK_EINVAL, "%s: a brace too long", pat);
+  memcpy(body, o + 1, (size_t)(c - o - 1));
+  body[c - o - 1] = '\0';
+  char *dots = strstr(body, "..");
+  char buf[4096];
+  if (dots) {
+    char *end1, *end2;
+    long long a = strtoll(body, &end1, 10), b = strtoll(dots + 2, &end2, 10);
+    if (end1 != dots || *end2 || end1 == body || !dots[2] || b < a || b - a >= MAX_EXPANSION)
+      return stk__fail(msg, msglen, STK_EINVAL, "%s: {%s} is not a range {first..last}", pat, body);
+    int w1 = (int)(dots - body), w2 = (int)strlen(dots + 2);
+    int width = (body[0] == '0' && w1 > 1) || (dots[2] == '0' && w2 > 1) ? (w1 > w2 ? w1 : w2) : 0;
+    for (long long k = a; k <= b; k++) {
+      if (snprintf(buf, sizeof buf, "%.*s%0*lld%s", (int)pre, pat, width, k, c + 1) >= (int)sizeof buf)
+        return stk__fail(msg, msglen, STK_EINVAL, "%s: a name too long", pat);
+      int rc = brace_expand(buf, out, msg, msglen);
+      if (rc) return rc;
+      if (out->n > MAX_EXPANSION)
+        return stk__fail(msg, msglen, STK_EINVAL, "%s names too many shards", pat);
+    }
+    return STK_OK;
+  }
+  for (char *tok = body;;) {
+    char *comma = strchr(tok, ',');
+    size_t tl = comma ? (size_t)(comma - tok) : strlen(tok);
+    if (snprintf(buf, sizeof buf, "%.*s%.*s%s", (int)pre, pat, (int)tl, tok, c + 1) >= (int)sizeof buf)
+      return stk__fail(msg, msglen, STK_EINVAL, "%s: a name too long", pat);
+    int rc = brace_expand(buf, out, msg, msglen);
+    if (rc) return rc;
+    if (!comma) break;
+    tok = comma + 1;
+  }
+  return STK_OK;
+}
+
+/* The sizes of the shards, by HEAD requests in flight together. */
+static int head_all(tar_impl *t, char *msg, size_t msglen) {
+  int rc = STK_OK;
+  for (int at = 0; rc == STK_OK && at < t->nshards; at += 64) {
+    int k = t->nshards - at < 64 ? t->nshards - at : 64;
+    stk__net_req *q[64];
+    for (int i = 0; i < k; i++) q[i] = stk__net_get(t->net, t->shards[at + i], 0, 0, 0, 1);
+    for (int i = 0; i < k; i++) {
+      stk__net_body b;
+      int r = stk__net_wait(q[i], &b, rc ? NULL : msg, msglen);
+      if (r && !rc) rc = r;
+      if (!r) t->size[at + i] = b.size;
+      stk__net_free(q[i]);
+    }
+  }
+  return rc;
+}
+
+/* The shards a URL names: an s3:// prefix (every .tar under it, sorted by
+ * key), a name with brace ranges, or one shard. `dir` gets where
+ * classes.txt is looked for: the folder of the (first) name. */
+static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size_t msglen) {
+  names nm = {0};
+  int rc = STK_OK, listed = 0;
+  int s3 = !strncmp(url, "s3://", 5);
+  if (strchr(url, '{')) {
+    rc = brace_expand(url, &nm, msg, msglen);
+  } else if (s3 && !has_tar_suffix(url)) {
+    stk__net_object *v = NULL;
+    int n = 0;
+    rc = stk__net_list(t->net, url, &v, &n, msg, msglen);
+    for (int i = 0; rc == STK_OK && i < n; i++) {
+      if (!has_tar_suffix(v[i].url)) continue;
+      if ((rc = names_add(&nm, strdup(v[i].url)))) break;
+      uint64_t *sz = realloc(t->size, (size_t)nm.cap * sizeof *sz);
+      if (!sz) {
+        rc = STK_ENOMEM;
+        break;
+      }
+      t->size = sz;
+      t->size[nm.n - 1] = v[i].size;
+    }
+    if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
+    stk__net_objects_free(v, n);
+    listed = 1;
+  } else if (!has_tar_suffix(url)) {
+    rc = stk__fail(msg, msglen, STK_EINVAL,
+                   "%s: an HTTP folder cannot be listed; name the shards with a range, as in "
+                   "https://host/path/shard-{0000..0099}.tar, or use a list file of URLs",
+                   url);
+  } else {
+    rc = names_add(&nm, strdup(url)) ? stk__fail(msg, msglen, STK_ENOMEM, "out of memory") : STK_OK;
+  }
+  t->shards = nm.v;
+  t->nshards = nm.n;
+  if (rc) return rc;
+  if (!listed) {
+    if (!(t->size = calloc((size_t)(nm.n ? nm.n : 1), sizeof *t->size)))
+      return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    if ((rc = head_all(t, msg, msglen))) return rc;
+  }
+  /* where classes.txt lives: the listed prefix's folder, or the name's */
+  const char *base = nm.n && !listed ? nm.v[0] : url;
+  const char *slash = strrchr(base, '/');
+  size_t scheme = (size_t)(strstr(base, "://") - base) + 3;
+  size_t dl = slash && (size_t)(slash - base) >= scheme ? (size_t)(slash - base) : strlen(base);
+  if (!(*dir = strndup(base, dl))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  return STK_OK;
+}
+
 /* The shards of `path`: the folder's *.tar files in sorted name order, or
  * the one file. `dir` gets the folder that classes.txt is looked for in. */
 static int list_shards(const char *path, tar_impl *t, char **dir, char *msg, size_t msglen) {
+  if (t->net) return list_remote(path, t, dir, msg, msglen);
   struct stat st;
   if (stat(path, &st) != 0)
     return stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", path, strerror(errno));
@@ -780,6 +981,9 @@ static void write_note(char *note, size_t cap, const tally *ta) {
  * files, and an fd cache shared by every worker thread would need a lock
  * and eviction; open() of a file whose name the kernel has just looked up
  * costs microseconds, against a millisecond or more to decode the image. */
+static int read_local(const tar_impl *t, const tar_member *m, stk__buf *buf, stk__bytes *out,
+                      char *msg, size_t msglen);
+
 static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
                     stk__bytes *out, char *msg, size_t msglen) {
   const tar_impl *t = s->impl;
@@ -796,6 +1000,28 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
   if (m->size > SIZE_MAX - BLOCK - 1 || stk__buf_reserve(buf, (size_t)m->size + BLOCK + 1))
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %llu bytes",
                      (unsigned long long)m->size);
+  if (t->net) {
+    /* a remote shard: through the store of parts (object.h) */
+    int rc = stk__parts_read(t->parts, m->shard, t->shards[m->shard], t->size[m->shard],
+                             m->off - BLOCK, m->size + BLOCK, buf->p, msg, msglen);
+    if (rc) return rc;
+    out->bytes_read = m->size + BLOCK;
+  } else {
+    int rc = read_local(t, m, buf, out, msg, msglen);
+    if (rc) return rc;
+  }
+  if (stk__hash64(buf->p, BLOCK, 0) != m->hhash)
+    return stk__fail(msg, msglen, STK_EDECODE,
+                     "the member's tar header is not the one read when the shard was opened (the "
+                     "shard was zero-filled or overwritten since)");
+  out->data = (const uint8_t *)buf->p + BLOCK;
+  out->len = (size_t)m->size;
+  return STK_OK;
+}
+
+/* A local shard's member: its header and data, by one pread. */
+static int read_local(const tar_impl *t, const tar_member *m, stk__buf *buf, stk__bytes *out,
+                      char *msg, size_t msglen) {
   /* Checked as a regular file when the shards were scanned; O_NONBLOCK so
    * that one replaced by a FIFO since cannot block the open (pread on it
    * then fails), without stk__open_input's fstat and fcntl per sample. */
@@ -812,12 +1038,6 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
                      "(it changed since it was opened)",
                      (unsigned long long)(r > BLOCK ? (uint64_t)r - BLOCK : 0),
                      (unsigned long long)m->size);
-  if (stk__hash64(buf->p, BLOCK, 0) != m->hhash)
-    return stk__fail(msg, msglen, STK_EDECODE,
-                     "the member's tar header is not the one read when the shard was opened (the "
-                     "shard was zero-filled or overwritten since)");
-  out->data = (const uint8_t *)buf->p + BLOCK;
-  out->len = (size_t)m->size;
   return STK_OK;
 }
 
@@ -871,9 +1091,48 @@ static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, in
   memcpy(out, scratch, (size_t)L * sizeof *out);
 }
 
+static void tar_plan(const stk__source *s, const int64_t *idx, int n, uint64_t epoch) {
+  const tar_impl *t = s->impl;
+  if (!t->parts) return;
+  for (int k = 0; k < n; k++) {
+    const tar_member *m = &t->m[idx[k]];
+    if (m->damage) continue;
+    stk__parts_plan(t->parts, m->shard, t->shards[m->shard], t->size[m->shard], m->off - BLOCK,
+                    m->size + BLOCK, epoch);
+  }
+}
+
+static void tar_plan_reset(const stk__source *s) {
+  const tar_impl *t = s->impl;
+  if (t->parts) stk__parts_reset(t->parts);
+}
+
+static void tar_cancel(const stk__source *s) {
+  const tar_impl *t = s->impl;
+  stk__net_cancel(t->net);
+}
+
+static void tar_net_stats(const stk__source *s, stk_stats *o) {
+  const tar_impl *t = s->impl;
+  if (!t->net) return;
+  stk__net_stats ns;
+  stk__net_get_stats(t->net, &ns);
+  o->remote_bytes = ns.bytes;
+  o->remote_requests = ns.requests;
+  o->remote_retries = ns.retries;
+  o->remote_failures = ns.failures;
+  o->remote_seconds = ns.seconds;
+  if (t->parts) stk__parts_memory(t->parts, &o->remote_part_bytes, &o->remote_part_peak);
+}
+
 static void tar_close(stk__source *s) {
   tar_impl *t = s->impl;
   if (!t) return;
+  /* the parts' transfers end before the client that carries them */
+  stk__net_cancel(t->net);
+  stk__parts_close(t->parts);
+  stk__net_close(t->net);
+  free(t->size);
   for (int i = 0; i < t->nshards; i++) free(t->shards[i]);
   free(t->shards);
   free(t->run_start);
@@ -884,15 +1143,27 @@ static void tar_close(stk__source *s) {
   s->impl = NULL;
 }
 
-static const stk__source_ops tar_ops = {"tar", tar_read, NULL, tar_order, NULL, tar_close};
+static const stk__source_ops tar_ops = {.kind = "tar",
+                                        .read = tar_read,
+                                        .order = tar_order,
+                                        .close = tar_close,
+                                        .plan = tar_plan,
+                                        .plan_reset = tar_plan_reset,
+                                        .cancel = tar_cancel,
+                                        .net_stats = tar_net_stats};
 
 int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
                   size_t msglen) {
-  (void)opt;
   tar_impl *t = calloc(1, sizeof *t);
   if (!t) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   s->impl = t;
   s->ops = &tar_ops; /* close() frees what was made on any failure */
+  if (stk__is_url(path)) {
+    int rc = stk__net_open(&t->net, opt ? opt->read_timeout : 0, msg, msglen);
+    if (rc == STK_OK && stk__parts_open(&t->parts, t->net, PART_SIZE, PARTS_BUDGET))
+      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    if (rc) return rc;
+  }
   char *dir = NULL;
   classlist cl = {0};
   tally ta;
@@ -901,7 +1172,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   int rc = list_shards(path, t, &dir, msg, msglen);
   if (rc == STK_OK && t->nshards == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
-  if (rc == STK_OK) rc = read_classes(dir, &cl, msg, msglen);
+  if (rc == STK_OK) rc = read_classes(dir, t->net, &cl, msg, msglen);
   if (rc == STK_OK && !(t->run_start = malloc(((size_t)t->nshards + 1) * sizeof *t->run_start)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   for (int k = 0; rc == STK_OK && k < t->nshards; k++) {

@@ -1,0 +1,849 @@
+/* net.c: the HTTP(S) client of remote datasets. See net.h.
+ *
+ * One I/O thread per client drives libcurl's multi handle: requests are
+ * queued by any thread, the I/O thread starts them (at most MAX_ACTIVE at
+ * once, over a pool of keep-alive connections that the multi handle
+ * keeps), writes bodies straight into each request's buffer, and wakes the
+ * waiters. Each attempt is a fresh easy handle: an S3 request is signed
+ * anew with the time of that attempt, and a resumed one asks for the bytes
+ * it still lacks. */
+#define _GNU_SOURCE /* strcasestr, memmem */
+#include "sources/net.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "core/common.h"
+#include "sources/s3.h"
+
+/* ---- the part of libcurl's ABI (soname 4) that stoker uses --------------- */
+
+typedef void CURL;
+typedef void CURLM;
+struct curl_slist {
+  char *data;
+  struct curl_slist *next;
+};
+typedef struct {
+  int msg; /* CURLMSG_DONE = 1 */
+  CURL *easy;
+  union {
+    void *whatever;
+    int result;
+  } data;
+} CURLMsg;
+typedef struct {
+  int age;
+  const char *version;
+  unsigned int version_num;
+  const char *host;
+  int features;
+  const char *ssl_version;
+} curl_version_info_data;
+
+enum {
+  O_WRITEDATA = 10001, O_URL = 10002, O_ERRORBUFFER = 10010, O_WRITEFUNCTION = 20011,
+  O_USERAGENT = 10018, O_LOW_SPEED_LIMIT = 19, O_LOW_SPEED_TIME = 20, O_HTTPHEADER = 10023,
+  O_HEADERDATA = 10029, O_NOBODY = 44, O_CAINFO = 10065, O_HEADERFUNCTION = 20079,
+  O_NOSIGNAL = 99, O_PRIVATE = 10103, O_TIMEOUT_MS = 155, O_CONNECTTIMEOUT_MS = 156,
+  O_TCP_KEEPALIVE = 213, O_PROTOCOLS_STR = 10318,
+  I_RESPONSE_CODE = 0x200002,
+  M_MAXCONNECTS = 6, M_MAX_HOST_CONNECTIONS = 7,
+  E_OK = 0, E_UNSUPPORTED_PROTOCOL = 1, E_URL_MALFORMAT = 3, E_WRITE_ERROR = 23,
+  E_PEER_FAILED_VERIFICATION = 60, E_SSL_CACERT_BADFILE = 77,
+};
+
+static struct {
+  int (*global_init)(long);
+  CURL *(*easy_init)(void);
+  int (*easy_setopt)(CURL *, int, ...);
+  int (*easy_getinfo)(CURL *, int, ...);
+  void (*easy_cleanup)(CURL *);
+  const char *(*easy_strerror)(int);
+  CURLM *(*multi_init)(void);
+  int (*multi_setopt)(CURLM *, int, ...);
+  int (*multi_add_handle)(CURLM *, CURL *);
+  int (*multi_remove_handle)(CURLM *, CURL *);
+  int (*multi_perform)(CURLM *, int *);
+  int (*multi_poll)(CURLM *, void *, unsigned, int, int *);
+  int (*multi_wakeup)(CURLM *);
+  CURLMsg *(*multi_info_read)(CURLM *, int *);
+  int (*multi_cleanup)(CURLM *);
+  struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+  void (*slist_free_all)(struct curl_slist *);
+  curl_version_info_data *(*version_info)(int);
+} cu;
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static char cu_why[256];
+static char cu_version[160];
+
+static void cu_load(void) {
+  void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libcurl-gnutls.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(cu_why, sizeof cu_why,
+             "remote datasets need libcurl, which is not installed (libcurl.so.4: apt install "
+             "libcurl4, dnf install libcurl)");
+    return;
+  }
+  struct {
+    const char *name;
+    void **slot;
+  } syms[] = {
+      {"curl_global_init", (void **)&cu.global_init},
+      {"curl_easy_init", (void **)&cu.easy_init},
+      {"curl_easy_setopt", (void **)&cu.easy_setopt},
+      {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
+      {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
+      {"curl_easy_strerror", (void **)&cu.easy_strerror},
+      {"curl_multi_init", (void **)&cu.multi_init},
+      {"curl_multi_setopt", (void **)&cu.multi_setopt},
+      {"curl_multi_add_handle", (void **)&cu.multi_add_handle},
+      {"curl_multi_remove_handle", (void **)&cu.multi_remove_handle},
+      {"curl_multi_perform", (void **)&cu.multi_perform},
+      {"curl_multi_poll", (void **)&cu.multi_poll},
+      {"curl_multi_wakeup", (void **)&cu.multi_wakeup},
+      {"curl_multi_info_read", (void **)&cu.multi_info_read},
+      {"curl_multi_cleanup", (void **)&cu.multi_cleanup},
+      {"curl_slist_append", (void **)&cu.slist_append},
+      {"curl_slist_free_all", (void **)&cu.slist_free_all},
+      {"curl_version_info", (void **)&cu.version_info},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
+    /* dlsym returns an object pointer; POSIX guarantees it converts */
+    void *p = dlsym(h, syms[i].name);
+    if (!p) {
+      /* curl_multi_poll and _wakeup came with 7.66 and 7.68 (2019) */
+      snprintf(cu_why, sizeof cu_why, "the libcurl found is too old (no %s): 7.68 or later needed",
+               syms[i].name);
+      dlclose(h);
+      return;
+    }
+    memcpy(syms[i].slot, &p, sizeof p);
+  }
+  /* CURL_GLOBAL_ALL; libcurl >= 7.84 makes this thread-safe */
+  if (cu.global_init(3) != E_OK) {
+    snprintf(cu_why, sizeof cu_why, "libcurl failed to initialise");
+    return;
+  }
+  curl_version_info_data *v = cu.version_info(0);
+  snprintf(cu_version, sizeof cu_version, "libcurl %s (%s)", v && v->version ? v->version : "?",
+           v && v->ssl_version ? v->ssl_version : "no TLS");
+}
+
+const char *stk__net_version(void) {
+  pthread_once(&cu_once, cu_load);
+  return cu_why[0] ? cu_why : cu_version;
+}
+
+int stk__is_url(const char *name) {
+  return name && (!strncmp(name, "s3://", 5) || !strncasecmp(name, "http://", 7) ||
+                  !strncasecmp(name, "https://", 8));
+}
+
+void stk__url_redact(const char *url, char *out, size_t cap) {
+  const char *p = strstr(url, "://");
+  const char *host = p ? p + 3 : url;
+  const char *end = host + strcspn(host, "/?#");
+  const char *at = NULL;
+  for (const char *c = host; c < end; c++)
+    if (*c == '@') at = c;
+  size_t q = strcspn(url, "?#");
+  if (at) {
+    snprintf(out, cap, "%.*s%.*s", (int)(host - url), url, (int)(url + q - (at + 1)), at + 1);
+  } else {
+    snprintf(out, cap, "%.*s", (int)q, url);
+  }
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+#define MAX_ACTIVE 32
+#define MAX_ATTEMPTS 12
+
+enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
+
+struct stk__net_req {
+  stk__net *net;
+  stk__net_req *next;      /* in the queue */
+  char *url;               /* as given: for messages (redacted) and s3 names */
+  uint64_t off, len, max;  /* the range; len 0 = to the end */
+  int head;
+  int state;
+  int rc;
+  int attempt;
+  double t0, deadline, not_before;
+  /* the current attempt */
+  CURL *easy;
+  struct curl_slist *hdrs;
+  long status;        /* the last status line's code */
+  uint64_t skip;      /* bytes of a 200 to drop (the server ignored Range) */
+  uint64_t att_got;   /* bytes this attempt wrote */
+  char errbuf[256];
+  char errbody[512];  /* the start of an error response (S3's XML) */
+  size_t errlen;
+  /* the result */
+  uint8_t *data;
+  size_t got, cap;
+  uint64_t size;
+  char etag[96];
+  char why[700];
+};
+
+struct stk__net {
+  stk__s3 s3;
+  int s3_ok;
+  char s3_err[256];
+  double timeout;
+  pthread_mutex_t mu;
+  pthread_cond_t done_cv;
+  pthread_t thread;
+  CURLM *multi;
+  stk__net_req *queue, *queue_tail; /* waiting to start (also retries) */
+  stk__net_req *active[MAX_ACTIVE];
+  int nactive;
+  int stop;
+  uint64_t rng;
+  _Atomic uint64_t bytes, requests, retries, failures;
+  _Atomic uint64_t micros;
+};
+
+/* strlcpy: truncating a long ETag or reason is fine here */
+static void scopy(char *dst, size_t cap, const char *src) {
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void finish(stk__net_req *q, int rc) {
+  q->rc = rc;
+  q->state = Q_DONE;
+  stk__net *n = q->net;
+  atomic_fetch_add(&n->micros, (uint64_t)((stk__now() - q->t0) * 1e6));
+  if (rc) atomic_fetch_add(&n->failures, 1);
+  pthread_cond_broadcast(&n->done_cv);
+}
+
+static void fail(stk__net_req *q, int rc, const char *fmt, ...) STK__PRINTF(3, 4);
+static void fail(stk__net_req *q, int rc, const char *fmt, ...) {
+  char u[512];
+  stk__url_redact(q->url, u, sizeof u);
+  int w = snprintf(q->why, sizeof q->why, "%s: ", u);
+  va_list ap;
+  va_start(ap, fmt);
+  if (w > 0 && (size_t)w < sizeof q->why) vsnprintf(q->why + w, sizeof q->why - (size_t)w, fmt, ap);
+  va_end(ap);
+  finish(q, rc);
+}
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
+  stk__net_req *q = ud;
+  size_t n = sz * nm;
+  if (n >= 5 && !strncmp(p, "HTTP/", 5)) {
+    /* a new status line (after a 100 Continue, say): what came before is moot */
+    const char *sp = memchr(p, ' ', n);
+    q->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+    return n;
+  }
+  char line[256];
+  size_t l = n < sizeof line - 1 ? n : sizeof line - 1;
+  memcpy(line, p, l);
+  line[l] = '\0';
+  line[strcspn(line, "\r\n")] = '\0';
+  if (!strncasecmp(line, "content-range:", 14)) {
+    const char *s = strchr(line, '/');
+    if (s && s[1] != '*') q->size = strtoull(s + 1, NULL, 10);
+  } else if (!strncasecmp(line, "content-length:", 15) && q->status == 200 && !q->size) {
+    q->size = strtoull(line + 15, NULL, 10);
+  } else if (!strncasecmp(line, "etag:", 5)) {
+    const char *v = line + 5;
+    while (*v == ' ' || *v == '"' || (v[0] == 'W' && v[1] == '/')) v += (*v == 'W') ? 2 : 1;
+    scopy(q->etag, sizeof q->etag, v);
+    size_t el = strlen(q->etag);
+    while (el && q->etag[el - 1] == '"') q->etag[--el] = '\0';
+  }
+  return n;
+}
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
+  stk__net_req *q = ud;
+  size_t n = sz * nm;
+  if (q->status < 200 || q->status >= 300) {
+    size_t k = sizeof q->errbody - 1 - q->errlen;
+    if (k > n) k = n;
+    memcpy(q->errbody + q->errlen, p, k);
+    q->errlen += k;
+    q->errbody[q->errlen] = '\0';
+    return n;
+  }
+  if (q->skip) { /* a 200 to a Range request: drop what precedes the range */
+    size_t k = q->skip < n ? (size_t)q->skip : n;
+    q->skip -= k;
+    p += k;
+    n -= k;
+    if (!n) return sz * nm;
+  }
+  uint64_t want = q->len ? q->len - q->got : (uint64_t)-1;
+  size_t take = (uint64_t)n < want ? n : (size_t)want;
+  if (q->max && q->got + take > q->max) return 0; /* over the bound: the write fails */
+  if (q->got + take > q->cap) {
+    size_t cap = q->cap ? q->cap : 65536;
+    while (cap < q->got + take) cap *= 2;
+    uint8_t *d = realloc(q->data, cap);
+    if (!d) return 0;
+    q->data = d;
+    q->cap = cap;
+  }
+  memcpy(q->data + q->got, p, take);
+  q->got += take;
+  q->att_got += take;
+  atomic_fetch_add(&q->net->bytes, take);
+  return sz * nm; /* bytes past the range (a server that sent more) are dropped */
+}
+
+/* The HTTP URL of a request, and for s3:// its signature headers. */
+static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
+  char hdr[STK__S3_MAX_HEADERS][STK__S3_HEADER_LEN];
+  int nh = 0;
+  if (!strncmp(q->url, "s3://", 5)) {
+    if (!n->s3_ok) {
+      fail(q, STK_EINVAL, "%s", n->s3_err);
+      return -1;
+    }
+    const char *b = q->url + 5, *slash = strchr(b, '/');
+    char bucket[256];
+    size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+    if (!bl || bl >= sizeof bucket) {
+      fail(q, STK_EINVAL, "not an s3://bucket/key name");
+      return -1;
+    }
+    memcpy(bucket, b, bl);
+    bucket[bl] = '\0';
+    const char *key = slash ? slash + 1 : "";
+    const char *query = strchr(key, '?'); /* listings carry their canonical query */
+    char k[2048], cpath[3 * 2048], host[300];
+    size_t kl = query ? (size_t)(query - key) : strlen(key);
+    if (kl >= sizeof k) {
+      fail(q, STK_EINVAL, "the key is too long");
+      return -1;
+    }
+    memcpy(k, key, kl);
+    k[kl] = '\0';
+    if (stk__s3_url(&n->s3, bucket, k, query ? query + 1 : "", url, cap, cpath, sizeof cpath, host,
+                    sizeof host)) {
+      fail(q, STK_EINVAL, "the URL is too long");
+      return -1;
+    }
+    stk__s3_sign(&n->s3, q->head ? "HEAD" : "GET", host, cpath, query ? query + 1 : "",
+                 (int64_t)wall(), hdr, &nh);
+  } else {
+    snprintf(url, cap, "%s", q->url);
+  }
+  for (int i = 0; i < nh; i++) {
+    struct curl_slist *s = cu.slist_append(q->hdrs, hdr[i]);
+    if (!s) break;
+    q->hdrs = s;
+  }
+  memset(hdr, 0, sizeof hdr); /* a signature and maybe a session token */
+  uint64_t from = q->off + q->got;
+  if (!q->head && (from || q->len)) {
+    char r[80];
+    if (q->len)
+      snprintf(r, sizeof r, "Range: bytes=%llu-%llu", (unsigned long long)from,
+               (unsigned long long)(q->off + q->len - 1));
+    else
+      snprintf(r, sizeof r, "Range: bytes=%llu-", (unsigned long long)from);
+    struct curl_slist *s = cu.slist_append(q->hdrs, r);
+    if (s) q->hdrs = s;
+  }
+  return 0;
+}
+
+/* Starts an attempt (I/O thread, mutex held). */
+static void start(stk__net *n, stk__net_req *q) {
+  char url[8192];
+  q->hdrs = NULL;
+  if (prepare(n, q, url, sizeof url)) return;
+  CURL *e = cu.easy_init();
+  if (!e) {
+    fail(q, STK_ENOMEM, "out of memory for a transfer");
+    return;
+  }
+  q->easy = e;
+  q->status = 0;
+  q->att_got = 0;
+  q->errlen = 0;
+  q->errbody[0] = q->errbuf[0] = '\0';
+  q->skip = 0;
+  cu.easy_setopt(e, O_URL, url);
+  cu.easy_setopt(e, O_PROTOCOLS_STR, "http,https");
+  cu.easy_setopt(e, O_NOSIGNAL, 1L);
+  cu.easy_setopt(e, O_TCP_KEEPALIVE, 1L);
+  cu.easy_setopt(e, O_USERAGENT, "stoker");
+  cu.easy_setopt(e, O_HTTPHEADER, q->hdrs);
+  cu.easy_setopt(e, O_HEADERFUNCTION, on_header);
+  cu.easy_setopt(e, O_HEADERDATA, q);
+  cu.easy_setopt(e, O_WRITEFUNCTION, on_body);
+  cu.easy_setopt(e, O_WRITEDATA, q);
+  cu.easy_setopt(e, O_PRIVATE, q);
+  cu.easy_setopt(e, O_ERRORBUFFER, q->errbuf);
+  if (q->head) cu.easy_setopt(e, O_NOBODY, 1L);
+  const char *ca = getenv("AWS_CA_BUNDLE");
+  if (!ca || !*ca) ca = getenv("CURL_CA_BUNDLE");
+  if (ca && *ca) cu.easy_setopt(e, O_CAINFO, ca);
+  /* A body that stalls (under 1 byte/s for this long) is retried; the
+   * request's own deadline bounds the whole. */
+  double left = q->deadline - stk__now();
+  long stall = left < 30 ? (long)(left > 1 ? left : 1) : 30;
+  cu.easy_setopt(e, O_LOW_SPEED_LIMIT, 1L);
+  cu.easy_setopt(e, O_LOW_SPEED_TIME, stall);
+  cu.easy_setopt(e, O_CONNECTTIMEOUT_MS, (long)(stall * 1000 < 10000 ? stall * 1000 : 10000));
+  cu.easy_setopt(e, O_TIMEOUT_MS, (long)(left > 0.05 ? left * 1000 : 50));
+  atomic_fetch_add(&n->requests, 1);
+  if (cu.multi_add_handle(n->multi, e) != E_OK) {
+    cu.easy_cleanup(e);
+    q->easy = NULL;
+    fail(q, STK_EIO, "libcurl refused the transfer");
+    return;
+  }
+  q->state = Q_ACTIVE;
+  n->active[n->nactive++] = q;
+}
+
+static void end_attempt(stk__net *n, stk__net_req *q) {
+  cu.multi_remove_handle(n->multi, q->easy);
+  cu.easy_cleanup(q->easy);
+  q->easy = NULL;
+  cu.slist_free_all(q->hdrs);
+  q->hdrs = NULL;
+  for (int i = 0; i < n->nactive; i++)
+    if (n->active[i] == q) {
+      n->active[i] = n->active[--n->nactive];
+      break;
+    }
+}
+
+static void enqueue(stk__net *n, stk__net_req *q) {
+  q->next = NULL;
+  q->state = Q_QUEUED;
+  if (n->queue_tail)
+    n->queue_tail->next = q;
+  else
+    n->queue = q;
+  n->queue_tail = q;
+}
+
+/* The S3 error code of an XML error body ("SlowDown", "AccessDenied"). */
+static void s3_code(const stk__net_req *q, char *out, size_t cap) {
+  out[0] = '\0';
+  const char *c = strstr(q->errbody, "<Code>");
+  if (!c) return;
+  c += 6;
+  size_t l = strcspn(c, "<");
+  snprintf(out, cap, " %.*s", (int)(l < 64 ? l : 64), c);
+}
+
+/* An attempt ended (I/O thread, mutex held): done, failed, or retried. */
+static void completed(stk__net *n, stk__net_req *q, int result) {
+  long status = q->status;
+  char errbuf[256];
+  snprintf(errbuf, sizeof errbuf, "%s", q->errbuf[0] ? q->errbuf : cu.easy_strerror(result));
+  end_attempt(n, q);
+  int retry = 0;
+  char why[300] = "";
+  if (result == E_OK && status >= 200 && status < 300) {
+    int partial = q->len && q->got < q->len && !q->head;
+    if (partial && q->size && q->off + q->len > q->size) {
+      fail(q, STK_EDECODE,
+           "the object is %llu bytes, shorter than expected (bytes %llu-%llu were asked for): it "
+           "changed or was truncated",
+           (unsigned long long)q->size, (unsigned long long)q->off,
+           (unsigned long long)(q->off + q->len - 1));
+      return;
+    }
+    if (!partial) {
+      finish(q, STK_OK);
+      return;
+    }
+    retry = 1; /* the body was cut short: resume */
+    snprintf(why, sizeof why, "the body ended after %llu of %llu bytes",
+             (unsigned long long)q->got, (unsigned long long)q->len);
+  } else if (result == E_OK) {
+    char code[80];
+    s3_code(q, code, sizeof code);
+    if (status == 401 || status == 403) {
+      fail(q, STK_EIO,
+           "access denied (HTTP %ld%s): check the credentials (AWS_ACCESS_KEY_ID, "
+           "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE) and the object's permissions",
+           status, code);
+      return;
+    }
+    if (status == 404) {
+      fail(q, STK_EIO, "not found (HTTP 404%s)", code);
+      return;
+    }
+    if (status == 416) {
+      fail(q, STK_EDECODE, "range not satisfiable (HTTP 416): the object is shorter than expected");
+      return;
+    }
+    if (status >= 500 || status == 429 || status == 408) {
+      retry = 1;
+      snprintf(why, sizeof why, "HTTP %ld%s", status, code);
+    } else {
+      fail(q, STK_EIO, "HTTP %ld%s", status, code);
+      return;
+    }
+  } else if (result == E_WRITE_ERROR) {
+    fail(q, q->max && q->got >= q->max ? STK_ELIMIT : STK_ENOMEM,
+         q->max && q->got >= q->max ? "the object is over the limit of %llu bytes"
+                                    : "out of memory for the object (%llu bytes)",
+         (unsigned long long)(q->max ? q->max : q->got));
+    return;
+  } else if (result == E_PEER_FAILED_VERIFICATION || result == E_SSL_CACERT_BADFILE ||
+             result == E_UNSUPPORTED_PROTOCOL || result == E_URL_MALFORMAT) {
+    fail(q, STK_EIO, "%s", errbuf);
+    return;
+  } else {
+    retry = 1; /* resets, refusals, timeouts, DNS: the network may come back */
+    snprintf(why, sizeof why, "%s", errbuf);
+  }
+  (void)retry;
+  q->attempt++;
+  /* jittered exponential backoff: 50 ms, 100 ms, ... up to 5 s, times [0.5, 1) */
+  double base = 0.05 * (double)(1u << (q->attempt < 7 ? q->attempt : 7));
+  if (base > 5) base = 5;
+  n->rng = stk__mix64(n->rng + 0x9e3779b97f4a7c15ULL);
+  double wait = base * (0.5 + 0.5 * (double)(n->rng >> 11) * 0x1.0p-53);
+  double now = stk__now();
+  if (q->attempt >= MAX_ATTEMPTS || now + wait >= q->deadline) {
+    fail(q, STK_EIO, "%s; gave up after %d attempts in %.1f s", why, q->attempt, now - q->t0);
+    return;
+  }
+  atomic_fetch_add(&n->retries, 1);
+  q->not_before = now + wait;
+  enqueue(n, q);
+}
+
+static void *io_main(void *arg) {
+  stk__net *n = arg;
+  pthread_mutex_lock(&n->mu);
+  while (!n->stop) {
+    /* start what may start: the queue is in submission order, retries
+     * waiting for their backoff are passed over */
+    double now = stk__now(), next_due = now + 0.1;
+    stk__net_req **pp = &n->queue, *prev = NULL;
+    while (*pp && n->nactive < MAX_ACTIVE) {
+      stk__net_req *q = *pp;
+      if (q->not_before > now) {
+        if (q->not_before < next_due) next_due = q->not_before;
+        prev = q;
+        pp = &q->next;
+        continue;
+      }
+      *pp = q->next;
+      if (n->queue_tail == q) n->queue_tail = prev;
+      q->next = NULL;
+      start(n, q);
+    }
+    pthread_mutex_unlock(&n->mu);
+    int running = 0;
+    cu.multi_perform(n->multi, &running);
+    pthread_mutex_lock(&n->mu);
+    CURLMsg *m;
+    int left;
+    while ((m = cu.multi_info_read(n->multi, &left))) {
+      if (m->msg != 1) continue;
+      stk__net_req *q = NULL;
+      cu.easy_getinfo(m->easy, 0x100015 /* CURLINFO_PRIVATE */, (char **)&q);
+      if (q) completed(n, q, m->data.result);
+    }
+    if (n->stop) break;
+    pthread_mutex_unlock(&n->mu);
+    int ms = (int)((next_due - stk__now()) * 1000);
+    cu.multi_poll(n->multi, NULL, 0, ms < 1 ? 1 : ms > 100 ? 100 : ms, NULL);
+    pthread_mutex_lock(&n->mu);
+  }
+  /* closing: what is still in flight fails */
+  while (n->nactive) {
+    stk__net_req *q = n->active[0];
+    end_attempt(n, q);
+    fail(q, STK_EIO, "the loader was closed during the transfer");
+  }
+  for (stk__net_req *q = n->queue; q;) {
+    stk__net_req *nx = q->next;
+    fail(q, STK_EIO, "the loader was closed before the transfer");
+    q = nx;
+  }
+  n->queue = n->queue_tail = NULL;
+  pthread_mutex_unlock(&n->mu);
+  return NULL;
+}
+
+int stk__net_open(stk__net **out, double timeout, char *msg, size_t msglen) {
+  *out = NULL;
+  pthread_once(&cu_once, cu_load);
+  if (cu_why[0]) return stk__fail(msg, msglen, STK_EIO, "%s", cu_why);
+  stk__net *n = calloc(1, sizeof *n);
+  if (!n) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  n->timeout = timeout > 0 ? timeout : 300;
+  /* an S3 configuration error fails only s3:// requests */
+  n->s3_ok = stk__s3_load(&n->s3, n->s3_err, sizeof n->s3_err) == STK_OK;
+  n->rng = (uint64_t)(wall() * 1e6) ^ (uint64_t)(uintptr_t)n;
+  pthread_mutex_init(&n->mu, NULL);
+  pthread_cond_init(&n->done_cv, NULL);
+  if (!(n->multi = cu.multi_init())) {
+    free(n);
+    return stk__fail(msg, msglen, STK_ENOMEM, "libcurl: cannot make a multi handle");
+  }
+  cu.multi_setopt(n->multi, M_MAXCONNECTS, (long)MAX_ACTIVE);
+  if (pthread_create(&n->thread, NULL, io_main, n)) {
+    cu.multi_cleanup(n->multi);
+    free(n);
+    return stk__fail(msg, msglen, STK_ENOMEM, "cannot start the network thread");
+  }
+  *out = n;
+  return STK_OK;
+}
+
+void stk__net_cancel(stk__net *n) {
+  if (!n) return;
+  pthread_mutex_lock(&n->mu);
+  n->stop = 1;
+  pthread_mutex_unlock(&n->mu);
+  cu.multi_wakeup(n->multi);
+}
+
+void stk__net_close(stk__net *n) {
+  if (!n) return;
+  stk__net_cancel(n);
+  pthread_join(n->thread, NULL);
+  cu.multi_cleanup(n->multi);
+  pthread_mutex_destroy(&n->mu);
+  pthread_cond_destroy(&n->done_cv);
+  memset(&n->s3, 0, sizeof n->s3); /* the secret */
+  free(n);
+}
+
+stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len, uint64_t max,
+                           int head) {
+  stk__net_req *q = calloc(1, sizeof *q);
+  if (!q || !(q->url = strdup(url))) {
+    free(q);
+    return NULL;
+  }
+  q->net = n;
+  q->off = off;
+  q->len = len;
+  q->max = max;
+  q->head = head;
+  if (len && !(q->data = malloc(len ? len : 1))) {
+    free(q->url);
+    free(q);
+    return NULL;
+  }
+  q->cap = len;
+  q->t0 = stk__now();
+  q->deadline = q->t0 + n->timeout;
+  pthread_mutex_lock(&n->mu);
+  if (n->stop) {
+    fail(q, STK_EIO, "the loader was closed before the transfer");
+  } else {
+    enqueue(n, q);
+  }
+  pthread_mutex_unlock(&n->mu);
+  cu.multi_wakeup(n->multi);
+  return q;
+}
+
+int stk__net_done(stk__net_req *q) {
+  pthread_mutex_lock(&q->net->mu);
+  int d = q->state == Q_DONE;
+  pthread_mutex_unlock(&q->net->mu);
+  return d;
+}
+
+int stk__net_wait(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen) {
+  if (!q) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for a request");
+  stk__net *n = q->net;
+  pthread_mutex_lock(&n->mu);
+  while (q->state != Q_DONE) pthread_cond_wait(&n->done_cv, &n->mu);
+  pthread_mutex_unlock(&n->mu);
+  if (body) {
+    body->data = q->data;
+    body->len = q->got;
+    body->size = q->size;
+    snprintf(body->etag, sizeof body->etag, "%s", q->etag);
+  }
+  if (q->rc) stk__fail(msg, msglen, q->rc, "%s", q->why);
+  return q->rc;
+}
+
+uint8_t *stk__net_take(stk__net_req *q) {
+  uint8_t *d = q->data;
+  q->data = NULL;
+  q->got = q->cap = 0;
+  return d;
+}
+
+void stk__net_free(stk__net_req *q) {
+  if (!q) return;
+  free(q->data);
+  free(q->url);
+  free(q);
+}
+
+void stk__net_get_stats(const stk__net *n, stk__net_stats *s) {
+  memset(s, 0, sizeof *s);
+  if (!n) return;
+  stk__net *m = (stk__net *)n; /* atomics are read, nothing is changed */
+  s->bytes = atomic_load(&m->bytes);
+  s->requests = atomic_load(&m->requests);
+  s->retries = atomic_load(&m->retries);
+  s->failures = atomic_load(&m->failures);
+  s->seconds = (double)atomic_load(&m->micros) * 1e-6;
+}
+
+/* ---- S3 listings --------------------------------------------------------- */
+
+/* The text of <tag>...</tag> after *p, XML entities decoded, into out;
+ * advances *p past it. 0 when there is none before `end`. */
+static int xml_take(const char **p, const char *end, const char *tag, char *out, size_t cap) {
+  char open[64], close[64];
+  snprintf(open, sizeof open, "<%s>", tag);
+  snprintf(close, sizeof close, "</%s>", tag);
+  const char *a = memmem(*p, (size_t)(end - *p), open, strlen(open));
+  if (!a) return 0;
+  a += strlen(open);
+  const char *b = memmem(a, (size_t)(end - a), close, strlen(close));
+  if (!b) return 0;
+  size_t o = 0;
+  for (const char *c = a; c < b && o + 1 < cap; c++) {
+    static const struct {
+      const char *e;
+      char c;
+    } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    int done = 0;
+    if (*c == '&')
+      for (size_t k = 0; k < sizeof ents / sizeof *ents && !done; k++)
+        if (!strncmp(c, ents[k].e, strlen(ents[k].e))) {
+          out[o++] = ents[k].c;
+          c += strlen(ents[k].e) - 1;
+          done = 1;
+        }
+    if (!done) out[o++] = *c;
+  }
+  out[o] = '\0';
+  *p = b + strlen(close);
+  return 1;
+}
+
+void stk__net_objects_free(stk__net_object *v, int count) {
+  for (int i = 0; v && i < count; i++) free(v[i].url);
+  free(v);
+}
+
+int stk__net_list(stk__net *n, const char *url, stk__net_object **out, int *count, char *msg,
+                  size_t msglen) {
+  *out = NULL;
+  *count = 0;
+  const char *b = url + 5, *slash = strchr(b, '/');
+  char bucket[256];
+  size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+  if (strncmp(url, "s3://", 5) || !bl || bl >= sizeof bucket)
+    return stk__fail(msg, msglen, STK_EINVAL, "%s is not an s3://bucket/prefix name", url);
+  memcpy(bucket, b, bl);
+  bucket[bl] = '\0';
+  const char *prefix = slash ? slash + 1 : "";
+  char token[1024] = "";
+  int cap = 0, rc = STK_OK;
+  stk__net_object *v = NULL;
+  for (int page = 0; rc == STK_OK; page++) {
+    /* the canonical query: parameters sorted by name, values encoded */
+    char ep[3 * 1024 + 4], et[3 * 1024 + 4], name[8192];
+    if (stk__uri_encode(prefix, 0, ep, sizeof ep) || stk__uri_encode(token, 0, et, sizeof et)) {
+      rc = stk__fail(msg, msglen, STK_EINVAL, "%s: the prefix is too long", url);
+      break;
+    }
+    snprintf(name, sizeof name, "s3://%s/?%s%s%slist-type=2&prefix=%s", bucket,
+             token[0] ? "continuation-token=" : "", et, token[0] ? "&" : "", ep);
+    stk__net_req *q = stk__net_get(n, name, 0, 0, 64u << 20, 0);
+    stk__net_body body;
+    char why[800];
+    rc = stk__net_wait(q, &body, why, sizeof why);
+    if (rc) {
+      /* name the listing as the user wrote it, not with its query */
+      const char *r = strstr(why, ": ");
+      stk__fail(msg, msglen, rc, "cannot list s3://%s/%s%s", bucket, prefix, r ? r : why);
+      stk__net_free(q);
+      break;
+    }
+    const char *p = (const char *)body.data, *end = p + body.len;
+    /* body.data is not NUL-terminated: every search is bounded by end */
+    for (;;) {
+      const char *c = memmem(p, (size_t)(end - p), "<Contents>", 10);
+      if (!c) break;
+      const char *ce = memmem(c, (size_t)(end - c), "</Contents>", 11);
+      if (!ce) break;
+      char key[2048], size[32], etag[96] = "";
+      const char *k = c;
+      if (!xml_take(&k, ce, "Key", key, sizeof key)) break;
+      k = c;
+      if (!xml_take(&k, ce, "Size", size, sizeof size)) size[0] = '\0';
+      k = c;
+      xml_take(&k, ce, "ETag", etag, sizeof etag);
+      p = ce + 11;
+      if (*count == cap) {
+        cap = cap ? cap * 2 : 256;
+        stk__net_object *nv = realloc(v, (size_t)cap * sizeof *nv);
+        if (!nv) {
+          rc = STK_ENOMEM;
+          break;
+        }
+        v = nv;
+      }
+      stk__net_object *o = &v[*count];
+      size_t ul = strlen(bucket) + strlen(key) + 7;
+      if (!(o->url = malloc(ul))) {
+        rc = STK_ENOMEM;
+        break;
+      }
+      snprintf(o->url, ul, "s3://%s/%s", bucket, key);
+      o->size = strtoull(size, NULL, 10);
+      const char *e = etag;
+      while (*e == '"') e++;
+      snprintf(o->etag, sizeof o->etag, "%s", e);
+      size_t el = strlen(o->etag);
+      while (el && o->etag[el - 1] == '"') o->etag[--el] = '\0';
+      (*count)++;
+    }
+    const char *t = (const char *)body.data;
+    char trunc[16] = "";
+    xml_take(&t, end, "IsTruncated", trunc, sizeof trunc);
+    t = (const char *)body.data;
+    int more = !strcmp(trunc, "true") &&
+               xml_take(&t, end, "NextContinuationToken", token, sizeof token);
+    stk__net_free(q);
+    if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
+    if (!more) break;
+  }
+  if (rc) {
+    stk__net_objects_free(v, *count);
+    *count = 0;
+    return rc;
+  }
+  *out = v;
+  return STK_OK;
+}

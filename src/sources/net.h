@@ -1,0 +1,92 @@
+/*
+ * net.h: the HTTP(S) client behind remote datasets: libcurl's multi
+ * interface driven by one I/O thread per client, with a keep-alive
+ * connection pool, ranged GETs, SigV4 for s3:// URLs, retries and resume.
+ *
+ * libcurl is loaded at run time (dlopen of libcurl.so.4), as nvJPEG is:
+ * the library and the wheel then need nothing at build time, and a system
+ * without libcurl still reads local datasets; a remote root there fails
+ * with "libcurl (libcurl.so.4) is not installed". libcurl keeps the ABI of
+ * soname 4 stable, which is what makes the few declarations of net.c safe.
+ *
+ * URLs: s3://bucket/key, http://host/path, https://host/path. Messages name
+ * a URL without its user name, password or query string (a pre-signed URL
+ * carries its signature there).
+ *
+ * Faults: a 5xx, 429, 408, a connection reset, a refused connection or a
+ * stalled body is retried with jittered exponential backoff until the
+ * request's deadline (the loader's read_timeout); a body cut short resumes
+ * with a Range request from the last byte received. A 401/403, a 404 and a
+ * 416 fail at once, naming the URL and the status.
+ *
+ * Threads: every function may be called from any thread.
+ */
+#ifndef STK_NET_H
+#define STK_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct stk__net stk__net;
+typedef struct stk__net_req stk__net_req;
+
+/* 1 for s3://, http:// and https:// names. */
+int stk__is_url(const char *name);
+
+/* Starts a client. timeout: seconds a request may take, retries included
+ * (<= 0: 300). STK_EIO when libcurl cannot be loaded, STK_EINVAL for a bad
+ * S3 configuration, with the reason. */
+int stk__net_open(stk__net **out, double timeout, char *msg, size_t msglen);
+/* Fails what is in flight ("the loader was closed") and stops the I/O
+ * thread; returns within the time of one poll (100 ms). */
+void stk__net_close(stk__net *n);
+/* Fails what is in flight and every later request at once, without
+ * waiting: a closing loader's stuck reads come back. */
+void stk__net_cancel(stk__net *n);
+
+/* What a finished request got. */
+typedef struct {
+  uint8_t *data;  /* the body (malloc'ed; owned by the request) */
+  size_t len;     /* bytes in data */
+  uint64_t size;  /* the object's full size, when the server said it */
+  char etag[96];  /* its ETag, quotes removed, "" when none */
+} stk__net_body;
+
+/* GET bytes [off, off + len) of url (len 0: to the end, at most max bytes,
+ * 0 = no bound), or only its headers when head. Returns at once. */
+stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len,
+                           uint64_t max, int head);
+/* Waits for the request; STK_OK with *body filled (valid until free), or an
+ * error code with "URL: reason" in msg. */
+int stk__net_wait(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen);
+/* 1 when the request has finished (wait would not block). */
+int stk__net_done(stk__net_req *q);
+void stk__net_free(stk__net_req *q);
+/* The finished request's body, which the caller now owns (free()). */
+uint8_t *stk__net_take(stk__net_req *q);
+
+/* The bucket listing of s3://bucket/prefix: every key under it, sorted by
+ * name (S3's order), with sizes and ETags, into a malloc'ed array. */
+typedef struct {
+  char *url; /* s3://bucket/key */
+  uint64_t size;
+  char etag[96];
+} stk__net_object;
+int stk__net_list(stk__net *n, const char *url, stk__net_object **out, int *count, char *msg,
+                  size_t msglen);
+void stk__net_objects_free(stk__net_object *v, int count);
+
+/* Counters since the client opened (the loader's statistics). */
+typedef struct {
+  uint64_t bytes, requests, retries, failures;
+  double seconds; /* summed over requests: from submission to completion */
+} stk__net_stats;
+void stk__net_get_stats(const stk__net *n, stk__net_stats *s);
+
+/* "libcurl 7.88.1 (OpenSSL/3.0.15)", or why it cannot be loaded. */
+const char *stk__net_version(void);
+
+/* url without credentials and query, for messages. */
+void stk__url_redact(const char *url, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,71 @@
+/*
+ * object.h: bytes of an object, by range: a local file or a URL. The tar
+ * source reads its shards through this, local and remote alike.
+ *
+ * A remote object is read in two ways:
+ *   - sequentially (the scan that indexes a shard): through a window of one
+ *     part, with the next part already requested, so that a scan costs the
+ *     shard's transfer and not a round trip per member;
+ *   - by sample, through a store of parts shared by the worker threads
+ *     (stk__parts). The loader tells it which samples its started batches
+ *     will read (plan), in the order they will be read; the store requests
+ *     at once the parts that hold them: a large part (part_size) where the
+ *     sample lies beyond everything requested of its object this epoch (the
+ *     shard is being read front to back), else the sample's bytes alone (a
+ *     straggler of the shuffle buffer whose part was already let go). A
+ *     read then finds its bytes arrived, or waits for them. Parts stay
+ *     while a planned sample needs them; those no plan holds are let go,
+ *     least recently used first, once the parts exceed `budget` bytes. A
+ *     read nothing planned (a refill, `stoker check`) fetches its own bytes.
+ *   Memory: the budget, plus the parts that the started batches hold.
+ */
+#ifndef STK_OBJECT_H
+#define STK_OBJECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sources/net.h"
+
+typedef struct {
+  const char *name; /* the path or URL (borrowed) */
+  uint64_t size;
+  int fd;           /* local files */
+  stk__net *net;    /* remote objects */
+  uint64_t part;    /* the window's size */
+  uint8_t *win;     /* the window: bytes [win_off, win_off + win_len) */
+  uint64_t win_off;
+  size_t win_len;
+  stk__net_req *ahead; /* the next window, requested */
+  uint64_t ahead_off;
+  char why[800];    /* the last failure */
+} stk__object;
+
+/* Opens a local file (size from fstat) or a remote object of known size
+ * (net != NULL; size from the listing or a HEAD). */
+int stk__object_open(stk__object *o, const char *name, stk__net *net, uint64_t size,
+                     uint64_t part, char *msg, size_t msglen);
+/* Up to n bytes at off: fewer only at the object's end; -1 on an error
+ * (the reason in o->why). */
+ssize_t stk__object_pread(stk__object *o, void *dst, size_t n, uint64_t off);
+void stk__object_close(stk__object *o);
+
+/* ---- the store of parts of remote objects ---------------------------------- */
+typedef struct stk__parts stk__parts;
+int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget);
+void stk__parts_close(stk__parts *p);
+/* Bytes [off, off + len) of object `obj` (url, size) will be read soon, in
+ * this epoch; one call per planned read. */
+void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
+                     uint64_t len, uint64_t epoch);
+/* The plans are void (the loader dropped its batches). */
+void stk__parts_reset(stk__parts *p);
+/* Copies bytes [off, off + len) of obj into dst. STK_OK, or the error with
+ * "URL: reason" in msg. */
+int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
+                    uint64_t len, uint8_t *dst, char *msg, size_t msglen);
+/* Bytes the parts hold now, and their peak. */
+void stk__parts_memory(stk__parts *p, uint64_t *now, uint64_t *peak);
+
+#endif
