@@ -102,7 +102,7 @@ static void test_other_formats(void) {
       {"GIF89a\x10\0\x10\0\x80\0\0", 13, "GIF", STK_EFORMAT},
       {"GIF87a\x10\0\x10\0\x80\0\0", 13, "GIF", STK_EFORMAT},
       {"BM\x46\0\0\0\0\0\0\0\x36\0\0\0", 14, "BMP", STK_EDECODE},
-      {"RIFF\x24\0\0\0WEBPVP8 ", 16, "WebP", STK_EFORMAT},
+      {"RIFF\x24\0\0\0WEBPVP8 ", 16, "WebP", STK_EDECODE},
       {"II*\0\x08\0\0\0", 8, "TIFF", STK_EFORMAT},
       {"P6\n16 16\n255\n", 13, "PPM/PGM", STK_EDECODE},
   };

@@ -184,3 +184,62 @@ def test_truncated_ppm_is_refused(tmp_path):
     p.write_bytes(buf.getvalue()[:-1])
     with pytest.raises(stoker.DecodeError, match="truncated PPM"):
         _stoker.check_file(str(p))
+
+
+# ---- WebP -------------------------------------------------------------------------
+
+
+def _rgba(seed):
+    a = rgb(seed)
+    y, x = np.mgrid[0:S, 0:S]
+    alpha = ((x * 7 + y * 3) % 256).astype(np.uint8)
+    alpha[: S // 4] = 0  # fully transparent rows: their colour must still come through
+    return np.dstack([a, alpha])
+
+
+def test_webp_lossless_and_alpha_match_pillow_exactly(tmp_path):
+    a, ra = rgb(6), _rgba(7)
+    frames = [Image.fromarray(_rgba(8)), Image.fromarray(rgb(9))]
+    items = [
+        ("lossless.webp", lambda p: im(a).save(p, lossless=True)),
+        ("lossless_alpha.webp", lambda p: im(ra).save(p, lossless=True, exact=True)),
+        ("anim_lossless.webp", lambda p: frames[0].save(p, save_all=True, append_images=frames[1:],
+                                                         duration=50, lossless=True)),
+    ]
+    check_exact(save_all(tmp_path, items))
+
+
+def test_webp_lossy_matches_pillow(tmp_path):
+    frames = [Image.fromarray(rgb(12)), Image.fromarray(_rgba(13))]
+    items = [
+        ("q90.webp", lambda p: im(rgb(10)).save(p, quality=90)),
+        ("q50.webp", lambda p: im(rgb(11)).save(p, quality=50, method=6)),
+        ("alpha.webp", lambda p: im(_rgba(11)).save(p, quality=80)),
+        ("anim.webp", lambda p: frames[0].save(p, save_all=True, append_images=frames[1:],
+                                               duration=50, quality=75)),
+    ]
+    paths = save_all(tmp_path, items)
+    for p, got in zip(paths, decoded(paths)):
+        ref = pillow(p)
+        db = psnr(got, ref)
+        print(f"{os.path.basename(p)}: {db:.1f} dB")
+        # the same libwebp as Pillow's (a system Pillow) gives the same pixels
+        assert db >= 50, p
+
+
+def test_webp_limits_and_truncation(tmp_path):
+    buf = io.BytesIO()
+    im(rgb(14)).save(buf, "WEBP", lossless=True)
+    data = buf.getvalue()
+    p = tmp_path / "cut.webp"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(stoker.DecodeError, match="WebP"):
+        _stoker.check_file(str(p))
+    # a lossless file needs 4 bytes a pixel beside its RGB: over a small budget
+    big = tmp_path / "c0" / "big.webp"
+    big.parent.mkdir()
+    im(photo(600, 600, 15)).save(big, lossless=True)
+    ld = stoker.ImageLoader(str(tmp_path), batch_size=1, size=16, threads=1,
+                            max_decode_bytes=1 << 20)
+    with pytest.raises(stoker.DecodeError, match="max_decode_bytes"):
+        next(iter(ld))

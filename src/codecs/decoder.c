@@ -44,6 +44,7 @@ void stk__pngdec_set_budget(stk__pngdec *p, uint64_t max_bytes);
 static const stk__codec k_codecs[] = {
     {STK__FMT_BMP, stk__bmp_header, stk__bmp_decode, NULL},
     {STK__FMT_PNM, stk__pnm_header, stk__pnm_decode, NULL},
+    {STK__FMT_WEBP, stk__webp_header, stk__webp_decode, NULL},
 };
 
 static const stk__codec *codec_of(stk__format f) {
