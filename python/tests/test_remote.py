@@ -1,0 +1,540 @@
+"""Remote datasets: tar shards and list files read over S3 and HTTP.
+
+The servers are real and local (servers.py): SeaweedFS with credentials, a
+threaded HTTP file server, and a fault proxy in front of either. The same
+shards are also read from local disk, and every remote epoch must equal the
+local one byte for byte (images, labels, indices) for the same arguments.
+
+The API these tests assume (the remote client must match it):
+
+- `ImageLoader("s3://BUCKET/PREFIX/")`: every `.tar` under the prefix, in
+  sorted key order, as a folder of shards is read; `s3://BUCKET/shard-{000000..000004}.tar`
+  and `http://HOST:PORT/PATH/shard-{000000..000004}.tar`: a brace range of
+  shards; `list_file=` a local file of `URL label` lines.
+- S3 configuration from the environment: `AWS_ENDPOINT_URL` (or
+  `S3_ENDPOINT_URL`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+  `AWS_REGION`, `AWS_PROFILE` with `~/.aws/credentials`; path-style URLs for
+  a custom endpoint; unsigned requests when there are no credentials.
+- `loader.source_kind` is "tar" for shards and "list" for a list file;
+  `loader.samples[i][0]` is `SHARD_URL:MEMBER` for shards, the URL for a list.
+- `stats()` has `remote_bytes`, `remote_requests` (every HTTP request sent,
+  listing and retries included) and `remote_retries`; 0 for local data.
+- Failures: `OSError` (stoker.DecodeError is one) whose message names the
+  URL and the HTTP status; for 403 it hints at the AWS_* credentials; the
+  secret key appears in no message, stat or file. Throttling (503), resets
+  and bodies cut short are retried; `read_timeout` bounds a stalled body;
+  `close()` returns within 1 s during a transfer.
+"""
+import glob
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+
+import servers
+from conftest import PKG_ROOT, photo
+from servers import FaultProxy, HTTPFileServer, S3Server
+
+torch = pytest.importorskip("torch")
+stoker = pytest.importorskip("stoker")
+
+SHARD_SIZES = (7, 3, 11, 6, 9)  # uneven, 36 in all: divisible by 2 and 4, not by 5
+N = sum(SHARD_SIZES)
+N_SHARDS = len(SHARD_SIZES)
+SIZES = ((48, 36), (36, 48), (40, 40), (50, 30))
+CLASSES = 4
+OPTS = dict(batch_size=4, size=32, threads=2, seed=0)
+BRACE = "shard-{000000..%06d}.tar" % (N_SHARDS - 1)
+
+
+def jpeg_bytes(k):
+    from PIL import Image
+
+    w, h = SIZES[k % len(SIZES)]
+    b = io.BytesIO()
+    Image.fromarray(photo(w, h, 700 + k)).save(b, format="JPEG", quality=90)
+    return b.getvalue()
+
+
+def add_member(tf, name, data):
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    ti.mtime = 0
+    tf.addfile(ti, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, s3_server):
+    """Shards (local, on S3 in the private and the public bucket, over HTTP) and
+    single images with list files; returns a dict of where everything is."""
+    root = tmp_path_factory.mktemp("remote")
+    shards = root / "www" / "ds"
+    imgs = root / "www" / "imgs"
+    shards.mkdir(parents=True)
+    imgs.mkdir(parents=True)
+    k = 0
+    image_bytes = 0
+    for s, n in enumerate(SHARD_SIZES):
+        with tarfile.open(shards / f"shard-{s:06d}.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+            for _ in range(n):
+                data = jpeg_bytes(k)
+                image_bytes += len(data)
+                add_member(tf, f"{k:08d}_img.jpg", data)
+                add_member(tf, f"{k:08d}_img.cls", str(k % CLASSES).encode())
+                k += 1
+    lines = []
+    for i in range(17):
+        (imgs / f"{i:02d}.jpg").write_bytes(jpeg_bytes(100 + i))
+        lines.append((f"{i:02d}.jpg", (i * 7) % 5))
+    local_list = root / "www" / "imgs.txt"
+    local_list.write_text("".join(f"imgs/{p} {lab}\n" for p, lab in lines))
+    s3_server.put_tree(str(shards), s3_server.bucket, "ds")
+    s3_server.put_tree(str(shards), s3_server.public_bucket, "ds")
+    s3_server.put_tree(str(imgs), s3_server.bucket, "imgs")
+    # a key beside the prefix that must not be taken for a shard of it
+    s3_server.put(s3_server.bucket, "ds-other/shard-000000.tar", (shards / "shard-000000.tar").read_bytes())
+    s3_server.put(s3_server.bucket, "ds/README.txt", b"not a shard\n")
+    http = HTTPFileServer(str(root / "www")).start()
+    try:
+        yield dict(root=root, shards=str(shards), list=str(local_list), lines=lines, http=http,
+                   image_bytes=image_bytes)
+    finally:
+        http.stop()
+
+
+@pytest.fixture()
+def s3env(monkeypatch, s3_server, tmp_path):
+    """The S3 variables of the server and nothing of this machine's own
+    configuration; HOME and the cache in the test's folder."""
+    for k in S3Server.CLEARED:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return s3_server
+
+
+@pytest.fixture()
+def proxy(s3_server, s3env, monkeypatch):
+    """A fault proxy in front of S3, which the loader is pointed at."""
+    p = FaultProxy(s3_server.port).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", p.url)
+    yield p
+    p.stop()
+
+
+def epoch(loader):
+    """One pass: [(images, labels, indices)], cloned."""
+    return [(b.images.clone(), b.labels.clone(), list(b.indices)) for b in loader.iter_batches()]
+
+
+def assert_same(a, b, what=""):
+    assert len(a) == len(b), f"{what}: {len(a)} batches against {len(b)}"
+    for i, ((xa, ya, ia), (xb, yb, ib)) in enumerate(zip(a, b)):
+        assert ia == ib, f"{what}: batch {i}: indices {ia} against {ib}"
+        assert torch.equal(ya, yb), f"{what}: batch {i}: labels"
+        assert torch.equal(xa, xb), f"{what}: batch {i}: images differ"
+
+
+def local_epoch(dataset, **kw):
+    with stoker.ImageLoader(dataset["shards"], **{**OPTS, **kw}) as ld:
+        return epoch(ld)
+
+
+def members(loader):
+    return [p.rsplit(":", 1)[1] for p, _ in loader.samples]
+
+
+def timed(fn):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - returned for the test to judge
+        return e, time.monotonic() - t0
+    return None, time.monotonic() - t0
+
+
+def open_and_read(url, **kw):
+    """Opens a loader and reads one epoch; the error comes at either step."""
+    with stoker.ImageLoader(url, **{**OPTS, **kw}) as ld:
+        epoch(ld)
+
+
+# ---- the same epochs as from local disk ----------------------------------------------
+
+@pytest.mark.parametrize("pipeline", ["eval", "train"])
+def test_s3_prefix_equals_local(dataset, s3env, pipeline):
+    want = local_epoch(dataset, pipeline=pipeline)
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline=pipeline, **OPTS) as ld:
+        assert ld.source_kind == "tar"
+        assert ld.num_samples == N and len(ld) == -(-N // OPTS["batch_size"])
+        assert all(p.startswith("s3://stoker/ds/shard-") for p, _ in ld.samples)
+        with stoker.ImageLoader(dataset["shards"], pipeline=pipeline, **OPTS) as local:
+            assert members(ld) == members(local)
+            assert [lab for _, lab in ld.samples] == [lab for _, lab in local.samples]
+        got = epoch(ld)
+        assert_same(got, want, f"s3 {pipeline} epoch 0")
+        # the next epoch too (a new shuffle for train)
+        got1 = epoch(ld)
+    assert_same(got1, local_epoch_n(dataset, 1, pipeline=pipeline), f"s3 {pipeline} epoch 1")
+
+
+def local_epoch_n(dataset, e, **kw):
+    with stoker.ImageLoader(dataset["shards"], **{**OPTS, **kw}) as ld:
+        ld.set_epoch(e)
+        return epoch(ld)
+
+
+@pytest.mark.parametrize("pipeline", ["eval", "train"])
+def test_http_brace_range_equals_local(dataset, s3env, pipeline):
+    url = f"{dataset['http'].url}/ds/{BRACE}"
+    with stoker.ImageLoader(url, pipeline=pipeline, **OPTS) as ld:
+        assert ld.source_kind == "tar" and ld.num_samples == N
+        assert ld.samples[0][0].startswith(f"{dataset['http'].url}/ds/shard-000000.tar:")
+        got = epoch(ld)
+    assert_same(got, local_epoch(dataset, pipeline=pipeline), f"http {pipeline}")
+
+
+def test_s3_brace_range_equals_local(dataset, s3env):
+    with stoker.ImageLoader(f"s3://stoker/ds/{BRACE}", pipeline="train", **OPTS) as ld:
+        got = epoch(ld)
+    assert_same(got, local_epoch(dataset, pipeline="train"), "s3 brace range")
+
+
+@pytest.mark.parametrize("scheme", ["http", "s3"])
+@pytest.mark.parametrize("pipeline", ["eval", "train"])
+def test_list_file_of_urls_equals_local(dataset, s3env, tmp_path, scheme, pipeline):
+    base = f"{dataset['http'].url}/imgs/" if scheme == "http" else "s3://stoker/imgs/"
+    remote_list = tmp_path / "urls.txt"
+    remote_list.write_text("# images by URL\n" + "".join(f"{base}{p} {lab}\n" for p, lab in dataset["lines"]))
+    with stoker.ImageLoader(list_file=dataset["list"], pipeline=pipeline, **OPTS) as ld:
+        want = epoch(ld)
+    with stoker.ImageLoader(list_file=str(remote_list), pipeline=pipeline, **OPTS) as ld:
+        assert ld.source_kind == "list"
+        assert ld.samples == [(base + p, lab) for p, lab in dataset["lines"]]
+        got = epoch(ld)
+    assert_same(got, want, f"{scheme} list {pipeline}")
+
+
+def test_anonymous_read_of_public_bucket(dataset, s3env, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with stoker.ImageLoader("s3://public/ds/", pipeline="eval", **OPTS) as ld:
+        got = epoch(ld)
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "anonymous")
+
+
+def test_profile_from_aws_credentials_file(dataset, s3env, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.delenv("AWS_SHARED_CREDENTIALS_FILE")
+    monkeypatch.delenv("AWS_CONFIG_FILE")
+    aws = os.path.join(os.environ["HOME"], ".aws")
+    os.makedirs(aws)
+    with open(os.path.join(aws, "credentials"), "w") as f:
+        f.write(f"[default]\naws_access_key_id = AKIAWRONGDEFAULT0000\naws_secret_access_key = nope\n\n"
+                f"[stoker-test]\naws_access_key_id = {s3env.access_key}\n"
+                f"aws_secret_access_key = {s3env.secret_key}\n")
+    monkeypatch.setenv("AWS_PROFILE", "stoker-test")
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
+        got = epoch(ld)
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "profile")
+
+
+def test_s3_endpoint_url_variable(dataset, s3env, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("S3_ENDPOINT_URL", s3env.endpoint)
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
+        assert ld.num_samples == N
+        got = epoch(ld)
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "S3_ENDPOINT_URL")
+
+
+# ---- ranks ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("world_size", [2, 4, 5])
+@pytest.mark.parametrize("url", ["s3://stoker/ds/", "http"])
+def test_ranks_disjoint_cover_and_equal(dataset, s3env, world_size, url):
+    if url == "http":
+        url = f"{dataset['http'].url}/ds/{BRACE}"
+    per_rank, lens = [], []
+    for r in range(world_size):
+        kw = dict(OPTS, pipeline="train", rank=r, world_size=world_size)
+        with stoker.ImageLoader(url, **kw) as ld:
+            lens.append(len(ld))
+            got = epoch(ld)
+        assert_same(got, local_epoch(dataset, pipeline="train", rank=r, world_size=world_size),
+                    f"rank {r}/{world_size}")
+        per_rank.append([i for _, _, idx in got for i in idx])
+    per = -(-N // world_size)
+    assert len(set(lens)) == 1 and lens[0] == -(-per // OPTS["batch_size"])
+    assert all(len(x) == per for x in per_rank)
+    every = [i for x in per_rank for i in x]
+    assert set(every) == set(range(N))
+    if per * world_size == N:
+        assert sorted(every) == list(range(N))  # disjoint
+
+
+def test_ranks_shard_drop_last(dataset, s3env):
+    per_rank = []
+    for r in range(5):
+        with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", shuffle=True, shard_drop_last=True,
+                                rank=r, world_size=5, **OPTS) as ld:
+            per_rank.append([i for _, _, idx in epoch(ld) for i in idx])
+    every = [i for x in per_rank for i in x]
+    assert all(len(x) == N // 5 for x in per_rank)
+    assert len(every) == len(set(every)) == (N // 5) * 5
+
+
+# ---- resume ---------------------------------------------------------------------------
+
+def test_resume_mid_epoch(dataset, s3env):
+    kw = dict(OPTS, pipeline="train")
+    with stoker.ImageLoader("s3://stoker/ds/", **kw) as ld:
+        ld.set_epoch(1)
+        full = epoch(ld)
+    with stoker.ImageLoader("s3://stoker/ds/", **kw) as ld:
+        ld.set_epoch(1)
+        it = ld.iter_batches()
+        head = [(b.images.clone(), b.labels.clone(), list(b.indices)) for _, b in zip(range(4), it)]
+        state = ld.state_dict()
+        del it
+    assert state["epoch"] == 1 and state["batch"] == 4
+    assert_same(head, full[:4], "before the cut")
+    state = json.loads(json.dumps(state))  # plain data
+    with stoker.ImageLoader("s3://stoker/ds/", **kw) as ld:
+        ld.load_state_dict(state)
+        ld.set_epoch(1)
+        rest = epoch(ld)
+    assert_same(rest, full[4:], "resumed")
+
+
+# ---- stats ----------------------------------------------------------------------------
+
+def test_stats_count_network(dataset, proxy):
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
+        got = epoch(ld)
+        st = ld.stats()
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "through the proxy")
+    assert st["remote_requests"] == proxy.requests > 0
+    assert st["remote_retries"] == 0
+    assert dataset["image_bytes"] <= st["remote_bytes"] <= proxy.body_bytes
+    with stoker.ImageLoader(dataset["shards"], pipeline="eval", **OPTS) as ld:
+        epoch(ld)
+        st = ld.stats()
+    assert st.get("remote_bytes", 0) == 0 and st.get("remote_requests", 0) == 0
+
+
+# ---- faults -----------------------------------------------------------------------------
+
+def run_through(proxy, dataset, url="s3://stoker/ds/", **kw):
+    """An eval epoch through the proxy: (batches, stats, requests the proxy saw)."""
+    proxy.reset_counts()
+    with stoker.ImageLoader(url, **{**OPTS, "pipeline": "eval", **kw}) as ld:
+        got = epoch(ld)
+        st = ld.stats()
+    return got, st, proxy.requests
+
+
+def test_slowdown_is_retried(dataset, proxy):
+    want = local_epoch(dataset, pipeline="eval")
+    got, st, clean = run_through(proxy, dataset)
+    assert_same(got, want, "clean")
+    proxy.fail_next(3)
+    got, st, n = run_through(proxy, dataset)
+    assert_same(got, want, "after 3 x 503")
+    assert proxy.faults.get("status") == 3
+    assert n >= clean + 3 and st["remote_retries"] >= 3
+
+
+def test_slowdown_while_reading(dataset, proxy):
+    """503s after the open, while the epoch reads the shards."""
+    want = local_epoch(dataset, pipeline="eval")
+    proxy.reset_counts()
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
+        proxy.fail_next(4)
+        got = epoch(ld)
+        st = ld.stats()
+    assert_same(got, want, "503 while reading")
+    assert st["remote_retries"] >= proxy.faults.get("status", 0) >= 1
+
+
+@pytest.mark.parametrize("fault", ["reset", "truncate"])
+def test_broken_body_resumes(dataset, proxy, fault):
+    want = local_epoch(dataset, pipeline="eval")
+    _, _, clean = run_through(proxy, dataset)
+    proxy.reset_counts()
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
+        getattr(proxy, f"{fault}_next")(2, after_bytes=700)
+        got = epoch(ld)
+        st = ld.stats()
+    assert_same(got, want, f"{fault} mid-body")
+    assert proxy.faults.get(fault) == 2, proxy.log
+    assert st["remote_retries"] >= 1
+
+
+def no_secret_anywhere(secret, *where_files, extra=()):
+    for text in extra:
+        assert secret not in text
+    for top in where_files:
+        for p in glob.glob(os.path.join(top, "**"), recursive=True):
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    assert secret.encode() not in f.read(), f"the secret key is written in {p}"
+
+
+def check_refusal(e, secs, status, url_part, secret):
+    assert e is not None, "no error"
+    assert isinstance(e, OSError), repr(e)
+    msg = str(e)
+    assert str(status) in msg and url_part in msg, msg
+    assert secret not in msg and secret not in repr(e.args)
+    assert secs < 10, f"took {secs:.1f} s: a {status} must not be retried"
+    return msg
+
+
+def test_wrong_secret_is_403_at_once(dataset, s3env, monkeypatch, tmp_path):
+    wrong = "wrongSecret/Zq8+tT5yUuV6wW7xX8yY9zZ0aA1bB2c"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    e, secs = timed(lambda: open_and_read("s3://stoker/ds/", index_dir=str(tmp_path / "idx")))
+    msg = check_refusal(e, secs, 403, "s3://stoker/ds", wrong)
+    assert "AWS_" in msg, msg  # the hint: which credentials to check
+    no_secret_anywhere(wrong, str(tmp_path))
+
+
+def test_spoiled_signature_midway_is_403(dataset, proxy, tmp_path):
+    secret = servers.SECRET_KEY
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", index_dir=str(tmp_path / "idx"), **OPTS) as ld:
+        proxy.spoil_auth_next(10000)
+        e, secs = timed(lambda: epoch(ld))
+        st = ld.stats()
+        texts = [repr(st), ld.note, repr(ld.samples)]
+    msg = check_refusal(e, secs, 403, "s3://stoker/ds/shard-", secret)
+    assert "AWS_" in msg, msg
+    no_secret_anywhere(secret, str(tmp_path), extra=texts)
+
+
+def test_missing_key_is_404_at_once(dataset, s3env, tmp_path):
+    url = "s3://stoker/ds/shard-{000000..%06d}.tar" % N_SHARDS  # one past the last
+    e, secs = timed(lambda: open_and_read(url))
+    check_refusal(e, secs, 404, "s3://stoker/ds/shard-%06d.tar" % N_SHARDS, servers.SECRET_KEY)
+    e, secs = timed(lambda: open_and_read(f"{dataset['http'].url}/ds/shard-{{000000..{N_SHARDS:06d}}}.tar"))
+    check_refusal(e, secs, 404, f"{dataset['http'].url}/ds/shard-{N_SHARDS:06d}.tar", servers.SECRET_KEY)
+
+
+def test_missing_bucket_or_empty_prefix(dataset, s3env):
+    e, secs = timed(lambda: open_and_read("s3://no-such-bucket/ds/"))
+    assert isinstance(e, OSError) and "no-such-bucket" in str(e) and secs < 10, repr(e)
+    e, secs = timed(lambda: open_and_read("s3://stoker/nothing-here/"))
+    assert isinstance(e, OSError) and "s3://stoker/nothing-here/" in str(e) and secs < 10, repr(e)
+
+
+def test_stalled_body_fails_after_read_timeout(dataset, proxy):
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=1, **OPTS) as ld:
+        proxy.stall_next(10000, after_bytes=100, seconds=120)
+        e, secs = timed(lambda: epoch(ld))
+    assert isinstance(e, OSError), repr(e)
+    assert "timed out" in str(e) and "s3://stoker/ds/shard-" in str(e), str(e)
+    # each try ends after read_timeout; with the client's retries and their waits, well within 60 s
+    assert secs < 60, secs
+
+
+def test_close_during_transfer_returns_within_1s(dataset, proxy):
+    ld = stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=0, **OPTS)
+    proxy.stall_next(10000, after_bytes=100, seconds=120)
+    done = threading.Event()
+
+    def consume():
+        try:
+            for _ in ld.iter_batches():
+                pass
+        except Exception:  # noqa: BLE001 - closed under it: any error is fine here
+            pass
+        finally:
+            done.set()
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    servers.wait_for(lambda: proxy.stalled_now >= 1, 30, "a transfer in flight")
+    t0 = time.monotonic()
+    ld.close()
+    secs = time.monotonic() - t0
+    assert secs < 1.0, f"close() took {secs:.2f} s during a transfer"
+    assert done.wait(10), "the consumer did not return after close()"
+
+
+# ---- two nodes under torchrun -------------------------------------------------------------
+
+WORKER = """
+import json, sys
+import torch.distributed as dist
+import stoker
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+loader = stoker.ImageLoader(sys.argv[2], batch_size=4, pipeline="eval", shuffle=True, size=32,
+                            threads=1, seed=0)
+out = {"rank": rank, "world_size": world, "len": len(loader), "epochs": []}
+for e in range(2):
+    loader.set_epoch(e)
+    out["epochs"].append([[int(i) for i in b.indices] for b in loader.iter_batches()])
+loader.close()
+dist.barrier()
+with open(f"{sys.argv[1]}.rank{rank}", "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+def test_two_nodes_torchrun(dataset, s3env, tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    out = str(tmp_path / "out")
+    port = servers.free_ports(1)[0]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"):
+        env.pop(k, None)
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    extra = []
+    if torch.__version__.startswith("1.") and sys.version_info >= (3, 11):
+        extra = ["--redirects", "2", "--tee", "2"]  # as in test_ddp.py
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+               "--max_restarts", "0", *extra, str(worker), out, "s3://stoker/ds/"]
+        procs.append(subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=300)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    assert all(p.returncode == 0 for p in procs), "\n".join(x[-3000:] for x in logs)
+    ranks = []
+    for r in (0, 1):
+        with open(f"{out}.rank{r}") as f:
+            ranks.append(json.load(f))
+    assert [x["world_size"] for x in ranks] == [2, 2]
+    assert ranks[0]["len"] == ranks[1]["len"] == -(-(N // 2) // 4)
+    for e in range(2):
+        b0, b1 = ranks[0]["epochs"][e], ranks[1]["epochs"][e]
+        assert len(b0) == len(b1) == ranks[0]["len"], f"epoch {e}: batch counts {len(b0)}, {len(b1)}"
+        every = [i for b in b0 + b1 for i in b]
+        assert sorted(every) == list(range(N)), f"epoch {e}: each sample once across the ranks"
+    assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # a new shuffle each epoch
