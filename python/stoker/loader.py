@@ -274,6 +274,16 @@ _PORTING_HINTS = {
     "sampler": "the loader shards and shuffles itself as DistributedSampler: use shuffle=, "
                "seed=, rank=, world_size= and loader.set_epoch(epoch)",
     "transform": "give the transforms as pipeline= (or pass the ImageFolder itself as root)",
+    "collate_fn": "batches are assembled in C: give MixUp/CutMix as mix=, and apply other "
+                  "per-batch code to the (images, labels) the loop yields",
+    "batch_sampler": "the loader makes its batches itself from batch_size=, drop_last=, "
+                     "shuffle=, seed=, rank=, world_size= (and ra_reps= for RASampler)",
+    "worker_init_fn": "there are no worker processes to initialise: the C threads need no setup "
+                      "(seed= seeds their random draws)",
+    "generator": "the order and augmentations come from seed= (None draws it from torch's "
+                 "default generator: torch.manual_seed decides it)",
+    "timeout": "use read_timeout= (seconds one file read may take); next() itself waits for "
+               "its batch and Ctrl-C interrupts it",
 }
 
 
@@ -427,17 +437,18 @@ class ImageLoader:
             pipeline = "train"
         _stoker._source_check(root, list_file)  # the library's rule: exactly one of them
         if root is not None:
-            root = os.fspath(root)
+            # "~/data" as a shell (and torchvision's ImageFolder) reads it
+            root = os.path.expanduser(os.fspath(root))
             # a folder, a cache file or tar shards: the library tells them apart;
             # s3:// and http(s):// roots are remote tar shards (docs/remote.md)
             if not _is_url(root) and not os.path.exists(root):
                 raise FileNotFoundError(f"no such folder or file: {root!r}")
         else:
             # (not None: exactly one of root and list_file is given)
-            list_file = os.fspath(list_file)  # type: ignore[arg-type]
+            list_file = os.path.expanduser(os.fspath(list_file))  # type: ignore[arg-type]
             _check_list_file(list_file)
             if list_base is not None:
-                list_base = os.fspath(list_base)
+                list_base = os.path.expanduser(os.fspath(list_base))
 
         # (before a cache= pack: a process group missing under torchrun is an
         # error that must not wait for the whole folder to be packed)
@@ -732,6 +743,21 @@ class ImageLoader:
         return self._c.samples()
 
     @property
+    def dataset(self) -> "_Dataset":
+        """What DataLoader's ``loader.dataset`` gives code that reads it:
+        ``len()`` (images in the whole dataset), ``classes``, ``class_to_idx``,
+        ``samples``, ``targets``, ``root``."""
+        return _Dataset(self)
+
+    @property
+    def sampler(self) -> "_Sampler":
+        """What a DistributedSampler gives code that reads ``loader.sampler``:
+        ``len()`` (this rank's samples per epoch, as DistributedSampler's
+        ``len()``), ``set_epoch(e)`` (the loader's), ``epoch``, ``seed``,
+        ``shuffle``, ``rank``, ``num_replicas``."""
+        return _Sampler(self)
+
+    @property
     def seed(self) -> int:
         """The seed of the order and augmentations: seed= or the one drawn from torch."""
         return self._fingerprint["seed"]
@@ -961,6 +987,65 @@ class ImageLoader:
         c = getattr(self, "_c", None)
         if c is not None:
             c.close()
+
+
+class _Dataset:
+    """loader.dataset: ImageFolder's attributes, read from the loader."""
+
+    def __init__(self, loader: "ImageLoader") -> None:
+        self._loader = loader
+        self.root = loader._c_args.get("root") or loader._c_args.get("list_file")
+
+    def __len__(self) -> int:
+        return self._loader.num_samples
+
+    @property
+    def classes(self) -> List[str]:
+        return self._loader.classes
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        return self._loader.class_to_idx
+
+    @property
+    def samples(self) -> List[Tuple[str, int]]:
+        return self._loader.samples
+
+    @property
+    def targets(self) -> List[int]:
+        return [label for _, label in self._loader.samples]
+
+    def __getitem__(self, i: int) -> Any:
+        raise TypeError("stoker's dataset is read by the loader's C threads: it has no "
+                        "__getitem__ (iterate the loader; loader.samples[i] is the i-th file)")
+
+    def __repr__(self) -> str:
+        return f"stoker dataset of {len(self)} images in {len(self.classes)} classes ({self.root})"
+
+
+class _Sampler:
+    """loader.sampler: DistributedSampler's attributes, read from the loader."""
+
+    def __init__(self, loader: "ImageLoader") -> None:
+        self._loader = loader
+        fp = loader._fingerprint
+        self.rank, self.num_replicas = fp["rank"], fp["world_size"]
+        self.shuffle, self.seed = fp["shuffle"], fp["seed"]
+
+    def __len__(self) -> int:
+        counts = self._loader._c.counts()
+        return int(counts["shard_size"])
+
+    @property
+    def epoch(self) -> int:
+        return self._loader.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __iter__(self) -> Any:
+        raise TypeError("stoker's order is drawn in C: iterate the loader (iter_batches() "
+                        "yields each batch's dataset indices)")
 
 
 def _hold_until_done(held, storage, new_event):
