@@ -501,7 +501,9 @@ def test_two_nodes_torchrun(dataset, s3env, tmp_path):
     out = str(tmp_path / "out")
     port = servers.free_ports(1)[0]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    # the stoker this test imported (the in-tree build, or another on PYTHONPATH)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, PKG_ROOT, env.get("PYTHONPATH")) if p)
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
               "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"):
         env.pop(k, None)
