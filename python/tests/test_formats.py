@@ -243,3 +243,113 @@ def test_webp_limits_and_truncation(tmp_path):
                             max_decode_bytes=1 << 20)
     with pytest.raises(stoker.DecodeError, match="max_decode_bytes"):
         next(iter(ld))
+
+
+# ---- TIFF -------------------------------------------------------------------------
+
+
+def _tiff_bytes(a, tile=None, big_endian=False, photometric=None):
+    """An uncompressed TIFF of `a` (H x W [x C], uint8 or uint16) written
+    here: tiled layouts and 16-bit RGB, which this Pillow does not write."""
+    import struct
+
+    e = ">" if big_endian else "<"
+    h, w = a.shape[:2]
+    spp = 1 if a.ndim == 2 else a.shape[2]
+    bits = a.dtype.itemsize * 8
+    pix = a.astype(a.dtype.newbyteorder(e))
+    if tile:
+        tw, th = tile
+        chunks = []
+        for ty in range(0, h, th):
+            for tx in range(0, w, tw):
+                t = np.zeros((th, tw) + a.shape[2:], pix.dtype)
+                part = pix[ty:ty + th, tx:tx + tw]
+                t[:part.shape[0], :part.shape[1]] = part
+                chunks.append(t.tobytes())
+    else:
+        chunks = [pix[y:y + 8].tobytes() for y in range(0, h, 8)]  # 8 rows a strip
+    if photometric is None:
+        photometric = 1 if spp == 1 else 2
+    data_off = 8
+    offsets = []
+    blob = b""
+    for c in chunks:
+        offsets.append(data_off + len(blob))
+        blob += c
+    extra = b""
+    ifd_off = data_off + len(blob)
+    n = len(chunks)
+    # arrays that do not fit in an entry go after the IFD
+    entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, spp, [bits] * spp), (259, 3, 1, 1),
+               (262, 3, 1, photometric), (277, 3, 1, spp), (284, 3, 1, 1)]
+    if tile:
+        entries += [(322, 4, 1, tile[0]), (323, 4, 1, tile[1]), (324, 4, n, offsets),
+                    (325, 4, n, [len(c) for c in chunks])]
+    else:
+        entries += [(273, 4, n, offsets), (278, 4, 1, 8), (279, 4, n, [len(c) for c in chunks])]
+    entries.sort()
+    after = ifd_off + 2 + 12 * len(entries) + 4
+    body = struct.pack(e + "H", len(entries))
+    for tag, typ, count, val in entries:
+        vals = val if isinstance(val, list) else [val]
+        fmt = e + ("H" if typ == 3 else "I") * count
+        raw = struct.pack(fmt, *vals)
+        if len(raw) <= 4:
+            body += struct.pack(e + "HHI", tag, typ, count) + raw.ljust(4, b"\0")
+        else:
+            body += struct.pack(e + "HHII", tag, typ, count, after + len(extra))
+            extra += raw
+    body += struct.pack(e + "I", 0)
+    head = (b"MM\0*" if big_endian else b"II*\0") + struct.pack(e + "I", ifd_off)
+    return head + blob + body + extra
+
+
+def test_tiff_matches_pillow_exactly(tmp_path):
+    a = rgb(20)
+    g16 = (rgb(21)[..., 0].astype(np.uint16) * 1.2).astype(np.uint16)  # some above 255: clipped
+    rgb16 = (rgb(22).astype(np.uint32) * 257 + np.random.default_rng(0).integers(0, 257, a.shape)).astype(np.uint16)
+    written = {
+        "tiled.tif": _tiff_bytes(a, tile=(16, 32)),
+        "tiled_mm.tif": _tiff_bytes(a, tile=(32, 16), big_endian=True),
+        "rgb16.tif": _tiff_bytes(rgb16),
+        "rgb16_mm.tif": _tiff_bytes(rgb16, big_endian=True, tile=(16, 16)),
+        "grey16_mm.tif": _tiff_bytes(g16, big_endian=True),
+    }
+    items = [
+        ("raw.tif", lambda p: im(a).save(p)),
+        ("lzw.tif", lambda p: im(a).save(p, compression="tiff_lzw")),
+        ("deflate.tif", lambda p: im(a).save(p, compression="tiff_adobe_deflate")),
+        ("packbits_rgba.tif", lambda p: im(a, "RGBA").save(p, compression="packbits")),
+        ("grey.tif", lambda p: im(a, "L").save(p, compression="tiff_lzw")),
+        ("grey16.tif", lambda p: Image.fromarray(g16).save(p)),
+        ("palette.tif", lambda p: im(a).convert("P", palette=Image.ADAPTIVE, colors=100).save(p)),
+        ("cmyk.tif", lambda p: im(a, "CMYK").save(p)),
+        ("cmyk_lzw.tif", lambda p: im(rgb(23), "CMYK").save(p, compression="tiff_lzw")),
+        ("bilevel_g4.tif", lambda p: im(a, "1").save(p, compression="group4")),
+        ("jpeg.tif", lambda p: im(a).save(p, compression="jpeg", quality=90)),
+    ] + [(n, lambda p, d=d: open(p, "wb").write(d)) for n, d in written.items()]
+    check_exact(save_all(tmp_path, items))
+
+
+def test_tiff_truncated_and_limits(tmp_path):
+    buf = io.BytesIO()
+    im(rgb(24)).save(buf, "TIFF")  # uncompressed: the directory first, then the strips
+    data = buf.getvalue()
+    p = tmp_path / "cut.tif"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(stoker.DecodeError, match="TIFF: corrupt or truncated"):
+        _stoker.check_file(str(p))
+    p.write_bytes(data[:6])
+    with pytest.raises(stoker.DecodeError, match="TIFF"):
+        _stoker.check_file(str(p))
+    # a tiled image of 8 x 8 pixels whose tiles claim 4096 x 4096 each:
+    # over a small decode budget from the header, before any tile is read
+    p.write_bytes(_tiff_bytes(rgb(25)[:8, :8], tile=(16, 16)).replace(
+        (16).to_bytes(4, "little"), (4096).to_bytes(4, "little")))
+    (tmp_path / "c0").mkdir()
+    os.replace(p, tmp_path / "c0" / "tiles.tif")
+    ld = stoker.ImageLoader(str(tmp_path), batch_size=1, size=8, threads=1,
+                            max_decode_bytes=4 << 20)
+    with pytest.raises(stoker.DecodeError, match="max_decode_bytes"):
+        next(iter(ld))

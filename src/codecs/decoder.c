@@ -45,6 +45,7 @@ static const stk__codec k_codecs[] = {
     {STK__FMT_BMP, stk__bmp_header, stk__bmp_decode, NULL},
     {STK__FMT_PNM, stk__pnm_header, stk__pnm_decode, NULL},
     {STK__FMT_WEBP, stk__webp_header, stk__webp_decode, NULL},
+    {STK__FMT_TIFF, stk__tiff_header, stk__tiff_decode, stk__tiff_abort},
 };
 
 static const stk__codec *codec_of(stk__format f) {

@@ -36,6 +36,13 @@ typedef struct {
   size_t data_off;      /* first byte after the header */
 } stk__pnm_hdr;
 
+/* tiff.c's stream state, opaque here: it lives in the decoder, whose
+ * address is stable, because libtiff keeps a pointer to it from header to
+ * decode. */
+typedef struct {
+  _Alignas(8) unsigned char state[512];
+} stk__tiff_hdr;
+
 typedef struct stk__fmtdec {
   const uint8_t *buf;   /* the file, from header to decode */
   size_t n;
@@ -48,6 +55,7 @@ typedef struct stk__fmtdec {
   union {
     stk__bmp_hdr bmp;
     stk__pnm_hdr pnm;
+    stk__tiff_hdr tiff;
   } h;
 } stk__fmtdec;
 
