@@ -5,8 +5,8 @@ the Python extension switched on, builds the targets stoker_python (the module,
 linked against the static libstoker) and stoker_cli (the `stoker` command), and
 puts _stoker.abi3.so and bin/stoker into the package. pyproject.toml declares
 CMake and Ninja, so a Python with a C compiler is enough, besides the
-libjpeg-turbo and libspng development files (the configure step names the
-packages when they are missing).
+libjpeg-turbo, libspng, libwebp and libtiff development files (the configure
+step names the packages when they are missing).
 
 The GPU kernels are built with nvcc, the first found of: $STOKER_NVCC, nvcc
 on PATH, $CUDA_HOME/$CUDA_PATH/$CUDA_ROOT/bin/nvcc, /usr/local/cuda/bin/nvcc,

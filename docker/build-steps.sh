@@ -65,7 +65,7 @@ system)
   }
   jpeg_present() { installed libjpeg-turbo8-dev || installed libjpeg62-turbo-dev; }
   missing=""
-  for p in build-essential cmake pkg-config; do installed "$p" || missing="$missing $p"; done
+  for p in build-essential cmake pkg-config libwebp-dev libtiff-dev; do installed "$p" || missing="$missing $p"; done
   jpeg_present || missing="$missing libjpeg-turbo"
   spng_present || missing="$missing libspng"
   if [ -z "$missing" ]; then
@@ -78,7 +78,7 @@ system)
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  pkgs="build-essential cmake pkg-config"
+  pkgs="build-essential cmake pkg-config libwebp-dev libtiff-dev"
   if ! jpeg_present; then
     jpeg=$(first_known libjpeg-turbo8-dev libjpeg62-turbo-dev) ||
       { echo "build-steps: no libjpeg-turbo development package in ${PRETTY_NAME:-this release}'s archive" >&2; exit 1; }

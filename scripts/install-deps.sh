@@ -3,7 +3,7 @@
 # (apt), and says what to install by hand elsewhere. Only what is missing is
 # installed, so a second run is a no-op.
 #
-# Usage: scripts/install-deps.sh               the build: compiler, CMake, libjpeg-turbo, libspng
+# Usage: scripts/install-deps.sh               the build: compiler, CMake, libjpeg-turbo, libspng, libwebp, libtiff
 #        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib,
 #                                              and the remote-data tests' tools in .venv-tools/
 #        scripts/install-deps.sh --fuzz        adds clang and libFuzzer, for make fuzz
@@ -52,6 +52,8 @@ cmd:cmake|cmake -- CMake 3.18 or later (pip install cmake)
 cmd:pkg-config|pkg-config -- pkg-config (or pkgconf)
 libjpeg62-turbo-dev|libjpeg-turbo8-dev|pc:libturbojpeg -- libjpeg-turbo's development files (Fedora: libjpeg-turbo-devel, Arch: libjpeg-turbo)
 libspng-dev|pc:spng -- libspng's development files (Fedora: libspng-devel, Arch: libspng; or build it from source: sudo docker/build-steps.sh spng)
+libwebp-dev|pc:libwebpdemux -- libwebp's development files, with libwebpdemux (Fedora: libwebp-devel, Arch: libwebp)
+libtiff-dev|pc:libtiff-4 -- libtiff's development files (Fedora: libtiff-devel, Arch: libtiff)
 libpng-dev|pc:libpng -- libpng's development files (the tests compare with it)
 libjpeg-turbo-progs|cmd:djpeg -- djpeg and cjpeg (libjpeg-turbo's tools; the tests compare with them)"
 case "$mode" in

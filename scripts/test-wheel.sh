@@ -4,7 +4,7 @@
 # the wheel from it with pip in a fresh virtualenv (only the build
 # dependencies pyproject.toml declares, fetched into pip's isolated
 # environment), vendor
-# libjpeg-turbo and libspng into it with auditwheel (a manylinux wheel),
+# libjpeg-turbo, libspng, libwebp and libtiff into it with auditwheel (a manylinux wheel),
 # install it into fresh virtual environments, and run the Python tests
 # against the installed package from a folder outside the source tree.
 #
@@ -103,7 +103,7 @@ for f in ("stoker/_stoker.abi3.so", "stoker/bin/stoker", "stoker/py.typed", "sto
     need(f in names, f)
 need(not any(n.endswith(".c") for n in names), "(no C sources expected)")
 libs = [n for n in names if n.startswith("stoker.libs/") and not n.endswith("/")]
-for lib in ("libjpeg", "libspng"):
+for lib in ("libjpeg", "libspng", "libwebp", "libwebpdemux", "libtiff"):
     need(any(n.split("/")[-1].startswith(lib) for n in libs), f"stoker.libs/{lib}*")
 print("vendored:", ", ".join(n.split("/")[-1] for n in libs))
 info = {n.split("/")[-1]: n for n in names if ".dist-info/" in n}
@@ -136,7 +136,7 @@ check_install() { # $1: venv
     || fail "stoker is not imported from $site"
   for elf in "$site/stoker/_stoker.abi3.so" "$site/stoker/bin/stoker"; do
     ldd "$elf" >"$tmp/ldd.txt" || fail "ldd $elf"
-    for lib in libjpeg libspng; do
+    for lib in libjpeg libspng libwebp.so libwebpdemux libtiff; do
       # ldd prints the path as the RPATH spells it (stoker/../stoker.libs): resolve it.
       path=$(awk -v l="$lib" 'index($1, l) == 1 && $2 == "=>" { print $3 }' "$tmp/ldd.txt")
       [ -n "$path" ] && case "$(realpath "$path")" in "$site/stoker.libs/"*) true ;; *) false ;; esac \
@@ -145,7 +145,7 @@ check_install() { # $1: venv
     if grep -q "not found" "$tmp/ldd.txt"; then cat "$tmp/ldd.txt"; fail "$elf: a library is not found"; fi
   done
   echo "libraries of $(basename "$venv"):"
-  grep -E "libjpeg|libspng" "$tmp/ldd.txt" | sed 's/^[[:space:]]*/  /'
+  grep -E "libjpeg|libspng|libwebp|libtiff" "$tmp/ldd.txt" | sed 's/^[[:space:]]*/  /'
 }
 
 step "a bare virtualenv (no system packages, no torch)"

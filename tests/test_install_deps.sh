@@ -18,7 +18,7 @@ ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 # ---- the archives: the names these scripts ask about, per release ----------
-common="build-essential cmake pkg-config libpng-dev libjpeg-turbo-progs zlib1g-dev curl
+common="build-essential cmake pkg-config libwebp-dev libtiff-dev libpng-dev libjpeg-turbo-progs zlib1g-dev curl
 ca-certificates python3-dev python3-pil python3-numpy python3-pytest python3-setuptools
 python3-pip python3-venv python3-yaml python3-matplotlib clang valgrind
 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-user-static"
@@ -163,8 +163,8 @@ expect_installed() { # what: the set of packages installed, in any order
   [ "$want" = "$got" ] && ok "$2" || bad "$2: installed [$got], expected [$want]; output: $out"
 }
 
-base_debian="build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev libpng-dev libjpeg-turbo-progs"
-base_ubuntu="build-essential cmake pkg-config libjpeg-turbo8-dev libspng-dev libpng-dev libjpeg-turbo-progs"
+base_debian="build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libpng-dev libjpeg-turbo-progs"
+base_ubuntu="build-essential cmake pkg-config libjpeg-turbo8-dev libspng-dev libwebp-dev libtiff-dev libpng-dev libjpeg-turbo-progs"
 py_common="python3-dev python3-pil python3-numpy python3-pytest python3-setuptools python3-pip python3-venv python3-yaml python3-matplotlib"
 
 # ---- the build's packages, per release ---------------------------------------
@@ -281,10 +281,10 @@ printf '#!/bin/sh\nexit 0\n' >"$bin/ldconfig"
 chmod +x "$bin/curl" "$bin/ldconfig"
 for t in sha256sum tar; do p=$(command -v $t) && ln -sf "$p" "$work/tools/$t"; done
 release ubuntu2404; steps
-expect_installed "build-essential cmake pkg-config libjpeg-turbo8-dev libspng-dev" "image on Ubuntu 24.04: libjpeg-turbo8-dev, libspng-dev"
+expect_installed "build-essential cmake pkg-config libwebp-dev libtiff-dev libjpeg-turbo8-dev libspng-dev" "image on Ubuntu 24.04: libjpeg-turbo8-dev, libspng-dev"
 [ $rc -eq 0 ] && ! grep -q "^curl" "$STATE/log" && ok "image on Ubuntu 24.04: libspng from the archive" || bad "image on 24.04: rc $rc: $out"
 release debian12; steps
-expect_installed "build-essential cmake pkg-config libjpeg62-turbo-dev libspng-dev" "image on Debian 12: libjpeg62-turbo-dev"
+expect_installed "build-essential cmake pkg-config libwebp-dev libtiff-dev libjpeg62-turbo-dev libspng-dev" "image on Debian 12: libjpeg62-turbo-dev"
 release ubuntu2204; echo bad >"$work/spng.tar.gz"; SPNG_URL=file://$work/spng.tar.gz steps
 grep -q "^curl file://$work/spng.tar.gz" "$STATE/log" && [ $rc -ne 0 ] && grep -qi "checksum" <<<"$out" \
   && ok "image on Ubuntu 22.04: libspng from source, a tarball with another checksum refused" \
