@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Remote tar shards: stoker from S3 against the same shards on local disk and
+against WebDataset, on 2 cores, in one run.
+
+A synthetic ImageFolder (`stoker synth`) is packed into WebDataset shards
+(`stoker pack --tar`), uploaded to a local SeaweedFS (python/tests/servers.py:
+127.0.0.1 only, with credentials), and read with the classic train recipe
+(RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize):
+
+  stoker local     ImageLoader(SHARD_DIR, B, pipeline="train", threads=T)
+  stoker s3        ImageLoader("s3://bench/shards/", ...)  (AWS_* variables of the server)
+  stoker s3+lat    the same through a proxy adding --latency s to every request
+  webdataset s3    DataLoader(wds.WebDataset("pipe:curl -s --aws-sigv4 ... URL{..}")
+                   .shuffle(1000).decode("pil").to_tuple("jpg", "cls")
+                   .map_tuple(transform, int), batch_size=B, num_workers=T)
+
+Each variant runs in a child process pinned to the same --cores (2 by
+default: the first two CPUs this process may use), first a warm-up epoch,
+then --epochs timed epochs; the table gives img/s, the ratio to stoker on
+local disk, and the peak RSS of the child and its workers together.
+
+usage: bench/remote.py [--images 4000] [--shard-size 8000000] [--threads 2]
+                       [--batch 64] [--epochs 2] [--latency 0.02] [--work DIR]
+The tools come from scripts/install-deps.sh --python (.venv-tools: weed,
+webdataset); the run re-executes itself under .venv-tools/bin/python when
+webdataset is not importable.
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "python", "tests"))
+if "stoker" not in sys.modules:
+    try:
+        import stoker  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, os.path.join(REPO, "python"))
+
+import servers  # noqa: E402
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def peak_rss_mb():
+    """Peak RSS of this process plus the largest of its waited-for children (DataLoader workers), MB."""
+    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (me + kids) / 1024.0
+
+
+# ---- the children: one variant each -------------------------------------------------
+
+def child_stoker(a):
+    import stoker
+
+    t0 = time.monotonic()
+    ld = stoker.ImageLoader(a.source, batch_size=a.batch, pipeline="train", threads=a.threads, seed=0)
+    opened = time.monotonic() - t0
+    n = 0
+    for x, _ in ld:  # warm-up epoch
+        n += 1
+    t0 = time.monotonic()
+    images = 0
+    for _ in range(a.epochs):
+        for x, _ in ld:
+            images += x.shape[0]
+    secs = time.monotonic() - t0
+    st = ld.stats()
+    ld.close()
+    return dict(images=images, seconds=secs, open_seconds=opened,
+                remote_requests=st.get("remote_requests", 0), remote_retries=st.get("remote_retries", 0),
+                remote_bytes=st.get("remote_bytes", 0))
+
+
+def child_wds(a):
+    import torch
+    import webdataset as wds
+    from torchvision import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
+    ds = (wds.WebDataset(a.source, shardshuffle=100, empty_check=False)
+          .shuffle(1000).decode("pil").to_tuple("jpg;png", "cls").map_tuple(tf, int))
+    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, num_workers=a.threads)
+    t0 = time.monotonic()
+    for _ in dl:  # warm-up epoch
+        pass
+    warm = time.monotonic() - t0
+    t0 = time.monotonic()
+    images = 0
+    for _ in range(a.epochs):
+        for x, _ in dl:
+            images += x.shape[0]
+    secs = time.monotonic() - t0
+    return dict(images=images, seconds=secs, open_seconds=None, warmup_seconds=warm)
+
+
+def run_child(a):
+    os.sched_setaffinity(0, [int(c) for c in a.cores.split(",")])
+    import torch
+
+    torch.set_num_threads(1)
+    r = child_wds(a) if a.child == "wds" else child_stoker(a)
+    r["rss_mb"] = peak_rss_mb()
+    print("RESULT " + json.dumps(r), flush=True)
+
+
+# ---- the parent --------------------------------------------------------------------------
+
+def stoker_bin():
+    from stoker.cli import binary
+
+    exe = os.environ.get("STOKER_BIN") or binary()
+    if not exe:
+        sys.exit("no stoker executable: build it with make")
+    return exe
+
+
+def prepare(a):
+    work = a.work
+    os.makedirs(work, exist_ok=True)
+    folder = os.path.join(work, f"synth-{a.images}")
+    shards = os.path.join(work, f"shards-{a.images}-{a.shard_size}")
+    exe = stoker_bin()
+    if not os.path.isdir(folder):
+        subprocess.run([exe, "synth", folder + ".tmp", "--images", str(a.images), "--classes", "10",
+                        "--seed", "0"], check=True, stdout=subprocess.DEVNULL)
+        os.rename(folder + ".tmp", folder)
+    if not os.path.isdir(shards):
+        subprocess.run([exe, "pack", folder, shards, "--tar", "--shard-size", str(a.shard_size)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    names = sorted(f for f in os.listdir(shards) if f.endswith(".tar"))
+    return shards, names
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--images", type=int, default=4000)
+    ap.add_argument("--shard-size", type=int, default=8_000_000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--latency", type=float, default=0.02)
+    ap.add_argument("--cores", default=None, help="CPUs of the children (default: the first 2 allowed)")
+    ap.add_argument("--work", default=os.path.join(REPO, "data", "bench-remote"))
+    ap.add_argument("--only", default=None, help="comma-separated variants: local,s3,s3lat,wds")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return run_child(a)
+
+    try:
+        import webdataset  # noqa: F401
+    except ImportError:
+        py = servers.tools_python()
+        if py and not os.environ.get("STOKER_BENCH_REEXEC"):
+            os.environ["STOKER_BENCH_REEXEC"] = "1"
+            os.execv(py, [py, *sys.argv])
+        sys.exit("webdataset is not installed: scripts/install-deps.sh --python puts it in .venv-tools")
+    if a.cores is None:
+        a.cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
+    curl = shutil.which("curl")
+    if not curl:
+        sys.exit("no curl (WebDataset's pipe: URLs use it)")
+
+    shards, names = prepare(a)
+    n_images = a.images
+    s3 = servers.S3Server().start()
+    proxy = None
+    try:
+        t0 = time.monotonic()
+        for name in names:
+            s3.put("stoker", f"bench/{name}", os.path.join(shards, name))
+        upload = time.monotonic() - t0
+        proxy = servers.FaultProxy(s3.port).start()
+        proxy.latency = a.latency
+        last = len(names) - 1
+        width = len(names[0]) - len("shard-.tar")
+        brace = "{%0*d..%0*d}" % (width, 0, width, last)
+        auth = f"--aws-sigv4 aws:amz:{s3.region}:s3 --user {s3.access_key}:{s3.secret_key}"
+        variants = [
+            ("local", "stoker local disk", "stoker", shards, {}),
+            ("s3", "stoker s3://", "stoker", "s3://stoker/bench/", s3.env()),
+            ("s3lat", f"stoker s3:// +{a.latency * 1000:.0f} ms/request", "stoker", "s3://stoker/bench/",
+             s3.env(endpoint=proxy.url)),
+            ("wds", "webdataset pipe:curl s3", "wds",
+             f"pipe:{curl} -s -f {auth} {s3.endpoint}/stoker/bench/shard-{brace}.tar", s3.env()),
+        ]
+        if a.only:
+            keep = a.only.split(",")
+            variants = [v for v in variants if v[0] in keep]
+        results = {}
+        for key, label, kind, source, env_extra in variants:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+            env.update(env_extra)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(
+                os.path.abspath(sys.modules["stoker"].__file__))) if "stoker" in sys.modules else None,
+                os.path.join(REPO, "python"), env.get("PYTHONPATH")) if p)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--source", source,
+                   "--threads", str(a.threads), "--batch", str(a.batch), "--epochs", str(a.epochs),
+                   "--cores", a.cores]
+            proxy.reset_counts()
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+            line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+            if r.returncode != 0 or not line:
+                print(f"{label}: failed (status {r.returncode})\n{r.stderr[-3000:]}", file=sys.stderr)
+                continue
+            res = json.loads(line[-1][7:])
+            res["img_s"] = res["images"] / res["seconds"]
+            if key == "s3lat":
+                res["proxy_requests"] = proxy.requests
+            results[key] = (label, res)
+            print(f"  {label}: {res['img_s']:.0f} img/s", file=sys.stderr, flush=True)
+    finally:
+        if proxy:
+            proxy.stop()
+        s3.stop()
+
+    base = results.get("local", (None, {}))[1].get("img_s")
+    print(f"\n{n_images} synthetic images in {len(names)} shards, batch {a.batch}, {a.threads} threads/workers, "
+          f"cores {a.cores}, {a.epochs} timed epochs after a warm-up; upload took {upload:.1f} s")
+    print(f"{'variant':<34} {'img/s':>8} {'vs local':>9} {'peak RSS MB':>12} {'requests':>9} {'retries':>8}")
+    for key, (label, r) in results.items():
+        ratio = f"{r['img_s'] / base:.2f}x" if base else "-"
+        req = r.get("remote_requests", "") if key != "wds" else ""
+        ret = r.get("remote_retries", "") if key != "wds" else ""
+        print(f"{label:<34} {r['img_s']:>8.0f} {ratio:>9} {r['rss_mb']:>12.0f} {req!s:>9} {ret!s:>8}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({k: v[1] for k, v in results.items()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
