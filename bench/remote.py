@@ -22,8 +22,9 @@ local disk, and the peak RSS of the child and its workers together.
 usage: bench/remote.py [--images 4000] [--shard-size 8000000] [--threads 2]
                        [--batch 64] [--epochs 2] [--latency 0.02] [--work DIR]
 The tools come from scripts/install-deps.sh --python (.venv-tools: weed,
-webdataset); the run re-executes itself under .venv-tools/bin/python when
-webdataset is not importable.
+webdataset): when webdataset is not importable, the virtualenv's packages
+are added after this interpreter's own if it was made by the same Python
+version, else the run re-executes itself under .venv-tools/bin/python.
 """
 import argparse
 import json
@@ -160,6 +161,15 @@ def main():
 
     try:
         import webdataset  # noqa: F401
+    except ImportError:
+        # the tools' virtualenv, when made by a Python of this version: its
+        # packages after this interpreter's own (torch stays the system's)
+        site = os.path.join(servers.TOOLS_VENV, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+        if os.path.isdir(site):
+            sys.path.append(site)
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), site) if p)
+    try:
+        import webdataset  # noqa: F401,F811
     except ImportError:
         py = servers.tools_python()
         if py and not os.environ.get("STOKER_BENCH_REEXEC"):
