@@ -84,7 +84,7 @@ typedef struct {
   size_t len;
   stk__buf buf;
   int w, h;
-  int png; /* tar: the file is a PNG */
+  const char *ext; /* tar: the member's extension, from the content */
   uint64_t hash;
   stk__cache_stat fst; /* the source file as it was before the read */
 } result;
@@ -134,6 +134,19 @@ static void finish_result(const stk_pack_options *o, result *r, uint8_t *px, int
 }
 
 /* The source file's stat as it was before the read (see pack_one). */
+/* A tar member's extension from the file's content, so that readers that go
+ * by the name (webdataset's decoders) see the right format. */
+static const char *member_ext(const uint8_t *data, size_t len) {
+  switch (stk__sniff(data, len)) {
+  case STK__FMT_PNG: return "png";
+  case STK__FMT_WEBP: return "webp";
+  case STK__FMT_TIFF: return "tif";
+  case STK__FMT_BMP: return "bmp";
+  case STK__FMT_PNM: return data[1] == '2' || data[1] == '5' ? "pgm" : "ppm";
+  default: return "jpg";
+  }
+}
+
 static void stat_source(const char *path, result *r) {
   struct stat fs;
   if (stat(path, &fs) == 0) {
@@ -178,7 +191,7 @@ static void pack_one(packer *pk, stk__worker *w, stk__resampler *rs, stk__bounde
     memcpy(r->buf.p, b.data, b.len);
     r->data = r->buf.p;
     r->len = b.len;
-    r->png = stk__sniff(b.data, b.len) == STK__FMT_PNG;
+    r->ext = member_ext(b.data, b.len);
     return;
   }
   int nw, nh;
@@ -697,7 +710,7 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
       res->failed++;
       if (o->bad_file) o->bad_file(o->user, path, r->msg);
     } else if (tar) {
-      rc = stk__tar_writer_add(tw, i, path, r->png, r->data, r->len, ds->labels[i], res, err,
+      rc = stk__tar_writer_add(tw, i, path, r->ext, r->data, r->len, ds->labels[i], res, err,
                                errlen);
     } else {
       r->off = off; /* a device pack: its thread writes it there (dev_flush) */

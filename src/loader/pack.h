@@ -28,9 +28,10 @@ typedef struct stk__tar_writer stk__tar_writer;
  * its temporary folder. */
 int stk__tar_writer_open(stk__tar_writer **tw, const stk_pack_options *o, char *err,
                          size_t errlen);
-/* Appends sample i (its file `file`, label) as KEY.jpg or KEY.png and
- * KEY.cls, opening and closing shards at o->shard_bytes. */
-int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, int png,
+/* Appends sample i (its file `file`, label) as KEY.<ext> (jpg, png, webp,
+ * tif, bmp, ppm or pgm: the content's format) and KEY.cls, opening and
+ * closing shards at o->shard_bytes. */
+int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, const char *ext,
                         const uint8_t *data, size_t len, int32_t label, stk_pack_result *res,
                         char *err, size_t errlen);
 /* Closes the last shard, writes classes.txt and renames the folder to the

@@ -1365,7 +1365,7 @@ int stk__tar_writer_open(stk__tar_writer **twp, const stk_pack_options *o, char 
   return STK_OK;
 }
 
-int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, int png,
+int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, const char *ext,
                         const uint8_t *data, size_t len, int32_t label, stk_pack_result *res,
                         char *err, size_t errlen) {
   char key[128], member[160];
@@ -1378,7 +1378,7 @@ int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, int pn
     tw->so.bytes = 0;
   }
   make_key(key, sizeof key, i, file, tw->o->root);
-  snprintf(member, sizeof member, "%s.%s", key, png ? "png" : "jpg");
+  snprintf(member, sizeof member, "%s.%s", key, ext);
   put_member(&tw->so, member, data, len);
   char lab[16];
   int ll = snprintf(lab, sizeof lab, "%d", (int)label);
