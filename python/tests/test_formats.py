@@ -353,3 +353,47 @@ def test_tiff_truncated_and_limits(tmp_path):
                             max_decode_bytes=4 << 20)
     with pytest.raises(stoker.DecodeError, match="max_decode_bytes"):
         next(iter(ld))
+
+
+# ---- pack: caches and tar shards take every format -------------------------------
+
+
+def test_pack_cache_and_tar_take_the_new_formats(tmp_path):
+    import tarfile
+
+    a = rgb(30)
+    items = [
+        ("a.webp", lambda p: im(a).save(p, lossless=True)),
+        ("b.tif", lambda p: im(rgb(31)).save(p, compression="tiff_lzw")),
+        ("c.bmp", lambda p: im(rgb(32)).save(p)),
+        ("d.ppm", lambda p: im(rgb(33)).save(p)),
+        ("e.pgm", lambda p: im(rgb(34), "L").save(p)),
+        ("f.webp", lambda p: im(rgb(35)).save(p, quality=85)),
+    ]
+    src = tmp_path / "src"
+    paths = save_all(src, items)
+    ref = decoded(paths)
+    for p, r in zip(paths, ref):
+        assert np.array_equal(r, pillow(p)), p
+
+    def through(root):
+        ld = stoker.ImageLoader(str(root), batch_size=len(paths), threads=2, shuffle=False,
+                                pipeline=[T.Resize(S), T.CenterCrop(S), T.PILToTensor()])
+        return [x for x, _ in ld][0].permute(0, 2, 3, 1).numpy()
+
+    want = np.stack(ref)
+    r = stoker.pack(str(src), str(tmp_path / "data.stkc"), threads=2)
+    assert (r.packed, r.failed) == (len(paths), 0)
+    assert np.array_equal(through(tmp_path / "data.stkc"), want)
+    r = stoker.pack(str(src), str(tmp_path / "shards"), format="tar", threads=2)
+    assert (r.packed, r.failed) == (len(paths), 0)
+    names = []
+    for t in sorted((tmp_path / "shards").glob("*.tar")):
+        with tarfile.open(t) as tf:
+            names += [os.path.splitext(n)[1] for n in tf.getnames()]
+    # each member named by its content's format
+    assert sorted(n for n in names if n not in (".cls", ".txt")) == \
+        [".bmp", ".pgm", ".ppm", ".tif", ".webp", ".webp"]
+    got = through(tmp_path / "shards")
+    # shards are read shard by shard; with shuffle off, in the packed order
+    assert sorted(g.tobytes() for g in got) == sorted(w.tobytes() for w in want)
