@@ -3,6 +3,7 @@
 
 #include "codecs/codec.h"
 #include "gpu/gpu.h"
+#include "sources/net.h"
 #include "stoker.h"
 
 int stk_version(void) { return STK_VERSION; }
@@ -39,8 +40,10 @@ const char *stk_build_info(void) {
            "jpeg: %s (baseline, progressive%s; greyscale, YCbCr, RGB, CMYK, YCCK; "
            "region decode, DCT scaling 1/2 1/4 1/8)\n"
            "png: %s (palette, greyscale, 16-bit, alpha -> 8-bit RGB)\n"
+           "remote: %s (s3://, http://, https://)\n"
            "%s",
            stk_version_string(), stk_simd_level(), stk__jpeg_lib_version(),
-           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version(), gpu);
+           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version(), stk__net_version(),
+           gpu);
   return buf;
 }

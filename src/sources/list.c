@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "core/common.h"
+#include "sources/net.h"
 #include "sources/source.h"
 
 /* A list has no class names: its classes are the label numbers 0..max, each
@@ -186,7 +189,8 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
                      list, (long long)lineno, (size_t)(pe - s), LIST_PATH_MAX);
       break;
     }
-    char *path = s[0] == '/' ? strdup(s) : stk__path_join(base, s);
+    /* absolute paths and URLs are kept as they are */
+    char *path = s[0] == '/' || stk__is_url(s) ? strdup(s) : stk__path_join(base, s);
     if (!path) {
       rc = STK_ENOMEM;
       break;
@@ -208,6 +212,144 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
   return rc;
 }
 
+/* ---- lists of URLs -------------------------------------------------------- */
+
+/* Lines that are URLs are read with one GET each. The loader's plan of each
+ * started batch requests them at once, many in flight; a read takes the
+ * request planned for its sample (or makes one). Planned requests wait in
+ * a table keyed by sample index; a sample planned twice (the padding of
+ * the last rank) has two entries. */
+#define PLAN_BUCKETS 4096
+
+typedef struct planned {
+  struct planned *next;
+  int64_t idx;
+  stk__net_req *req;
+} planned;
+
+typedef struct {
+  stk__net *net;
+  uint64_t max_bytes;
+  pthread_mutex_t mu;
+  planned *b[PLAN_BUCKETS];
+} url_list;
+
+static void url_plan(const stk__source *s, const int64_t *idx, int n, uint64_t epoch) {
+  (void)epoch;
+  url_list *u = s->impl;
+  for (int k = 0; k < n; k++) {
+    const char *name = stk__dataset_path(&s->ds, idx[k]);
+    if (!stk__is_url(name)) continue;
+    planned *p = malloc(sizeof *p);
+    if (!p) return; /* the read fetches it itself */
+    p->idx = idx[k];
+    p->req = stk__net_get(u->net, name, 0, 0, u->max_bytes, 0);
+    if (!p->req) {
+      free(p);
+      return;
+    }
+    pthread_mutex_lock(&u->mu);
+    planned **at = &u->b[(uint64_t)idx[k] % PLAN_BUCKETS];
+    while (*at) at = &(*at)->next; /* first planned, first read */
+    p->next = NULL;
+    *at = p;
+    pthread_mutex_unlock(&u->mu);
+  }
+}
+
+static void drop_planned(planned *p) {
+  while (p) {
+    planned *nx = p->next;
+    stk__net_wait(p->req, NULL, NULL, 0);
+    stk__net_free(p->req);
+    free(p);
+    p = nx;
+  }
+}
+
+static void url_plan_reset(const stk__source *s) {
+  url_list *u = s->impl;
+  planned *all[PLAN_BUCKETS];
+  pthread_mutex_lock(&u->mu);
+  memcpy(all, u->b, sizeof all);
+  memset(u->b, 0, sizeof u->b);
+  pthread_mutex_unlock(&u->mu);
+  /* (outside the lock: dropping waits for transfers to end) */
+  for (int i = 0; i < PLAN_BUCKETS; i++) drop_planned(all[i]);
+}
+
+static int url_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
+                    stk__bytes *out, char *msg, size_t msglen) {
+  const char *name = stk__dataset_path(&s->ds, i);
+  if (!stk__is_url(name)) return stk__read_whole_file(name, buf, max_bytes, out, msg, msglen);
+  url_list *u = s->impl;
+  out->data = NULL;
+  out->len = 0;
+  out->bytes_read = 0;
+  stk__net_req *q = NULL;
+  pthread_mutex_lock(&u->mu);
+  for (planned **at = &u->b[(uint64_t)i % PLAN_BUCKETS]; *at; at = &(*at)->next)
+    if ((*at)->idx == i) {
+      planned *p = *at;
+      *at = p->next;
+      q = p->req;
+      free(p);
+      break;
+    }
+  pthread_mutex_unlock(&u->mu);
+  if (!q) q = stk__net_get(u->net, name, 0, 0, max_bytes, 0);
+  stk__net_body b;
+  int rc = stk__net_wait_reason(q, &b, msg, msglen);
+  if (rc == STK_OK && max_bytes && b.len > max_bytes)
+    rc = stk__fail(msg, msglen, STK_ELIMIT, "%s: %zu bytes, over the limit of %llu", name, b.len,
+                   (unsigned long long)max_bytes);
+  if (rc == STK_OK && stk__buf_reserve(buf, b.len + 1))
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %zu bytes", b.len);
+  if (rc == STK_OK) {
+    memcpy(buf->p, b.data, b.len);
+    out->data = buf->p;
+    out->len = b.len;
+    out->bytes_read = b.len;
+  }
+  stk__net_free(q);
+  return rc;
+}
+
+static void url_cancel(const stk__source *s) {
+  url_list *u = s->impl;
+  stk__net_cancel(u->net);
+}
+
+static void url_net_stats(const stk__source *s, stk_stats *o) {
+  url_list *u = s->impl;
+  stk__net_stats ns;
+  stk__net_get_stats(u->net, &ns);
+  o->remote_bytes = ns.bytes;
+  o->remote_requests = ns.requests;
+  o->remote_retries = ns.retries;
+  o->remote_failures = ns.failures;
+  o->remote_seconds = ns.seconds;
+}
+
+static void url_close(stk__source *s) {
+  url_list *u = s->impl;
+  if (!u) return;
+  stk__net_cancel(u->net);
+  url_plan_reset(s);
+  stk__net_close(u->net);
+  pthread_mutex_destroy(&u->mu);
+  free(u);
+  s->impl = NULL;
+}
+
+static const stk__source_ops url_list_ops = {.kind = "list",
+                                             .read = url_read,
+                                             .close = url_close,
+                                             .plan = url_plan,
+                                             .plan_reset = url_plan_reset,
+                                             .cancel = url_cancel,
+                                             .net_stats = url_net_stats};
+
 int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msglen) {
   s->ops = &stk__list_ops;
   /* a FIFO or pipe list is read within the time a file read may take */
@@ -217,6 +359,18 @@ int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msg
   if (rc == STK_OK && (rc = stk__dataset_number_classes(&s->ds, nc))) {
     stk__dataset_free(&s->ds);
     return stk__fail(msg, msglen, rc, "out of memory naming %d classes", nc);
+  }
+  int urls = 0;
+  for (int64_t i = 0; rc == STK_OK && i < s->ds.n && !urls; i++)
+    urls = stk__is_url(stk__dataset_path(&s->ds, i));
+  if (urls) {
+    url_list *u = calloc(1, sizeof *u);
+    if (!u) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    pthread_mutex_init(&u->mu, NULL);
+    u->max_bytes = opt->max_file_bytes;
+    s->impl = u;
+    s->ops = &url_list_ops; /* close() frees what was made on any failure */
+    rc = stk__net_open(&u->net, opt->read_timeout, msg, msglen);
   }
   return rc;
 }

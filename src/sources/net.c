@@ -55,7 +55,7 @@ enum {
   O_TCP_KEEPALIVE = 213, O_PROTOCOLS_STR = 10318,
   I_RESPONSE_CODE = 0x200002,
   M_MAXCONNECTS = 6, M_MAX_HOST_CONNECTIONS = 7,
-  E_OK = 0, E_UNSUPPORTED_PROTOCOL = 1, E_URL_MALFORMAT = 3, E_WRITE_ERROR = 23,
+  E_OK = 0, E_UNSUPPORTED_PROTOCOL = 1, E_URL_MALFORMAT = 3, E_COULDNT_RESOLVE_HOST = 6, E_WRITE_ERROR = 23,
   E_PEER_FAILED_VERIFICATION = 60, E_SSL_CACERT_BADFILE = 77,
 };
 
@@ -195,6 +195,8 @@ struct stk__net_req {
   uint64_t size;
   char etag[96];
   char why[700];
+  size_t why_at;      /* where the reason starts in why, after "URL: " */
+  int bare;           /* the waiter wants the reason without the URL */
 };
 
 struct stk__net {
@@ -242,6 +244,7 @@ static void fail(stk__net_req *q, int rc, const char *fmt, ...) {
   char u[512];
   stk__url_redact(q->url, u, sizeof u);
   int w = snprintf(q->why, sizeof q->why, "%s: ", u);
+  q->why_at = w > 0 && (size_t)w < sizeof q->why ? (size_t)w : 0;
   va_list ap;
   va_start(ap, fmt);
   if (w > 0 && (size_t)w < sizeof q->why) vsnprintf(q->why + w, sizeof q->why - (size_t)w, fmt, ap);
@@ -522,13 +525,15 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   }
   (void)retry;
   q->attempt++;
+  /* a name that does not resolve is most often a typo: a few tries only */
+  int most = result == E_COULDNT_RESOLVE_HOST ? 3 : MAX_ATTEMPTS;
   /* jittered exponential backoff: 50 ms, 100 ms, ... up to 5 s, times [0.5, 1) */
   double base = 0.05 * (double)(1u << (q->attempt < 7 ? q->attempt : 7));
   if (base > 5) base = 5;
   n->rng = stk__mix64(n->rng + 0x9e3779b97f4a7c15ULL);
   double wait = base * (0.5 + 0.5 * (double)(n->rng >> 11) * 0x1.0p-53);
   double now = stk__now();
-  if (q->attempt >= MAX_ATTEMPTS || now + wait >= q->deadline) {
+  if (q->attempt >= most || now + wait >= q->deadline) {
     fail(q, STK_EIO, "%s; gave up after %d attempts in %.1f s", why, q->attempt, now - q->t0);
     return;
   }
@@ -687,8 +692,13 @@ int stk__net_wait(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen
     body->size = q->size;
     snprintf(body->etag, sizeof body->etag, "%s", q->etag);
   }
-  if (q->rc) stk__fail(msg, msglen, q->rc, "%s", q->why);
+  if (q->rc) stk__fail(msg, msglen, q->rc, "%s", q->why + (q->bare ? q->why_at : 0));
   return q->rc;
+}
+
+int stk__net_wait_reason(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen) {
+  if (q) q->bare = 1;
+  return stk__net_wait(q, body, msg, msglen);
 }
 
 uint8_t *stk__net_take(stk__net_req *q) {

@@ -59,6 +59,9 @@ stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t 
 /* Waits for the request; STK_OK with *body filled (valid until free), or an
  * error code with "URL: reason" in msg. */
 int stk__net_wait(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen);
+/* The same, with the reason alone in msg: for a sample's read, whose
+ * message already names it. */
+int stk__net_wait_reason(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen);
 /* 1 when the request has finished (wait would not block). */
 int stk__net_done(stk__net_req *q);
 void stk__net_free(stk__net_req *q);

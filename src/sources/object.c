@@ -63,7 +63,7 @@ static int window_at(stk__object *o, uint64_t off) {
                             0, 0);
   o->ahead_off = next;
   stk__net_body b;
-  int rc = stk__net_wait(q, &b, o->why, sizeof o->why);
+  int rc = stk__net_wait_reason(q, &b, o->why, sizeof o->why);
   if (rc == STK_OK) {
     free(o->win);
     o->win_len = b.len;
@@ -298,14 +298,14 @@ int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t size, uint
       pthread_mutex_unlock(&p->mu);
       stk__net_req *q = stk__net_get(p->net, url, at, stop - at, 0, 0);
       stk__net_body b;
-      rc = stk__net_wait(q, &b, msg, msglen);
+      rc = stk__net_wait_reason(q, &b, msg, msglen);
       if (rc == STK_OK) memcpy(dst + (at - off), b.data, (size_t)(stop - at));
       stk__net_free(q);
       at = stop;
       continue;
     }
     stk__net_body b;
-    rc = stk__net_wait(c->req, &b, msg, msglen);
+    rc = stk__net_wait_reason(c->req, &b, msg, msglen);
     uint64_t stop = c->off + c->len < end ? c->off + c->len : end;
     if (rc == STK_OK) memcpy(dst + (at - off), b.data + (at - c->off), (size_t)(stop - at));
     pthread_mutex_lock(&p->mu);
