@@ -197,18 +197,20 @@ grep -q "pack: pack:" "$T/err" && bad "doubled prefix: $(cat "$T/err")" || ok
 grep -q "^stoker pack: .*notempty exists and is not an empty folder" "$T/err" && ok || bad "tar output message: $(cat "$T/err")"
 
 # the same bad file gets the same reason from a cache and a tar pack; PPM
-# and PGM (ImageFolder extensions) are named as such
+# and PGM (ImageFolder extensions) are decoded: a good PPM is packed (a
+# .ppm member in the shard), a truncated PGM is left out, named as such
 printf 'P6\n2 2\n255\n012345678901' >"$T/ds/n0001/image.ppm"
-printf 'P5\n2 2\n255\n0123' >"$T/ds/n0001/image.pgm"
+printf 'P5\n2 2\n255\n012' >"$T/ds/n0001/image.pgm"
 expect 0 "pack cache with PPM" -- "$STK" pack "$T/ds" "$T/ppm.stkc" --cache
 grep "^left out: " "$T/out" | sort >"$T/cache-left"
 expect 0 "pack tar with PPM" -- "$STK" pack "$T/ds" "$T/ppm-shards" --tar --check
 grep "^left out: " "$T/out" | sort >"$T/tar-left"
 cmp -s "$T/cache-left" "$T/tar-left" && ok || bad "cache and tar --check give the same reasons: $(diff "$T/cache-left" "$T/tar-left")"
-grep -q "image.ppm: PPM/PGM images are not decoded by this build" "$T/cache-left" && ok || bad "PPM named: $(cat "$T/cache-left")"
-grep -q "image.pgm: PPM/PGM images are not decoded by this build" "$T/cache-left" && ok || bad "PGM named: $(cat "$T/cache-left")"
+grep -q "image.ppm" "$T/cache-left" && bad "PPM left out: $(cat "$T/cache-left")" || ok
+grep -q "image.pgm: truncated PPM/PGM file" "$T/cache-left" && ok || bad "PGM named: $(cat "$T/cache-left")"
+cat "$T"/ppm-shards/*.tar | tr -c '[:print:]' '\n' | grep -q '[.]ppm$' && ok || bad "no .ppm member in the shards"
 expect 1 "check with PPM" -- "$STK" check "$T/ds"
-grep -q "image.ppm: PPM/PGM images are not decoded" "$T/out" && ok || bad "check names PPM: $(cat "$T/out")"
+grep -q "image.pgm: truncated PPM/PGM file" "$T/out" && ok || bad "check names PGM: $(cat "$T/out")"
 rm -f "$T/ds/n0001/image.ppm" "$T/ds/n0001/image.pgm"
 # tar --check decodes: the truncated JPEG is left out (without it, only the
 # header is read and it goes in, as above)
