@@ -93,7 +93,7 @@ def test_peak_is_the_childs_own():
         import subprocess, sys
         held = bytearray(600 << 20)
         held[::4096] = b"x" * len(held[::4096])
-        child = sys.argv[1] + "\nprint(peak_kb())"
+        child = sys.argv[1] + "\\nprint(peak_kb())"
         print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
                              check=True).stdout)
     """)
