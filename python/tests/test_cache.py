@@ -309,3 +309,83 @@ def test_cache_changing_while_read_is_an_error(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert f"caught {iters}" in r.stdout
+
+
+def _metadata_change(kind, live, tmp_path):
+    """A change to the cache file that leaves its bytes as they are."""
+    if kind == "chmod":
+        os.chmod(live, 0o444)
+    elif kind == "hard link":
+        os.link(live, str(tmp_path / "link.stkc"))
+    elif kind == "rm":
+        os.remove(live)
+    elif kind == "mv over it":
+        other = str(tmp_path / "other.stkc")
+        with open(live, "rb") as f, open(other, "wb") as g:
+            g.write(f.read())
+        os.replace(other, live)
+    elif kind == "setxattr":
+        try:
+            os.setxattr(live, "user.stoker.test", b"1")
+        except OSError as e:
+            pytest.skip(f"no user xattrs here: {e}")
+    elif kind == "touch -a":
+        st = os.stat(live)
+        os.utime(live, ns=(st.st_atime_ns + 10**9, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("kind", ["chmod", "hard link", "rm", "mv over it", "setxattr",
+                                  "touch -a"])
+@pytest.mark.parametrize("encoding", ["raw", "jpeg"])
+def test_metadata_change_keeps_cache_readable(tmp_path, kind, encoding):
+    """chmod, a hard link, rm, mv over it, setxattr or an access-time change
+    on a cache being read change no byte of it: every later sample is still
+    delivered, the same as from an untouched copy (they used to fail with
+    "changed while it was read (rewritten)", from the ctime)."""
+    src = make_folder(tmp_path / "src", classes=2, per_class=4, sizes=((64, 48), (48, 64)),
+                      seed=5)
+    good = str(tmp_path / "good.stkc")
+    stoker.pack(src, good, encoding=encoding, max_side=0, threads=2)
+    live = str(tmp_path / "live.stkc")
+    with open(good, "rb") as f, open(live, "wb") as g:
+        g.write(f.read())
+    # one sample a batch and one batch ahead: most samples are read after
+    # the change
+    kw = dict(batch_size=1, threads=1, size=32, pipeline="eval", shuffle=False, prefetch=1)
+    want = _batches(good, **kw)
+    got = []
+    with stoker.ImageLoader(live, **kw) as ld:
+        for k, (x, y) in enumerate(ld):
+            got.append((x.clone(), y.clone()))
+            if k == 0:
+                _metadata_change(kind, live, tmp_path)
+    assert len(got) == len(want)
+    for (x, y), (wx, wy) in zip(got, want):
+        assert torch.equal(x, wx) and torch.equal(y, wy)
+
+
+def test_same_size_same_mtime_rewrite_is_seen(tmp_path):
+    """The check that replaced the ctime: a cache overwritten in place by
+    another cache of the same size, with its mtime set back, is still seen
+    (its header differs) and fails the next sample naming the file."""
+    a = make_folder(tmp_path / "a", classes=1, per_class=4, sizes=((64, 48),), seed=1)
+    b = make_folder(tmp_path / "b", classes=1, per_class=4, sizes=((64, 48),), seed=2)
+    ca, cb = str(tmp_path / "a.stkc"), str(tmp_path / "b.stkc")
+    stoker.pack(a, ca, max_side=0, threads=1)
+    stoker.pack(b, cb, max_side=0, threads=1)
+    assert os.path.getsize(ca) == os.path.getsize(cb)
+    with open(cb, "rb") as f:
+        other = f.read()
+    err = None
+    with stoker.ImageLoader(ca, batch_size=1, threads=1, size=32, pipeline="eval",
+                            shuffle=False, prefetch=1) as ld:
+        try:
+            for k, _ in enumerate(ld):
+                if k == 0:
+                    st = os.stat(ca)
+                    with open(ca, "r+b") as f:
+                        f.write(other)
+                    os.utime(ca, ns=(st.st_atime_ns, st.st_mtime_ns))
+        except stoker.DecodeError as e:
+            err = str(e)
+    assert err and ca in err and "changed while it was read (rewritten)" in err, err

@@ -16,8 +16,10 @@
  * or verify() of that source then fails with STK_EIO naming the file. A
  * fault outside every cache mapping goes to the handler that was there
  * before (by default: the process dies, as it would have). Each call also
- * compares the file's fstat with the one taken at open, so a file rewritten
- * in place (cp over it) fails the same way even when no read faulted. What
+ * compares the file's size, mtime and inode (fstat) and its header (pread)
+ * with those seen at open, so a file rewritten in place (cp over it) fails
+ * the same way even when no read faulted; a change that leaves the bytes
+ * alone (chmod, a link, rm, mv over the name, an xattr) is no change. What
  * is left: a sample whose pages were being read at the moment of the change
  * may be delivered with the zeros or the new bytes; the error comes with the
  * next sample the source is asked for. */
@@ -141,17 +143,37 @@ static void guard_remove(int k) {
   atomic_store(&g_guard[k].busy, 0);
 }
 
+/* Whether what fstat says of the open file still matches the open: what
+ * can change its bytes (size, mtime; the inode and device, which for one
+ * descriptor never change but say so). Not the ctime: chmod, a hard link,
+ * rm, mv over the name or setxattr change it and no byte of the file. */
+static int stat_matches(const cache_impl *c, const struct stat *st) {
+  return st->st_size == c->st.st_size && st->st_ino == c->st.st_ino &&
+         st->st_dev == c->st.st_dev && st->st_mtim.tv_sec == c->st.st_mtim.tv_sec &&
+         st->st_mtim.tv_nsec == c->st.st_mtim.tv_nsec;
+}
+
+/* Whether the header on disk is still the one read at open, by pread (a
+ * read past a new end is a short read, never a fault). It carries the index's
+ * checksum, so a file overwritten by another cache of the same size within
+ * one tick of the mtime's clock (or with its mtime set back) is seen too. */
+static int header_matches(const cache_impl *c) {
+  stk__cache_header h;
+  ssize_t r;
+  do r = pread(c->fd, &h, sizeof h, 0);
+  while (r < 0 && errno == EINTR);
+  return r == (ssize_t)sizeof h && memcmp(&h, &c->hd, sizeof h) == 0;
+}
+
 /* STK_OK while the file is as it was at open; otherwise STK_EIO with what
- * changed. The fstat per sample costs well under a microsecond. */
+ * changed. The fstat and the header's pread per sample cost about a
+ * microsecond together. */
 static int file_unchanged(cache_impl *c, char *msg, size_t msglen) {
   int ch = atomic_load_explicit(&c->changed, memory_order_acquire);
   struct stat st;
   int stat_ok = fstat(c->fd, &st) == 0;
   if (ch == CH_NONE) {
-    if (stat_ok && st.st_size == c->st.st_size && st.st_mtim.tv_sec == c->st.st_mtim.tv_sec &&
-        st.st_mtim.tv_nsec == c->st.st_mtim.tv_nsec && st.st_ctim.tv_sec == c->st.st_ctim.tv_sec &&
-        st.st_ctim.tv_nsec == c->st.st_ctim.tv_nsec)
-      return STK_OK;
+    if (stat_ok && stat_matches(c, &st) && header_matches(c)) return STK_OK;
     /* sticky: once changed, the index read at open means nothing */
     int none = CH_NONE;
     atomic_compare_exchange_strong(&c->changed, &none, CH_STAT);
@@ -160,10 +182,7 @@ static int file_unchanged(cache_impl *c, char *msg, size_t msglen) {
   if (stat_ok && st.st_size < c->st.st_size)
     snprintf(what, sizeof what, "truncated to %lld bytes from %lld", (long long)st.st_size,
              (long long)c->st.st_size);
-  else if (stat_ok && (st.st_size != c->st.st_size || st.st_mtim.tv_sec != c->st.st_mtim.tv_sec ||
-                       st.st_mtim.tv_nsec != c->st.st_mtim.tv_nsec))
-    snprintf(what, sizeof what, "rewritten");
-  else if (ch == CH_FAULT)
+  else if (ch == CH_FAULT && stat_ok && stat_matches(c, &st))
     snprintf(what, sizeof what, "a page of it could not be read");
   else
     snprintf(what, sizeof what, "rewritten");
