@@ -347,6 +347,7 @@ def run_through(proxy, dataset, url="s3://stoker/ds/", **kw):
 
 def test_slowdown_is_retried(dataset, proxy):
     want = local_epoch(dataset, pipeline="eval")
+    run_through(proxy, dataset)  # the shards' index is cached: the runs below read it
     got, st, clean = run_through(proxy, dataset)
     assert_same(got, want, "clean")
     proxy.fail_next(3)
@@ -540,3 +541,57 @@ def test_two_nodes_torchrun(dataset, s3env, tmp_path):
         every = [i for b in b0 + b1 for i in b]
         assert sorted(every) == list(range(N)), f"epoch {e}: each sample once across the ranks"
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # a new shuffle each epoch
+
+
+# ---- the index cache of remote shards ----------------------------------------------------
+
+def open_stats(url, **kw):
+    """The network's counters after one epoch, and the epoch."""
+    with stoker.ImageLoader(url, pipeline="eval", prefetch=1, **{**OPTS, **kw}) as ld:
+        got = epoch(ld)
+        st = ld.stats()
+    return st, got
+
+
+def test_second_open_reads_the_index_not_the_shards(dataset, s3env, tmp_path):
+    want = local_epoch(dataset, pipeline="eval")
+    shard_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dataset["shards"], "*.tar")))
+    idx = str(tmp_path / "idx")
+    first, got = open_stats("s3://stoker/ds/", index_dir=idx)
+    assert_same(got, want, "first open")
+    # the first open scans every shard, and the epoch reads them again
+    assert first["remote_bytes"] >= 2 * shard_bytes
+    assert len(glob.glob(os.path.join(idx, "shard-*.stkidx"))) == N_SHARDS
+    second, got = open_stats("s3://stoker/ds/", index_dir=idx)
+    assert_same(got, want, "second open")
+    # the second open reads the local index instead: the scan's bytes are not sent again
+    assert second["remote_bytes"] <= first["remote_bytes"] - shard_bytes // 2, (first, second)
+
+
+def test_index_of_a_changed_shard_is_not_used(dataset, s3env, tmp_path):
+    """A shard rewritten under the same name has another ETag: it is scanned again,
+    and the epoch has its new samples."""
+    idx = str(tmp_path / "idx")
+    s3env.put(s3env.bucket, "chg/shard-000000.tar", os.path.join(dataset["shards"], "shard-000000.tar"))
+    st, got = open_stats("s3://stoker/chg/", index_dir=idx)
+    assert sum(len(b[1]) for b in got) == SHARD_SIZES[0]
+    s3env.put(s3env.bucket, "chg/shard-000000.tar", os.path.join(dataset["shards"], "shard-000002.tar"))
+    st, got = open_stats("s3://stoker/chg/", index_dir=idx)
+    assert sum(len(b[1]) for b in got) == SHARD_SIZES[2]
+    assert len(glob.glob(os.path.join(idx, "shard-*.stkidx"))) == 2
+
+
+def test_corrupt_index_is_scanned_again(dataset, s3env, tmp_path):
+    want = local_epoch(dataset, pipeline="eval")
+    idx = str(tmp_path / "idx")
+    open_stats("s3://stoker/ds/", index_dir=idx)
+    files = sorted(glob.glob(os.path.join(idx, "shard-*.stkidx")))
+    with open(files[0], "r+b") as f:  # one flipped byte inside the body
+        f.seek(40)
+        b = f.read(1)
+        f.seek(40)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with open(files[1], "r+b") as f:  # one cut short
+        f.truncate(30)
+    st, got = open_stats("s3://stoker/ds/", index_dir=idx)
+    assert_same(got, want, "with two damaged index files")

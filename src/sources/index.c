@@ -109,6 +109,11 @@ int stk__dirsig_racy(const stk__dirsig *g) {
 /* ---- where ------------------------------------------------------------- */
 
 int stk__index_path(char *out, size_t outlen, const char *index_dir, const char *real) {
+  return stk__index_path_kind(out, outlen, index_dir, "folder", real);
+}
+
+int stk__index_path_kind(char *out, size_t outlen, const char *index_dir, const char *kind,
+                         const char *real) {
   char dir[PATH_MAX];
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   int n;
@@ -122,7 +127,7 @@ int stk__index_path(char *out, size_t outlen, const char *index_dir, const char 
     return STK_EINVAL;
   if (n < 0 || (size_t)n >= sizeof dir) return STK_EINVAL;
   uint64_t h = stk__hash64(real, strlen(real), HASH_SEED);
-  n = snprintf(out, outlen, "%s/folder-%016llx.stkidx", dir, (unsigned long long)h);
+  n = snprintf(out, outlen, "%s/%s-%016llx.stkidx", dir, kind, (unsigned long long)h);
   return n < 0 || (size_t)n >= outlen ? STK_EINVAL : STK_OK;
 }
 
@@ -455,15 +460,21 @@ int stk__index_write(const char *path, const char *root, const char *real,
     o += l;
   }
   put64(b + 88, stk__hash64(b + HEADER, (size_t)body, stk__hash64(b, 88, HASH_SEED)));
+  int rc = stk__write_file_atomic(path, b, (size_t)(HEADER + body), why, whylen);
+  if (rc == STK_OK && bytes) *bytes = (int64_t)(HEADER + body);
+  free(b);
+  return rc;
+}
 
+int stk__write_file_atomic(const char *path, const void *data, size_t n, char *why,
+                           size_t whylen) {
+  const uint8_t *b = data;
   int rc = STK_OK;
   char tmp[PATH_MAX + 96];
   int fd = -1;
-  if (make_parent(path) != 0) {
-    rc = stk__fail(why, whylen, STK_EIO, "cannot create the folder of index %s: %s", path,
-                   strerror(errno));
-    goto done;
-  }
+  if (make_parent(path) != 0)
+    return stk__fail(why, whylen, STK_EIO, "cannot create the folder of %s: %s", path,
+                     strerror(errno));
   /* a name of our own beside the target: writers of the same index (ranks
    * starting together) never share a temporary file, and the rename is
    * atomic within a folder */
@@ -473,32 +484,25 @@ int stk__index_write(const char *path, const char *root, const char *real,
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0) {
-    rc = stk__fail(why, whylen, STK_EIO, "cannot create index %s: %s", path, strerror(errno));
-    goto done;
-  }
-  uint64_t n = HEADER + body, put = 0;
+  if (fd < 0)
+    return stk__fail(why, whylen, STK_EIO, "cannot create %s: %s", path, strerror(errno));
+  size_t put = 0;
   while (put < n) {
-    ssize_t w = write(fd, b + put, (size_t)(n - put));
+    ssize_t w = write(fd, b + put, n - put);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) break;
-    put += (uint64_t)w;
+    put += (size_t)w;
   }
   int werr = put == n ? 0 : (errno ? errno : ENOSPC);
   if (close(fd) != 0 && !werr) werr = errno;
   if (werr) {
     unlink(tmp);
-    rc = stk__fail(why, whylen, STK_EIO, "cannot write index %s: %s", path, strerror(werr));
-    goto done;
+    return stk__fail(why, whylen, STK_EIO, "cannot write %s: %s", path, strerror(werr));
   }
   if (rename(tmp, path) != 0) {
     int e = errno;
     unlink(tmp);
-    rc = stk__fail(why, whylen, STK_EIO, "cannot rename index into %s: %s", path, strerror(e));
-    goto done;
+    rc = stk__fail(why, whylen, STK_EIO, "cannot rename into %s: %s", path, strerror(e));
   }
-  if (bytes) *bytes = (int64_t)n;
-done:
-  free(b);
   return rc;
 }

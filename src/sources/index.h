@@ -51,6 +51,15 @@ int stk__folder_scan(stk__dataset *ds, const char *root, int threads, stk__dirsi
  * index_dir, else $XDG_CACHE_HOME/stoker, else $HOME/.cache/stoker, named
  * from a hash of `real`. STK_OK, or STK_EINVAL when no place is known. */
 int stk__index_path(char *out, size_t outlen, const char *index_dir, const char *real);
+/* The same for other indexes: KIND-<hash of key>.stkidx in that folder. */
+int stk__index_path_kind(char *out, size_t outlen, const char *index_dir, const char *kind,
+                         const char *key);
+/* Writes n bytes to path through a temporary file of this process's own in
+ * its folder (created when missing), renamed into place: a reader never
+ * sees half a file, and writers of the same file (the ranks of a node)
+ * never share one. STK_OK or STK_EIO with the reason. */
+int stk__write_file_atomic(const char *path, const void *data, size_t n, char *why,
+                           size_t whylen);
 
 /* What reading an index found. */
 enum {

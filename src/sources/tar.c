@@ -33,6 +33,7 @@
 
 #include "codecs/codec.h"
 #include "loader/pack.h"
+#include "sources/index.h"
 #include "sources/net.h"
 #include "sources/object.h"
 
@@ -62,12 +63,15 @@ typedef struct {
   stk__net *net;
   stk__parts *parts;
   uint64_t *size;
+  stk__net_req **first; /* at open: the shards' first parts, requested ahead */
+  char (*etag)[96];     /* remote shards' ETags ("" = none: no index cache) */
 } tar_impl;
 
 /* Remote reads: parts of 8 MiB, and the bytes the parts that no started
  * batch needs may keep (the shuffle buffer's stragglers then find theirs). */
 #define PART_SIZE (8u << 20)
 #define PARTS_BUDGET (256u << 20)
+#define SCAN_AHEAD 16
 
 /* What was left out, for the note. */
 typedef struct {
@@ -75,6 +79,16 @@ typedef struct {
   int64_t truncated, bad_header, zeroed; /* shards */
   char first[200];               /* the first thing left out, with its reason */
 } tally;
+
+/* Adds one shard's tally to the source's: the first thing left out stays
+ * the first. */
+static void tally_add(tally *t, const tally *u) {
+  t->unsafe += u->unsafe, t->link += u->link, t->special += u->special, t->other += u->other;
+  t->dup += u->dup, t->no_cls += u->no_cls, t->bad_cls += u->bad_cls, t->no_img += u->no_img;
+  t->bad_ext += u->bad_ext, t->truncated += u->truncated, t->bad_header += u->bad_header;
+  t->zeroed += u->zeroed;
+  if (!t->first[0]) memcpy(t->first, u->first, sizeof t->first);
+}
 
 static void left_out(tally *t, int64_t *counter, const char *shard, const char *name,
                      const char *why) {
@@ -447,13 +461,32 @@ typedef struct {
  * the tally. Returns an error only for what makes the whole source unusable
  * (the shard cannot be opened, out of memory); damage inside the shard ends
  * its scan with a note. */
-static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlist *cl,
-                      tally *ta, int32_t *maxlabel, char *msg, size_t msglen) {
+/* What the scan of one shard found, before classes.txt is applied: the
+ * keys' records, what was left out, the damage that ended the scan. For a
+ * remote shard this is what the index cache keeps. */
+typedef struct {
+  keyset ks;
+  tally ta;
+  damage dm;
+} shard_scan;
+
+static void shard_scan_free(shard_scan *sc) { keyset_free(&sc->ks); }
+
+/* Reads the shard's headers into sc. An error only for what makes the
+ * whole source unusable (the shard cannot be opened or read, out of
+ * memory); damage inside the shard ends the scan, in sc->dm. */
+static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size_t msglen) {
   const char *path = t->shards[shard];
+  tally *ta = &sc->ta;
   char why[256];
   stk__object obj, *fd = &obj;
   if (stk__object_open(fd, path, t->net, t->net ? t->size[shard] : 0, PART_SIZE, why, sizeof why))
     return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", path, why);
+  if (t->first && t->first[shard]) { /* its first part, requested ahead */
+    fd->ahead = t->first[shard];
+    fd->ahead_off = 0;
+    t->first[shard] = NULL;
+  }
   uint64_t fsize = fd->size, off = 0;
   keyset ks = {0};
   pending pd = {0};
@@ -623,8 +656,6 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
           if (size <= STK__TAR_CLS_MAX &&
               stk__object_pread(fd, cb, (size_t)size, data) == (ssize_t)size)
             kr->cls_ok = parse_cls(cb, (size_t)size, &kr->label);
-          if (kr->cls_ok && cl->present && kr->label >= cl->n) kr->cls_ok = 0;
-          if (kr->cls_ok && !cl->present && kr->label >= STK__TAR_LABEL_MAX) kr->cls_ok = 0;
         } else if (is_img && kr->img_name) {
           left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
         } else if (is_img) {
@@ -644,6 +675,25 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
   stk__object_close(fd);
   free(ext);
   pending_clear(&pd);
+  sc->ks = ks;
+  sc->dm = dm;
+  return rc;
+}
+
+/* Adds what the scan of a shard found to the source: its samples go to
+ * s->ds and t->m, what is left out to the tally. */
+static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
+                    const classlist *cl, tally *ta, int32_t *maxlabel, char *msg, size_t msglen) {
+  const char *path = t->shards[shard];
+  keyset ks = sc->ks;
+  damage dm = sc->dm;
+  int rc = STK_OK;
+  tally_add(ta, &sc->ta);
+  for (size_t i = 0; i < ks.n; i++) {
+    rec *r = &ks.r[i];
+    if (r->cls_ok && cl->present && r->label >= cl->n) r->cls_ok = 0;
+    if (r->cls_ok && !cl->present && r->label >= STK__TAR_LABEL_MAX) r->cls_ok = 0;
+  }
 
   /* Samples in the order their keys first appear in the shard. */
   size_t plen = strlen(path);
@@ -712,7 +762,185 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
   }
   if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
   stk__buf_free(&nm);
-  keyset_free(&ks);
+  return rc;
+}
+
+/* ---- the index cache of remote shards ------------------------------------- */
+/* A remote shard's scan is kept in the index folder (index_dir, else
+ * ~/.cache/stoker) under a name from its URL, size and ETag, so that the
+ * next open reads one small local file instead of the whole shard; a shard
+ * rewritten since has another ETag, hence another file. The file ends in a
+ * checksum of its body, and names its key inside: one that does not
+ * match is scanned again. */
+#define SIDX_MAGIC "STKTIDX1"
+
+static int shard_index_path(const tar_impl *t, int32_t shard, const char *index_dir, char *out,
+                            size_t cap) {
+  if (!t->etag || !t->etag[shard][0]) return STK_EINVAL; /* no ETag: no way to tell a change */
+  char key[4400];
+  int w = snprintf(key, sizeof key, "%s\n%llu\n%s", t->shards[shard],
+                   (unsigned long long)t->size[shard], t->etag[shard]);
+  if (w < 0 || (size_t)w >= sizeof key) return STK_EINVAL;
+  return stk__index_path_kind(out, cap, index_dir, "shard", key);
+}
+
+static int has_index(const tar_impl *t, int32_t shard, const char *index_dir) {
+  char p[4200];
+  return shard_index_path(t, shard, index_dir, p, sizeof p) == STK_OK && access(p, R_OK) == 0;
+}
+
+typedef struct {
+  stk__buf b;
+  size_t len;
+  int err;
+} wbuf;
+
+static void wput(wbuf *w, const void *p, size_t n) {
+  if (w->err || stk__buf_reserve(&w->b, w->len + n)) {
+    w->err = 1;
+    return;
+  }
+  memcpy((char *)w->b.p + w->len, p, n);
+  w->len += n;
+}
+static void wstr(wbuf *w, const char *s) { wput(w, s ? s : "", strlen(s ? s : "") + 1); }
+static void w64(wbuf *w, uint64_t v) { wput(w, &v, 8); }
+
+static void save_scan(const char *path, const tar_impl *t, int32_t shard, const shard_scan *sc) {
+  wbuf w = {{0}, 0, 0};
+  wput(&w, SIDX_MAGIC, 8);
+  w64(&w, 0); /* the body's checksum, below */
+  char key[4400];
+  snprintf(key, sizeof key, "%s\n%llu\n%s", t->shards[shard], (unsigned long long)t->size[shard],
+           t->etag[shard]);
+  wstr(&w, key);
+  const tally *ta = &sc->ta;
+  int64_t cnt[12] = {ta->unsafe, ta->link,  ta->special, ta->other,     ta->dup,        ta->no_cls,
+                     ta->bad_cls, ta->no_img, ta->bad_ext, ta->truncated, ta->bad_header, ta->zeroed};
+  wput(&w, cnt, sizeof cnt);
+  wput(&w, ta->first, sizeof ta->first);
+  wstr(&w, sc->dm.name);
+  wstr(&w, sc->dm.why);
+  w64(&w, sc->ks.n);
+  for (size_t i = 0; i < sc->ks.n; i++) {
+    const rec *r = &sc->ks.r[i];
+    int32_t f[2] = {(r->img_name ? 1 : 0) | (r->has_cls ? 2 : 0) | (r->cls_ok ? 4 : 0), r->label};
+    wput(&w, f, sizeof f);
+    w64(&w, r->img_off);
+    w64(&w, r->img_size);
+    w64(&w, r->img_hhash);
+    wstr(&w, r->key);
+    wstr(&w, r->img_name);
+  }
+  if (!w.err) {
+    uint64_t h = stk__hash64((char *)w.b.p + 16, w.len - 16, 0x5bd1e995);
+    memcpy((char *)w.b.p + 8, &h, 8);
+    char why[256];
+    stk__write_file_atomic(path, w.b.p, w.len, why, sizeof why);
+  }
+  stk__buf_free(&w.b);
+}
+
+typedef struct {
+  const uint8_t *p, *end;
+  int err;
+} rbuf;
+
+static void rget(rbuf *r, void *dst, size_t n) {
+  if (r->err || (size_t)(r->end - r->p) < n) {
+    r->err = 1;
+    memset(dst, 0, n);
+    return;
+  }
+  memcpy(dst, r->p, n);
+  r->p += n;
+}
+static const char *rstr(rbuf *r) {
+  const uint8_t *z = r->err ? NULL : memchr(r->p, 0, (size_t)(r->end - r->p));
+  if (!z) {
+    r->err = 1;
+    return "";
+  }
+  const char *s = (const char *)r->p;
+  r->p = z + 1;
+  return s;
+}
+
+static int load_scan(const char *path, const tar_impl *t, int32_t shard, shard_scan *sc) {
+  stk__buf b = {0};
+  stk__bytes by;
+  char why[256];
+  if (stk__read_whole_file(path, &b, 1u << 30, &by, why, sizeof why) || by.len < 16) {
+    stk__buf_free(&b);
+    return STK_EIO;
+  }
+  rbuf r = {by.data, by.data + by.len, 0};
+  uint64_t h;
+  int rc = memcmp(by.data, SIDX_MAGIC, 8) ? STK_EFORMAT : STK_OK;
+  memcpy(&h, by.data + 8, 8);
+  if (rc == STK_OK && h != stk__hash64(by.data + 16, by.len - 16, 0x5bd1e995)) rc = STK_EFORMAT;
+  r.p += 16;
+  char key[4400];
+  snprintf(key, sizeof key, "%s\n%llu\n%s", t->shards[shard], (unsigned long long)t->size[shard],
+           t->etag[shard]);
+  if (rc == STK_OK && strcmp(rstr(&r), key)) rc = STK_ESTALE; /* a hash collision of names */
+  tally *ta = &sc->ta;
+  int64_t cnt[12];
+  rget(&r, cnt, sizeof cnt);
+  ta->unsafe = cnt[0], ta->link = cnt[1], ta->special = cnt[2], ta->other = cnt[3];
+  ta->dup = cnt[4], ta->no_cls = cnt[5], ta->bad_cls = cnt[6], ta->no_img = cnt[7];
+  ta->bad_ext = cnt[8], ta->truncated = cnt[9], ta->bad_header = cnt[10], ta->zeroed = cnt[11];
+  rget(&r, ta->first, sizeof ta->first);
+  ta->first[sizeof ta->first - 1] = '\0';
+  snprintf(sc->dm.name, sizeof sc->dm.name, "%s", rstr(&r));
+  if (snprintf(sc->dm.why, sizeof sc->dm.why, "%s", rstr(&r)) < 0) sc->dm.why[0] = '\0';
+  uint64_t n = 0;
+  rget(&r, &n, 8);
+  for (uint64_t i = 0; rc == STK_OK && !r.err && i < n; i++) {
+    int32_t f[2];
+    uint64_t off, size, hh;
+    rget(&r, f, sizeof f);
+    rget(&r, &off, 8);
+    rget(&r, &size, 8);
+    rget(&r, &hh, 8);
+    const char *k = rstr(&r), *img = rstr(&r);
+    if (r.err) break;
+    rec *kr = keyset_get(&sc->ks, k, strlen(k));
+    if (!kr || ((f[0] & 1) && !(kr->img_name = strdup(img)))) {
+      rc = STK_ENOMEM;
+      break;
+    }
+    kr->has_cls = (f[0] & 2) != 0;
+    kr->cls_ok = (f[0] & 4) != 0;
+    kr->label = f[1];
+    kr->img_off = off;
+    kr->img_size = size;
+    kr->img_hhash = hh;
+  }
+  if (rc == STK_OK && (r.err || r.p != r.end)) rc = STK_EFORMAT;
+  stk__buf_free(&b);
+  return rc;
+}
+
+static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlist *cl,
+                      tally *ta, int32_t *maxlabel, const char *index_dir, char *msg,
+                      size_t msglen) {
+  shard_scan sc;
+  memset(&sc, 0, sizeof sc);
+  char ipath[4200] = "";
+  int rc;
+  if (t->net && shard_index_path(t, shard, index_dir, ipath, sizeof ipath) == STK_OK &&
+      load_scan(ipath, t, shard, &sc) == STK_OK) {
+    rc = STK_OK;
+  } else {
+    shard_scan_free(&sc);
+    memset(&sc, 0, sizeof sc);
+    rc = read_scan(t, shard, &sc, msg, msglen);
+    /* a cache that cannot be written costs the next open a scan, no more */
+    if (rc == STK_OK && ipath[0]) save_scan(ipath, t, shard, &sc);
+  }
+  if (rc == STK_OK) rc = add_scan(s, t, shard, &sc, cl, ta, maxlabel, msg, msglen);
+  shard_scan_free(&sc);
   return rc;
 }
 
@@ -807,7 +1035,10 @@ static int head_all(tar_impl *t, char *msg, size_t msglen) {
       stk__net_body b;
       int r = stk__net_wait(q[i], &b, rc ? NULL : msg, msglen);
       if (r && !rc) rc = r;
-      if (!r) t->size[at + i] = b.size;
+      if (!r) {
+        t->size[at + i] = b.size;
+        memcpy(t->etag[at + i], b.etag, sizeof b.etag);
+      }
       stk__net_free(q[i]);
     }
   }
@@ -837,6 +1068,13 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
       }
       t->size = sz;
       t->size[nm.n - 1] = v[i].size;
+      char(*et)[96] = realloc(t->etag, (size_t)nm.cap * sizeof *et);
+      if (!et) {
+        rc = STK_ENOMEM;
+        break;
+      }
+      t->etag = et;
+      memcpy(t->etag[nm.n - 1], v[i].etag, sizeof *et);
     }
     if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
     stk__net_objects_free(v, n);
@@ -853,7 +1091,8 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
   t->nshards = nm.n;
   if (rc) return rc;
   if (!listed) {
-    if (!(t->size = calloc((size_t)(nm.n ? nm.n : 1), sizeof *t->size)))
+    if (!(t->size = calloc((size_t)(nm.n ? nm.n : 1), sizeof *t->size)) ||
+        !(t->etag = calloc((size_t)(nm.n ? nm.n : 1), sizeof *t->etag)))
       return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     if ((rc = head_all(t, msg, msglen))) return rc;
   }
@@ -1130,9 +1369,16 @@ static void tar_close(stk__source *s) {
   if (!t) return;
   /* the parts' transfers end before the client that carries them */
   stk__net_cancel(t->net);
+  for (int k = 0; t->first && k < t->nshards; k++)
+    if (t->first[k]) {
+      stk__net_wait(t->first[k], NULL, NULL, 0);
+      stk__net_free(t->first[k]);
+    }
+  free(t->first);
   stk__parts_close(t->parts);
   stk__net_close(t->net);
   free(t->size);
+  free(t->etag);
   for (int i = 0; i < t->nshards; i++) free(t->shards[i]);
   free(t->shards);
   free(t->run_start);
@@ -1175,9 +1421,18 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   if (rc == STK_OK) rc = read_classes(dir, t->net, &cl, msg, msglen);
   if (rc == STK_OK && !(t->run_start = malloc(((size_t)t->nshards + 1) * sizeof *t->run_start)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  /* Remote shards: the first part of the next few shards is requested
+   * while one is scanned, so that opening costs transfers, not a round trip
+   * per shard. */
+  if (rc == STK_OK && t->net && !(t->first = calloc((size_t)t->nshards, sizeof *t->first)))
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   for (int k = 0; rc == STK_OK && k < t->nshards; k++) {
     int64_t before = s->ds.n;
-    rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, msg, msglen);
+    for (int j = k; t->first && j < t->nshards && j < k + SCAN_AHEAD; j++)
+      if (!t->first[j] && t->size[j] && !has_index(t, j, opt ? opt->index_dir : NULL))
+        t->first[j] = stk__net_get(t->net, t->shards[j], 0,
+                                   t->size[j] < PART_SIZE ? t->size[j] : PART_SIZE, 0, 0);
+    rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, opt ? opt->index_dir : NULL, msg, msglen);
     if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
   }
   if (rc == STK_OK) {
