@@ -235,7 +235,11 @@ typedef struct stk_options {
   int ra_magnitude;          /* RandAugment: magnitude bin. 9 */
   int magnitude_bins;        /* TrivialAugmentWide, RandAugment: bins. 31 */
   int aug_interpolation;     /* the policies' warps: 0 nearest (torchvision's
-                                default), 1 bilinear */
+                                default), 1 bilinear, 2 bicubic (PIL's
+                                transform, as torchvision runs bicubic
+                                warps on PIL images), 3 bilinear or
+                                bicubic at random per warp (timm's
+                                default) */
   float aug_fill[3];         /* warp fill per channel, 0..255; -1 = none
                                 (zeros, as torchvision's fill=None). -1 */
   float vflip_prob;          /* RandomVerticalFlip. 0 */
@@ -297,6 +301,23 @@ typedef struct stk_options {
   int augmix_depth;          /* ops per chain, 1..4; <= 0: 1..3 at random. -1 */
   float augmix_alpha;        /* the Dirichlet and Beta parameter. 1 */
   int augmix_all_ops;        /* also Brightness, Color, Contrast, Sharpness. 1 */
+
+  /* remote tar shards (s3://, http(s)://; fields added in 0.5): a local
+   * copy of each shard read, so that later epochs read local disk. A shard
+   * is downloaded once, whole, into cache_dir (the ranks of a node share
+   * it: one download per shard, renamed into place when complete) while
+   * the epoch reads it; the least recently used copies go first when the
+   * copies would exceed cache_bytes. docs/remote.md */
+  const char *cache_dir;     /* NULL = no local copies */
+  uint64_t cache_bytes;      /* 0 = half the free space of cache_dir's disk
+                                when the loader opens */
+
+  /* timm's RandomErasing (fields added in 0.5): its max_count and its mode
+   * "rand" (mode "pixel" is erase_random, "const" erase_value 0) */
+  int erase_count;           /* 1 to erase_count boxes, uniform, each
+                                tried with 1/count of the drawn area. 1 */
+  int erase_per_channel;     /* a standard normal value per channel and box.
+                                0 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. stk_options_init is a macro that
@@ -453,6 +474,7 @@ typedef struct stk_stats {
   double remote_seconds;     /* summed over requests: submission to end */
   uint64_t remote_part_bytes; /* bytes the parts in memory hold now */
   uint64_t remote_part_peak; /* and at most so far */
+  uint64_t remote_cache_bytes; /* bytes read from local copies (cache_dir) */
 } stk_stats;
 
 STK_API int stk_loader_stats(const stk_loader *l, stk_stats *out);

@@ -782,6 +782,7 @@ static PyObject *Loader_stats(PyObject *o, PyObject *unused) {
       dict_set(d, "remote_seconds", PyFloat_FromDouble(s.remote_seconds)) ||
       dict_set(d, "remote_part_bytes", PyLong_FromUnsignedLongLong(s.remote_part_bytes)) ||
       dict_set(d, "remote_part_peak", PyLong_FromUnsignedLongLong(s.remote_part_peak)) ||
+      dict_set(d, "remote_cache_bytes", PyLong_FromUnsignedLongLong(s.remote_cache_bytes)) ||
       dict_set(d, "threads", PyLong_FromLong(s.threads)) ||
       dict_set(d, "slots", PyLong_FromLong(s.slots))) {
     Py_DECREF(d);
@@ -979,14 +980,15 @@ static PyObject *rrc_params(PyObject *m, PyObject *args) {
 
 /* Internal, for tests: one op of the augmentation library at fixed
  * parameters on an RGB8 image (h rows of w * 3 bytes): the bytes after it.
- * _apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) */
+ * _apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0); `nearest`
+ * is the warp filter: 1 (True) nearest, 0 (False) bilinear, 2 bicubic */
 static PyObject *apply_op(PyObject *m, PyObject *args) {
   const char *name;
   PyObject *data; /* bytes: Py_buffer ("y*") is not in the 3.10 limited API */
-  int w, h, nearest = 1, ksize = 0;
+  int w, h, filter = 1, ksize = 0; /* filter: 1 (True) nearest, 0 bilinear, 2 bicubic */
   double mag;
   PyObject *fill = Py_None;
-  if (!PyArg_ParseTuple(args, "sSiid|pOi", &name, &data, &w, &h, &mag, &nearest, &fill, &ksize))
+  if (!PyArg_ParseTuple(args, "sSiid|iOi", &name, &data, &w, &h, &mag, &filter, &fill, &ksize))
     return NULL;
   struct {
     char *buf;
@@ -1003,12 +1005,14 @@ static PyObject *apply_op(PyObject *m, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "data must hold w * h * 3 bytes");
   } else if (fill != Py_None && get_floats(fill, f, 3, "fill")) {
     /* error set */
+  } else if (filter < 0 || filter > 2) {
+    PyErr_SetString(PyExc_ValueError, "filter must be 0 (bilinear), 1 (nearest) or 2 (bicubic)");
   } else if (kind == STK__OP_BLUR && (ksize < 1 || ksize > 255 || ksize % 2 == 0)) {
     PyErr_SetString(PyExc_ValueError, "ksize must be odd, 1..255");
   } else {
     out = PyBytes_FromStringAndSize(buf.buf, buf.len);
-    stk__op op = {(uint8_t)kind, (uint8_t)ksize, (float)mag};
-    int rc = out ? stk__op_apply(&op, (uint8_t *)PyBytes_AsString(out), w, h, nearest,
+    stk__op op = {(uint8_t)kind, (uint8_t)ksize, (float)mag, 0};
+    int rc = out ? stk__op_apply(&op, (uint8_t *)PyBytes_AsString(out), w, h, filter,
                                  fill == Py_None ? NULL : f, &scratch)
                  : STK_OK;
     if (rc) {
@@ -1028,8 +1032,8 @@ static PyObject *apply_op(PyObject *m, PyObject *args) {
 static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
   unsigned long long epoch;
   long long first, count;
-  int with_mix = 0;
-  if (!PyArg_ParseTuple(args, "KLL|p", &epoch, &first, &count, &with_mix)) return NULL;
+  int with_mix = 0; /* 1: AugMix's chains too; 2: and each op's warp filter and every erase box */
+  if (!PyArg_ParseTuple(args, "KLL|i", &epoch, &first, &count, &with_mix)) return NULL;
   if (count < 0 || count > (1LL << 26)) {
     PyErr_SetString(PyExc_ValueError, "count must be in [0, 2**26]");
     return NULL;
@@ -1058,7 +1062,12 @@ static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
   enum { MI = 2 + STK__AUGMIX_MAX_WIDTH, MW = 1 + STK__AUGMIX_MAX_WIDTH };
   PyObject *mixi = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * MI * sizeof(int32_t)));
   PyObject *mixw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * MW * sizeof(float)));
-  if (kinds && mags && boxes && mixi && mixw) {
+  enum { EB = 4 * STK__ERASE_MAX };
+  PyObject *warps = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per));
+  PyObject *eboxes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * EB * sizeof(int32_t)));
+  if (kinds && mags && boxes && mixi && mixw && warps && eboxes) {
+    uint8_t *wf = (uint8_t *)PyBytes_AsString(warps);
+    int32_t *eb = (int32_t *)PyBytes_AsString(eboxes);
     uint8_t *k = (uint8_t *)PyBytes_AsString(kinds);
     float *g = (float *)PyBytes_AsString(mags);
     int32_t *b = (int32_t *)PyBytes_AsString(boxes);
@@ -1071,11 +1080,19 @@ static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
       for (size_t j = 0; j < per; j++) {
         k[i * per + j] = j < (size_t)a.n ? a.op[j].kind : 255;
         g[i * per + j] = j < (size_t)a.n ? a.op[j].mag : 0.0f;
+        wf[i * per + j] = j < (size_t)a.n ? a.op[j].warp : 0;
       }
-      b[i * 4] = a.erase ? a.ex : 0;
-      b[i * 4 + 1] = a.erase ? a.ey : 0;
-      b[i * 4 + 2] = a.erase ? a.ew : 0;
-      b[i * 4 + 3] = a.erase ? a.eh : 0;
+      for (int j = 0; j < STK__ERASE_MAX; j++) {
+        int on = j < a.erase;
+        eb[i * EB + 4 * j] = on ? a.ex[j] : 0;
+        eb[i * EB + 4 * j + 1] = on ? a.ey[j] : 0;
+        eb[i * EB + 4 * j + 2] = on ? a.ew[j] : 0;
+        eb[i * EB + 4 * j + 3] = on ? a.eh[j] : 0;
+      }
+      b[i * 4] = a.erase ? a.ex[0] : 0;
+      b[i * 4 + 1] = a.erase ? a.ey[0] : 0;
+      b[i * 4 + 2] = a.erase ? a.ew[0] : 0;
+      b[i * 4 + 3] = a.erase ? a.eh[0] : 0;
       mi[i * MI] = a.mix_at;
       mi[i * MI + 1] = a.mix_width;
       for (int j = 0; j < STK__AUGMIX_MAX_WIDTH; j++)
@@ -1085,14 +1102,20 @@ static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
     Py_END_ALLOW_THREADS
   }
   free(ap);
-  if (!kinds || !mags || !boxes || !mixi || !mixw) {
+  if (!kinds || !mags || !boxes || !mixi || !mixw || !warps || !eboxes) {
     Py_XDECREF(kinds);
     Py_XDECREF(mags);
     Py_XDECREF(boxes);
     Py_XDECREF(mixi);
     Py_XDECREF(mixw);
+    Py_XDECREF(warps);
+    Py_XDECREF(eboxes);
     return NULL;
   }
+  if (with_mix >= 2)
+    return Py_BuildValue("(NNNNNNN)", kinds, mags, boxes, mixi, mixw, warps, eboxes);
+  Py_DECREF(warps);
+  Py_DECREF(eboxes);
   if (with_mix) return Py_BuildValue("(NNNNN)", kinds, mags, boxes, mixi, mixw);
   Py_DECREF(mixi);
   Py_DECREF(mixw);
@@ -1381,9 +1404,11 @@ static PyMethodDef module_methods[] = {
      "_rrc_params(width, height, scale, ratio, seed, epoch, index) -> (top, left, h, w).\n"
      "Internal: the crop the train pipeline draws for that sample."},
     {"_apply_op", apply_op, METH_VARARGS,
-     "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests)."},
+     "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests;\n"
+     "nearest: 1 nearest, 0 bilinear, 2 bicubic)."},
     {"_aug_draws", (PyCFunction)(void (*)(void))aug_draws, METH_VARARGS | METH_KEYWORDS,
      "_aug_draws(epoch, first, count[, with_mix], **options) -> (kinds, mags, erase boxes[,\n"
+     "(with_mix 2: ..., each op's warp filter (0 or STK__WARP_ + 1), every erase box [4][4])]\n"
      "AugMix chains (mix_at, width, 4 lengths), AugMix weights (5)]) (tests)."},
     {"_mix_params_timm", mix_params_timm, METH_VARARGS,
      "_mix_params_timm(seed, epoch, batch, mixup_alpha, cutmix_alpha, prob, switch_prob,\n"

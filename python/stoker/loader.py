@@ -383,7 +383,8 @@ class ImageLoader:
                  allow_stale_cache: bool = False, ra_reps: int = 0,
                  read_timeout: Optional[float] = None, pin_memory: bool = False,
                  mix: Any = None, cache: Optional[StrPath] = None,
-                 cache_max_side: int = 512) -> None:
+                 cache_max_side: int = 512, cache_dir: Optional[StrPath] = None,
+                 cache_bytes: int = 0) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
         begin preparing the first epoch at once.
 
@@ -522,6 +523,9 @@ class ImageLoader:
                                  f"got {gpu_cpu_share!r}")
             opts["gpu_cpu_share"] = float(gpu_cpu_share)
         opts.update(self._source_options(index, index_dir, shuffle_buffer, allow_stale_cache))
+        if cache_dir is not None:  # remote shards: local copies (docs/remote.md)
+            opts["cache_dir"] = os.path.expanduser(os.fspath(cache_dir))
+            opts["cache_bytes"] = _int("cache_bytes", cache_bytes, 0)
         if read_timeout is not None:
             # seconds a file read may take (a hung mount) before its sample fails; 0 = no limit
             if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))

@@ -595,3 +595,74 @@ def test_corrupt_index_is_scanned_again(dataset, s3env, tmp_path):
         f.truncate(30)
     st, got = open_stats("s3://stoker/ds/", index_dir=idx)
     assert_same(got, want, "with two damaged index files")
+
+
+# ---- local copies of remote shards (cache_dir) --------------------------------------------
+
+def shard_files(d):
+    return sorted(glob.glob(os.path.join(d, "shard-*.tar")))
+
+
+def test_cache_dir_second_epoch_reads_local_copies(dataset, s3env, tmp_path):
+    cd = str(tmp_path / "copies")
+    want = [local_epoch(dataset, pipeline="train")]
+    with stoker.ImageLoader(dataset["shards"], pipeline="train", **OPTS) as ld:
+        ld.set_epoch(1)
+        want.append(epoch(ld))
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="train", cache_dir=cd, **OPTS) as ld:
+        got = [epoch(ld)]
+        first = ld.stats()
+        ld.set_epoch(1)
+        got.append(epoch(ld))
+        second = ld.stats()
+    assert_same(got[0], want[0], "epoch 0 with cache_dir")
+    assert_same(got[1], want[1], "epoch 1 from the copies")
+    copies = shard_files(cd)
+    assert len(copies) == N_SHARDS
+    assert not glob.glob(os.path.join(cd, "*.partial"))
+    local = sorted(open(p, "rb").read() for p in glob.glob(os.path.join(dataset["shards"], "*.tar")))
+    assert sorted(open(p, "rb").read() for p in copies) == local
+    # the second epoch came from local disk: no byte of it from the network
+    assert second["remote_bytes"] == first["remote_bytes"]
+    assert second["remote_cache_bytes"] > first["remote_cache_bytes"] > 0
+
+
+def test_cache_dir_shared_by_two_loaders(dataset, s3env, tmp_path):
+    """Two loaders (the ranks of a node) on one cache_dir at once: both epochs
+    right, one complete copy per shard, nothing partial left."""
+    cd = str(tmp_path / "copies")
+    want = {r: local_epoch(dataset, pipeline="eval", rank=r, world_size=2) for r in (0, 1)}
+    got, errors = {}, []
+
+    def rank(r):
+        try:
+            with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", rank=r, world_size=2,
+                                    cache_dir=cd, **OPTS) as ld:
+                got[r] = epoch(ld)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    for r in (0, 1):
+        assert_same(got[r], want[r], f"rank {r}")
+    assert len(shard_files(cd)) <= N_SHARDS
+    assert not glob.glob(os.path.join(cd, "*.partial"))
+    local = {open(p, "rb").read() for p in glob.glob(os.path.join(dataset["shards"], "*.tar"))}
+    assert all(open(p, "rb").read() in local for p in shard_files(cd))
+
+
+def test_cache_bytes_bounds_the_copies(dataset, s3env, tmp_path):
+    cd = str(tmp_path / "copies")
+    sizes = sorted(os.path.getsize(p) for p in glob.glob(os.path.join(dataset["shards"], "*.tar")))
+    bound = sizes[-1] + sizes[-2]  # room for two shards at most
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", cache_dir=cd, cache_bytes=bound,
+                            **OPTS) as ld:
+        got = epoch(ld)
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "with a small cache_bytes")
+    assert sum(os.path.getsize(p) for p in shard_files(cd)) <= bound
+    assert 1 <= len(shard_files(cd)) < N_SHARDS

@@ -125,8 +125,9 @@
     "RandAugment: magnitude bin, below magnitude_bins") \
   X(magnitude_bins, INT, STK__V(31), 2, 256, NULL, "--magnitude-bins", "magnitude_bins", \
     "TrivialAugmentWide and RandAugment: magnitude bins") \
-  X(aug_interpolation, ENUM, STK__V(0), 0, 1, "nearest|bilinear", "--aug-interpolation", \
-    "aug_interpolation", "the policies' warps (shear, translate, rotate)") \
+  X(aug_interpolation, ENUM, STK__V(0), 0, 3, "nearest|bilinear|bicubic|random", \
+    "--aug-interpolation", "aug_interpolation", \
+    "the policies' warps; bicubic is PIL's; random: bilinear or bicubic per warp (timm)") \
   X(aug_fill, FLOAT, STK__V(-1, -1, -1), -1, 255, NULL, "--aug-fill", "aug_fill", \
     "the warps' fill per channel, 0..255; -1 = none (zeros, torchvision's fill=None)") \
   X(vflip_prob, FLOAT, STK__V(0), 0, 1, NULL, "--vflip-prob", "vflip_prob", \
@@ -186,7 +187,15 @@
   X(augmix_alpha, FLOAT, STK__V(1), 0, STK__INF, NULL, "--augmix-alpha", "augmix_alpha", \
     "AugMix: the Dirichlet and Beta parameter (alpha)") \
   X(augmix_all_ops, BOOL, STK__V(1), 0, 1, NULL, "--augmix-all-ops", "augmix_all_ops", \
-    "AugMix: also Brightness, Color, Contrast and Sharpness (all_ops)")
+    "AugMix: also Brightness, Color, Contrast and Sharpness (all_ops)") \
+  X(cache_dir, STR, STK__V(0), 0, 0, NULL, "--cache-dir", "cache_dir", \
+    "remote shards: keep a local copy of each shard read in this folder") \
+  X(cache_bytes, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--cache-bytes", "cache_bytes", \
+    "remote shards: bound on the local copies; 0 = half the free space") \
+  X(erase_count, INT, STK__V(1), 1, 4, NULL, "--erase-count", "erase_count", \
+    "train: RandomErasing boxes, 1 to erase_count at random (timm's max_count)") \
+  X(erase_per_channel, BOOL, STK__V(0), 0, 1, NULL, "--erase-per-channel", "erase_per_channel", \
+    "train: RandomErasing one standard normal per channel and box (timm's mode 'rand')")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *

@@ -11,6 +11,7 @@
 #include "sources/net.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "sources/s3.h"
@@ -189,6 +191,10 @@ struct stk__net_req {
   char errbuf[256];
   char errbody[512];  /* the start of an error response (S3's XML) */
   size_t errlen;
+  /* a body written to a file (fd >= 0) instead of memory, at its offset */
+  int fd;
+  int write_errno;
+  _Atomic uint64_t written;
   /* the result */
   uint8_t *data;
   size_t got, cap;
@@ -301,6 +307,24 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
   }
   uint64_t want = q->len ? q->len - q->got : (uint64_t)-1;
   size_t take = (uint64_t)n < want ? n : (size_t)want;
+  if (q->fd >= 0) {
+    for (size_t put = 0; put < take;) {
+      ssize_t w = pwrite(q->fd, p + put, take - put, (off_t)(q->got + put));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        q->write_errno = w < 0 ? errno : ENOSPC;
+        return 0;
+      }
+      put += (size_t)w;
+    }
+    q->got += take;
+    q->att_got += take;
+    atomic_store(&q->written, q->got);
+    atomic_fetch_add(&q->net->bytes, take);
+    /* readers waiting for these bytes (stk__net_wait_bytes) */
+    pthread_cond_broadcast(&q->net->done_cv);
+    return sz * nm;
+  }
   if (q->max && q->got + take > q->max) return 0; /* over the bound: the write fails */
   if (q->got + take > q->cap) {
     size_t cap = q->cap ? q->cap : 65536;
@@ -509,6 +533,9 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
       fail(q, STK_EIO, "HTTP %ld%s", status, code);
       return;
     }
+  } else if (result == E_WRITE_ERROR && q->write_errno) {
+    fail(q, STK_EIO, "cannot write the local copy: %s", strerror(q->write_errno));
+    return;
   } else if (result == E_WRITE_ERROR) {
     fail(q, q->max && q->got >= q->max ? STK_ELIMIT : STK_ENOMEM,
          q->max && q->got >= q->max ? "the object is over the limit of %llu bytes"
@@ -642,24 +669,57 @@ void stk__net_close(stk__net *n) {
   free(n);
 }
 
+static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t len,
+                            uint64_t max, int head, int fd);
+
 stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len, uint64_t max,
                            int head) {
+  return submit(n, url, off, len, max, head, -1);
+}
+
+stk__net_req *stk__net_get_file(stk__net *n, const char *url, uint64_t len, int fd) {
+  return submit(n, url, 0, len, 0, 0, fd);
+}
+
+uint64_t stk__net_wait_bytes(stk__net_req *q, uint64_t want) {
+  stk__net *n = q->net;
+  pthread_mutex_lock(&n->mu);
+  while (q->state != Q_DONE && atomic_load(&q->written) < want) {
+    /* the I/O thread signals without the mutex: a bounded wait covers a
+     * wake-up that came between the check and the wait */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&n->done_cv, &n->mu, &ts);
+  }
+  uint64_t w = atomic_load(&q->written);
+  pthread_mutex_unlock(&n->mu);
+  return w;
+}
+
+static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t len,
+                            uint64_t max, int head, int fd) {
   stk__net_req *q = calloc(1, sizeof *q);
   if (!q || !(q->url = strdup(url))) {
     free(q);
     return NULL;
   }
+  q->fd = fd;
   q->net = n;
   q->off = off;
   q->len = len;
   q->max = max;
   q->head = head;
-  if (len && !(q->data = malloc(len ? len : 1))) {
+  if (len && fd < 0 && !(q->data = malloc(len))) {
     free(q->url);
     free(q);
     return NULL;
   }
-  q->cap = len;
+  q->cap = fd < 0 ? len : 0;
   q->t0 = stk__now();
   q->deadline = q->t0 + n->timeout;
   pthread_mutex_lock(&n->mu);

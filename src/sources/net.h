@@ -56,6 +56,12 @@ typedef struct {
  * 0 = no bound), or only its headers when head. Returns at once. */
 stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len,
                            uint64_t max, int head);
+/* GET the whole object (len bytes) into the file fd from its offset 0,
+ * as it arrives (nothing is kept in memory): a shard's local copy. */
+stk__net_req *stk__net_get_file(stk__net *n, const char *url, uint64_t len, int fd);
+/* Waits until at least `want` bytes of a stk__net_get_file request are in
+ * its file, or it finished; returns the bytes written. */
+uint64_t stk__net_wait_bytes(stk__net_req *q, uint64_t want);
 /* Waits for the request; STK_OK with *body filled (valid until free), or an
  * error code with "URL: reason" in msg. */
 int stk__net_wait(stk__net_req *q, stk__net_body *body, char *msg, size_t msglen);

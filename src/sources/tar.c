@@ -36,6 +36,7 @@
 #include "sources/index.h"
 #include "sources/net.h"
 #include "sources/object.h"
+#include "sources/shard_cache.h"
 
 #define BLOCK 512
 
@@ -64,6 +65,7 @@ typedef struct {
   stk__parts *parts;
   uint64_t *size;
   stk__net_req **first; /* at open: the shards' first parts, requested ahead */
+  stk__shard_cache *cache; /* local copies (cache_dir), or NULL */
   char (*etag)[96];     /* remote shards' ETags ("" = none: no index cache) */
 } tar_impl;
 
@@ -1240,9 +1242,11 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %llu bytes",
                      (unsigned long long)m->size);
   if (t->net) {
-    /* a remote shard: through the store of parts (object.h) */
-    int rc = stk__parts_read(t->parts, m->shard, t->shards[m->shard], t->size[m->shard],
-                             m->off - BLOCK, m->size + BLOCK, buf->p, msg, msglen);
+    /* a remote shard: from its local copy, else through the store of parts */
+    int rc = stk__shard_cache_read(t->cache, m->shard, m->off - BLOCK, m->size + BLOCK, buf->p);
+    if (rc)
+      rc = stk__parts_read(t->parts, m->shard, t->shards[m->shard], t->size[m->shard],
+                           m->off - BLOCK, m->size + BLOCK, buf->p, msg, msglen);
     if (rc) return rc;
     out->bytes_read = m->size + BLOCK;
   } else {
@@ -1336,6 +1340,11 @@ static void tar_plan(const stk__source *s, const int64_t *idx, int n, uint64_t e
   for (int k = 0; k < n; k++) {
     const tar_member *m = &t->m[idx[k]];
     if (m->damage) continue;
+    /* a shard with a local copy (or one under way) needs no parts */
+    if (t->cache &&
+        stk__shard_cache_want(t->cache, m->shard, t->shards[m->shard], t->size[m->shard],
+                              t->etag[m->shard]))
+      continue;
     stk__parts_plan(t->parts, m->shard, t->shards[m->shard], t->size[m->shard], m->off - BLOCK,
                     m->size + BLOCK, epoch);
   }
@@ -1362,6 +1371,7 @@ static void tar_net_stats(const stk__source *s, stk_stats *o) {
   o->remote_failures = ns.failures;
   o->remote_seconds = ns.seconds;
   if (t->parts) stk__parts_memory(t->parts, &o->remote_part_bytes, &o->remote_part_peak);
+  o->remote_cache_bytes = stk__shard_cache_bytes(t->cache);
 }
 
 static void tar_close(stk__source *s) {
@@ -1375,6 +1385,7 @@ static void tar_close(stk__source *s) {
       stk__net_free(t->first[k]);
     }
   free(t->first);
+  stk__shard_cache_close(t->cache);
   stk__parts_close(t->parts);
   stk__net_close(t->net);
   free(t->size);
@@ -1418,6 +1429,9 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   int rc = list_shards(path, t, &dir, msg, msglen);
   if (rc == STK_OK && t->nshards == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
+  if (rc == STK_OK && t->net && opt && opt->cache_dir && opt->cache_dir[0])
+    rc = stk__shard_cache_open(&t->cache, opt->cache_dir, opt->cache_bytes, t->net, t->nshards,
+                               msg, msglen);
   if (rc == STK_OK) rc = read_classes(dir, t->net, &cl, msg, msglen);
   if (rc == STK_OK && !(t->run_start = malloc(((size_t)t->nshards + 1) * sizeof *t->run_start)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
