@@ -599,6 +599,119 @@ static void test_foreign_sigbus(const char *cache) {
   }
 }
 
+/* Handlers that come after the guard (faulthandler.enable(), Python's
+ * signal.signal(SIGBUS, ...) after a loader opened): the guard goes back in
+ * front at the next sample and chains to them. */
+static struct sigaction g_their_prev;
+static void reraise_bus(int sig) {
+  /* what faulthandler does once it has dumped its traceback */
+  sigaction(sig, &g_their_prev, NULL);
+  raise(sig);
+}
+static void return_bus(int sig) { (void)sig; } /* what Python's C-level handler does */
+static void set_handler(void (*fn)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fn;
+  sa.sa_flags = SA_NODEFER;
+  sigaction(SIGBUS, &sa, &g_their_prev);
+}
+/* mode 0: the later handler exits 42 from a foreign fault; 1: it re-raises
+ * (the process dies of SIGBUS, no loop); 2: it returns into the fault (the
+ * guard stops the loop: death by SIGBUS); 3: a cache's fault with the later
+ * handler installed reads zeros and fails the next sample. */
+typedef struct {
+  const char *cache, *live;
+  int mode;
+} later_args;
+static void later_handler(void *arg) {
+  const later_args *a = arg;
+  alarm(20); /* a fault loop fails the check (SIGALRM), never hangs it */
+  size_t n;
+  uint8_t *good = slurp(a->cache, &n);
+  tu_write_bytes(a->live, good, n);
+  free(good);
+  stk_options o;
+  opts(&o, a->live);
+  stk__source src;
+  char err[1024];
+  CHECK_EQ_INT(stk__source_open(&src, &o, err, sizeof err), STK_OK);
+  if (a->mode == 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = catch_bus;
+    sa.sa_flags = SA_SIGINFO;
+    g_caught = 42;
+    sigaction(SIGBUS, &sa, NULL);
+  } else {
+    set_handler(a->mode == 2 ? return_bus : reraise_bus);
+  }
+  stk__pixels px;
+  int64_t last = src.ds.n - 1;
+  CHECK_EQ_INT(src.ops->pixels(&src, last, &px, err, sizeof err), STK_OK); /* back in front */
+  if (a->mode < 3) {
+    touch_truncated_mapping();
+    _exit(a->mode == 0 ? 3 : 0); /* survived a foreign fault: wrong */
+  }
+  CHECK(truncate(a->live, 8192) == 0);
+  volatile const uint8_t *end = px.px + px.stride * (size_t)px.h - 1;
+  CHECK_EQ_INT(*end, 0);
+  CHECK_EQ_INT(src.ops->pixels(&src, 0, &px, err, sizeof err), STK_EIO);
+  CHECK_MSG(strstr(err, "changed while it was read (truncated to 8192"), "%s", err);
+  stk__source_close(&src);
+}
+
+/* More caches open at once than one chunk of the registry: the last one
+ * opened is guarded too. */
+static void many_caches(void *arg) {
+  const later_args *a = arg;
+  size_t n;
+  uint8_t *good = slurp(a->cache, &n);
+  tu_write_bytes(a->live, good, n);
+  free(good);
+  enum { K = 600 };
+  static stk__source src[K];
+  stk_options o;
+  opts(&o, a->live);
+  char err[1024];
+  for (int k = 0; k < K; k++) CHECK_EQ_INT(stk__source_open(&src[k], &o, err, sizeof err), STK_OK);
+  stk__pixels px;
+  int64_t last = src[K - 1].ds.n - 1;
+  CHECK_EQ_INT(src[K - 1].ops->pixels(&src[K - 1], last, &px, err, sizeof err), STK_OK);
+  CHECK(truncate(a->live, 8192) == 0);
+  volatile const uint8_t *end = px.px + px.stride * (size_t)px.h - 1;
+  CHECK_EQ_INT(*end, 0); /* SIGBUS past the 256th, before */
+  CHECK_EQ_INT(src[K - 1].ops->pixels(&src[K - 1], 0, &px, err, sizeof err), STK_EIO);
+  for (int k = 0; k < K; k++) stk__source_close(&src[k]);
+}
+
+static void test_later_handlers(const char *cache) {
+  char live[1100];
+  snprintf(live, sizeof live, "%s/later.stkc", g_dir);
+  later_args a = {cache, live, 0};
+  in_child(later_handler, &a, 42, "a foreign fault, a handler set after the open");
+  a.mode = 3;
+  in_child(later_handler, &a, 0, "a cache's fault, a handler set after the open");
+  in_child(many_caches, &a, 0, "600 caches open at once");
+  /* dies of SIGBUS, once: no loop between the handlers */
+  const char *what[] = {"a handler that raises again", "a handler that returns"};
+  printf("two children die of SIGBUS now: a sanitizer's report of it is expected\n");
+  for (int m = 1; m <= 2; m++) {
+    a.mode = m;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      later_handler(&a);
+      _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "%s: status %d (signal %d)", what[m - 1],
+              st, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  }
+  unlink(live);
+}
+
 typedef struct {
   const char *cache;
   const char *live;
@@ -841,6 +954,7 @@ int main(void) {
   test_bad_files_left_out();
   test_replaced_files();
   test_changing_file();
+  test_later_handlers(cache);
   test_verify(cache);
   test_cancel(root);
   tu_rmtree(g_dir);

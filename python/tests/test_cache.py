@@ -389,3 +389,93 @@ def test_same_size_same_mtime_rewrite_is_seen(tmp_path):
         except stoker.DecodeError as e:
             err = str(e)
     assert err and ca in err and "changed while it was read (rewritten)" in err, err
+
+
+# A child that reads a raw cache of large images (so that a worker is
+# reading lent pages at most moments) and cuts the file short at a random
+# moment, after another SIGBUS handler came in front of the loader's guard:
+# faulthandler.enable() or signal.signal(SIGBUS, ...) after the open, or the
+# loader's cache being the 301st open at once. Each run must end in
+# stoker.DecodeError naming the file: before the guard re-installed itself in
+# front and chained to the others, faulthandler's handler caught the fault
+# and killed the process, Python's handler returned into the fault for ever,
+# and the caches past the 256th were read unguarded.
+_GUARD_CHILD = r"""
+import faulthandler, os, random, signal, sys, threading, time
+import stoker
+
+mode, good, small, live, iters = sys.argv[1:5] + [int(sys.argv[5])]
+data = open(good, "rb").read()
+rng = random.Random(int(sys.argv[6]))
+others = []
+if mode == "many":
+    others = [stoker.ImageLoader(small, batch_size=1, threads=1, size=16) for _ in range(300)]
+seen = []
+caught = 0
+for it in range(iters):
+    with open(live, "wb") as f:
+        f.write(data)
+    if mode == "faulthandler":
+        faulthandler.disable()
+    ld = stoker.ImageLoader(live, batch_size=1, threads=1 + it % 2, size=64, prefetch=1)
+    if mode == "faulthandler":
+        faulthandler.enable()
+    elif mode == "signal":
+        signal.signal(signal.SIGBUS, lambda s, f: seen.append(s))
+    it_ = iter(ld)
+    next(it_)
+    time.sleep(0.3)  # the guard comes back in front within 50 ms
+    t = threading.Thread(target=lambda d=rng.uniform(0, 0.03): (time.sleep(d), os.truncate(live, 8192)))
+    t.start()
+    err = None
+    t0 = time.time()
+    try:
+        for _ in it_:
+            pass
+        epoch = 1
+        while time.time() - t0 < 10:
+            ld.set_epoch(epoch)
+            for x, y in ld:
+                pass
+            epoch += 1
+    except stoker.DecodeError as e:
+        err = str(e)
+    finally:
+        t.join()
+        ld.close()
+    assert err and live in err and "changed while it was read (truncated to 8192" in err, (it, err)
+    caught += 1
+assert not seen, seen  # the loader's faults never reach the user's handler
+for o in others:
+    o.close()
+print("caught", caught)
+"""
+
+
+@pytest.mark.parametrize("mode", ["faulthandler", "signal", "many"])
+def test_guard_survives_other_handlers(tmp_path, mode):
+    """The SIGBUS guard holds with faulthandler enabled, or a Python SIGBUS
+    handler set, after the loader opened, and with 300 other caches open:
+    a cache cut short while read is a DecodeError naming it, in every run
+    (several children, so that a failure one run in three shows)."""
+    import subprocess
+    import sys
+
+    src = make_folder(tmp_path / "src", classes=2, per_class=3, sizes=((1600, 1200),), seed=9)
+    good = str(tmp_path / "good.stkc")
+    stoker.pack(src, good, max_side=0, threads=2)
+    tiny = make_folder(tmp_path / "tiny", classes=1, per_class=2, sizes=((16, 16),), seed=3)
+    small = str(tmp_path / "small.stkc")
+    stoker.pack(tiny, small, max_side=0, threads=1)
+    child = tmp_path / "child.py"
+    child.write_text(_GUARD_CHILD)
+    runs, iters = (2, 3) if mode == "many" else (3, 4)
+    for run in range(runs):
+        try:
+            r = subprocess.run([sys.executable, str(child), mode, good, small,
+                                str(tmp_path / "live.stkc"), str(iters), str(run)],
+                               capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{mode}, run {run}: the child hung (a fault loop)")
+        assert r.returncode == 0, (mode, run, r.returncode, r.stderr[-2000:])
+        assert f"caught {iters}" in r.stdout

@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/workers.h"
@@ -52,7 +53,7 @@ typedef struct {
   struct stat st;         /* at open */
   char *path;
   atomic_int changed;     /* CH_*, set by the SIGBUS handler or a stat */
-  int guard;              /* slot in the mapping registry, or -1 */
+  struct guard_slot *guard; /* slot in the mapping registry, or NULL */
   int verify;             /* stk_options.verify: each sample's checksum as it is read */
   stk__cache_header hd;
   const stk__cache_entry *ent; /* n entries, inside the map */
@@ -63,84 +64,246 @@ typedef struct {
 
 /* The live mappings, read by the handler without a lock: a slot is claimed
  * (busy), then filled, then published by storing its base; it is withdrawn
- * by clearing the base before the mapping is unmapped. A process with more
- * caches open at once than slots reads the extra ones unguarded. */
+ * by clearing the base before the mapping is unmapped. Slots come in chunks
+ * of 256, linked as more caches are open at once; a chunk is never freed
+ * (the handler may be walking it), so the registry holds the most caches
+ * ever open at once, 24 bytes each. */
 #define GUARD_SLOTS 256
-static struct {
+typedef struct guard_slot {
   atomic_int busy;
   _Atomic(uintptr_t) base;
   size_t len;           /* the mapping's length rounded up to pages */
   atomic_int *changed;
-} g_guard[GUARD_SLOTS];
-static struct sigaction g_prev; /* the SIGBUS action before ours */
+} guard_slot;
+typedef struct guard_chunk {
+  guard_slot slot[GUARD_SLOTS];
+  _Atomic(struct guard_chunk *) next;
+} guard_chunk;
+static guard_chunk g_chunk0;
+static atomic_int g_live;         /* slots published now */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_installed;
 static uintptr_t g_page;
+static struct sigaction g_ours;
+
+/* The handler we came in front of, chained to for what is not ours. Two
+ * copies: a new one is written into the one the handler does not read, then
+ * published by the index. */
+static struct sigaction g_prev[2];
+static atomic_int g_prev_i;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Loops between handlers. g_chain_tid: the thread inside a chained handler
+ * (faulthandler's re-raises the signal after it dumped its traceback, to the
+ * handler it displaced, which may be ours). g_rep_*: the same foreign fault
+ * again and again on one thread (a chained handler that returns without
+ * resolving it, as Python's does: without a bound the thread spins). */
+static atomic_long g_chain_tid;
+static _Atomic(uintptr_t) g_rep_addr;
+static atomic_long g_rep_tid;
+static atomic_int g_rep_n;
+
+/* The default action, from inside the handler: a fault happens again on
+ * return and kills the process with SIGBUS; a sent signal is raised again
+ * (at once, as the handler runs with SA_NODEFER). */
+static void die_default(const siginfo_t *si) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGBUS, &dfl, NULL);
+  if (si->si_code <= 0) raise(SIGBUS);
+}
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
   int saved = errno;
   uintptr_t a = (uintptr_t)si->si_addr;
   /* only faults the kernel raised (si_code > 0), not kill(2) or raise(3) */
-  for (int k = 0; si->si_code > 0 && k < GUARD_SLOTS; k++) {
-    uintptr_t b = atomic_load_explicit(&g_guard[k].base, memory_order_acquire);
-    if (!b || a < b || a - b >= g_guard[k].len) continue;
-    uintptr_t from = a & ~(g_page - 1);
-    /* zero pages over the rest of the mapping: the faulting read and any
-     * later one past the file's end see zeros instead of faulting again.
-     * The raw system call: async-signal-safe and never intercepted. */
-    long r = syscall(SYS_mmap, (void *)from, (size_t)(b + g_guard[k].len - from), PROT_READ,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0L);
-    if (r == -1) break; /* cannot patch it: die as we would have */
-    atomic_store_explicit(g_guard[k].changed, CH_FAULT, memory_order_release);
+  for (guard_chunk *ch = &g_chunk0; si->si_code > 0 && ch;
+       ch = atomic_load_explicit(&ch->next, memory_order_acquire)) {
+    for (int k = 0; k < GUARD_SLOTS; k++) {
+      guard_slot *g = &ch->slot[k];
+      uintptr_t b = atomic_load_explicit(&g->base, memory_order_acquire);
+      if (!b || a < b || a - b >= g->len) continue;
+      uintptr_t from = a & ~(g_page - 1);
+      /* zero pages over the rest of the mapping: the faulting read and any
+       * later one past the file's end see zeros instead of faulting again.
+       * The raw system call: async-signal-safe and never intercepted. */
+      long r = syscall(SYS_mmap, (void *)from, (size_t)(b + g->len - from), PROT_READ,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0L);
+      if (r == -1) goto foreign; /* cannot patch it: die as we would have */
+      atomic_store_explicit(g->changed, CH_FAULT, memory_order_release);
+      errno = saved;
+      return;
+    }
+  }
+foreign:;
+  /* Not ours: what was there before us. */
+  long tid = (long)syscall(SYS_gettid);
+  if (atomic_load(&g_chain_tid) == tid && si->si_code <= 0) {
+    /* raised again by the handler we chained to: it is done */
+    die_default(si);
     errno = saved;
     return;
   }
-  errno = saved;
-  /* Not ours: what was there before. */
-  if (g_prev.sa_flags & SA_SIGINFO) {
-    g_prev.sa_sigaction(sig, si, uc);
-  } else if (g_prev.sa_handler != SIG_DFL && g_prev.sa_handler != SIG_IGN) {
-    g_prev.sa_handler(sig);
-  } else {
-    /* the default action: a fault happens again on return and kills the
-     * process with SIGBUS; a sent signal is raised again (blocked until the
-     * handler returns) */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGBUS, &dfl, NULL);
-    if (si->si_code <= 0) raise(SIGBUS);
+  if (si->si_code > 0) {
+    if (atomic_load(&g_rep_tid) == tid && atomic_load(&g_rep_addr) == a) {
+      if (atomic_fetch_add(&g_rep_n, 1) >= 8) {
+        die_default(si);
+        errno = saved;
+        return;
+      }
+    } else {
+      atomic_store(&g_rep_tid, tid);
+      atomic_store(&g_rep_addr, a);
+      atomic_store(&g_rep_n, 1);
+    }
   }
+  const struct sigaction *prev = &g_prev[atomic_load(&g_prev_i)];
+  errno = saved;
+  if (prev->sa_flags & SA_SIGINFO) {
+    atomic_store(&g_chain_tid, tid);
+    prev->sa_sigaction(sig, si, uc);
+    atomic_store(&g_chain_tid, 0);
+  } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+    atomic_store(&g_chain_tid, tid);
+    prev->sa_handler(sig);
+    atomic_store(&g_chain_tid, 0);
+  } else if (prev->sa_handler == SIG_DFL || si->si_code > 0) {
+    die_default(si); /* a fault cannot be ignored: it would come back */
+  }
+  errno = saved;
+}
+
+/* Whether our handler is the one installed; if not (faulthandler.enable(),
+ * Python's signal.signal(SIGBUS, ...) or any sigaction after the first cache
+ * opened), installs it again in front, chaining to the one found. Called at
+ * each open, each sample and by the watcher below. */
+static void guard_front(void) {
+  struct sigaction cur;
+  if (sigaction(SIGBUS, NULL, &cur) != 0) return;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus) return;
+  pthread_mutex_lock(&g_mu);
+  if (sigaction(SIGBUS, NULL, &cur) == 0 &&
+      !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)) {
+    int k = 1 - atomic_load(&g_prev_i);
+    g_prev[k] = cur;
+    atomic_store(&g_prev_i, k);
+    sigaction(SIGBUS, &g_ours, NULL);
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* The watcher: while any cache is mapped, puts the guard back in front
+ * within 50 ms of another handler's coming, even when no sample is being
+ * asked for (a worker reading pages lent before that handler came could
+ * otherwise fault into it: faulthandler's would kill the process, Python's
+ * would return into the fault for ever). It ends when the last cache
+ * closes. */
+static pthread_cond_t g_watch_cv = PTHREAD_COND_INITIALIZER;
+static int g_watching;
+
+static void *watch_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_mu);
+  while (atomic_load(&g_live) > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&g_watch_cv, &g_mu, &ts);
+    pthread_mutex_unlock(&g_mu);
+    guard_front();
+    pthread_mutex_lock(&g_mu);
+  }
+  g_watching = 0;
+  pthread_mutex_unlock(&g_mu);
+  return NULL;
+}
+
+static void watch_start(void) {
+  pthread_mutex_lock(&g_mu);
+  if (!g_watching) {
+    pthread_attr_t ta;
+    pthread_t id;
+    sigset_t all, old;
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&ta, 64 * 1024);
+    /* no signal of the process's is delivered to it */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    g_watching = pthread_create(&id, &ta, watch_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&ta);
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* A child of fork has no watcher thread, and may hold g_mu's state of the
+ * moment of the fork. */
+static void guard_atfork_child(void) {
+  pthread_mutex_init(&g_mu, NULL);
+  pthread_cond_init(&g_watch_cv, NULL);
+  g_watching = 0;
 }
 
 static void guard_install(void) {
   g_page = (uintptr_t)sysconf(_SC_PAGESIZE);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_sigbus;
-  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  g_installed = sigaction(SIGBUS, &sa, &g_prev) == 0;
+  memset(&g_ours, 0, sizeof g_ours);
+  g_ours.sa_sigaction = on_sigbus;
+  /* SA_NODEFER: a chained handler that raises SIGBUS again (faulthandler)
+   * re-enters this one at once, on the same thread, where g_chain_tid sees
+   * it, instead of a pending signal coming back after we return */
+  g_ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER;
+  sigemptyset(&g_ours.sa_mask);
+  g_installed = sigaction(SIGBUS, &g_ours, &g_prev[0]) == 0;
+  pthread_atfork(NULL, NULL, guard_atfork_child);
 }
 
-static int guard_add(const void *base, size_t size, atomic_int *changed) {
+static guard_slot *guard_add(const void *base, size_t size, atomic_int *changed) {
   pthread_once(&g_once, guard_install);
-  if (!g_installed) return -1;
-  for (int k = 0; k < GUARD_SLOTS; k++) {
-    int z = 0;
-    if (!atomic_compare_exchange_strong(&g_guard[k].busy, &z, 1)) continue;
-    g_guard[k].len = (size + g_page - 1) & ~(g_page - 1);
-    g_guard[k].changed = changed;
-    atomic_store_explicit(&g_guard[k].base, (uintptr_t)base, memory_order_release);
-    return k;
+  if (!g_installed) return NULL;
+  guard_front();
+  for (guard_chunk *ch = &g_chunk0; ch;) {
+    for (int k = 0; k < GUARD_SLOTS; k++) {
+      guard_slot *g = &ch->slot[k];
+      int z = 0;
+      if (!atomic_compare_exchange_strong(&g->busy, &z, 1)) continue;
+      g->len = (size + g_page - 1) & ~(g_page - 1);
+      g->changed = changed;
+      atomic_store_explicit(&g->base, (uintptr_t)base, memory_order_release);
+      atomic_fetch_add(&g_live, 1);
+      watch_start();
+      return g;
+    }
+    guard_chunk *next = atomic_load_explicit(&ch->next, memory_order_acquire);
+    if (!next) {
+      /* every slot busy: another chunk (a racing thread may link its own
+       * first; then this one is dropped and that one used) */
+      guard_chunk *fresh = calloc(1, sizeof *fresh);
+      if (!fresh) return NULL;
+      guard_chunk *none = NULL;
+      if (atomic_compare_exchange_strong(&ch->next, &none, fresh))
+        next = fresh;
+      else {
+        free(fresh);
+        next = none;
+      }
+    }
+    ch = next;
   }
-  return -1;
+  return NULL;
 }
 
-static void guard_remove(int k) {
-  if (k < 0) return;
-  atomic_store_explicit(&g_guard[k].base, 0, memory_order_release);
-  atomic_store(&g_guard[k].busy, 0);
+static void guard_remove(guard_slot *g) {
+  if (!g) return;
+  atomic_store_explicit(&g->base, 0, memory_order_release);
+  atomic_store(&g->busy, 0);
+  if (atomic_fetch_sub(&g_live, 1) == 1) {
+    pthread_mutex_lock(&g_mu);
+    pthread_cond_signal(&g_watch_cv); /* the watcher ends now, not in 50 ms */
+    pthread_mutex_unlock(&g_mu);
+  }
 }
 
 /* Whether what fstat says of the open file still matches the open: what
@@ -169,6 +332,8 @@ static int header_matches(const cache_impl *c) {
  * changed. The fstat and the header's pread per sample cost about a
  * microsecond together. */
 static int file_unchanged(cache_impl *c, char *msg, size_t msglen) {
+  /* before pages are lent: the guard is the handler a fault reaches */
+  if (c->guard) guard_front();
   int ch = atomic_load_explicit(&c->changed, memory_order_acquire);
   struct stat st;
   int stat_ok = fstat(c->fd, &st) == 0;
@@ -482,7 +647,6 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
   cache_impl *c = calloc(1, sizeof *c);
   if (!c) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   c->fd = -1;
-  c->guard = -1;
   c->verify = opt && opt->verify;
   s->impl = c;
   if (!(c->path = strdup(path))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
