@@ -765,7 +765,11 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
 #undef BAD
   s->ops = hd->encoding == STK_CACHE_RAW ? &raw_ops : &jpeg_ops;
   rc = check_source(s, path, kind, where, base, opt, msg, msglen);
-  return rc ? rc : file_unchanged(c, msg, msglen);
+  /* The names and the stats table were read from the map: a cache cut short
+   * meanwhile gave zeros there (sizes "packed at 0"), so its own change is
+   * the error, never a stale source that its zeros made up. */
+  int changed = file_unchanged(c, msg, msglen);
+  return changed ? changed : rc;
 }
 
 int stk__cache_describe(const stk__source *s, stk_cache_encoding *enc, int *max_side,
