@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   stk__buf scratch = {0};
   printf("op on a %dx%d tile, %d calls: us per call\n", side, side, reps);
   for (int k = 0; k < STK__TA_OPS; k++) {
-    stk__op op = {(uint8_t)k, 0, mags[k]};
+    stk__op op = {(uint8_t)k, 0, mags[k], 0};
     double t0 = now();
     for (int r = 0; r < reps; r++)
       if (stk__op_apply(&op, t, side, side, 1, NULL, &scratch)) return 1;

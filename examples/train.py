@@ -313,8 +313,8 @@ def _auto_augment_arg(v):
 
 def _timm_hparams(args):
     """timm's create_transform hparams for its RandAugment: the fill is the mean
-    in 0..255, translate_const 45% of the crop; no interpolation (timm's 'random',
-    which stoker runs as bilinear)."""
+    in 0..255, translate_const 45% of the crop; no interpolation (timm's 'random':
+    bilinear or bicubic drawn per warp, by stoker too)."""
     return {"translate_const": int(args.train_crop_size * 0.45),
             "img_mean": tuple(min(255, round(255 * x)) for x in MEAN)}
 

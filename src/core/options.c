@@ -338,6 +338,9 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
       BAD("erase_ratio must satisfy 0 < erase_ratio[0] <= erase_ratio[1] < inf");
     for (int c = 0; c < 3; c++)
       if (!isfinite(o->erase_value[c])) BAD("erase_value[%d] must be finite", c);
+    if (o->erase_random && o->erase_per_channel)
+      BAD("erase_random (a value per element) and erase_per_channel (per channel) exclude "
+          "each other");
   }
   int aug = o->auto_augment || o->vflip_prob > 0 || o->grayscale_prob > 0 || o->blur_kernel > 0 ||
             o->erase_prob > 0 || o->color_jitter[0] > 0 || o->color_jitter[1] > 0 ||

@@ -762,16 +762,19 @@ static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_ite
     stk__kaug *k = &L->aug_host[m++];
     memset(k, 0, sizeof *k);
     k->dst = it->dst;
-    k->nearest = ap->nearest;
+    k->filter = ap->filter;
     k->has_fill = ap->has_fill;
     memcpy(k->fill, ap->fill, sizeof k->fill);
     k->erase = a->erase;
-    k->ex = a->ex;
-    k->ey = a->ey;
-    k->ew = a->ew;
-    k->eh = a->eh;
+    for (int b = 0; b < a->erase; b++) {
+      k->ex[b] = a->ex[b];
+      k->ey[b] = a->ey[b];
+      k->ew[b] = a->ew[b];
+      k->eh[b] = a->eh[b];
+      k->erase_key[b] = a->erase_key[b];
+    }
     k->erase_random = ap->erase_random;
-    k->erase_key = a->erase_key;
+    k->erase_per_channel = ap->erase_per_channel;
     memcpy(k->erase_value, ap->erase_value, sizeof k->erase_value);
     k->n = a->n;
     for (int j = 0; j < k->n; j++) {
@@ -779,6 +782,7 @@ static int upload_aug(stk__gpu *g, glane *L, gslot *s, int n, const stk__gpu_ite
       o->kind = a->op[j].kind;
       o->ksize = a->op[j].ksize;
       o->mag = a->op[j].mag;
+      o->warp = a->op[j].warp;
       if (o->kind >= STK__OP_SHEAR_X && o->kind <= STK__OP_ROTATE) {
         stk__warp w;
         stk__warp_of(o->kind, o->mag, g->cfg.out_w, g->cfg.out_h, &w);

@@ -39,18 +39,21 @@ typedef struct {
  * CPU (warp coefficients, blur taps) before the upload. */
 #define STK_KAUG_OPS 24  /* STK__AUG_MAX_OPS */
 #define STK_KAUG_TAPS 64 /* the longest blur kernel on the GPU */
+#define STK_KAUG_ERASE 4 /* STK__ERASE_MAX */
 
 typedef struct {
   int kind, ksize; /* stk__op_kind; blur: taps */
+  int warp;        /* warps: stk__op.warp (0: the item's filter) */
   float mag;
   float m[6];      /* warps: stk__warp (a0 a1 a2 b0 b1 b2) */
 } stk__kop;
 
 typedef struct {
-  int dst, n, nearest, has_fill;
+  int dst, n, filter, has_fill; /* filter: STK__WARP_ */
   float fill[3];
-  int erase, ex, ey, ew, eh, erase_random;
-  unsigned long long erase_key;
+  int erase, erase_random, erase_per_channel; /* erase: boxes, at most STK_KAUG_ERASE */
+  int ex[STK_KAUG_ERASE], ey[STK_KAUG_ERASE], ew[STK_KAUG_ERASE], eh[STK_KAUG_ERASE];
+  unsigned long long erase_key[STK_KAUG_ERASE];
   float erase_value[3];
   float blur[STK_KAUG_TAPS];
   stk__kop op[STK_KAUG_OPS];
@@ -102,15 +105,15 @@ typedef struct {
 #if defined(__cplusplus)
 static_assert(sizeof(stk__kitem) == 112, "stk__kitem layout");
 static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
-static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
-static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
+static_assert(sizeof(stk__kop) == 40, "stk__kop layout");
+static_assert(sizeof(stk__kaug) == 1368, "stk__kaug layout");
 static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
 static_assert(sizeof(stk__kmixparams) == 104, "stk__kmixparams layout");
 #else
 _Static_assert(sizeof(stk__kitem) == 112, "stk__kitem layout");
 _Static_assert(sizeof(stk__kparams) == 64, "stk__kparams layout");
-_Static_assert(sizeof(stk__kop) == 36, "stk__kop layout");
-_Static_assert(sizeof(stk__kaug) == 1200, "stk__kaug layout");
+_Static_assert(sizeof(stk__kop) == 40, "stk__kop layout");
+_Static_assert(sizeof(stk__kaug) == 1368, "stk__kaug layout");
 _Static_assert(sizeof(stk__kaugparams) == 64, "stk__kaugparams layout");
 _Static_assert(sizeof(stk__kmixparams) == 104, "stk__kmixparams layout");
 #endif

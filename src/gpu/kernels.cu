@@ -404,9 +404,12 @@ __device__ static void store_tile(const stk__kaugparams &p, const stk__kaug *a, 
     const int px = i / 3, c = i - 3 * px;
     const size_t o = nchw ? img + (size_t)c * npx + px : img + i;
     const int v = t[i];
-    int x = 0, y = 0;
+    int x = 0, y = 0, box = -1;
     if (erase) x = px % W, y = px / W; /* (divisions only where a box may be) */
-    if (!(erase && x >= a->ex && x < a->ex + a->ew && y >= a->ey && y < a->ey + a->eh)) {
+    for (int b = 0; b < erase; b++) /* the last box over the pixel wins, as on the CPU */
+      if (x >= a->ex[b] && x < a->ex[b] + a->ew[b] && y >= a->ey[b] && y < a->ey[b] + a->eh[b])
+        box = b;
+    if (box < 0) {
       switch (p.dtype) {
         case DT_F32: ((float *)p.out)[o] = lutf[c * 256 + v]; break;
         case DT_F16:
@@ -415,8 +418,11 @@ __device__ static void store_tile(const stk__kaugparams &p, const stk__kaug *a, 
       }
       continue;
     }
-    unsigned long long e = ((unsigned long long)c * a->eh + (y - a->ey)) * a->ew + (x - a->ex);
-    float ev = a->erase_random ? stk__erase_normal(a->erase_key, e) : a->erase_value[c];
+    const int b = box;
+    unsigned long long e =
+        ((unsigned long long)c * a->eh[b] + (y - a->ey[b])) * a->ew[b] + (x - a->ex[b]);
+    float ev = stk__erase_value(a->erase_random, a->erase_per_channel, a->erase_value,
+                                a->erase_key[b], c, e);
     switch (p.dtype) {
       case DT_F32: ((float *)p.out)[o] = ev; break;
       case DT_F16: ((unsigned short *)p.out)[o] = __half_as_ushort(__float2half_rn(ev)); break;
@@ -456,6 +462,9 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
   for (int k = 0; k < a->n; k++) {
     const stk__kop *op = &a->op[k];
     const double mag = op->mag;
+    /* the warp's filter: drawn for it, else the item's (random: bilinear) */
+    int filter = op->warp ? op->warp - 1 : a->filter;
+    if (filter == STK__WARP_RANDOM) filter = STK__WARP_BILINEAR;
     switch (op->kind) {
       case STK__OP_SHEAR_X:
       case STK__OP_SHEAR_Y:
@@ -463,9 +472,17 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
       case STK__OP_TRANSLATE_Y:
       case STK__OP_ROTATE: {
         tile_copy(t, sc, n);
+        if (filter == STK__WARP_BICUBIC) { /* PIL's transform, as augment.c */
+          double pm[6];
+          const float zero[3] = {0, 0, 0};
+          stk__pil_affine(op->kind, mag, W, H, pm);
+          for (int i = tid; i < npx; i += nt)
+            stk__pil_warp_px(pm, sc, W, H, i % W, i / W, filter, fill ? fill : zero, t + i * 3);
+          break;
+        }
         const stk__warp *m = (const stk__warp *)op->m;
         for (int i = tid; i < npx; i += nt)
-          stk__warp_px(m, sc, W, H, i % W, i / W, a->nearest, fill, t + i * 3);
+          stk__warp_px(m, sc, W, H, i % W, i / W, filter == STK__WARP_NEAREST, fill, t + i * 3);
         break;
       }
       case STK__OP_PIL_SHEAR_X: /* timm's warps: PIL's transform (augment_px.h) */
@@ -478,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(STK_AUG_THREADS) stk_augment_kernel
         const float zero[3] = {0, 0, 0};
         stk__pil_affine(op->kind, mag, W, H, pm);
         for (int i = tid; i < npx; i += nt)
-          stk__pil_warp_px(pm, sc, W, H, i % W, i / W, a->nearest, fill ? fill : zero, t + i * 3);
+          stk__pil_warp_px(pm, sc, W, H, i % W, i / W, filter, fill ? fill : zero, t + i * 3);
         break;
       }
       case STK__OP_SOLARIZE_ADD:

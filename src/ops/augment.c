@@ -84,7 +84,11 @@ void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h) {
   ap->ra_num_ops = o->ra_num_ops;
   ap->ra_magnitude = o->ra_magnitude;
   ap->bins = o->magnitude_bins;
-  ap->nearest = o->aug_interpolation == 0;
+  /* aug_interpolation 0 nearest, 1 bilinear, 2 bicubic */
+  ap->filter = o->aug_interpolation == 0   ? STK__WARP_NEAREST
+               : o->aug_interpolation == 2 ? STK__WARP_BICUBIC
+               : o->aug_interpolation == 3 ? STK__WARP_RANDOM
+                                           : STK__WARP_BILINEAR;
   ap->has_fill = o->aug_fill[0] >= 0;
   for (int c = 0; c < 3; c++) ap->fill[c] = o->aug_fill[c] < 0 ? 0.0f : o->aug_fill[c];
   ap->vflip_prob = o->vflip_prob;
@@ -99,6 +103,8 @@ void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h) {
   memcpy(ap->erase_ratio, o->erase_ratio, sizeof ap->erase_ratio);
   memcpy(ap->erase_value, o->erase_value, sizeof ap->erase_value);
   ap->erase_random = o->erase_random;
+  ap->erase_per_channel = o->erase_per_channel;
+  ap->erase_count = o->erase_count < 1 ? 1 : o->erase_count;
   ap->w = w;
   ap->h = h;
   int jit = ap->jitter[0] > 0 || ap->jitter[1] > 0 || ap->jitter[2] > 0 || ap->jitter[3] > 0;
@@ -140,7 +146,10 @@ void stk__aug_plan_init(stk__aug_plan *ap, const stk_options *o, int w, int h) {
 
 /* ---- draws ------------------------------------------------------------------- */
 
-enum { STAGE_VFLIP = 1, STAGE_POLICY, STAGE_JITTER, STAGE_GRAY, STAGE_BLUR, STAGE_ERASE };
+enum {
+  STAGE_VFLIP = 1, STAGE_POLICY, STAGE_JITTER, STAGE_GRAY, STAGE_BLUR, STAGE_ERASE,
+  STAGE_WARP_FILTER /* aug_interpolation "random": each warp's filter */
+};
 
 /* The stream of one stage of one sample: the sample's key mixed with the
  * stage, so each stage's draws are independent of which others are on. */
@@ -160,6 +169,7 @@ static void push(stk__aug *a, int kind, float mag, int ksize) {
   if (a->n >= STK__AUG_MAX_OPS) return; /* the plan never asks for more (options bound it) */
   a->op[a->n].kind = (uint8_t)kind;
   a->op[a->n].ksize = (uint8_t)ksize;
+  a->op[a->n].warp = 0;
   a->op[a->n].mag = mag;
   a->n++;
 }
@@ -375,21 +385,41 @@ static void draw_jitter(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
 static void draw_erase(const stk__aug_plan *ap, stk__rng *r, stk__aug *a) {
   if (!(stk__rng_uniform(r) < ap->erase_prob)) return;
   /* RandomErasing.get_params: ten tries of an area and a log-uniform
-   * aspect ratio; a box that does not fit is tried again */
-  int W = ap->w, H = ap->h;
-  double area = (double)W * H, lr0 = log(ap->erase_ratio[0]), lr1 = log(ap->erase_ratio[1]);
-  for (int t = 0; t < 10; t++) {
-    double ea = area * uniform(r, ap->erase_scale[0], ap->erase_scale[1]);
-    double ar = exp(uniform(r, lr0, lr1));
-    int eh = (int)nearbyint(sqrt(ea * ar)), ew = (int)nearbyint(sqrt(ea / ar));
-    if (!(eh < H && ew < W)) continue;
-    a->ey = (int)stk__rng_range(r, 0, H - eh + 1);
-    a->ex = (int)stk__rng_range(r, 0, W - ew + 1);
-    a->eh = eh;
-    a->ew = ew;
-    a->erase = eh > 0 && ew > 0;
-    a->erase_key = stk__rng_next(r);
-    return;
+   * aspect ratio; a box that does not fit is tried again. timm's
+   * (erase_count > 1): count = randint(1, max_count) boxes, each tried ten
+   * times with area / count (a count of 1 draws nothing, as timm's
+   * min_count == max_count skips randint) */
+  int W = ap->w, H = ap->h, count = 1;
+  if (ap->erase_count > 1) count = 1 + (int)stk__rng_range(r, 0, (uint64_t)ap->erase_count);
+  double area = (double)W * H / count;
+  double lr0 = log(ap->erase_ratio[0]), lr1 = log(ap->erase_ratio[1]);
+  for (int b = 0; b < count; b++)
+    for (int t = 0; t < 10; t++) {
+      double ea = area * uniform(r, ap->erase_scale[0], ap->erase_scale[1]);
+      double ar = exp(uniform(r, lr0, lr1));
+      int eh = (int)nearbyint(sqrt(ea * ar)), ew = (int)nearbyint(sqrt(ea / ar));
+      if (!(eh < H && ew < W)) continue;
+      int ey = (int)stk__rng_range(r, 0, H - eh + 1);
+      int ex = (int)stk__rng_range(r, 0, W - ew + 1);
+      uint64_t key = stk__rng_next(r);
+      if (eh > 0 && ew > 0) {
+        int k = a->erase++;
+        a->ey[k] = ey, a->ex[k] = ex, a->eh[k] = eh, a->ew[k] = ew, a->erase_key[k] = key;
+      }
+      break;
+    }
+}
+
+/* aug_interpolation "random" (timm's default): each warp bilinear or
+ * bicubic with equal odds, as _interpolation's random.choice, from a
+ * stream of its own so that the other draws stay as they are. */
+static void draw_warp_filters(stk__rng *r, stk__aug *a) {
+  for (int i = 0; i < a->n; i++) {
+    int k = a->op[i].kind;
+    if ((k >= STK__OP_SHEAR_X && k <= STK__OP_ROTATE) ||
+        (k >= STK__OP_PIL_SHEAR_X && k <= STK__OP_PIL_ROTATE))
+      a->op[i].warp =
+          (uint8_t)(1 + (stk__rng_uniform(r) < 0.5 ? STK__WARP_BILINEAR : STK__WARP_BICUBIC));
   }
 }
 
@@ -420,6 +450,10 @@ void stk__aug_draw(const stk__aug_plan *ap, uint64_t seed, uint64_t epoch, int64
   if (ap->erase_prob > 0) {
     stage_rng(&r, seed, epoch, index, STAGE_ERASE);
     draw_erase(ap, &r, a);
+  }
+  if (ap->filter == STK__WARP_RANDOM) {
+    stage_rng(&r, seed, epoch, index, STAGE_WARP_FILTER);
+    draw_warp_filters(&r, a);
   }
 }
 
@@ -628,7 +662,7 @@ static void op_pil_sharpness(uint8_t *t, int w, int h, float f, uint8_t *src) {
       }
 }
 
-static void pil_warp(uint8_t *t, int w, int h, int kind, double mag, int nearest,
+static void pil_warp(uint8_t *t, int w, int h, int kind, double mag, int filter,
                      const float *fill, uint8_t *src) {
   static const float zeros[3] = {0, 0, 0};
   double m[6];
@@ -637,7 +671,7 @@ static void pil_warp(uint8_t *t, int w, int h, int kind, double mag, int nearest
   memcpy(src, t, row * h);
   for (int yy = 0; yy < h; yy++)
     for (int xx = 0; xx < w; xx++)
-      stk__pil_warp_px(m, src, w, h, xx, yy, nearest, fill ? fill : zeros,
+      stk__pil_warp_px(m, src, w, h, xx, yy, filter, fill ? fill : zeros,
                        t + (size_t)yy * row + (size_t)xx * 3);
 }
 
@@ -696,24 +730,6 @@ static void op_blur(uint8_t *t, int w, int h, int ks, float sigma, float *buf) {
 }
 
 /* ---- affine warps ---------------------------------------------------------------- */
-
-/* torchvision's _get_inverse_affine_matrix, in double as Python computes it. */
-static void inverse_affine(const double center[2], double angle, const double tr[2], double scale,
-                           const double shear[2], double m[6]) {
-  const double d2r = 3.141592653589793 / 180.0; /* math.radians */
-  double rot = angle * d2r, sx = shear[0] * d2r, sy = shear[1] * d2r;
-  double cx = center[0], cy = center[1], tx = tr[0], ty = tr[1];
-  double a = cos(rot - sy) / cos(sy);
-  double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
-  double c = sin(rot - sy) / cos(sy);
-  double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
-  m[0] = d / scale, m[1] = -b / scale, m[2] = 0.0;
-  m[3] = -c / scale, m[4] = a / scale, m[5] = 0.0;
-  m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
-  m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
-  m[2] += cx;
-  m[5] += cy;
-}
 
 /* The nearest-neighbour warp (the policies' default) row by row. The
  * products of a column's grid coordinate are the same in every row, so they
@@ -803,30 +819,32 @@ static void geom_matrix(int kind, double mag, int w, int h, double m[6]) {
   switch (kind) {
     case STK__OP_SHEAR_X:
       sh[0] = atan(mag) * r2d; /* math.degrees(math.atan(magnitude)) */
-      inverse_affine(corner, 0.0, tr, 1.0, sh, m);
+      stk__inverse_affine(corner, 0.0, tr, 1.0, sh, m);
       break;
     case STK__OP_SHEAR_Y:
       sh[1] = atan(mag) * r2d;
-      inverse_affine(corner, 0.0, tr, 1.0, sh, m);
+      stk__inverse_affine(corner, 0.0, tr, 1.0, sh, m);
       break;
     case STK__OP_TRANSLATE_X:
       tr[0] = (double)(int)mag; /* translate=[int(magnitude), 0] */
-      inverse_affine(zero, 0.0, tr, 1.0, sh, m);
+      stk__inverse_affine(zero, 0.0, tr, 1.0, sh, m);
       break;
     case STK__OP_TRANSLATE_Y:
       tr[1] = (double)(int)mag;
-      inverse_affine(zero, 0.0, tr, 1.0, sh, m);
+      stk__inverse_affine(zero, 0.0, tr, 1.0, sh, m);
       break;
     default: /* F.rotate(img, angle): the inverse matrix of -angle */
-      inverse_affine(zero, -mag, tr, 1.0, sh, m);
+      stk__inverse_affine(zero, -mag, tr, 1.0, sh, m);
       break;
   }
 }
 
-int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, const float *fill,
+int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int filter, const float *fill,
                   stk__buf *scratch) {
   size_t npx = (size_t)w * h, n = npx * 3;
   double mag = op->mag;
+  if (op->warp) filter = op->warp - 1;               /* drawn for this warp */
+  if (filter == STK__WARP_RANDOM) filter = STK__WARP_BILINEAR; /* (an op given without one) */
   switch (op->kind) {
     case STK__OP_IDENTITY: return STK_OK;
     case STK__OP_SHEAR_X:
@@ -836,9 +854,13 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
     case STK__OP_ROTATE: {
       if (stk__buf_reserve(scratch, ((n + 15) & ~(size_t)15) + 3 * (size_t)w * sizeof(float)))
         return STK_ENOMEM;
+      if (filter == STK__WARP_BICUBIC) { /* torchvision's PIL branch: see augment_px.h */
+        pil_warp(t, w, h, op->kind, mag, filter, fill, scratch->p);
+        return STK_OK;
+      }
       stk__warp m;
       stk__warp_of(op->kind, op->mag, w, h, &m);
-      warp(t, w, h, &m, nearest, fill, scratch->p);
+      warp(t, w, h, &m, filter == STK__WARP_NEAREST, fill, scratch->p);
       return STK_OK;
     }
     case STK__OP_BRIGHTNESS:
@@ -882,7 +904,7 @@ int stk__op_apply(const stk__op *op, uint8_t *t, int w, int h, int nearest, cons
     case STK__OP_PIL_TRANSLATE_Y:
     case STK__OP_PIL_ROTATE:
       if (stk__buf_reserve(scratch, n)) return STK_ENOMEM;
-      pil_warp(t, w, h, op->kind, mag, nearest, fill, scratch->p);
+      pil_warp(t, w, h, op->kind, mag, filter, fill, scratch->p);
       return STK_OK;
     default: return STK_EINVAL;
   }
@@ -903,7 +925,7 @@ static int apply_augmix(const stk__aug_plan *ap, const stk__aug *a, uint8_t *til
   for (int i = 0; i < a->mix_width; i++) {
     memcpy(chain, tile, n);
     for (int d = 0; d < a->mix_len[i]; d++, k++) {
-      int rc = stk__op_apply(&a->op[k], chain, w, h, ap->nearest, ap->has_fill ? ap->fill : NULL,
+      int rc = stk__op_apply(&a->op[k], chain, w, h, ap->filter, ap->has_fill ? ap->fill : NULL,
                              scratch);
       if (rc) return rc;
     }
@@ -925,7 +947,7 @@ int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, in
       i = mix_end - 1;
       continue;
     }
-    int rc = stk__op_apply(&a->op[i], tile, w, h, ap->nearest, ap->has_fill ? ap->fill : NULL,
+    int rc = stk__op_apply(&a->op[i], tile, w, h, ap->filter, ap->has_fill ? ap->fill : NULL,
                            scratch);
     if (rc) return rc;
   }
@@ -936,19 +958,22 @@ int stk__aug_apply(const stk__aug_plan *ap, const stk__aug *a, uint8_t *tile, in
 
 void stk__aug_erase(const stk__aug_plan *ap, const stk__aug *a, stk_dtype dtype,
                     stk_layout layout, int w, int h, void *dst) {
-  if (!a->erase) return;
   size_t es = stk__dtype_size(dtype), plane = (size_t)w * h;
   /* value "random": one normal draw per element, numbered channel by
-   * channel as torch.empty([c, h, w]).normal_() fills it */
-  for (int c = 0; c < 3; c++)
-    for (int y = a->ey; y < a->ey + a->eh; y++)
-      for (int x = a->ex; x < a->ex + a->ew; x++) {
-        uint64_t e = ((uint64_t)c * a->eh + (uint64_t)(y - a->ey)) * a->ew + (uint64_t)(x - a->ex);
-        float v = ap->erase_random ? stk__erase_normal(a->erase_key, e) : ap->erase_value[c];
-        size_t at = layout == STK_LAYOUT_NCHW ? c * plane + (size_t)y * w + x
-                                              : ((size_t)y * w + x) * 3 + c;
-        stk__store_value(dtype, v, (uint8_t *)dst + at * es);
-      }
+   * channel as torch.empty([c, h, w]).normal_() fills it; per channel
+   * (timm's "rand"): normal number c of the box */
+  for (int b = 0; b < a->erase; b++)
+    for (int c = 0; c < 3; c++)
+      for (int y = a->ey[b]; y < a->ey[b] + a->eh[b]; y++)
+        for (int x = a->ex[b]; x < a->ex[b] + a->ew[b]; x++) {
+          uint64_t e = ((uint64_t)c * a->eh[b] + (uint64_t)(y - a->ey[b])) * a->ew[b] +
+                       (uint64_t)(x - a->ex[b]);
+          float v = stk__erase_value(ap->erase_random, ap->erase_per_channel, ap->erase_value,
+                                     a->erase_key[b], c, e);
+          size_t at = layout == STK_LAYOUT_NCHW ? c * plane + (size_t)y * w + x
+                                                : ((size_t)y * w + x) * 3 + c;
+          stk__store_value(dtype, v, (uint8_t *)dst + at * es);
+        }
 }
 
 /* ---- MixUp and CutMix ------------------------------------------------------------- */

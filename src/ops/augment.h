@@ -46,20 +46,25 @@ typedef struct {
   uint8_t kind;
   uint8_t ksize; /* BLUR: kernel side (odd) */
   float mag;
+  /* warps: 0 the plan's filter, else STK__WARP_ value + 1 (drawn; last, so
+   * that {kind, ksize, mag} initialisers stay valid) */
+  uint8_t warp;
 } stk__op;
 
 #define STK__AUG_MAX_OPS 24 /* RandAugment's 16 ops, a flip, 4 jitters, greyscale, blur */
 #define STK__AUGMIX_MAX_WIDTH 4 /* AugMix: chains of at most 4 ops (16 ops) */
 #define STK__MAX_BINS 256 /* the options table's bound of magnitude_bins */
+#define STK__ERASE_MAX 4  /* the options table's bound of erase_count */
 
 /* What was drawn for one sample. */
 typedef struct {
   int n;
   stk__op op[STK__AUG_MAX_OPS];
-  /* RandomErasing, on the normalised image: rows [ey, ey+eh), columns
-   * [ex, ex+ew); erase = 0 when not drawn (or when its ten tries failed) */
-  int erase, ex, ey, ew, eh;
-  uint64_t erase_key; /* the stream of its normal values ("random") */
+  /* RandomErasing, on the normalised image: `erase` boxes (0 when not
+   * drawn, or when their ten tries failed), box i rows [ey, ey+eh), columns
+   * [ex, ex+ew), applied in order */
+  int erase, ex[STK__ERASE_MAX], ey[STK__ERASE_MAX], ew[STK__ERASE_MAX], eh[STK__ERASE_MAX];
+  uint64_t erase_key[STK__ERASE_MAX]; /* the stream of each box's normal values */
   /* AugMix: op[mix_at ..) holds mix_width chains of mix_len[i] ops; the
    * tile becomes trunc(mix_w[0] * tile + sum mix_w[1 + i] * chain_i). 0
    * chains: no AugMix. */
@@ -82,7 +87,8 @@ typedef struct {
   int on;          /* any stage at all */
   int policy;      /* stk__aa_policy */
   int ra_num_ops, ra_magnitude, bins;
-  int nearest;     /* warps: nearest (torchvision's default) or bilinear */
+  int filter;      /* warps: STK__WARP_NEAREST (torchvision's default), _BILINEAR, _BICUBIC,
+                     _RANDOM (each warp's own, drawn: stk__op.warp) */
   int has_fill;    /* fill given: the mask blend of torchvision; else zeros */
   float fill[3];
   float vflip_prob;
@@ -93,7 +99,7 @@ typedef struct {
   float blur_sigma[2];
   float blur_prob;
   float erase_prob, erase_scale[2], erase_ratio[2], erase_value[3];
-  int erase_random;
+  int erase_random, erase_per_channel, erase_count;
   /* timm's RandAugment (ra_num_ops is its n): m, mstd, mmax (0 = 10), inc,
    * p, hparams' translate_pct */
   float timm_magnitude, timm_mstd, timm_prob, timm_translate_pct;
@@ -135,8 +141,9 @@ void stk__warp_of(int kind, float mag, int w, int h, stk__warp *g);
  * (float32). */
 void stk__blur_taps(int ks, float sigma, float *kern);
 
-/* One op on a tile, with an explicit warp mode and fill (fill NULL: zeros). */
-int stk__op_apply(const stk__op *op, uint8_t *tile, int w, int h, int nearest,
+/* One op on a tile, with an explicit warp filter (STK__WARP_) and fill
+ * (fill NULL: zeros). */
+int stk__op_apply(const stk__op *op, uint8_t *tile, int w, int h, int filter,
                   const float *fill, stk__buf *scratch);
 
 /* The op's name as torchvision spells it ("ShearX", "Equalize", ...), or

@@ -59,6 +59,16 @@ typedef enum {
   STK__OP_COUNT
 } stk__op_kind;
 
+/* The warps' filter (stk__aug_plan.filter, the kernels' stk__kaug.filter).
+ * The values keep the older boolean "nearest" meaning (1 nearest, 0
+ * bilinear). Bicubic exists only as PIL's transform (torchvision's tensor
+ * warps refuse it), so every bicubic warp, torchvision's ops included, runs
+ * PIL's AFFINE transform (stk__pil_affine, stk__pil_warp_px). */
+#define STK__WARP_BILINEAR 0
+#define STK__WARP_NEAREST 1
+#define STK__WARP_BICUBIC 2
+#define STK__WARP_RANDOM 3 /* plans only: each warp op carries its drawn filter */
+
 /* .clamp(0, 255).to(uint8): the cast truncates toward zero */
 STK_HD uint8_t stk__trunc8(float v) {
   if (!(v > 0.0f)) return 0;
@@ -354,13 +364,48 @@ STK_HD uint8_t stk__pil_autocontrast8(int v, int lo, int hi) {
 /* Python's round(x, 15) for |x| <= 1 (the rotation matrix entries) */
 STK_HD double stk__round15(double x) { return nearbyint(x * 1e15) / 1e15; }
 
+/* torchvision's _get_inverse_affine_matrix, in double as Python computes it
+ * (math.radians multiplies by pi / 180). */
+STK_HD void stk__inverse_affine(const double center[2], double angle, const double tr[2],
+                                double scale, const double shear[2], double m[6]) {
+  const double d2r = 3.141592653589793 / 180.0;
+  double rot = angle * d2r, sx = shear[0] * d2r, sy = shear[1] * d2r;
+  double cx = center[0], cy = center[1], tx = tr[0], ty = tr[1];
+  double a = cos(rot - sy) / cos(sy);
+  double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
+  double c = sin(rot - sy) / cos(sy);
+  double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
+  m[0] = d / scale, m[1] = -b / scale, m[2] = 0.0;
+  m[3] = -c / scale, m[4] = a / scale, m[5] = 0.0;
+  m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+  m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+  m[2] += cx;
+  m[5] += cy;
+}
+
 /* The data of PIL's AFFINE transform for timm's geometric ops on a w x h
  * image: input (x, y) = (m0 X + m1 Y + m2, m3 X + m4 Y + m5) at output
  * pixel centre (X, Y). Rotate as Image.rotate builds it (angle % 360, the
- * entries rounded to 15 places, about the centre). */
+ * entries rounded to 15 places, about the centre). torchvision's ops
+ * (STK__OP_SHEAR_X .. STK__OP_ROTATE) give the matrix of F.affine's and
+ * F.rotate's PIL branch, as _apply_op calls them: shears about the corner
+ * (center=[0, 0]) by math.degrees(math.atan(mag)), translations by
+ * int(mag) about the centre, Rotate through Image.rotate. */
 STK_HD void stk__pil_affine(int kind, double mag, int w, int h, double *m) {
   m[0] = 1.0, m[1] = 0.0, m[2] = 0.0, m[3] = 0.0, m[4] = 1.0, m[5] = 0.0;
+  const double r2d = 180.0 / 3.141592653589793; /* math.degrees */
+  double zero[2] = {0.0, 0.0}, mid[2] = {(double)w * 0.5, (double)h * 0.5}, v[2] = {0.0, 0.0};
   switch (kind) {
+    case STK__OP_SHEAR_X:
+    case STK__OP_SHEAR_Y:
+      v[kind == STK__OP_SHEAR_Y] = atan(mag) * r2d;
+      stk__inverse_affine(zero, 0.0, zero, 1.0, v, m);
+      break;
+    case STK__OP_TRANSLATE_X:
+    case STK__OP_TRANSLATE_Y:
+      v[kind == STK__OP_TRANSLATE_Y] = (double)(int)mag; /* translate=[int(magnitude), 0] */
+      stk__inverse_affine(mid, 0.0, v, 1.0, zero, m);
+      break;
     case STK__OP_PIL_SHEAR_X: m[1] = mag; break;
     case STK__OP_PIL_SHEAR_Y: m[3] = mag; break;
     case STK__OP_PIL_TRANSLATE_X: m[2] = mag; break;
@@ -382,19 +427,32 @@ STK_HD void stk__pil_affine(int kind, double mag, int w, int h, double *m) {
   }
 }
 
+/* Geometry.c's BICUBIC: the cubic through v1..v4 (a = -1) at d in [0, 1) */
+STK_HD double stk__pil_cubic(double v1, double v2, double v3, double v4, double d) {
+  double p1 = v2;
+  double p2 = -v1 + v3;
+  double p3 = 2 * (v1 - v2) + v3 - v4;
+  double p4 = -v1 + v2 - v3 + v4;
+  return p1 + d * (p2 + d * (p3 + d * p4));
+}
+
 /* Output pixel (xx, yy) of PIL's AFFINE transform of `src` (RGB8, w x h)
  * with fillcolor `fill` (0..255 per channel): the input point of the pixel
  * centre in double; outside [0, w) x [0, h) the fill; nearest takes the
  * pixel under it (in 16.16 fixed point unless the matrix only scales, as
  * ImagingTransformAffine); bilinear (Geometry.c's) interpolates the 2x2 pixels
- * around it, clamped to the edge, in double, and truncates. */
+ * around it, clamped to the edge, in double, and truncates; bicubic
+ * (bicubic_filter32RGB) the 4x4 pixels, columns clamped to the edge, the
+ * first row clamped and each later row outside the image repeating the
+ * row value before it, clipped to 0..255 and truncated. `filter` is a
+ * STK__WARP_ value. */
 STK_HD void stk__pil_warp_px(const double *m, const uint8_t *src, int w, int h, int xx, int yy,
-                             int nearest, const float *fill, uint8_t *o) {
+                             int filter, const float *fill, uint8_t *o) {
   double X = (double)xx + 0.5, Y = (double)yy + 0.5;
   double xin = m[0] * X + m[1] * Y + m[2];
   double yin = m[3] * X + m[4] * Y + m[5];
   size_t row = (size_t)w * 3;
-  if (nearest) {
+  if (filter == STK__WARP_NEAREST) {
     int x = xin < 0.0 ? -1 : (int)xin, y = yin < 0.0 ? -1 : (int)yin;
     if (m[1] != 0.0 || m[3] != 0.0) {
       /* affine_fixed: 16.16 fixed point, a2 and a5 at the first pixel's
@@ -424,6 +482,27 @@ STK_HD void stk__pil_warp_px(const double *m, const uint8_t *src, int w, int h, 
   double fx = floor(xin), fy = floor(yin);
   int x = (int)fx, y = (int)fy;
   double dx = xin - fx, dy = yin - fy;
+  if (filter == STK__WARP_BICUBIC) {
+#define STK__CLIP(i, n) ((i) < 0 ? 0 : (i) < (n) ? (i) : (n) - 1)
+    int xs[4];
+    for (int k = 0; k < 4; k++) xs[k] = STK__CLIP(x - 1 + k, w) * 3;
+    for (int c = 0; c < 3; c++) {
+      double v[4];
+      for (int k = 0; k < 4; k++) {
+        int yk = y - 1 + k;
+        if (k == 0 || (yk >= 0 && yk < h)) {
+          const uint8_t *r = src + (size_t)STK__CLIP(yk, h) * row + c;
+          v[k] = stk__pil_cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+        } else {
+          v[k] = v[k - 1];
+        }
+      }
+      double r = stk__pil_cubic(v[0], v[1], v[2], v[3], dy);
+      o[c] = r <= 0.0 ? 0 : r >= 255.0 ? 255 : (uint8_t)(int)r;
+    }
+    return;
+#undef STK__CLIP
+  }
   int x0 = x < 0 ? 0 : x < w ? x : w - 1, x1 = x + 1 < 0 ? 0 : x + 1 < w ? x + 1 : w - 1;
   int y0 = y < 0 ? 0 : y < h ? y : h - 1;
   int below = y + 1 >= 0 && y + 1 < h;
@@ -453,6 +532,16 @@ STK_HD float stk__erase_normal(uint64_t key, uint64_t e) {
   }
   double u1 = (double)(z[0] >> 11) * 0x1.0p-53, u2 = (double)(z[1] >> 11) * 0x1.0p-53;
   return (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
+}
+
+/* The value of element e (channel c) of an erase box with stream `key`:
+ * a normal per element ("random", timm's "pixel"), a normal per channel
+ * (timm's "rand"), or the given value. */
+STK_HD float stk__erase_value(int random, int per_channel, const float *value, uint64_t key,
+                              int c, uint64_t e) {
+  if (random) return stk__erase_normal(key, e);
+  if (per_channel) return stk__erase_normal(key, (uint64_t)c);
+  return value[c];
 }
 
 #endif
