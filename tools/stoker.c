@@ -666,9 +666,13 @@ static int cmd_pack(int argc, char **argv) {
   if (ui.tty) fputc('\n', stderr);
   for (int64_t i = 0; i < ui.n; i++) printf("left out: %s: %s\n", ui.paths[i], ui.reasons[i]);
   if (ui.oom) fprintf(stderr, "stoker pack: out of memory: not every file left out is listed\n");
-  if (rc)
-    fprintf(stderr, "stoker pack: %s (%s)\n", err[0] ? cli_words(err) : "packing failed",
-            stk_strerror(rc));
+  if (rc) {
+    char cw[64];
+    if (err[0])
+      fprintf(stderr, "stoker pack: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw));
+    else
+      fprintf(stderr, "stoker pack: packing failed (%s)\n", stk_strerror(rc));
+  }
   else if (tar)
     printf("packed %" PRId64 " samples into %s (tar shards), %" PRId64 " left out, %" PRIu64
            " bytes in %d shard%s, in %.1f s\n",
@@ -761,7 +765,8 @@ static int cmd_synth(int argc, char **argv) {
                      sizeof err);
   if (tty) fputc('\n', stderr);
   if (rc) {
-    fprintf(stderr, "stoker synth: %s (%s)\n", err, stk_strerror(rc));
+    char cw[64];
+    fprintf(stderr, "stoker synth: %s%s\n", err, code_words(rc, cw, sizeof cw));
     return 1;
   }
   printf("wrote %lld images in %lld classes to %s in %.1f s\n", images, classes, dir,

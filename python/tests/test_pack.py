@@ -392,3 +392,92 @@ def test_device_pack_without_a_gpu_says_so_and_writes_nothing(folder, tmp_path):
     with pytest.raises(RuntimeError, match="cannot pack on device 0"):
         stoker.pack(folder, tmp_path / "a.stkc", device="cuda:0")
     assert os.listdir(tmp_path) == ["src"]
+
+
+# ---- pipe lists and the file size limit ------------------------------------------
+
+
+def _list_text(folder):
+    ref = loader(folder)
+    return "".join(f"{p} {lab}\n" for p, lab in ref.samples), [lab for _, lab in ref.samples]
+
+
+@pytest.mark.parametrize("how", ["proc fd", "dev fd"])
+def test_pack_reads_a_pipe_list(folder, tmp_path, how):
+    """A list that is a pipe (/proc/self/fd/N, /dev/fd/N, as `--list <(...)`
+    gives) packs as a file list does; it used to fail with "No such file or
+    directory" from realpath(). Such a cache records no source to check."""
+    import threading
+
+    text, labels = _list_text(folder)
+    r, w = os.pipe()
+    t = threading.Thread(target=lambda: (os.write(w, text.encode()), os.close(w)))
+    t.start()
+    try:
+        path = f"/proc/self/fd/{r}" if how == "proc fd" else f"/dev/fd/{r}"
+        res = stoker.pack(None, tmp_path / "p.stkc", list_file=path)
+    finally:
+        t.join()
+        os.close(r)
+    assert res.packed == 12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no note about a missing source either
+        assert [lab for _, lab in loader(str(tmp_path / "p.stkc")).samples] == labels
+
+
+@pytest.mark.parametrize("how", ["process substitution", "/dev/stdin"])
+def test_cli_pack_reads_a_pipe_list(folder, tmp_path, how):
+    import shlex
+    import subprocess
+    import sys
+
+    import stoker.cli
+
+    if stoker.cli.binary() is None:
+        pytest.skip("no stoker executable in this installation")
+    text, _ = _list_text(folder)
+    lst = tmp_path / "l.txt"
+    lst.write_text(text)
+    out = tmp_path / "p.stkc"
+    cli = f"{shlex.quote(sys.executable)} -m stoker pack"
+    if how == "/dev/stdin":
+        cmd = f"cat {lst} | {cli} --list /dev/stdin {out} --cache"
+    else:
+        cmd = f"{cli} --list <(cat {lst}) {out} --cache"
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "packed 12 samples" in p.stdout
+
+
+@pytest.mark.parametrize("fmt", ["cache", "tar"])
+@pytest.mark.parametrize("how", ["cli", "python"])
+def test_pack_over_the_file_size_limit_fails_clearly(folder, tmp_path, fmt, how):
+    """RLIMIT_FSIZE (ulimit -f) below the output's size: pack fails with a
+    message naming the limit and leaves no temporary file; SIGXFSZ used to
+    kill `stoker pack` and leave its .tmp file behind. (Python ignores
+    SIGXFSZ itself; a shell leaves it at its default, as here.)"""
+    import subprocess
+    import sys
+
+    import stoker.cli
+
+    if how == "cli" and stoker.cli.binary() is None:
+        pytest.skip("no stoker executable in this installation")
+    out = tmp_path / ("o.stkc" if fmt == "cache" else "shards")
+    code = ("import resource, signal, sys, stoker, stoker.cli\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
+            "if sys.argv[1] == 'cli':\n"
+            "    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
+            "    stoker.cli.main(['pack', sys.argv[2], sys.argv[3], '--' + sys.argv[4]])\n"
+            "try:\n"
+            "    stoker.pack(sys.argv[2], sys.argv[3], format=sys.argv[4])\n"
+            "except OSError as e:\n"
+            "    print('stoker pack:', e, file=sys.stderr)\n"
+            "    sys.exit(1)\n")
+    p = subprocess.run([sys.executable, "-c", code, how, folder, str(out), fmt],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "file size limit" in p.stderr, p.stderr
+    assert "input/output error" not in p.stderr, p.stderr
+    assert not os.path.exists(out)
+    assert not [q for q in os.listdir(tmp_path) if ".tmp-" in q]

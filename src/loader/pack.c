@@ -28,6 +28,7 @@
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -35,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -862,6 +864,54 @@ int stk_pack_temp_path(const char *output, char *buf, size_t n) {
   return STK_OK;
 }
 
+/* SIGXFSZ ignored while packs run. A write past RLIMIT_FSIZE (ulimit -f)
+ * raises SIGXFSZ, whose default action kills the process, leaving the
+ * temporary file behind; ignored, the write fails with EFBIG instead, and
+ * the pack fails, removes what it wrote, and says so. Only a default
+ * disposition is replaced (a handler of the caller's stays), and it comes
+ * back when the last pack of the process ends. */
+static pthread_mutex_t g_xfsz_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_xfsz_users, g_xfsz_swapped;
+static struct sigaction g_xfsz_old;
+
+static void xfsz_ignore(int on) {
+  pthread_mutex_lock(&g_xfsz_mu);
+  if (on && g_xfsz_users++ == 0) {
+    struct sigaction cur;
+    g_xfsz_swapped = 0;
+    if (sigaction(SIGXFSZ, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_handler == SIG_DFL) {
+      struct sigaction ign;
+      memset(&ign, 0, sizeof ign);
+      ign.sa_handler = SIG_IGN;
+      sigemptyset(&ign.sa_mask);
+      g_xfsz_old = cur;
+      g_xfsz_swapped = sigaction(SIGXFSZ, &ign, NULL) == 0;
+    }
+  } else if (!on && --g_xfsz_users == 0 && g_xfsz_swapped) {
+    struct sigaction cur;
+    /* unless someone set another disposition meanwhile */
+    if (sigaction(SIGXFSZ, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_handler == SIG_IGN)
+      sigaction(SIGXFSZ, &g_xfsz_old, NULL);
+    g_xfsz_swapped = 0;
+  }
+  pthread_mutex_unlock(&g_xfsz_mu);
+}
+
+/* A failed write's "File too large" names the limit that caused it. */
+static void explain_efbig(int rc, char *err, size_t errlen) {
+  struct rlimit rl;
+  const char *tl = strerror(EFBIG);
+  if (rc != STK_EIO || !err || !strstr(err, tl) || getrlimit(RLIMIT_FSIZE, &rl) != 0 ||
+      rl.rlim_cur == RLIM_INFINITY)
+    return;
+  size_t l = strlen(err);
+  snprintf(err + l, errlen - l,
+           " (the file size limit of this process, ulimit -f / RLIMIT_FSIZE, is %llu bytes)",
+           (unsigned long long)rl.rlim_cur);
+}
+
 int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *res, char *err,
              size_t errlen) {
   stk_pack_result dummy;
@@ -884,7 +934,13 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
   /* The source is opened by its real path, so that the fingerprint the
    * cache keeps is that of the list a later check sees. */
   const char *given = o.root ? o.root : o.list_file;
-  char *real = realpath(given, NULL);
+  /* A list that is a pipe or FIFO (`--list <(...)`, /dev/stdin,
+   * /proc/self/fd/N) has no real path to keep (realpath() fails on a pipe's
+   * "pipe:[N]"), nor one a later check could read again: it is read where it
+   * is, and the cache records no source (it is not checked for changes). */
+  struct stat gst;
+  int piped = !o.root && stat(given, &gst) == 0 && !S_ISREG(gst.st_mode) && !S_ISDIR(gst.st_mode);
+  char *real = piped ? strdup(given) : realpath(given, NULL);
   char *real_base = o.list_base ? realpath(o.list_base, NULL) : NULL;
   if (!real || (o.list_base && !real_base)) {
     int rc = stk__fail(err, errlen, STK_EIO, "cannot open %s: %s", real ? o.list_base : given,
@@ -916,8 +972,11 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
     rc = stk__list_open(&src, &lo, err, errlen);
   }
   if (rc) goto done;
-  rc = pack_run(&o, &src.ds, o.root ? "folder" : "list", real, real_base ? real_base : "", res,
-                err, errlen);
+  xfsz_ignore(1);
+  rc = pack_run(&o, &src.ds, o.root ? "folder" : "list", piped ? "" : real,
+                real_base ? real_base : "", res, err, errlen);
+  xfsz_ignore(0);
+  explain_efbig(rc, err, errlen);
 done:
   stk__source_close(&src);
   free(real);
