@@ -78,6 +78,10 @@ if(STK_HAVE_GPU)
     VERBATIM)
   target_sources(stk_objs PRIVATE ${stk_fatbin_c})
   target_compile_definitions(stk_objs PRIVATE STK_HAVE_GPU=1)
+elseif(NOT STK_GPU)
+  # asked for (STK_GPU=OFF, pip's STOKER_CPU_ONLY=1): the messages say so
+  # rather than blame a missing nvcc
+  target_compile_definitions(stk_objs PRIVATE STK_GPU_OFF=1)
 
   # The benchmark of the GPU path (not a test: it wants a GPU and a dataset).
   add_executable(stk_gpu_bench ${CMAKE_SOURCE_DIR}/bench/gpu_bench.c)

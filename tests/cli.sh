@@ -2,9 +2,10 @@
 # The `stoker` command end to end: synth, check, bench --json, pack (cache and
 # tar shards, read back by bench and check), info, --help, and the exit codes
 # and messages a script relies on.
-# usage: cli.sh PATH/TO/stoker
+# usage: cli.sh PATH/TO/stoker [STK_GPU: ON or OFF, how it was built]
 set -u
 STK=$1
+GPU_OPTION=${2:-ON}
 T=$(mktemp -d /tmp/stoker-cli-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 pass=0
@@ -288,6 +289,60 @@ for sig in 2 15; do
     [ -z "$leftovers" ] && ok || bad "pack $fmt killed by SIG$sig left $leftovers"
   done
 done
+
+# ---- the forms scripts use (issue 31) -------------------------------------------
+# --flag=value is --flag value; a switch takes =0/=1 or --no-flag
+"$STK" synth "$T/ds31" --images 24 --classes 3 --seed 7 >/dev/null
+expect 0 "bench --threads=2 --size=32" -- "$STK" bench "$T/ds31" --threads=2 --size=32 --json
+grep -q '"threads": 2' "$T/out" && ok || bad "--threads=2 reached the loader: $(tail -n 1 "$T/out")"
+expect 2 "a bad --flag=value names the flag" -- "$STK" bench "$T/ds31" --threads=zero
+grep -q -e "--threads zero" "$T/err" && ok || bad "--threads=zero message: $(cat "$T/err")"
+expect 0 "--no-augmix-all-ops" -- "$STK" bench "$T/ds31" --size 32 --auto-augment augmix --no-augmix-all-ops
+expect 0 "--augmix-all-ops=0" -- "$STK" bench "$T/ds31" --size 32 --auto-augment augmix --augmix-all-ops=0
+expect 2 "--augmix-all-ops=2 is refused" -- "$STK" bench "$T/ds31" --size 32 --augmix-all-ops=2
+expect 2 "--no- of a valued flag is unknown" -- "$STK" bench "$T/ds31" --no-threads
+grep -q "unknown option --no-threads" "$T/err" && ok || bad "--no-threads message: $(cat "$T/err")"
+# timm's RandAugment string, as examples/train.py takes it
+expect 0 "bench --auto-augment rand-m9-mstd0.5-inc1" -- "$STK" bench "$T/ds31" --size 32 --auto-augment rand-m9-mstd0.5-inc1
+expect 0 "bench --auto-augment=rand-n3-m7" -- "$STK" bench "$T/ds31" --size 32 --auto-augment=rand-n3-m7
+expect 2 "a bad timm section is named" -- "$STK" bench "$T/ds31" --size 32 --auto-augment rand-m9-x3
+grep -q "section 'x3'" "$T/err" && ok || bad "timm section message: $(cat "$T/err")"
+expect 2 "timm's inc0 is refused" -- "$STK" bench "$T/ds31" --size 32 --auto-augment rand-m9-inc0
+expect 2 "an unknown policy name still is" -- "$STK" bench "$T/ds31" --auto-augment wobble
+# info SOURCE says what the source is, or refuses it
+expect 0 "info DIR" -- "$STK" info "$T/ds31"
+grep -q "^source: folder $T/ds31, 24 samples, 3 classes" "$T/out" && ok || bad "info DIR: $(tail -n 1 "$T/out")"
+expect 1 "info of a missing path" -- "$STK" info "$T/missing"
+grep -q "No such file or directory" "$T/err" && ! grep -q "input/output error" "$T/err" && ok \
+  || bad "info missing message: $(cat "$T/err")"
+expect 2 "info with two paths" -- "$STK" info "$T/ds31" "$T/ds"
+# pack --cache refuses to replace a cache unless --force, as --tar refuses shards
+expect 0 "pack a cache" -- "$STK" pack "$T/ds31" "$T/f.stkc" --cache --max-side 64
+before=$(cksum <"$T/f.stkc")
+expect 1 "pack over an existing cache" -- "$STK" pack "$T/ds31" "$T/f.stkc" --cache --max-side 32
+grep -q "exists: give --force" "$T/err" && ok || bad "pack exists message: $(cat "$T/err")"
+[ "$(cksum <"$T/f.stkc")" = "$before" ] && ok || bad "a refused pack changed the cache"
+expect 0 "pack --force replaces it" -- "$STK" pack "$T/ds31" "$T/f.stkc" --cache --max-side 32 --force
+[ "$(cksum <"$T/f.stkc")" != "$before" ] && ok || bad "pack --force left the old cache"
+expect 0 "info of a cache" -- "$STK" info "$T/f.stkc"
+grep -q "^source: cache $T/f.stkc, 24 samples, 3 classes" "$T/out" && ok || bad "info cache: $(tail -n 1 "$T/out")"
+# a missing source: the system's words, not "(input/output error)"
+for c in bench check; do
+  expect $([ $c = check ] && echo 2 || echo 1) "$c of a missing source" -- "$STK" $c "$T/missing"
+  grep -q "No such file or directory" "$T/err" && ! grep -q "input/output error" "$T/err" && ok \
+    || bad "$c missing source message: $(cat "$T/err")"
+done
+# a CPU-only build (STK_GPU=OFF; pip's STOKER_CPU_ONLY=1) says so, not that nvcc was missing
+if [ "$GPU_OPTION" = OFF ]; then
+  "$STK" info >"$T/out" 2>&1
+  grep -q "gpu kernels: not built (a CPU-only build, as asked)" "$T/out" && ! grep -q nvcc "$T/out" \
+    && ok || bad "CPU-only info: $(cat "$T/out")"
+  expect 1 "CPU-only bench --device 0" -- "$STK" bench "$T/ds31" --device 0
+  grep -q "a CPU-only build" "$T/err" && ! grep -q nvcc "$T/err" && ok || bad "CPU-only device message: $(cat "$T/err")"
+fi
+expect 1 "pack of a missing source" -- "$STK" pack "$T/missing" "$T/m.stkc" --cache
+grep -q "No such file or directory" "$T/err" && ! grep -q "input/output error" "$T/err" && ok \
+  || bad "pack missing source message: $(cat "$T/err")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -164,12 +165,26 @@ static void print_option_flags(FILE *f, stk_option_table t, int (*accept)(const 
 static int take_option_flag(const char *cmd, int argc, char **argv, int *i, stk_option_table t,
                             void *opts, int (*accept)(const stk_option_desc *),
                             stk_option_desc *out) {
-  int k = stk_option_find_flag(t, argv[*i]);
+  /* a switch also comes as --flag=0/1 (main keeps that form whole) or
+   * --no-flag (off), so that one that defaults on can be turned off */
+  char name[128];
+  const char *arg = argv[*i], *eq = strchr(arg, '='), *given = NULL;
+  snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
+  int k = stk_option_find_flag(t, name), neg = 0;
+  if (k < 0 && !strncmp(name, "--no-", 5)) {
+    char on[128];
+    snprintf(on, sizeof on, "--%s", name + 5);
+    k = stk_option_find_flag(t, on);
+    neg = k >= 0;
+  }
   stk_option_desc d;
   if (k < 0 || stk_option_info(t, k, &d) || (accept && !accept(&d))) return 0;
-  if (out) *out = d;
   int sw = !strcmp(d.type, "bool"); /* a switch: present = on */
-  const char *v = sw ? NULL : *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (neg && (!sw || eq)) return 0; /* --no- of a valued flag, or --no-x=1: unknown */
+  if (out) *out = d;
+  if (sw && eq) given = eq + 1;
+  if (neg) given = "0";
+  const char *v = sw ? given : *i + 1 < argc ? argv[*i + 1] : NULL;
   if (!sw && !v) {
     fprintf(stderr, "stoker %s: %s needs a value (see --help)\n", cmd, d.flag);
     exit(2);
@@ -183,6 +198,69 @@ static int take_option_flag(const char *cmd, int argc, char **argv, int *i, stk_
   }
   if (!sw) (*i)++;
   return 1;
+}
+
+/* Whether `arg` (--name=value) names a switch of either table: those keep
+ * their =value (take_option_flag reads it); every other --name=value is
+ * split into --name value before the commands see it. */
+static int is_switch_eq(const char *arg) {
+  const char *eq = strchr(arg, '=');
+  char name[128];
+  snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+  for (int t = 0; t < 2; t++) {
+    stk_option_desc d;
+    int k = stk_option_find_flag((stk_option_table)t, name);
+    if (k >= 0 && !stk_option_info((stk_option_table)t, k, &d) && !strcmp(d.type, "bool"))
+      return 1;
+  }
+  return 0;
+}
+
+/* timm's RandAugment string as `--auto-augment` takes it, the way train.py
+ * does ("rand-m9-mstd0.5-inc1"): auto_augment 4 and the timm_ options,
+ * the sections as timm reads them (m, n, mstd, mmax, inc, p; mstd above 100
+ * is uniform). 0, or 2 with a message for a bad string. */
+static int parse_timm_string(const char *s, stk_options *o) {
+  if (strncmp(s, "rand", 4) || (s[4] && s[4] != '-')) return 1; /* not one: the enum's names */
+  o->auto_augment = 4;
+  o->timm_increasing = 0;
+  for (const char *p = s + 4; *p == '-';) {
+    const char *q = p + 1, *end = strchr(q, '-');
+    size_t len = end ? (size_t)(end - q) : strlen(q);
+    char part[64], *num;
+    snprintf(part, sizeof part, "%.*s", (int)(len < 63 ? len : 63), q);
+    for (num = part; *num >= 'a' && *num <= 'z'; num++) {}
+    char *stop = NULL;
+    double v = strtod(num, &stop);
+    size_t klen = (size_t)(num - part);
+    int ok = *num && stop && !*stop;
+    if (ok && klen == 1 && part[0] == 'm' && v == (int)v && v >= 0 && v <= 1000) {
+      o->timm_magnitude = (float)v;
+    } else if (ok && klen == 1 && part[0] == 'n' && v == (int)v && v >= 0 && v <= 16) {
+      o->ra_num_ops = (int)v;
+    } else if (ok && klen == 4 && !strncmp(part, "mstd", 4) && v >= 0) {
+      o->timm_mstd = (float)v; /* above 100: uniform, as the library reads it */
+    } else if (ok && klen == 4 && !strncmp(part, "mmax", 4) && v == (int)v && v >= 0 &&
+               v <= 1000) {
+      o->timm_mmax = (int)v;
+    } else if (ok && klen == 3 && !strncmp(part, "inc", 3) && v == 1) {
+      o->timm_increasing = 1; /* (inc0 is refused: timm reads it as on) */
+    } else if (ok && klen == 1 && part[0] == 'p' && v >= 0 && v <= 1) {
+      o->timm_prob = (float)v;
+    } else {
+      fprintf(stderr, "stoker bench: --auto-augment %s: section '%s' is not one stoker takes "
+                      "(m, n, mstd, mmax, inc1, p followed by a number)\n", s, part);
+      return 2;
+    }
+    p = q + len;
+  }
+  if (s[4] && s[strlen(s) - 1] == '-') {
+    fprintf(stderr, "stoker bench: --auto-augment %s: an empty section\n", s);
+    return 2;
+  }
+  if (o->aug_fill[0] < 0) /* timm's create_transform fill: round(255 * ImageNet mean) */
+    o->aug_fill[0] = 124, o->aug_fill[1] = 116, o->aug_fill[2] = 104;
+  return 0;
 }
 
 /* The name of value v of an enum option of the loader ("" if none). */
@@ -210,7 +288,12 @@ static void usage_bench(FILE *f) {
           "(SOURCE/<class>/<image>), a cache file or a folder of tar shards (stoker pack);\n"
           "the kind is detected from the content.\n\n"
           "  --epochs N                 epochs to run (1)\n"
-          "  --json                     print one JSON object as the last line\n");
+          "  --json                     print one JSON object as the last line\n"
+          "  --auto-augment rand-...    also a timm RandAugment string, as train.py takes it\n"
+          "                             (rand-m9-mstd0.5-inc1: --auto-augment timm with its\n"
+          "                             timm_ options, the fill timm's 124,116,104)\n"
+          "A flag's value may follow '=' (--threads=2); a switch takes =0 or =1, or\n"
+          "--no-FLAG to turn it off (--no-augmix-all-ops).\n");
   print_option_flags(f, STK_OPTIONS_LOADER, NULL);
 }
 
@@ -227,6 +310,12 @@ static int cmd_bench(int argc, char **argv) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--json")) {
       json = 1;
+    } else if (!strcmp(a, "--auto-augment") && v && !strncmp(v, "rand", 4)) {
+      int rc = parse_timm_string(v, &o);
+      if (rc == 2) return 2;
+      if (rc == 0) i++;
+      else if (!take_option_flag("bench", argc, argv, &i, STK_OPTIONS_LOADER, &o, NULL, NULL))
+        return 2;
     } else if (!strcmp(a, "--epochs")) {
       epochs = (int)parse_int(a, v, 1, 1000000), i++;
     } else if (take_option_flag("bench", argc, argv, &i, STK_OPTIONS_LOADER, &o, NULL, NULL)) {
@@ -482,8 +571,9 @@ static void usage_pack(FILE *f) {
           "estimated first and the pack refused when the disk has less room. Ctrl-C\n"
           "removes the temporary output. Exits 0 when the output was written (also with\n"
           "files left out), 1 when the pack failed, 2 on a usage error.\n\n"
-          "  --cache                    write a cache file\n"
+          "  --cache                    write a cache file (an existing OUT only with --force)\n"
           "  --tar                      write tar shards\n"
+          "  --force                    --cache: replace an existing OUT\n"
           "  --json                     print one JSON object as the last line\n");
   print_option_flags(f, STK_OPTIONS_PACK, NULL);
 }
@@ -587,7 +677,7 @@ static int cmd_pack(int argc, char **argv) {
   }
   stk_pack_options po;
   stk_pack_options_init(&po);
-  int json = 0, cache = 0, tar = 0;
+  int json = 0, cache = 0, tar = 0, force = 0;
   const char *pos[2] = {NULL, NULL}, *cache_flag = NULL, *tar_flag = NULL;
   int npos = 0;
   for (int i = 1; i < argc; i++) {
@@ -596,6 +686,7 @@ static int cmd_pack(int argc, char **argv) {
     if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--cache")) cache = 1;
     else if (!strcmp(a, "--tar")) tar = 1;
+    else if (!strcmp(a, "--force")) force = 1;
     else if (take_option_flag("pack", argc, argv, &i, STK_OPTIONS_PACK, &po, NULL, &d)) {
       /* the table says which flags belong to one format only */
       if (d.only && !strcmp(d.only, "cache")) cache_flag = d.flag;
@@ -638,6 +729,13 @@ static int cmd_pack(int argc, char **argv) {
   }
   po.output = pos[npos - 1];
   po.format = tar ? STK_PACK_TAR : STK_PACK_CACHE;
+  struct stat st_out;
+  if (cache && !force && stat(po.output, &st_out) == 0) {
+    /* as --tar refuses a folder that holds shards: a cache is not replaced silently */
+    fprintf(stderr, "stoker pack: %s exists: give --force to replace it, or another output\n",
+            po.output);
+    return 1;
+  }
   pack_ui ui = {.tty = isatty(STDERR_FILENO) && !json, .t0 = now()};
   pthread_mutex_init(&ui.mu, NULL);
   po.progress = pack_progress;
@@ -778,10 +876,36 @@ static int cmd_synth(int argc, char **argv) {
 
 static int cmd_info(int argc, char **argv) {
   if (wants_help(argc, argv)) {
-    printf("usage: stoker info\n\nPrints the version, the SIMD level and what this build decodes.\n");
+    printf("usage: stoker info [SOURCE]\n\nPrints the version, the SIMD level and what this "
+           "build decodes;\nwith SOURCE (an image folder, a cache file or a folder of tar "
+           "shards), also\nwhat it is: its kind, samples and classes.\n");
     return 0;
   }
+  if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+    fprintf(stderr, "stoker info: %s: give at most one SOURCE (see --help)\n",
+            argc > 2 ? argv[2] : argv[1]);
+    return 2;
+  }
   fputs(stk_build_info(), stdout);
+  if (argc < 2) return 0;
+  /* the source as the loader opens it */
+  stk_options o;
+  stk_options_init(&o);
+  o.root = argv[1];
+  o.threads = 1;
+  o.batch_size = 1;
+  o.prefetch = 1;
+  char err[1024] = "";
+  stk_loader *l = NULL;
+  int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
+  if (rc) {
+    char cw[64];
+    fprintf(stderr, "stoker info: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw));
+    return 1;
+  }
+  printf("source: %s %s, %" PRId64 " samples, %d classes\n", stk_loader_source_kind(l),
+         argv[1], stk_loader_num_samples(l), stk_loader_num_classes(l));
+  stk_loader_destroy(l);
   return 0;
 }
 
@@ -794,6 +918,21 @@ int main(int argc, char **argv) {
     printf("stoker %s\n", stk_version_string());
     return 0;
   }
+  /* --flag=value is --flag value (a switch keeps its =0/1: take_option_flag) */
+  char **args = calloc((size_t)argc * 2 + 1, sizeof *args);
+  if (!args) return 1;
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    char *eq = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
+    if (eq && eq > argv[i] + 2 && !is_switch_eq(argv[i])) {
+      *eq = '\0'; /* argv's strings are the program's to change */
+      args[n++] = argv[i];
+      args[n++] = eq + 1;
+    } else {
+      args[n++] = argv[i];
+    }
+  }
+  argc = n, argv = args;
   const char *cmd = argv[1];
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);

@@ -449,13 +449,19 @@ static void aug_shared_memory(stk__gpu *g) {
 
 /* Whether `device` can be opened at all: kernels in this build, the
  * driver, the device number (before anything is allocated). */
+/* Why a build has no kernels: asked for, or no nvcc (cmake/gpu.cmake) */
+#ifdef STK_GPU_OFF
+#define STK__NO_KERNELS_WHY "a CPU-only build: STK_GPU=OFF, STOKER_CPU_ONLY=1 for pip"
+#else
+#define STK__NO_KERNELS_WHY "nvcc was not found when it was built"
+#endif
+
 static int check_device(int device, char *msg, size_t msglen) {
   if (device < 0) return stk__fail(msg, msglen, STK_EINVAL, "device must be >= 0, got %d", device);
   if (!kernel_image())
     return stk__fail(msg, msglen, STK_ENODEV,
-                     "device %d asked for, but this build of stoker has no GPU kernels (nvcc was "
-                     "not found when it was built)",
-                     device);
+                     "device %d asked for, but this build of stoker has no GPU kernels (%s)",
+                     device, STK__NO_KERNELS_WHY);
   stk__gpu_load();
   if (!stk__cu_ok) return stk__fail(msg, msglen, STK_ENODEV, "%s", stk__cu_why);
   CUresult r = stk__cu.Init(0);

@@ -35,8 +35,14 @@ int stk__gpu_probe(char *buf, size_t len) {
       if (w_ > 0) at += (size_t)w_ < len - at ? (size_t)w_ : len - at - 1; \
     }                                                                     \
   } while (0)
+  /* why there are no kernels: a CPU-only build asked for (cmake/gpu.cmake), or no nvcc */
+#ifdef STK_GPU_OFF
+  const char *no_kernels = "not built (a CPU-only build, as asked)";
+#else
+  const char *no_kernels = "not built (nvcc was not found at build time)";
+#endif
   OUT("gpu kernels: %s\n", stk__gpu_built() ? "built (sm_80, sm_90, compute_90 PTX)"
-                                         : "not built (nvcc was not found at build time)");
+                                         : no_kernels);
   stk__gpu_load();
   if (!stk__cu_ok) {
     if (at < len) no_driver_lines(buf + at, len - at);
