@@ -185,7 +185,11 @@ def _device_index(device):
         return int(device)
     dev_type, index = None, None
     if isinstance(device, str):
-        dev_type, _, idx = device.partition(":")
+        dev_type, colon, idx = device.partition(":")
+        # "cuda:-1" used to mean the CPU (-1 is its number in the C library)
+        if colon and not (idx.isdigit() and idx.isascii()):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N' with N >= 0, "
+                             f"got {device!r}")
         index = int(idx) if idx else None
     elif hasattr(device, "type"):  # torch.device
         dev_type, index = device.type, device.index
