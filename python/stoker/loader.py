@@ -330,6 +330,66 @@ def _default_threads():
 
 
 
+def _subset_list(subset, pipeline):
+    """A torch Subset (random_split's parts too, nested ones composed) of an
+    ImageFolder as (a temporary folder holding a list file of its samples in
+    the subset's order, with its class names, the list file, the pipeline:
+    the ImageFolder's transform unless pipeline= is given)."""
+    import tempfile
+
+    idx = list(range(len(subset.indices)))
+    ds = subset
+    while hasattr(ds, "dataset") and hasattr(ds, "indices"):
+        idx = [int(ds.indices[i]) for i in idx]
+        ds = ds.dataset
+    if not (hasattr(ds, "samples") and hasattr(ds, "classes")):
+        raise TypeError(f"root: a Subset of {type(ds).__name__}: the loader takes Subsets of an "
+                        "ImageFolder (or a DatasetFolder with samples and classes)")
+    if getattr(ds, "target_transform", None) is not None:
+        raise ValueError("root: an ImageFolder with a target_transform is not supported (the "
+                         "loader yields ImageFolder's class indices as labels)")
+    if getattr(ds, "transform", None) is not None:
+        if pipeline is not None and pipeline is not ds.transform:
+            raise ValueError("root is a Subset of an ImageFolder with a transform and pipeline= "
+                             "is given too: give the transforms once")
+        pipeline = ds.transform
+    tmp = tempfile.TemporaryDirectory(prefix="stoker-subset-")
+    path = os.path.join(tmp.name, "subset.txt")
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(_class_header(ds.classes))
+        for i in idx:
+            p, label = ds.samples[i]
+            f.write(f"{os.path.abspath(p)} {int(label)}\n")
+    return tmp, path, pipeline
+
+
+def _class_header(names):
+    """A list file's class names: one "# class: NAME" line per class, in label order."""
+    for n in names:
+        if "\n" in n or "\r" in n:
+            raise ValueError(f"class name {n!r}: a line break cannot go in a list file")
+    return "".join(f"# class: {n}\n" for n in names)
+
+
+def _list_classes(path):
+    """The class names a list file carries: its "# class: NAME" lines before
+    the first sample line, in label order; None when it has none (or is a
+    pipe or FIFO, whose lines the loader itself must read)."""
+    if not os.path.isfile(path):
+        return None
+    names = []
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            s = line.strip()
+            if not s:
+                continue
+            if not s.startswith("#"):
+                break
+            if s.startswith("# class:"):
+                names.append(line.split("# class:", 1)[1].strip("\r\n").strip(" "))
+    return names or None
+
+
 def _check_list_file(path: str) -> None:
     """A list file may be a regular file, a FIFO or a pipe (``/dev/fd/N``, as
     ``<(command)`` gives): the library reads FIFOs and pipes within
@@ -432,6 +492,13 @@ class ImageLoader:
         docs/python.md, which also lists the exceptions.
         """
         torch = _torch()
+        self._subset_tmp = None
+        if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
+                hasattr(root, "dataset") and hasattr(root, "indices"):
+            # Subset(ImageFolder(...), idx), random_split(...)[k]: a list file of its
+            # samples, with the ImageFolder's class names (kept until the loader goes)
+            self._subset_tmp, list_file, pipeline = _subset_list(root, pipeline)
+            root = None
         if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
                 hasattr(root, "root") and hasattr(root, "samples"):
             imagefolder = root
@@ -547,6 +614,17 @@ class ImageLoader:
             warnings.warn(note, stacklevel=2)
         counts = self._c.counts()
         self._classes = self._c.classes()
+        names = _list_classes(list_file) if list_file is not None else None
+        if names is not None:
+            # the list's own class names: classes and num_classes are those, not
+            # max label + 1 (a subset's list need not hold every class)
+            if counts["num_classes"] > len(names):
+                self._c.close()
+                raise ValueError(f"list_file {list_file!r}: labels up to "
+                                 f"{counts['num_classes'] - 1} but {len(names)} '# class:' "
+                                 "names")
+            counts = dict(counts, num_classes=len(names))
+            self._classes = names
         if imagefolder is not None and (list(imagefolder.classes) != self._classes
                                         or len(imagefolder.samples) != counts["num_samples"]):
             # a subclass with its own find_classes(), extensions or is_valid_file
