@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "core/common.h"
 
@@ -295,6 +296,24 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   if (!(o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1] && isfinite(o->ratio[1])))
     BAD("ratio must satisfy 0 < ratio[0] <= ratio[1] < inf, got (%g, %g)", (double)o->ratio[0],
         (double)o->ratio[1]);
+  /* RandomResizedCrop's fallback crop is w x round(w / ratio[0]) (or
+   * round(h * ratio[1]) x h): past the longest side an image can have
+   * (65,535: JPEG's, WebP's 16,383), that is 0 for every image, and each
+   * file failed in turn, blamed for the option's fault */
+  if (o->ratio[0] > 65535.0f || o->ratio[1] < 1.0f / 65535.0f)
+    BAD("ratio (%g, %g) gives every image an empty crop: an aspect ratio (width / height) "
+        "must be within [1/65535, 65535], as no image side is longer; ImageNet training uses "
+        "(3/4, 4/3)",
+        (double)o->ratio[0], (double)o->ratio[1]);
+  /* A file as index_dir was ignored without a word (no index written or
+   * read): refuse it, as an unwritable folder is not (that is no error). */
+  if (o->index != 0 && o->index_dir && *o->index_dir) {
+    struct stat ist;
+    int found = stat(o->index_dir, &ist) == 0, below_file = !found && errno == ENOTDIR;
+    if ((found && !S_ISDIR(ist.st_mode)) || below_file)
+      BAD("index_dir %s is not a folder%s", o->index_dir,
+          below_file ? " (a part of its path is a file)" : "");
+  }
   for (int c = 0; c < 3; c++) {
     if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
     if (!isfinite(o->mean[c]) || !isfinite(o->std[c]))
