@@ -448,7 +448,7 @@ class ImageLoader:
                  read_timeout: Optional[float] = None, pin_memory: bool = False,
                  mix: Any = None, cache: Optional[StrPath] = None,
                  cache_max_side: int = 512, cache_dir: Optional[StrPath] = None,
-                 cache_bytes: int = 0) -> None:
+                 cache_bytes: int = 0, remote_memory: int = 0) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
         begin preparing the first epoch at once.
 
@@ -597,6 +597,8 @@ class ImageLoader:
         if cache_dir is not None:  # remote shards: local copies (docs/remote.md)
             opts["cache_dir"] = os.path.expanduser(os.fspath(cache_dir))
             opts["cache_bytes"] = _int("cache_bytes", cache_bytes, 0)
+        if remote_memory:
+            opts["remote_memory"] = _int("remote_memory", remote_memory, 0)
         if read_timeout is not None:
             # seconds a file read may take (a hung mount) before its sample fails; 0 = no limit
             if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))

@@ -118,13 +118,17 @@ typedef struct piece {
   int refs;        /* planned reads not yet made */
   int users;       /* reads copying from it now */
   int failed;      /* its transfer failed: later reads fetch their own bytes */
-  uint64_t tick;   /* last use, for least-recently-used */
+  uint64_t tick;   /* last use */
 } piece;
 
+/* The reads of one epoch's order (this rank's), by part: for part q, the
+ * positions pos[start[q] .. start[q + 1]) in the order that read it, and
+ * how many of them were planned so far. */
 typedef struct {
-  uint64_t hw;     /* the end of the furthest part requested this epoch */
-  uint64_t epoch;
-} frontier;
+  uint64_t epoch1; /* the epoch + 1; 0 = none */
+  int64_t n;       /* reads in the order */
+  int64_t *start, *pos, *cur;
+} uses;
 
 struct stk__parts {
   stk__net *net;
@@ -132,19 +136,44 @@ struct stk__parts {
   pthread_mutex_t mu;
   piece *list;
   uint64_t bytes, peak, tick;
-  frontier *fr;
-  int nfr;
+  int nobj;
+  int64_t *base;      /* nobj + 1: each object's first part number */
+  uint64_t *fetched;  /* per part: the epoch + 1 it was last requested whole in */
+  uses u[2];          /* the current epoch and the next (slot epoch & 1) */
+  uint64_t planning;  /* the latest epoch planned */
 };
 
-int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget) {
+int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget, int nobj,
+                    const uint64_t *sizes) {
+  *out = NULL;
   stk__parts *p = calloc(1, sizeof *p);
   if (!p) return STK_ENOMEM;
+  p->base = malloc(((size_t)nobj + 1) * sizeof *p->base);
+  if (!p->base) {
+    free(p);
+    return STK_ENOMEM;
+  }
+  p->base[0] = 0;
+  for (int i = 0; i < nobj; i++) p->base[i + 1] = p->base[i] + (int64_t)(sizes[i] / part_size + 1);
+  if (!(p->fetched = calloc((size_t)p->base[nobj] + 1, sizeof *p->fetched))) {
+    free(p->base);
+    free(p);
+    return STK_ENOMEM;
+  }
   p->net = net;
   p->part = part_size;
   p->budget = budget;
+  p->nobj = nobj;
   pthread_mutex_init(&p->mu, NULL);
   *out = p;
   return STK_OK;
+}
+
+static void uses_free(uses *u) {
+  free(u->start);
+  free(u->pos);
+  free(u->cur);
+  memset(u, 0, sizeof *u);
 }
 
 static void piece_free(piece *c) {
@@ -162,14 +191,52 @@ void stk__parts_close(stk__parts *p) {
     piece_free(c);
     c = nx;
   }
-  free(p->fr);
+  uses_free(&p->u[0]);
+  uses_free(&p->u[1]);
+  free(p->fetched);
+  free(p->base);
   pthread_mutex_destroy(&p->mu);
   free(p);
 }
 
-/* Lets go of pieces no plan holds, least recently used first, until the
- * store is within its budget (mutex held). Pieces still in transfer are
- * kept: freeing one would wait for it. */
+static int64_t part_of(const stk__parts *p, int obj, uint64_t at) {
+  int64_t q = p->base[obj] + (int64_t)(at / p->part);
+  return q < p->base[obj + 1] ? q : p->base[obj + 1] - 1;
+}
+
+/* Where the next read of part q not yet planned lies, counted in reads from
+ * the start of the earlier epoch planned; INT64_MAX when none is known. */
+static int64_t next_use(const stk__parts *p, int64_t q) {
+  int64_t offset = 0;
+  for (uint64_t e = p->planning; e <= p->planning + 1; e++) {
+    /* reads of an epoch before the one being planned will not come:
+     * what of it was not planned is read by refills, not through here */
+    const uses *u = &p->u[e & 1];
+    if (u->epoch1 != e + 1) continue;
+    int64_t have = u->start[q + 1] - u->start[q];
+    if (u->cur[q] < have) return offset + u->pos[u->start[q] + u->cur[q]];
+    offset += u->n;
+  }
+  return INT64_MAX;
+}
+
+static int64_t reads_left(const stk__parts *p, int64_t q, uint64_t epoch);
+
+/* The requests that letting go of part q will cost this epoch: a part
+ * fetched whole this epoch gives each read of it still to come a request
+ * of its own (a straggler's); one not fetched yet this epoch is fetched
+ * whole again at its next read, one request; none when no read is left. */
+static int64_t evict_cost(const stk__parts *p, int64_t q) {
+  int64_t now = reads_left(p, q, p->planning);
+  if (p->fetched[q] == p->planning + 1) return now;
+  return now + reads_left(p, q, p->planning + 1) > 0;
+}
+
+/* Lets go of pieces no plan holds until the store is within its budget
+ * (mutex held): the one whose loss costs the fewest requests first (the
+ * epoch's order is known), then the one read again furthest in the future
+ * (Belady's rule), then the least recently used. Failed pieces go at once.
+ * Pieces still in transfer stay: freeing one would wait for it. */
 static void evict(stk__parts *p) {
   for (piece **c = &p->list; *c;) {
     piece *v = *c;
@@ -183,10 +250,18 @@ static void evict(stk__parts *p) {
   }
   while (p->bytes > p->budget) {
     piece **best = NULL;
-    for (piece **c = &p->list; *c; c = &(*c)->next)
-      if (!(*c)->refs && !(*c)->users && stk__net_done((*c)->req) &&
-          (!best || (*c)->tick < (*best)->tick))
+    int64_t best_cost = 0, best_next = 0;
+    for (piece **c = &p->list; *c; c = &(*c)->next) {
+      if ((*c)->refs || (*c)->users || !stk__net_done((*c)->req)) continue;
+      int64_t q = part_of(p, (*c)->obj, (*c)->off);
+      int64_t cost = evict_cost(p, q), nx = next_use(p, q);
+      if (!best || cost < best_cost || (cost == best_cost && nx > best_next) ||
+          (cost == best_cost && nx == best_next && (*c)->tick < (*best)->tick)) {
         best = c;
+        best_cost = cost;
+        best_next = nx;
+      }
+    }
     if (!best) return;
     piece *v = *best;
     *best = v->next;
@@ -208,34 +283,71 @@ static uint64_t next_start(stk__parts *p, int obj, uint64_t at, uint64_t limit) 
   return limit;
 }
 
-static frontier *frontier_of(stk__parts *p, int obj) {
-  if (obj >= p->nfr) {
-    int n = obj + 64;
-    frontier *f = realloc(p->fr, (size_t)n * sizeof *f);
-    if (!f) return NULL;
-    memset(f + p->nfr, 0, (size_t)(n - p->nfr) * sizeof *f);
-    p->fr = f;
-    p->nfr = n;
+/* Whether a part let go and needed again is fetched whole: when a quarter
+ * of its reads this epoch (and at least 8) still need it, so that one
+ * request serves them (a request costs a server about as much as a
+ * megabyte of transfer; eviction then keeps it, for those reads). */
+static int refetch(const stk__parts *p, int64_t q, uint64_t epoch) {
+  const uses *u = &p->u[epoch & 1];
+  if (u->epoch1 != epoch + 1) return 0;
+  int64_t all = u->start[q + 1] - u->start[q], left = all - u->cur[q];
+  if (left < 8 || 4 * left < all) return 0;
+  if (p->bytes + p->part <= p->budget) return 1;
+  /* a full store: only when a piece that costs fewer requests can make
+   * room, else the part would push out what serves more reads */
+  uint64_t room = 0;
+  for (const piece *c = p->list; c && room < p->part; c = c->next)
+    if (!c->refs && !c->users && evict_cost(p, part_of(p, c->obj, c->off)) < left) room += c->len;
+  return room >= p->part;
+}
+
+static int64_t reads_left(const stk__parts *p, int64_t q, uint64_t epoch) {
+  const uses *u = &p->u[epoch & 1];
+  if (u->epoch1 != epoch + 1) return 0;
+  return u->start[q + 1] - u->start[q] - u->cur[q];
+}
+
+int stk__parts_expect(stk__parts *p, uint64_t epoch, int64_t n, const int32_t *obj,
+                      const uint64_t *off) {
+  int64_t nq = p->base[p->nobj];
+  uses u = {epoch + 1, n, calloc((size_t)nq + 2, sizeof(int64_t)),
+            malloc(((size_t)n + 1) * sizeof(int64_t)), calloc((size_t)nq + 1, sizeof(int64_t))};
+  if (!u.start || !u.pos || !u.cur) {
+    uses_free(&u);
+    return STK_ENOMEM; /* eviction goes by recency alone */
   }
-  return &p->fr[obj];
+  /* counts, prefix sums, then the positions in order (ascending per part) */
+  for (int64_t j = 0; j < n; j++)
+    if (obj[j] >= 0) u.start[part_of(p, obj[j], off[j]) + 2]++;
+  for (int64_t q = 0; q < nq; q++) u.start[q + 2] += u.start[q + 1];
+  for (int64_t j = 0; j < n; j++)
+    if (obj[j] >= 0) u.pos[u.start[part_of(p, obj[j], off[j]) + 1]++] = j;
+  pthread_mutex_lock(&p->mu);
+  uses_free(&p->u[epoch & 1]);
+  p->u[epoch & 1] = u;
+  pthread_mutex_unlock(&p->mu);
+  return STK_OK;
 }
 
 void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
                      uint64_t len, uint64_t epoch) {
   pthread_mutex_lock(&p->mu);
-  frontier *f = frontier_of(p, obj);
-  if (f && f->epoch != epoch + 1) { /* +1: 0 means never planned */
-    f->epoch = epoch + 1;
-    f->hw = 0;
-  }
   uint64_t end = off + len, at = off;
   while (at < end) {
     piece *c = find(p, obj, at);
     if (!c) {
-      uint64_t stop;
-      if (f && at >= f->hw) {
-        /* the shard is read front to back: a whole part from here */
-        stop = at + p->part > end ? at + p->part : end;
+      int64_t q = part_of(p, obj, at);
+      uint64_t start = at, stop;
+      if (p->fetched[q] != epoch + 1 || refetch(p, q, epoch)) {
+        /* the part's first read this epoch, or one let go that more reads
+         * of this epoch still need: the whole part (what of it no piece
+         * holds), for the samples of it that follow */
+        p->fetched[q] = epoch + 1;
+        start = at - at % p->part;
+        stop = start + p->part;
+        for (piece *o = p->list; o; o = o->next) /* not over a piece before `at` */
+          if (o->obj == obj && o->off + o->len <= at && o->off + o->len > start)
+            start = o->off + o->len;
       } else {
         stop = end; /* a straggler: its own bytes only */
       }
@@ -245,9 +357,9 @@ void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uin
       c = calloc(1, sizeof *c);
       if (!c) break; /* the read then fetches its bytes itself */
       c->obj = obj;
-      c->off = at;
-      c->len = stop - at;
-      c->req = stk__net_get(p->net, url, at, c->len, 0, 0);
+      c->off = start;
+      c->len = stop - start;
+      c->req = stk__net_get(p->net, url, start, c->len, 0, 0);
       if (!c->req) {
         free(c);
         break;
@@ -256,11 +368,17 @@ void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uin
       p->list = c;
       p->bytes += c->len;
       if (p->bytes > p->peak) p->peak = p->bytes;
-      if (f && stop > f->hw) f->hw = stop;
     }
     c->refs++;
     c->tick = ++p->tick;
     at = c->off + c->len;
+  }
+  if (epoch > p->planning) p->planning = epoch;
+  /* this read is planned: its part's next read is the one after it */
+  uses *u = &p->u[epoch & 1];
+  if (u->epoch1 == epoch + 1) {
+    int64_t q = part_of(p, obj, off);
+    if (u->cur[q] < u->start[q + 1] - u->start[q]) u->cur[q]++;
   }
   evict(p);
   pthread_mutex_unlock(&p->mu);
@@ -280,9 +398,8 @@ void stk__parts_memory(stk__parts *p, uint64_t *now, uint64_t *peak) {
   pthread_mutex_unlock(&p->mu);
 }
 
-int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
-                    uint64_t len, uint8_t *dst, char *msg, size_t msglen) {
-  (void)size;
+int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint64_t len,
+                    uint8_t *dst, char *msg, size_t msglen) {
   uint64_t end = off + len, at = off;
   int rc = STK_OK;
   while (rc == STK_OK && at < end) {

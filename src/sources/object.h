@@ -9,13 +9,13 @@
  *   - by sample, through a store of parts shared by the worker threads
  *     (stk__parts). The loader tells it which samples its started batches
  *     will read (plan), in the order they will be read; the store requests
- *     at once the parts that hold them: a large part (part_size) where the
- *     sample lies beyond everything requested of its object this epoch (the
- *     shard is being read front to back), else the sample's bytes alone (a
- *     straggler of the shuffle buffer whose part was already let go). A
+ *     at once the parts that hold them: the whole aligned part (part_size)
+ *     the first time a part is needed in an epoch, else the sample's bytes
+ *     alone (a straggler of the shuffle buffer whose part was let go). A
  *     read then finds its bytes arrived, or waits for them. Parts stay
- *     while a planned sample needs them; those no plan holds are let go,
- *     least recently used first, once the parts exceed `budget` bytes. A
+ *     while a planned sample needs them; those no plan holds are let go
+ *     once the parts exceed `budget` bytes, the one read again furthest in
+ *     the epoch's order first (the source tells the store the order). A
  *     read nothing planned (a refill, `stoker check`) fetches its own bytes.
  *   Memory: the budget, plus the parts that the started batches hold.
  */
@@ -53,18 +53,25 @@ void stk__object_close(stk__object *o);
 
 /* ---- the store of parts of remote objects ---------------------------------- */
 typedef struct stk__parts stk__parts;
-int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget);
+/* For nobj objects of these sizes, read in parts of part_size bytes. */
+int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget, int nobj,
+                    const uint64_t *sizes);
 void stk__parts_close(stk__parts *p);
+/* The reads an epoch's order holds (this rank's, in full): the object and
+ * the offset of each (obj -1: none). Eviction then lets go first of the
+ * part read again furthest in the future. STK_ENOMEM leaves it to recency. */
+int stk__parts_expect(stk__parts *p, uint64_t epoch, int64_t n, const int32_t *obj,
+                      const uint64_t *off);
 /* Bytes [off, off + len) of object `obj` (url, size) will be read soon, in
- * this epoch; one call per planned read. */
+ * this epoch; one call per planned read, in the order of the reads. */
 void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
                      uint64_t len, uint64_t epoch);
 /* The plans are void (the loader dropped its batches). */
 void stk__parts_reset(stk__parts *p);
 /* Copies bytes [off, off + len) of obj into dst. STK_OK, or the error with
- * "URL: reason" in msg. */
-int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
-                    uint64_t len, uint8_t *dst, char *msg, size_t msglen);
+ * the reason in msg. */
+int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint64_t len,
+                    uint8_t *dst, char *msg, size_t msglen);
 /* Bytes the parts hold now, and their peak. */
 void stk__parts_memory(stk__parts *p, uint64_t *now, uint64_t *peak);
 

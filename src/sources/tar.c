@@ -1245,8 +1245,8 @@ static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
     /* a remote shard: from its local copy, else through the store of parts */
     int rc = stk__shard_cache_read(t->cache, m->shard, m->off - BLOCK, m->size + BLOCK, buf->p);
     if (rc)
-      rc = stk__parts_read(t->parts, m->shard, t->shards[m->shard], t->size[m->shard],
-                           m->off - BLOCK, m->size + BLOCK, buf->p, msg, msglen);
+      rc = stk__parts_read(t->parts, m->shard, t->shards[m->shard], m->off - BLOCK,
+                           m->size + BLOCK, buf->p, msg, msglen);
     if (rc) return rc;
     out->bytes_read = m->size + BLOCK;
   } else {
@@ -1284,6 +1284,21 @@ static int read_local(const tar_impl *t, const tar_member *m, stk__buf *buf, stk
   return STK_OK;
 }
 
+/* Remote shards: the store of parts learns which reads the epoch holds. */
+static void expect_order(const tar_impl *t, const int64_t *out, int64_t L, uint64_t epoch) {
+  if (!t->parts) return;
+  int32_t *obj = malloc(((size_t)L + 1) * sizeof *obj);
+  uint64_t *off = malloc(((size_t)L + 1) * sizeof *off);
+  for (int64_t j = 0; obj && off && j < L; j++) {
+    const tar_member *m = &t->m[out[j]];
+    obj[j] = m->damage ? -1 : m->shard;
+    off[j] = m->damage ? 0 : m->off - BLOCK;
+  }
+  if (obj && off) stk__parts_expect(t->parts, epoch, L, obj, off);
+  free(obj); /* without memory the store goes by recency alone */
+  free(off);
+}
+
 /* This rank's order of an epoch (docs/storage.md has the rule): the runs of
  * samples of each shard, in a per-epoch permutation of the shards, laid end
  * to end; rank r takes positions [r*L, (r+1)*L) of that sequence (wrapping
@@ -1314,7 +1329,10 @@ static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, in
     }
   }
   int64_t K = s->shuffle_buffer < L ? s->shuffle_buffer : L;
-  if (!sp->shuffle || K <= 1) return;
+  if (!sp->shuffle || K <= 1) {
+    expect_order(t, out, L, epoch);
+    return;
+  }
   /* The buffer is out[0..K); the rest of out is read ahead of where the
    * output (in scratch) is written, so nothing is overwritten early. Its
    * stream is keyed by the rank (and kept apart from sample streams). */
@@ -1332,6 +1350,7 @@ static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, in
     out[b] = out[left - 1];
   }
   memcpy(out, scratch, (size_t)L * sizeof *out);
+  expect_order(t, out, L, epoch);
 }
 
 static void tar_plan(const stk__source *s, const int64_t *idx, int n, uint64_t epoch) {
@@ -1417,8 +1436,6 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   s->ops = &tar_ops; /* close() frees what was made on any failure */
   if (stk__is_url(path)) {
     int rc = stk__net_open(&t->net, opt ? opt->read_timeout : 0, msg, msglen);
-    if (rc == STK_OK && stk__parts_open(&t->parts, t->net, PART_SIZE, PARTS_BUDGET))
-      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     if (rc) return rc;
   }
   char *dir = NULL;
@@ -1429,6 +1446,12 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   int rc = list_shards(path, t, &dir, msg, msglen);
   if (rc == STK_OK && t->nshards == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
+  if (rc == STK_OK && t->net) {
+    const char *mb = getenv("STOKER_PARTS_BUDGET_MB");
+    uint64_t budget = mb ? strtoull(mb, NULL, 10) << 20 : PARTS_BUDGET;
+    if (stk__parts_open(&t->parts, t->net, PART_SIZE, budget, t->nshards, t->size))
+      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  }
   if (rc == STK_OK && t->net && opt && opt->cache_dir && opt->cache_dir[0])
     rc = stk__shard_cache_open(&t->cache, opt->cache_dir, opt->cache_bytes, t->net, t->nshards,
                                msg, msglen);
