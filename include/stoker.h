@@ -266,13 +266,17 @@ typedef struct stk_options {
                                 copies are augmented apart. 0 = off */
 
   /* bounds on hostile input (fields added in 0.4) */
-  uint64_t max_decode_bytes; /* memory one decode may take beside the image's
-                                own pixels (max_pixels bounds those): PNG
-                                ancillary chunks (at most 64 MiB of them,
-                                zTXt/iTXt/iCCP as inflated; Pillow's bound on
-                                text) and libjpeg's allocations, the whole-
-                                image coefficient buffers of progressive and
-                                arithmetic JPEGs included. 128 MiB; 0 = none */
+  uint64_t max_decode_bytes; /* the loader's decode memory, shared by its
+                                threads: each decode's output pixels and
+                                what its header asks beside them (libjpeg's
+                                whole-image coefficient buffers of
+                                progressive and arithmetic JPEGs, PNG
+                                ancillary chunks: at most 64 MiB of them,
+                                inflated). A decode waits for others to give
+                                theirs back; one over the whole budget fails
+                                (STK_ELIMIT). One decode of stk_check_file
+                                or stk_pack has it to itself. 384 MiB;
+                                0 = none */
   float max_skipped_fraction;/* under skip, an epoch whose failed samples
                                 exceed this share of it ends with
                                 STK_ETOOMANY. 0.1; 1 = no bound */
@@ -311,9 +315,6 @@ typedef struct stk_options {
   const char *cache_dir;     /* NULL = no local copies */
   uint64_t cache_bytes;      /* 0 = half the free space of cache_dir's disk
                                 when the loader opens */
-  uint64_t remote_memory;    /* parts of remote shards kept in memory beyond
-                                what the started batches need (for the
-                                shuffle buffer's stragglers); 0 = 256 MiB */
 
   /* timm's RandomErasing (fields added in 0.5): its max_count and its mode
    * "rand" (mode "pixel" is erase_random, "const" erase_value 0) */

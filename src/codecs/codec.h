@@ -36,6 +36,10 @@ typedef struct {
   stk__format format;
   int components;      /* channels in the file: 1 grey, 3 colour, 4 CMYK/RGBA */
   int progressive;     /* JPEG: progressive scan */
+  uint64_t work_bytes; /* what the decode allocates beside its output pixels,
+                          as the header tells (a progressive or multi-scan
+                          JPEG's coefficient buffers, a table format's
+                          scratch); the loader's shared budget counts it */
 } stk__image_info;
 
 /* A rectangle in pixel coordinates: x, y of the top-left corner, width, height. */
@@ -62,7 +66,7 @@ void stk__decoder_destroy(stk__decoder *d);
 /* Limits applied by both calls below; 0 means no limit. */
 void stk__decoder_set_limits(stk__decoder *d, uint64_t max_pixels);
 /* The memory one decode may take beside its pixels (stk_options.
- * max_decode_bytes; 128 MiB until set); 0 = none. Over it: STK_ELIMIT. */
+ * max_decode_bytes; 384 MiB until set); 0 = none. Over it: STK_ELIMIT. */
 void stk__decoder_set_max_bytes(stk__decoder *d, uint64_t max_bytes);
 
 /* Reads the header only. Returns STK_OK, or STK_EFORMAT / STK_EDECODE /

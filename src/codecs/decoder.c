@@ -38,7 +38,7 @@ void stk__pngdec_set_budget(stk__pngdec *p, uint64_t max_bytes);
 #define DEFAULT_MAX_PIXELS 178956970u
 /* stk_options.max_decode_bytes's default, for every decoder (check, pack,
  * the GPU's fallback) until stk__decoder_set_max_bytes() says otherwise. */
-#define DEFAULT_MAX_DECODE_BYTES ((uint64_t)128 << 20)
+#define DEFAULT_MAX_DECODE_BYTES ((uint64_t)384 << 20)
 
 /* The formats decoded whole by formats.h's decoders, one row each. */
 static const stk__codec k_codecs[] = {
@@ -163,6 +163,9 @@ static int begin(stk__decoder *d, const uint8_t *buf, size_t n, stk__image_info 
   }
   if (rc)
     return rc;
+  /* JPEG's header set its coefficient buffers; PNG's row buffers are small */
+  if (f == STK__FMT_PNG) info->work_bytes = 0;
+  else if (f != STK__FMT_JPEG) info->work_bytes = d->fmt.scratch_need;
   if (info->width <= 0 || info->height <= 0) {
     abort_format(d, f);
     return stk__fail(msg, msglen, STK_EDECODE, "image has no pixels (%dx%d)", info->width,

@@ -174,6 +174,7 @@ int stk__jpegdec_header(stk__jpegdec *j, const uint8_t *buf, size_t n, stk__imag
   /* Refused from the header, before libjpeg allocates it (it would take
    * the memory even for a file whose scans hold nothing). */
   uint64_t coef = coef_buffer_bytes(cinfo);
+  info->work_bytes = coef;
   if (j->max_bytes && coef > j->max_bytes) {
     jpeg_abort_decompress(cinfo);
     return stk__fail(msg, msglen, STK_ELIMIT,

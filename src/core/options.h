@@ -159,9 +159,10 @@
     "the train crop's and the eval resize's filter: Pillow's antialiased bilinear or bicubic") \
   X(ra_reps, INT, STK__V(0), 0, 64, NULL, "--ra-reps", "ra_reps", \
     "repeated augmentation: RASampler's order, each sample reps times; 0 = off") \
-  X(max_decode_bytes, U64, STK__V(128.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
+  X(max_decode_bytes, U64, STK__V(384.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
     "--max-decode-bytes", "max_decode_bytes", \
-    "memory one decode may use beside its pixels (PNG chunks, libjpeg's buffers); 0 = none") \
+    "memory the loader's decodes take together, shared by its threads (pixels, libjpeg's " \
+    "buffers, PNG chunks); 0 = none") \
   X(max_skipped_fraction, FLOAT, STK__V(0.1), 0, 1, NULL, "--max-skipped-fraction", \
     "max_skipped_fraction", "under skip, the share of an epoch that may fail before it raises") \
   X(verify, BOOL, STK__V(0), 0, 1, NULL, "--verify", "verify", \

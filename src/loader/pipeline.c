@@ -4,7 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +33,103 @@ void stk__plan_init(stk__plan *p, const stk_options *o) {
                   o->std);
   p->image_bytes = (size_t)o->size * o->size * 3 * stk__dtype_size(o->dtype);
   if (o->pipeline == STK_PIPELINE_TRAIN) stk__aug_plan_init(&p->aug, o, o->size, o->size);
+  pthread_mutex_init(&p->budget.mu, NULL);
+  pthread_cond_init(&p->budget.cv, NULL);
+  p->budget.total = o->max_decode_bytes;
+  p->budget.on = 1;
+  /* What a worker keeps between samples: 16 MiB (a 2-megapixel decode, or
+   * a 16 MB file), less when many threads share a small budget. Kept
+   * buffers are outside the budget: the loader's decode memory is at most
+   * max_decode_bytes plus threads x keep. */
+  int threads = o->threads > 0 ? o->threads : 1;
+  uint64_t keep = (uint64_t)16 << 20;
+  if (o->max_decode_bytes && o->max_decode_bytes / (4 * (uint64_t)threads) < keep)
+    keep = o->max_decode_bytes / (4 * (uint64_t)threads);
+  p->keep = keep > ((size_t)1 << 20) ? (size_t)keep : (size_t)1 << 20;
+}
+
+void stk__plan_free(stk__plan *p) {
+  if (!p->budget.on) return;
+  pthread_mutex_destroy(&p->budget.mu);
+  pthread_cond_destroy(&p->budget.cv);
+  p->budget.on = 0;
+}
+
+/* The memory the decode of the region `want` (full-resolution) at
+ * 1/denom takes: its output pixels and what its header said it allocates
+ * beside them. JPEG decodes the region's rows, counted here at full width
+ * (a crop is decoded full width in some subsamplings) plus an iMCU each
+ * way; the other formats decode the whole image. */
+static uint64_t decode_need(const stk__sample *s, const stk__rect *want, int denom) {
+  const stk__image_info *in = &s->info;
+  uint64_t px;
+  if (in->format == STK__FMT_JPEG) {
+    uint64_t w = ((uint64_t)in->width + (uint64_t)denom - 1) / (uint64_t)denom + 32;
+    uint64_t h = ((uint64_t)want->h + (uint64_t)denom - 1) / (uint64_t)denom + 32;
+    px = w * h * 3;
+  } else {
+    px = (uint64_t)in->width * (uint64_t)in->height * 3;
+  }
+  return px + in->work_bytes + ((uint64_t)1 << 20); /* a MiB for the libraries' own state */
+}
+
+static int budget_take(const stk__plan *p, stk__worker *w, const stk__sample *s, uint64_t need,
+                       char *msg, size_t msglen) {
+  stk__budget *b = (stk__budget *)&p->budget; /* the plan is the loader's, shared */
+  if (!b->on || !b->total) return STK_OK;
+  if (need > b->total)
+    return stk__fail(msg, msglen, STK_ELIMIT,
+                     "decoding this %dx%d %s image takes %" PRIu64 " MiB (its pixels and the "
+                     "decoder's buffers), more than the loader's decode memory of %" PRIu64
+                     " MiB (max_decode_bytes, shared by its threads)",
+                     s->info.width, s->info.height, stk__format_name(s->info.format), need >> 20,
+                     b->total >> 20);
+  pthread_mutex_lock(&b->mu);
+  /* the others' decodes end and give theirs back: every share is held for
+   * one decode and its resampling, never across a wait for anything else */
+  while (b->used + need > b->total) pthread_cond_wait(&b->cv, &b->mu);
+  b->used += need;
+  pthread_mutex_unlock(&b->mu);
+  w->held = need;
+  return STK_OK;
+}
+
+/* The worker's share back to the budget, and the waiting decodes woken. */
+static void budget_give(const stk__plan *p, stk__worker *w) {
+  if (!w->held) return;
+  stk__budget *b = (stk__budget *)&p->budget;
+  pthread_mutex_lock(&b->mu);
+  b->used -= w->held;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+  w->held = 0;
+}
+
+void stk__sample_release(const stk__plan *p, stk__worker *w) {
+  budget_give(p, w);
+  /* an outsized image's buffers go now, not when the loader closes */
+  int freed = 0;
+  if (p->keep && w->dec && stk__decoder_scratch_bytes(w->dec) > p->keep) {
+    stk__decoder *fresh = stk__decoder_create();
+    if (fresh) {
+      stk__decoder_set_limits(fresh, p->max_pixels);
+      if (p->max_decode_bytes_set) stk__decoder_set_max_bytes(fresh, p->max_decode_bytes);
+      stk__decoder_destroy(w->dec);
+      w->dec = fresh;
+      freed = 1;
+    }
+  }
+  if (p->keep && w->file.cap > p->keep) {
+    stk__buf_free(&w->file);
+    freed = 1;
+  }
+#ifdef __GLIBC__
+  /* glibc keeps freed blocks below its mmap threshold (which rises to 32
+   * MiB) in its heaps: give them back to the system */
+  if (freed) malloc_trim(0);
+#else
+  (void)freed;
+#endif
 }
 
 int stk__worker_init(stk__worker *w, const stk__plan *p) {
@@ -41,6 +142,8 @@ int stk__worker_init(stk__worker *w, const stk__plan *p) {
 }
 
 void stk__worker_free(stk__worker *w) {
+  /* a share still held is the budget's to lose: the worker is gone (a
+   * worker abandoned on a stuck read holds none, it never decoded) */
   stk__decoder_destroy(w->dec);
   stk__resampler_free(&w->rs);
   stk__buf_free(&w->file);
@@ -129,10 +232,14 @@ int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s,
   if (want.x + want.w > info->width) want.w = info->width - want.x;
   if (want.y + want.h > info->height) want.h = info->height - want.y;
 
-  if (s->raw) /* the whole image is there: the resampler reads it in place */
+  if (s->raw) { /* the whole image is there: the resampler reads it in place */
     *reg = (stk__region){s->px.px, s->px.stride, 0, 0, s->px.w, s->px.h, 1, s->px.w, s->px.h};
-  else
-    rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, reg, msg, msglen);
+  } else {
+    budget_give(p, w); /* a share still held (a caller that did not give it back) */
+    rc = budget_take(p, w, s, decode_need(s, &want, denom), msg, msglen);
+    if (!rc) rc = stk__decoder_decode(w->dec, s->data, s->len, &want, denom, reg, msg, msglen);
+    if (rc) budget_give(p, w); /* not the buffers: s->data may be in w->file */
+  }
   w->t_decode = stk__now() - t1;
   if (rc) return rc;
   if (reg->scale_denom != denom) return stk__fail(msg, msglen, STK_EDECODE, "decoder scale mismatch");
@@ -178,7 +285,9 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
   stk__region reg;
   int rc = stk__sample_decode(p, w, s, &g, &reg, NULL, msg, msglen);
   if (rc) return rc;
-  return stk__sample_resample(p, w, s, &reg, store, dst, msg, msglen);
+  rc = stk__sample_resample(p, w, s, &reg, store, dst, msg, msglen);
+  stk__sample_release(p, w);
+  return rc;
 }
 
 int stk__process_sample(const stk__plan *p, stk__worker *w, const stk__source *src,

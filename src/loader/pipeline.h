@@ -9,12 +9,26 @@
 #ifndef STK_PIPELINE_H
 #define STK_PIPELINE_H
 
+#include <pthread.h>
+
 #include "codecs/codec.h"
 #include "core/common.h"
 #include "ops/augment.h"
 #include "ops/ops.h"
 #include "sources/source.h"
 #include "stoker.h"
+
+/* The decode memory of a loader (max_decode_bytes), shared by its worker
+ * threads: each decode takes its share (its output pixels and the buffers
+ * its header asks for) before it starts and gives it back once its pixels
+ * are resampled. A decode that does not fit waits for others to finish; one
+ * larger than the whole budget fails at once, naming the option. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t total, used; /* bytes; total 0 = no budget */
+  int on;               /* initialised by stk__plan_init */
+} stk__budget;
 
 typedef struct {
   stk_pipeline pipeline;
@@ -33,6 +47,9 @@ typedef struct {
                                 CPU are resampled to raw RGB8 (uint8, NHWC,
                                 unnormalised) and normalised on the GPU */
   stk__aug_plan aug;         /* the augmentations after the crop (aug.on) */
+  stk__budget budget;        /* loaders only (a plan zeroed by hand has none) */
+  size_t keep;               /* a worker's buffers past this are freed after
+                                its sample (0: a zeroed plan, never) */
 } stk__plan;
 
 /* One sample between its header and its pixels. */
@@ -67,6 +84,7 @@ typedef struct {
    * (ra_reps) repeats, so that its copies are augmented apart. 0 = the key
    * is the index itself. */
   uint64_t key_offset;
+  uint64_t held;                      /* this worker's share of plan->budget */
 } stk__worker;
 
 /* Internal: the sample's position was taken away during its read. */
@@ -93,6 +111,15 @@ int stk__sample_prepare(const stk__plan *p, stk__worker *w, const stk__source *s
  * *need (when not NULL): the rectangle of *reg the resampler reads. */
 int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, stk__geom *g,
                        stk__region *reg, stk__rect *need, char *msg, size_t msglen);
+
+/* Gives back the share of the decode budget stk__sample_decode took, once
+ * the region it gave is no longer read, and frees the worker's buffers that
+ * an outsized image grew past plan->keep. stk__sample_finish_cpu calls it;
+ * a caller of stk__sample_decode calls it itself. Safe to call twice. */
+void stk__sample_release(const stk__plan *p, stk__worker *w);
+
+/* Frees what stk__plan_init set up. */
+void stk__plan_free(stk__plan *p);
 
 /* The region stk__sample_decode gave, resampled (and augmented) into dst as
  * `store` says; the worker's resampler keeps the plan that call made. */

@@ -140,12 +140,15 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   if (!smp.raw && x1 > x0 && y1 > y0 && bytes <= (size_t)4 * S * S * 3) {
     stk__buf *b = &s->regions[j];
     size_t before = b->cap;
-    if (stk__buf_reserve(b, bytes))
+    if (stk__buf_reserve(b, bytes)) {
+      stk__sample_release(g->plan, w);
       return stk__fail(reason, reasonlen, STK_ENOMEM, "out of memory for a %dx%d region", x1 - x0,
                        y1 - y0);
+    }
     *held += (int64_t)b->cap - (int64_t)before;
     const uint8_t *from = reg.pixels + (size_t)(y0 - reg.y) * reg.stride + (size_t)(x0 - reg.x) * 3;
     for (int r = 0; r < y1 - y0; r++) memcpy(b->p + (size_t)r * row, from + (size_t)r * reg.stride, row);
+    stk__sample_release(g->plan, w); /* the decoder's region is copied out */
     it->kind = STK__GPU_RGB8;
     it->pixels = b->p;
     it->stride = row;
@@ -160,6 +163,7 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
    * RGB8; the GPU applies an identity resample (exact) and normalises. */
   uint8_t *px = s->rgb8 + (size_t)j * S * S * 3;
   rc = stk__sample_resample(g->plan, w, &smp, &reg, &g->plan->store_rgb8, px, reason, reasonlen);
+  stk__sample_release(g->plan, w);
   if (rc) return rc;
   it->kind = STK__GPU_RGB8;
   it->pixels = px;
