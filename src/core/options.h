@@ -193,6 +193,8 @@
     "remote shards: keep a local copy of each shard read in this folder") \
   X(cache_bytes, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--cache-bytes", "cache_bytes", \
     "remote shards: bound on the local copies; 0 = half the free space") \
+  X(remote_memory, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--remote-memory", "remote_memory", \
+    "remote shards: bytes of parts kept for later reads; 0 = 256 MiB") \
   X(erase_count, INT, STK__V(1), 1, 4, NULL, "--erase-count", "erase_count", \
     "train: RandomErasing boxes, 1 to erase_count at random (timm's max_count)") \
   X(erase_per_channel, BOOL, STK__V(0), 0, 1, NULL, "--erase-per-channel", "erase_per_channel", \
