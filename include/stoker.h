@@ -315,6 +315,9 @@ typedef struct stk_options {
   const char *cache_dir;     /* NULL = no local copies */
   uint64_t cache_bytes;      /* 0 = half the free space of cache_dir's disk
                                 when the loader opens */
+  uint64_t remote_memory;    /* parts of remote shards kept in memory beyond
+                                what the started batches need (for the
+                                shuffle buffer's stragglers); 0 = 256 MiB */
 
   /* timm's RandomErasing (fields added in 0.5): its max_count and its mode
    * "rand" (mode "pixel" is erase_random, "const" erase_value 0) */
