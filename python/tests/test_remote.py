@@ -666,3 +666,37 @@ def test_cache_bytes_bounds_the_copies(dataset, s3env, tmp_path):
     assert_same(got, local_epoch(dataset, pipeline="eval"), "with a small cache_bytes")
     assert sum(os.path.getsize(p) for p in shard_files(cd)) <= bound
     assert 1 <= len(shard_files(cd)) < N_SHARDS
+
+
+# ---- the store of parts: requests and memory ------------------------------------------------
+
+def test_epoch_reads_shards_in_parts_not_per_sample(dataset, s3env, tmp_path):
+    """A shuffled epoch asks for each (small) shard once, as one part, not one
+    GET per sample: with the index cached, the epoch's requests are the listing
+    and a part per shard."""
+    idx = str(tmp_path / "idx")
+    kw = dict(OPTS, pipeline="train", index_dir=idx, prefetch=1)
+    with stoker.ImageLoader("s3://stoker/ds/", **kw) as ld:
+        epoch(ld)
+    with stoker.ImageLoader("s3://stoker/ds/", **kw) as ld:
+        got = epoch(ld)
+        st = ld.stats()
+    assert sum(len(b[1]) for b in got) == N
+    # 1 listing + 1 part per shard; the next epoch's first batches may start early
+    assert st["remote_requests"] <= 1 + 2 * N_SHARDS, st
+    assert st["remote_requests"] < N // 2
+
+
+def test_remote_memory_bounds_the_parts(dataset, s3env, tmp_path):
+    """With remote_memory below one shard, the parts held stay within the bound
+    plus what the started batches need, and the epoch is still exact."""
+    shard_max = max(os.path.getsize(p) for p in glob.glob(os.path.join(dataset["shards"], "*.tar")))
+    budget = 4096
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", remote_memory=budget,
+                            **OPTS) as ld:
+        got = epoch(ld)
+        st = ld.stats()
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "with a tiny remote_memory")
+    # the started batches (slots x batch) may each hold a part of a shard
+    slots = st["slots"]
+    assert st["remote_part_peak"] <= budget + slots * OPTS["batch_size"] * shard_max, st
