@@ -178,7 +178,9 @@ def test_webdataset_reads_stoker_shards(tmp_path, wds):
 
 def test_left_out_members_are_noted(tmp_path, wds):
     """A sample without .cls and one with a bad .cls are left out, and the
-    loader warns with the count; shuffle_buffer reaches the tar source."""
+    loader warns with the count; they are not lost silently: each is a sample
+    whose read fails (raise raises, skip counts and lists it);
+    shuffle_buffer reaches the tar source."""
     shards = tmp_path / "shards"
     shards.mkdir()
     data = jpeg_bytes(photo(32, 24, 5))
@@ -189,15 +191,21 @@ def test_left_out_members_are_noted(tmp_path, wds):
         sink.write({"__key__": "badlabel", "jpg": data, "cls": "cat"})
     with pytest.warns(UserWarning, match="2 tar members left out: 1 without a .cls, 1 with a bad"):
         ld = stoker.ImageLoader(str(shards), batch_size=2, size=16, threads=2)
-    assert ld.num_samples == 6
+    assert ld.num_samples == 8
     assert "nolabel.jpg" in ld.note
+    with pytest.raises(stoker.DecodeError, match="left out when the shard was opened: (no .cls|its .cls)"):
+        for _ in ld:
+            pass
+    ld.close()
     orders = []
     for buf in (1, 1, 1000):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the note, checked above
             ld = stoker.ImageLoader(str(shards), batch_size=2, size=16, threads=2, seed=1,
-                                    shuffle_buffer=buf)
+                                    shuffle_buffer=buf, on_error="skip", max_skipped_fraction=1)
         orders.append(epoch(ld)[2])
+        assert sorted(p.rsplit(":", 1)[1] for p, _ in ld.stats()["skipped_files"]) == ["badlabel.jpg",
+                                                                        "nolabel.jpg"]
     assert orders[0] == orders[1] == list(range(6))  # one shard, no buffer: tar order
     assert sorted(orders[2]) == list(range(6))
 

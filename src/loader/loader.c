@@ -192,6 +192,7 @@ struct stk_loader {
   char epoch_errmsg[MSG_LEN * 2];
   uint64_t epoch_images, epoch_failed;
   uint64_t epoch_noted; /* skip: this epoch's failures as finalised, refills included */
+  uint64_t epoch_lost_extra; /* of those, samples beyond the table's (weight - 1) */
 
   /* statistics */
   double t0, wait_s, read_s, decode_s, augment_s;
@@ -275,6 +276,7 @@ static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->epoch_err = 0;
   l->epoch_images = l->epoch_failed = 0;
   l->epoch_noted = 0;
+  l->epoch_lost_extra = 0;
   pthread_cond_broadcast(&l->work_cv);
 }
 
@@ -346,7 +348,11 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
     return;
   }
   l->consec_fail++;
-  l->epoch_noted++;
+  /* a damaged shard's stand-in counts the samples the shard lost, and the
+   * epoch is that much larger than its table says */
+  int64_t w = l->src.ops->weight ? l->src.ops->weight(&l->src, index) : 1;
+  l->epoch_noted += (uint64_t)w;
+  l->epoch_lost_extra += (uint64_t)(w - 1);
   if (l->opt.max_consecutive_failures && l->consec_fail >= l->opt.max_consecutive_failures &&
       !l->epoch_err) {
     l->epoch_err = STK_ETOOMANY;
@@ -358,7 +364,7 @@ static void note_failure(stk_loader *l, slot *s, int64_t index, int code, const 
    * folder), or failures spread thinly, must not shrink an epoch without a
    * word: past the fraction, the epoch ends with an error as soon as the
    * count is over it (it can only grow). */
-  int64_t n = l->sampler.num_samples;
+  int64_t n = l->sampler.num_samples + (int64_t)l->epoch_lost_extra;
   double frac = (double)l->opt.max_skipped_fraction;
   if (frac < 1.0 && (double)l->epoch_noted > frac * (double)n && !l->epoch_err) {
     l->epoch_err = STK_ETOOMANY;
@@ -1106,6 +1112,7 @@ static int advance_epoch_locked(stk_loader *l) {
   l->epoch_err = 0;
   l->epoch_images = l->epoch_failed = 0;
   l->epoch_noted = 0;
+  l->epoch_lost_extra = 0;
   /* batches of the new epoch that completed with failed files wait for
    * finalisation, and no worker may be about to run it */
   l->need_finalize = 1;

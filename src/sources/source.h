@@ -73,6 +73,10 @@ typedef struct {
   void (*cancel)(const stk__source *s);
   /* The network's counters (remote sources; NULL for the others). */
   void (*net_stats)(const stk__source *s, stk_stats *out);
+  /* How many samples sample i stands for when its read fails (a damaged
+   * shard's stand-in: those the shard lost), for max_skipped_fraction.
+   * NULL = 1 each. */
+  int64_t (*weight)(const stk__source *s, int64_t i);
 } stk__source_ops;
 
 struct stk__source {

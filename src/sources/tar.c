@@ -67,6 +67,7 @@ typedef struct {
   stk__net_req **first; /* at open: the shards' first parts, requested ahead */
   stk__shard_cache *cache; /* local copies (cache_dir), or NULL */
   char (*etag)[96];     /* remote shards' ETags ("" = none: no index cache) */
+  int64_t *lost;        /* per stand-in (as why): the samples it stands for */
 } tar_impl;
 
 /* Remote reads: parts of 8 MiB, and the bytes the parts that no started
@@ -74,6 +75,8 @@ typedef struct {
 #define PART_SIZE (8u << 20)
 #define PARTS_BUDGET (256u << 20)
 #define SCAN_AHEAD 16
+/* tar's default record: an empty archive written by tar is this long */
+#define EMPTY_TAR_MAX 10240
 
 /* What was left out, for the note. */
 typedef struct {
@@ -470,9 +473,40 @@ typedef struct {
   keyset ks;
   tally ta;
   damage dm;
+  /* image members left out (a link, a duplicate key, no usable .cls, ...):
+   * each becomes a sample whose read fails with the reason, so that
+   * on_error=raise raises, skip counts and lists it, and check fails */
+  char **lost_name, **lost_why;
+  size_t nlost;
 } shard_scan;
 
-static void shard_scan_free(shard_scan *sc) { keyset_free(&sc->ks); }
+static void shard_scan_free(shard_scan *sc) {
+  keyset_free(&sc->ks);
+  for (size_t i = 0; i < sc->nlost; i++) {
+    free(sc->lost_name[i]);
+    free(sc->lost_why[i]);
+  }
+  free(sc->lost_name);
+  free(sc->lost_why);
+  sc->lost_name = sc->lost_why = NULL;
+  sc->nlost = 0;
+}
+
+/* Notes a left-out image member (see shard_scan.lost_*). STK_ENOMEM. */
+static int lose(shard_scan *sc, const char *name, const char *why) {
+  char **n = realloc(sc->lost_name, (sc->nlost + 1) * sizeof *n);
+  if (n) sc->lost_name = n;
+  char **w = n ? realloc(sc->lost_why, (sc->nlost + 1) * sizeof *w) : NULL;
+  if (w) sc->lost_why = w;
+  char *a = w ? strdup(name) : NULL, *b = a ? strdup(why) : NULL;
+  if (!b) {
+    free(a);
+    return STK_ENOMEM;
+  }
+  sc->lost_name[sc->nlost] = a;
+  sc->lost_why[sc->nlost++] = b;
+  return STK_OK;
+}
 
 /* Reads the shard's headers into sc. An error only for what makes the
  * whole source unusable (the shard cannot be opened or read, out of
@@ -525,6 +559,16 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
        * zeros means that a region was zero-filled: the members in it and
        * after it would be lost without a word. */
       int64_t z = zeros_end(fd, off, fsize);
+      if (z >= 0 && off == 0 && fsize > EMPTY_TAR_MAX) {
+        /* An empty archive is at most one record of zeros; a larger shard
+         * of nothing but zeros was overwritten, and its members are lost. */
+        left_out(ta, &ta->zeroed, path, where, "the shard is all zeros");
+        DAMAGE(&dm, where,
+               "the shard is %llu zero bytes: it holds no member (overwritten with zeros?), its "
+               "samples are lost",
+               (unsigned long long)fsize);
+        break;
+      }
       if (z < 0) {
         rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, fd->why);
       } else if ((uint64_t)z < fsize) {
@@ -622,19 +666,19 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
 
     /* A member proper. */
     snprintf(prev, sizeof prev, "%s", name);
-    const char *drop = pd.drop;
+    const char *drop = pd.drop, *why_out = NULL;
     if (drop) {
-      left_out(ta, &ta->bad_ext, path, name, drop);
+      left_out(ta, &ta->bad_ext, path, name, why_out = drop);
     } else if (type == '5') {
       /* a folder: nothing to read */
     } else if (type == '1' || type == '2') {
-      left_out(ta, &ta->link, path, name, "a link, not a file");
+      left_out(ta, &ta->link, path, name, why_out = "a link, not a file");
     } else if (type == '3' || type == '4' || type == '6') {
-      left_out(ta, &ta->special, path, name, "a device or FIFO, not a file");
+      left_out(ta, &ta->special, path, name, why_out = "a device or FIFO, not a file");
     } else if (type != '0' && type != '\0' && type != '7') {
-      left_out(ta, &ta->other, path, name, "a tar member type stoker does not read");
+      left_out(ta, &ta->other, path, name, why_out = "a tar member type stoker does not read");
     } else if (name[0] && unsafe_name(name)) {
-      left_out(ta, &ta->unsafe, path, name, "an absolute name or one with '..'");
+      left_out(ta, &ta->unsafe, path, name, why_out = "an absolute name or one with '..'");
     } else {
       /* webdataset's key: up to the first '.' of the last path component */
       const char *last = strrchr(name, '/');
@@ -659,7 +703,7 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
               stk__object_pread(fd, cb, (size_t)size, data) == (ssize_t)size)
             kr->cls_ok = parse_cls(cb, (size_t)size, &kr->label);
         } else if (is_img && kr->img_name) {
-          left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
+          left_out(ta, &ta->dup, path, name, why_out = "a duplicate key in the shard");
         } else if (is_img) {
           if (!(kr->img_name = strdup(name))) {
             rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
@@ -671,6 +715,11 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
         }
       }
     }
+    /* an image member left out is a sample lost: it is named */
+    if (why_out && name[0] && stk__has_image_extension(name) && lose(sc, name, why_out)) {
+      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+      break;
+    }
     pending_clear(&pd);
     off = next;
   }
@@ -680,6 +729,37 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
   sc->ks = ks;
   sc->dm = dm;
   return rc;
+}
+
+/* A sample that stands for lost ones: named SHARD:NAME, its read fails with
+ * `why` (label 0: it is never delivered); it counts as `weight` samples
+ * against max_skipped_fraction. STK_OK or STK_ENOMEM. */
+static int stand_in(stk__source *s, tar_impl *t, int32_t shard, const char *name,
+                    const char *why, int64_t weight, stk__buf *nm) {
+  const char *path = t->shards[shard];
+  size_t plen = strlen(path), l = strlen(name);
+  char **wv = realloc(t->why, ((size_t)t->nwhy + 1) * sizeof *wv);
+  if (!wv) return STK_ENOMEM;
+  t->why = wv;
+  int64_t *lv = realloc(t->lost, ((size_t)t->nwhy + 1) * sizeof *lv);
+  if (!lv) return STK_ENOMEM;
+  t->lost = lv;
+  if (!(wv[t->nwhy] = strdup(why))) return STK_ENOMEM;
+  if (stk__buf_reserve(nm, plen + l + 2)) {
+    free(wv[t->nwhy]);
+    return STK_ENOMEM;
+  }
+  lv[t->nwhy] = weight;
+  t->nwhy++;
+  memcpy(nm->p, path, plen);
+  ((char *)nm->p)[plen] = ':';
+  memcpy((char *)nm->p + plen + 1, name, l + 1);
+  int rc = stk__dataset_add(&s->ds, nm->p, 0);
+  tar_member *m = rc == STK_OK ? realloc(t->m, (size_t)s->ds.cap * sizeof *m) : NULL;
+  if (!m) return STK_ENOMEM; /* a sample in the table without a member: the open fails */
+  t->m = m;
+  t->m[s->ds.n - 1] = (tar_member){0, 0, 0, shard, t->nwhy};
+  return STK_OK;
 }
 
 /* Adds what the scan of a shard found to the source: its samples go to
@@ -708,14 +788,12 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
       left_out(ta, &ta->no_img, path, nb, "a .cls without an image");
       continue;
     }
-    if (!r->has_cls) {
-      left_out(ta, &ta->no_cls, path, r->img_name, "no .cls member");
-      continue;
-    }
-    if (!r->cls_ok) {
-      left_out(ta, &ta->bad_cls, path, r->img_name,
-               cl->present ? "its .cls is not a class index of classes.txt"
-                           : "its .cls is not a non-negative integer below 1048576");
+    if (!r->has_cls || !r->cls_ok) {
+      const char *why = !r->has_cls ? "no .cls member"
+                        : cl->present ? "its .cls is not a class index of classes.txt"
+                                      : "its .cls is not a non-negative integer below 1048576";
+      left_out(ta, !r->has_cls ? &ta->no_cls : &ta->bad_cls, path, r->img_name, why);
+      if ((rc = lose(sc, r->img_name, why))) break;
       continue;
     }
     size_t l = strlen(r->img_name);
@@ -737,31 +815,16 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
     t->real++;
     if (r->label > *maxlabel) *maxlabel = r->label;
   }
-  /* The damage, as a sample of its own after the shard's members: its read
-   * fails with the reason (label 0: it is never delivered). */
-  if (rc == STK_OK && dm.why[0]) {
-    char **wv = realloc(t->why, ((size_t)t->nwhy + 1) * sizeof *wv);
-    if (wv) t->why = wv;
-    if (!wv || !(wv[t->nwhy] = strdup(dm.why))) rc = STK_ENOMEM;
-    size_t l = strlen(dm.name);
-    if (rc == STK_OK && !stk__buf_reserve(&nm, plen + l + 2)) {
-      t->nwhy++;
-      memcpy(nm.p, path, plen);
-      ((char *)nm.p)[plen] = ':';
-      memcpy((char *)nm.p + plen + 1, dm.name, l + 1);
-      rc = stk__dataset_add(&s->ds, nm.p, 0);
-    } else if (rc == STK_OK) {
-      free(wv[t->nwhy]);
-      rc = STK_ENOMEM;
-    }
-    tar_member *m = rc == STK_OK ? realloc(t->m, (size_t)s->ds.cap * sizeof *m) : NULL;
-    if (m) {
-      t->m = m;
-      t->m[s->ds.n - 1] = (tar_member){0, 0, 0, shard, t->nwhy};
-    } else if (rc == STK_OK) {
-      rc = STK_ENOMEM; /* the sample is in the table without a member: the open fails */
-    }
+  /* The image members left out while reading, then the damage: samples of
+   * their own after the shard's members. The damage stands for the samples
+   * the rest of the shard held, known once every shard is read (-1). */
+  for (size_t i = 0; rc == STK_OK && i < sc->nlost; i++) {
+    char why[700];
+    if (snprintf(why, sizeof why, "left out when the shard was opened: %s", sc->lost_why[i]) < 0)
+      why[0] = '\0';
+    rc = stand_in(s, t, shard, sc->lost_name[i], why, 1, &nm);
   }
+  if (rc == STK_OK && dm.why[0]) rc = stand_in(s, t, shard, dm.name, dm.why, -1, &nm);
   if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
   stk__buf_free(&nm);
   return rc;
@@ -774,7 +837,7 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
  * rewritten since has another ETag, hence another file. The file ends in a
  * checksum of its body, and names its key inside: one that does not
  * match is scanned again. */
-#define SIDX_MAGIC "STKTIDX1"
+#define SIDX_MAGIC "STKTIDX2"
 
 static int shard_index_path(const tar_impl *t, int32_t shard, const char *index_dir, char *out,
                             size_t cap) {
@@ -833,6 +896,11 @@ static void save_scan(const char *path, const tar_impl *t, int32_t shard, const 
     w64(&w, r->img_hhash);
     wstr(&w, r->key);
     wstr(&w, r->img_name);
+  }
+  w64(&w, sc->nlost);
+  for (size_t i = 0; i < sc->nlost; i++) {
+    wstr(&w, sc->lost_name[i]);
+    wstr(&w, sc->lost_why[i]);
   }
   if (!w.err) {
     uint64_t h = stk__hash64((char *)w.b.p + 16, w.len - 16, 0x5bd1e995);
@@ -919,9 +987,62 @@ static int load_scan(const char *path, const tar_impl *t, int32_t shard, shard_s
     kr->img_size = size;
     kr->img_hhash = hh;
   }
+  uint64_t nl = 0;
+  rget(&r, &nl, 8);
+  for (uint64_t i = 0; rc == STK_OK && !r.err && i < nl; i++) {
+    const char *ln = rstr(&r), *lw = rstr(&r);
+    if (!r.err && lose(sc, ln, lw)) rc = STK_ENOMEM;
+  }
   if (rc == STK_OK && (r.err || r.p != r.end)) rc = STK_EFORMAT;
   stk__buf_free(&b);
   return rc;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* How many samples each damaged shard's stand-in stands for: what an
+ * undamaged shard holds (the median of them), less what was read of the
+ * damaged one, at least 1. A shard cut short no longer says how long it
+ * was: its siblings are the best measure there is. */
+static int weigh_damage(tar_impl *t, int64_t n, char *msg, size_t msglen) {
+  int64_t *real = calloc((size_t)t->nshards + 1, sizeof *real);
+  char *hurt = calloc((size_t)t->nshards + 1, 1);
+  if (!real || !hurt) {
+    free(real);
+    free(hurt);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  }
+  for (int64_t i = 0; i < n; i++) {
+    const tar_member *m = &t->m[i];
+    if (!m->damage) real[m->shard]++;
+    else if (t->lost[m->damage - 1] < 0) hurt[m->shard] = 1;
+  }
+  int64_t k = 0;
+  for (int i = 0; i < t->nshards; i++)
+    if (!hurt[i]) k++;
+  /* the undamaged shards' counts, sorted, for the median */
+  int64_t *whole = malloc(((size_t)k + 1) * sizeof *whole), j = 0;
+  for (int i = 0; whole && i < t->nshards; i++)
+    if (!hurt[i]) whole[j++] = real[i];
+  int64_t median = 0;
+  if (whole && k) {
+    qsort(whole, (size_t)k, sizeof *whole, cmp_i64);
+    median = whole[k / 2];
+  }
+  for (int64_t i = 0; i < n; i++) {
+    const tar_member *m = &t->m[i];
+    if (m->damage && t->lost[m->damage - 1] < 0) {
+      int64_t w = median - real[m->shard];
+      t->lost[m->damage - 1] = w > 1 ? w : 1;
+    }
+  }
+  free(whole);
+  free(real);
+  free(hurt);
+  return STK_OK;
 }
 
 static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlist *cl,
@@ -1369,6 +1490,12 @@ static void tar_plan(const stk__source *s, const int64_t *idx, int n, uint64_t e
   }
 }
 
+static int64_t tar_weight(const stk__source *s, int64_t i) {
+  const tar_impl *t = s->impl;
+  const tar_member *m = &t->m[i];
+  return m->damage ? t->lost[m->damage - 1] : 1;
+}
+
 static void tar_plan_reset(const stk__source *s) {
   const tar_impl *t = s->impl;
   if (t->parts) stk__parts_reset(t->parts);
@@ -1415,6 +1542,7 @@ static void tar_close(stk__source *s) {
   free(t->m);
   for (int i = 0; i < t->nwhy; i++) free(t->why[i]);
   free(t->why);
+  free(t->lost);
   free(t);
   s->impl = NULL;
 }
@@ -1426,7 +1554,8 @@ static const stk__source_ops tar_ops = {.kind = "tar",
                                         .plan = tar_plan,
                                         .plan_reset = tar_plan_reset,
                                         .cancel = tar_cancel,
-                                        .net_stats = tar_net_stats};
+                                        .net_stats = tar_net_stats,
+                                        .weight = tar_weight};
 
 int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
                   size_t msglen) {
@@ -1472,6 +1601,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
     rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, opt ? opt->index_dir : NULL, msg, msglen);
     if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
   }
+  if (rc == STK_OK) rc = weigh_damage(t, s->ds.n, msg, msglen);
   if (rc == STK_OK) {
     t->run_start[t->nrun] = s->ds.n;
     write_note(s->note, sizeof s->note, &ta);
