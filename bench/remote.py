@@ -50,6 +50,25 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
 
+def tree_cpu(pid):
+    """CPU seconds (user + system) of process pid and its children, from /proc:
+    the S3 server shares the cores with the loader, and this says how much
+    of them it took."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(p) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tck
+    return total
+
+
 def peak_rss_mb():
     """Peak RSS of this process plus the largest of its waited-for children (DataLoader workers), MB."""
     me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -219,13 +238,20 @@ def main():
                    "--threads", str(a.threads), "--batch", str(a.batch), "--epochs", str(a.epochs),
                    "--cores", a.cores]
             proxy.reset_counts()
+            srv0, me0 = tree_cpu(s3.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+            me1 = resource.getrusage(resource.RUSAGE_SELF)
+            srv_cpu = tree_cpu(s3.proc.pid) - srv0
+            # the proxy's threads are this process's: its CPU while the child ran
+            proxy_cpu = (me1.ru_utime + me1.ru_stime) - (me0.ru_utime + me0.ru_stime)
             line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
             if r.returncode != 0 or not line:
                 print(f"{label}: failed (status {r.returncode})\n{r.stderr[-3000:]}", file=sys.stderr)
                 continue
             res = json.loads(line[-1][7:])
             res["img_s"] = res["images"] / res["seconds"]
+            res["server_cpu_s"] = srv_cpu
+            res["proxy_cpu_s"] = proxy_cpu if key == "s3lat" else 0.0
             if key == "s3lat":
                 res["proxy_requests"] = proxy.requests
             results[key] = (label, res)
@@ -238,12 +264,15 @@ def main():
     base = results.get("local", (None, {}))[1].get("img_s")
     print(f"\n{n_images} synthetic images in {len(names)} shards, batch {a.batch}, {a.threads} threads/workers, "
           f"cores {a.cores}, {a.epochs} timed epochs after a warm-up; upload took {upload:.1f} s")
-    print(f"{'variant':<34} {'img/s':>8} {'vs local':>9} {'peak RSS MB':>12} {'requests':>9} {'retries':>8}")
+    print(f"{'variant':<34} {'img/s':>8} {'vs local':>9} {'peak RSS MB':>12} {'requests':>9} {'retries':>8}"
+          f" {'server CPU s':>13} {'proxy CPU s':>12}")
     for key, (label, r) in results.items():
         ratio = f"{r['img_s'] / base:.2f}x" if base else "-"
         req = r.get("remote_requests", "") if key != "wds" else ""
         ret = r.get("remote_retries", "") if key != "wds" else ""
-        print(f"{label:<34} {r['img_s']:>8.0f} {ratio:>9} {r['rss_mb']:>12.0f} {req!s:>9} {ret!s:>8}")
+        print(f"{label:<34} {r['img_s']:>8.0f} {ratio:>9} {r['rss_mb']:>12.0f} {req!s:>9} {ret!s:>8}"
+              f" {r['server_cpu_s']:>13.1f} {r['proxy_cpu_s']:>12.1f}")
+    print("(server and proxy CPU: over each whole run, warm-up included, on the same cores)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({k: v[1] for k, v in results.items()}, f, indent=1)
