@@ -934,12 +934,22 @@ int main(int argc, char **argv) {
   }
   argc = n, argv = args;
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-  if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
-  if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
-  if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
-  if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
-  fprintf(stderr, "stoker: unknown command '%s'\n\n", cmd);
-  usage_main(stderr);
-  return 2;
+  int rc;
+  if (!strcmp(cmd, "bench")) {
+    rc = cmd_bench(argc - 1, argv + 1);
+  } else if (!strcmp(cmd, "check")) {
+    rc = cmd_check(argc - 1, argv + 1);
+  } else if (!strcmp(cmd, "pack")) {
+    rc = cmd_pack(argc - 1, argv + 1);
+  } else if (!strcmp(cmd, "synth")) {
+    rc = cmd_synth(argc - 1, argv + 1);
+  } else if (!strcmp(cmd, "info")) {
+    rc = cmd_info(argc - 1, argv + 1);
+  } else {
+    fprintf(stderr, "stoker: unknown command '%s'\n\n", cmd);
+    usage_main(stderr);
+    rc = 2;
+  }
+  free(args); /* (the commands keep no pointer into it) */
+  return rc;
 }
