@@ -700,3 +700,53 @@ def test_remote_memory_bounds_the_parts(dataset, s3env, tmp_path):
     # the started batches (slots x batch) may each hold a part of a shard
     slots = st["slots"]
     assert st["remote_part_peak"] <= budget + slots * OPTS["batch_size"] * shard_max, st
+
+
+# ---- writing to the store: stoker pack ... s3:// --tar -------------------------------------
+
+def noise_folder(root, n=3, w=1600, h=1200):
+    """An ImageFolder of incompressible PNGs (about 5.8 MB each): a shard of
+    them is past the 16 MiB of one PUT."""
+    import numpy as np
+    from PIL import Image
+
+    d = root / "noise" / "c0"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(7)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(d / f"{i}.png")
+    return str(root / "noise")
+
+
+def test_pack_to_s3_multipart_equals_local(s3env, tmp_path):
+    src = noise_folder(tmp_path)
+    local = str(tmp_path / "local")
+    stoker.pack(src, local, format="tar", shard_bytes=64 << 20)
+    r = stoker.pack(src, "s3://stoker/packed/", format="tar", shard_bytes=64 << 20)
+    assert r.packed == 3 and r.shards == 1
+    names = sorted(os.listdir(local))
+    assert s3env.list(s3env.bucket, "packed/") == [f"packed/{n}" for n in names]
+    big = max(os.path.getsize(os.path.join(local, n)) for n in names)
+    assert big > 16 << 20  # the shard went by multipart upload
+    for n in names:
+        assert s3env.get(s3env.bucket, f"packed/{n}") == open(os.path.join(local, n), "rb").read()
+    assert not glob.glob(os.path.join(os.environ.get("TMPDIR", "/tmp"), "stoker-pack-*"))
+    # the packed shards read back as the local ones
+    kw = dict(OPTS, pipeline="eval")
+    with stoker.ImageLoader("s3://stoker/packed/", **kw) as ld:
+        got = epoch(ld)
+    with stoker.ImageLoader(local, **kw) as ld:
+        assert_same(got, epoch(ld), "packed to s3")
+    # a second pack into the same prefix is refused, as a folder that is not empty
+    with pytest.raises(Exception, match="already holds"):
+        stoker.pack(src, "s3://stoker/packed/", format="tar")
+
+
+def test_failed_pack_to_s3_leaves_no_classes_txt(proxy, s3_server, tmp_path):
+    """A pack whose upload fails (a refused PUT) raises naming the status, and
+    leaves no classes.txt that would name the dataset complete."""
+    src = noise_folder(tmp_path, n=2, w=400, h=300)
+    proxy.spoil_auth_next(1, method="PUT")
+    with pytest.raises(Exception, match="403"):
+        stoker.pack(src, "s3://stoker/failed/", format="tar")
+    assert not any(k.endswith("classes.txt") for k in s3_server.list(s3_server.bucket, "failed/"))

@@ -27,6 +27,7 @@
  * no file under the output's name (see cache_format.h for the layout).
  */
 #define _XOPEN_SOURCE 700 /* realpath */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -49,7 +50,9 @@
 #include "loader/pack.h"
 #include "loader/pipeline.h"
 #include "sources/cache_format.h"
+#include "sources/net.h"
 #include "sources/source.h"
+#include "sources/upload.h"
 
 int stk__pack_tmp_path(const char *output, long pid, char *buf, size_t n) {
   size_t ol = strlen(output);
@@ -912,6 +915,41 @@ static void explain_efbig(int rc, char *err, size_t errlen) {
            (unsigned long long)rl.rlim_cur);
 }
 
+/* A pack to s3://: the shards are written into a local temporary folder,
+ * then uploaded (sources/upload.h) and the folder removed. */
+static int pack_to_store(const stk_pack_options *o, int header_version, stk_pack_result *res,
+                         char *err, size_t errlen) {
+  if (o->format != STK_PACK_TAR)
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "%s: a pack to object storage writes tar shards (--tar), not a cache",
+                     o->output);
+  const char *tmpdir = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/stoker-pack-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (!mkdtemp(dir))
+    return stk__fail(err, errlen, STK_EIO, "cannot make a temporary folder in %s: %s",
+                     tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
+  char out[4200];
+  snprintf(out, sizeof out, "%s/shards", dir);
+  stk_pack_options local = *o;
+  local.output = out;
+  int rc = stk_pack(&local, header_version, res, err, errlen);
+  if (rc == STK_OK) rc = stk__upload_folder(out, o->output, o->read_timeout, err, errlen);
+  /* the local copy goes, whatever happened */
+  DIR *d = opendir(out);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char p[4600];
+    if (e->d_name[0] == '.') continue;
+    snprintf(p, sizeof p, "%s/%s", out, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(out);
+  rmdir(dir);
+  return rc;
+}
+
 int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *res, char *err,
              size_t errlen) {
   stk_pack_result dummy;
@@ -931,6 +969,7 @@ int stk_pack(const stk_pack_options *opt, int header_version, stk_pack_result *r
   o.struct_size = sizeof o;
   int vr = stk__pack_options_validate(&o, err, errlen);
   if (vr) return vr;
+  if (o.output && stk__is_url(o.output)) return pack_to_store(&o, header_version, res, err, errlen);
   /* The source is opened by its real path, so that the fingerprint the
    * cache keeps is that of the list a later check sees. */
   const char *given = o.root ? o.root : o.list_file;

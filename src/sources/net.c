@@ -54,7 +54,8 @@ enum {
   O_USERAGENT = 10018, O_LOW_SPEED_LIMIT = 19, O_LOW_SPEED_TIME = 20, O_HTTPHEADER = 10023,
   O_HEADERDATA = 10029, O_NOBODY = 44, O_CAINFO = 10065, O_HEADERFUNCTION = 20079,
   O_NOSIGNAL = 99, O_PRIVATE = 10103, O_TIMEOUT_MS = 155, O_CONNECTTIMEOUT_MS = 156,
-  O_TCP_KEEPALIVE = 213, O_PROTOCOLS_STR = 10318,
+  O_TCP_KEEPALIVE = 213, O_PROTOCOLS_STR = 10318, O_CUSTOMREQUEST = 10036, O_POSTFIELDS = 10015,
+  O_POSTFIELDSIZE_LARGE = 30120,
   I_RESPONSE_CODE = 0x200002,
   M_MAXCONNECTS = 6, M_MAX_HOST_CONNECTIONS = 7,
   E_OK = 0, E_UNSUPPORTED_PROTOCOL = 1, E_URL_MALFORMAT = 3, E_COULDNT_RESOLVE_HOST = 6, E_WRITE_ERROR = 23,
@@ -191,6 +192,12 @@ struct stk__net_req {
   char errbuf[256];
   char errbody[512];  /* the start of an error response (S3's XML) */
   size_t errlen;
+  /* a request with a body (PUT, POST): the method, the body (borrowed) and
+   * its SHA-256 for the signature */
+  const char *method;
+  const uint8_t *send;
+  size_t send_len;
+  char send_hash[65];
   /* a body written to a file (fd >= 0) instead of memory, at its offset */
   int fd;
   int write_errno;
@@ -374,8 +381,9 @@ static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
       fail(q, STK_EINVAL, "the URL is too long");
       return -1;
     }
-    stk__s3_sign(&n->s3, q->head ? "HEAD" : "GET", host, cpath, query ? query + 1 : "",
-                 (int64_t)wall(), hdr, &nh);
+    stk__s3_sign(&n->s3, q->method ? q->method : q->head ? "HEAD" : "GET", host, cpath,
+                 query ? query + 1 : "", q->method ? q->send_hash : NULL, (int64_t)wall(), hdr,
+                 &nh);
   } else {
     snprintf(url, cap, "%s", q->url);
   }
@@ -386,7 +394,14 @@ static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
   }
   memset(hdr, 0, sizeof hdr); /* a signature and maybe a session token */
   uint64_t from = q->off + q->got;
-  if (!q->head && (from || q->len)) {
+  if (q->method) {
+    /* no form content type for a body, and no 100-continue round trip */
+    static const char *const plain[] = {"Content-Type:", "Expect:"};
+    for (size_t i = 0; i < 2; i++) {
+      struct curl_slist *sl = cu.slist_append(q->hdrs, plain[i]);
+      if (sl) q->hdrs = sl;
+    }
+  } else if (!q->head && (from || q->len)) {
     char r[80];
     if (q->len)
       snprintf(r, sizeof r, "Range: bytes=%llu-%llu", (unsigned long long)from,
@@ -428,6 +443,13 @@ static void start(stk__net *n, stk__net_req *q) {
   cu.easy_setopt(e, O_PRIVATE, q);
   cu.easy_setopt(e, O_ERRORBUFFER, q->errbuf);
   if (q->head) cu.easy_setopt(e, O_NOBODY, 1L);
+  if (q->method) {
+    cu.easy_setopt(e, O_CUSTOMREQUEST, q->method);
+    if (q->send) {
+      cu.easy_setopt(e, O_POSTFIELDS, (const void *)q->send);
+      cu.easy_setopt(e, O_POSTFIELDSIZE_LARGE, (int64_t)q->send_len);
+    }
+  }
   const char *ca = getenv("AWS_CA_BUNDLE");
   if (!ca || !*ca) ca = getenv("CURL_CA_BUNDLE");
   if (ca && *ca) cu.easy_setopt(e, O_CAINFO, ca);
@@ -492,7 +514,7 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   int retry = 0;
   char why[300] = "";
   if (result == E_OK && status >= 200 && status < 300) {
-    int partial = q->len && q->got < q->len && !q->head;
+    int partial = q->len && q->got < q->len && !q->head && !q->method;
     if (partial && q->size && q->off + q->len > q->size) {
       fail(q, STK_EDECODE,
            "the object is %llu bytes, shorter than expected (bytes %llu-%llu were asked for): it "
@@ -679,6 +701,32 @@ stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t 
 
 stk__net_req *stk__net_get_file(stk__net *n, const char *url, uint64_t len, int fd) {
   return submit(n, url, 0, len, 0, 0, fd);
+}
+
+stk__net_req *stk__net_send(stk__net *n, const char *method, const char *url, const void *body,
+                            size_t len) {
+  stk__net_req *q = calloc(1, sizeof *q);
+  if (!q || !(q->url = strdup(url))) {
+    free(q);
+    return NULL;
+  }
+  q->fd = -1;
+  q->net = n;
+  q->method = method;
+  q->send = body;
+  q->send_len = len;
+  stk__sha256_hex(body ? body : "", body ? len : 0, q->send_hash);
+  q->max = 16u << 20; /* a response: XML of a few KiB */
+  q->t0 = stk__now();
+  q->deadline = q->t0 + n->timeout;
+  pthread_mutex_lock(&n->mu);
+  if (n->stop)
+    fail(q, STK_EIO, "the client was closed before the transfer");
+  else
+    enqueue(n, q);
+  pthread_mutex_unlock(&n->mu);
+  cu.multi_wakeup(n->multi);
+  return q;
 }
 
 uint64_t stk__net_wait_bytes(stk__net_req *q, uint64_t want) {

@@ -56,6 +56,12 @@ typedef struct {
  * 0 = no bound), or only its headers when head. Returns at once. */
 stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len,
                            uint64_t max, int head);
+/* A request with a body: PUT, POST or DELETE of len bytes at body (NULL:
+ * none), which must stay valid until the request is freed. Retried as a
+ * GET is (the body is sent again). The response's body and ETag come back
+ * as a GET's do. */
+stk__net_req *stk__net_send(stk__net *n, const char *method, const char *url, const void *body,
+                            size_t len);
 /* GET the whole object (len bytes) into the file fd from its offset 0,
  * as it arrives (nothing is kept in memory): a shard's local copy. */
 stk__net_req *stk__net_get_file(stk__net *n, const char *url, uint64_t len, int fd);

@@ -332,12 +332,14 @@ int stk__s3_url(const stk__s3 *c, const char *bucket, const char *key, const cha
   return w < 0 || (size_t)w >= urllen ? STK_ELIMIT : STK_OK;
 }
 
-/* The empty body's hash: every request stoker signs has no body. */
+/* The empty body's hash (GET, HEAD, DELETE). */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 void stk__s3_sign(const stk__s3 *c, const char *method, const char *host, const char *cpath,
-                  const char *query, int64_t now, char hdr[][STK__S3_HEADER_LEN], int *n) {
+                  const char *query, const char *payload, int64_t now,
+                  char hdr[][STK__S3_HEADER_LEN], int *n) {
   *n = 0;
+  if (!payload) payload = EMPTY_SHA256;
   if (c->anonymous) return;
   time_t t = (time_t)now;
   struct tm tm;
@@ -353,9 +355,9 @@ void stk__s3_sign(const stk__s3 *c, const char *method, const char *host, const 
   snprintf(creq, cap,
            "%s\n%s\n%s\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\n%s%s%s\n"
            "host;x-amz-content-sha256;x-amz-date%s\n%s",
-           method, cpath, query ? query : "", host, EMPTY_SHA256, amz,
+           method, cpath, query ? query : "", host, payload, amz,
            tok ? "x-amz-security-token:" : "", tok ? c->token : "", tok ? "\n" : "",
-           tok ? ";x-amz-security-token" : "", EMPTY_SHA256);
+           tok ? ";x-amz-security-token" : "", payload);
   char chash[65];
   stk__sha256_hex(creq, strlen(creq), chash);
   free(creq);
@@ -379,7 +381,7 @@ void stk__s3_sign(const stk__s3 *c, const char *method, const char *host, const 
            "Authorization: AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=host;"
            "x-amz-content-sha256;x-amz-date%s, Signature=%s",
            c->key_id, scope, tok ? ";x-amz-security-token" : "", sighex);
-  snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-content-sha256: %s", EMPTY_SHA256);
+  snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-content-sha256: %s", payload);
   snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-date: %s", amz);
   if (tok) snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-security-token: %s", c->token);
 }

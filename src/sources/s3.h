@@ -50,13 +50,15 @@ int stk__s3_url(const stk__s3 *c, const char *bucket, const char *key, const cha
                 char *url, size_t urllen, char *cpath, size_t cpathlen, char *host,
                 size_t hostlen);
 
-/* The SigV4 headers of a request with an empty body (GET, HEAD): each
- * "Name: value" into hdr[0..*n). `now` is the request time (seconds since
- * the epoch). Anonymous configurations add none. */
+/* The SigV4 headers of a request: each "Name: value" into hdr[0..*n).
+ * `payload` is the body's SHA-256 in hex (NULL: an empty body). `now` is the
+ * request time (seconds since the epoch). Anonymous configurations add
+ * only the payload hash. */
 #define STK__S3_MAX_HEADERS 4
 #define STK__S3_HEADER_LEN 4400
 void stk__s3_sign(const stk__s3 *c, const char *method, const char *host, const char *cpath,
-                  const char *query, int64_t now, char hdr[][STK__S3_HEADER_LEN], int *n);
+                  const char *query, const char *payload, int64_t now,
+                  char hdr[][STK__S3_HEADER_LEN], int *n);
 
 /* The SHA-256 of data, in lowercase hex (65 bytes with the NUL). */
 void stk__sha256_hex(const void *data, size_t n, char out[65]);
