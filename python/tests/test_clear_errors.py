@@ -78,3 +78,19 @@ def test_full_disk_says_so(folder, tmp_path):
         assert os.listdir(mnt) == []
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def test_list_file_with_a_byte_order_mark(tmp_path):
+    """A list saved with a UTF-8 BOM: the first path is read without it (it
+    used to fail as "cannot open: \\ufeffPATH", the mark invisible)."""
+    from conftest import make_folder
+
+    root = make_folder(tmp_path / "data", classes=2, per_class=2)
+    import glob
+    files = sorted(glob.glob(os.path.join(root, "*", "*.jpg")))
+    lst = tmp_path / "bom.txt"
+    lst.write_bytes(b"\xef\xbb\xbf" + "".join(f"{f} {i % 2}\n" for i, f in enumerate(files)).encode())
+    with stoker.ImageLoader(list_file=str(lst), batch_size=2, size=16, threads=2,
+                            pipeline="eval") as ld:
+        assert ld.samples[0][0] == files[0]
+        assert sum(len(y) for _, y in ld) == len(files)

@@ -131,6 +131,9 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
   int64_t lineno = 0;
   int rc = STK_OK;
   int32_t maxlabel = -1;
+  /* A UTF-8 byte order mark (editors on Windows write one) is not part of
+   * the first path: kept, it made an invisible character of it. */
+  if (n >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) pos = 3;
   /* Each line is copied out NUL-terminated, newline included, as getline
    * gives it, so that the parsing below works on a C string. */
   while (rc == STK_OK && pos < n) {
