@@ -278,10 +278,10 @@ static int parse_classes(FILE *f, char *path, uint8_t *body, classlist *c, char 
 
 /* classes.txt beside remote shards, in memory: NULL when there is none
  * (a 404), or on an error (in msg, *rc set). */
-static FILE *remote_classes(stk__net *net, const char *url, uint8_t **body, int *rc, char *msg,
-                            size_t msglen) {
+static FILE *remote_classes(stk__net *net, stk__net_req *early, const char *url, uint8_t **body,
+                            int *rc, char *msg, size_t msglen) {
   char why[800];
-  stk__net_req *q = stk__net_get(net, url, 0, 0, 64u << 20, 0);
+  stk__net_req *q = early ? early : stk__net_get(net, url, 0, 0, 64u << 20, 0);
   stk__net_body b;
   *rc = stk__net_wait(q, &b, why, sizeof why);
   FILE *f = NULL;
@@ -301,14 +301,27 @@ static FILE *remote_classes(stk__net *net, const char *url, uint8_t **body, int 
   return f;
 }
 
-static int read_classes(const char *dir, stk__net *net, classlist *c, char *msg, size_t msglen) {
+/* classes.txt beside the shards. Remote: `early` is its request when it
+ * was sent before the listing (for dir early_dir), so that opening costs
+ * one round trip less; it is freed here either way. */
+static int read_classes(const char *dir, stk__net *net, stk__net_req *early, const char *early_dir,
+                        classlist *c, char *msg, size_t msglen) {
   memset(c, 0, sizeof *c);
   char *path = stk__path_join(dir, "classes.txt");
-  if (!path) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  if (!path) {
+    if (early) stk__net_wait(early, NULL, NULL, 0);
+    stk__net_free(early);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  }
   uint8_t *body = NULL;
   if (net) {
     int rc = STK_OK;
-    FILE *f = remote_classes(net, path, &body, &rc, msg, msglen);
+    if (early && strcmp(dir, early_dir)) { /* the shards live elsewhere */
+      stk__net_wait(early, NULL, NULL, 0);
+      stk__net_free(early);
+      early = NULL;
+    }
+    FILE *f = remote_classes(net, early, path, &body, &rc, msg, msglen);
     if (!f) {
       free(body);
       free(path);
@@ -1572,6 +1585,16 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   tally ta;
   memset(&ta, 0, sizeof ta);
   int32_t maxlabel = -1;
+  /* remote: classes.txt is asked for with the listing, in the folder the
+   * root names (where list_remote looks for it, but for braces in folders) */
+  stk__net_req *early = NULL;
+  char *early_dir = NULL;
+  const char *slash = t->net ? strrchr(path, '/') : NULL;
+  if (slash && slash > strstr(path, "://") + 2 && (early_dir = strndup(path, (size_t)(slash - path)))) {
+    char *u = stk__path_join(early_dir, "classes.txt");
+    if (u) early = stk__net_get(t->net, u, 0, 0, 64u << 20, 0);
+    free(u);
+  }
   int rc = list_shards(path, t, &dir, msg, msglen);
   if (rc == STK_OK && t->nshards == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
@@ -1584,7 +1607,15 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   if (rc == STK_OK && t->net && opt && opt->cache_dir && opt->cache_dir[0])
     rc = stk__shard_cache_open(&t->cache, opt->cache_dir, opt->cache_bytes, t->net, t->nshards,
                                msg, msglen);
-  if (rc == STK_OK) rc = read_classes(dir, t->net, &cl, msg, msglen);
+  if (rc == STK_OK) {
+    rc = read_classes(dir, t->net, early, early_dir, &cl, msg, msglen);
+    early = NULL;
+  }
+  if (early) {
+    stk__net_wait(early, NULL, NULL, 0);
+    stk__net_free(early);
+  }
+  free(early_dir);
   if (rc == STK_OK && !(t->run_start = malloc(((size_t)t->nshards + 1) * sizeof *t->run_start)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   /* Remote shards: the first part of the next few shards is requested
