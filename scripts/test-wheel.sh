@@ -136,9 +136,10 @@ check_install() { # $1: venv
     || fail "stoker is not imported from $site"
   for elf in "$site/stoker/_stoker.abi3.so" "$site/stoker/bin/stoker"; do
     ldd "$elf" >"$tmp/ldd.txt" || fail "ldd $elf"
-    for lib in libjpeg libspng libwebp.so libwebpdemux libtiff; do
+    # (libwebp[-.]: not libwebpdemux; auditwheel names a copy libwebp-HASH.so.N)
+    for lib in libjpeg libspng 'libwebp[-.]' libwebpdemux libtiff; do
       # ldd prints the path as the RPATH spells it (stoker/../stoker.libs): resolve it.
-      path=$(awk -v l="$lib" 'index($1, l) == 1 && $2 == "=>" { print $3 }' "$tmp/ldd.txt")
+      path=$(awk -v l="^$lib" '$1 ~ l && $2 == "=>" { print $3 }' "$tmp/ldd.txt")
       [ -n "$path" ] && case "$(realpath "$path")" in "$site/stoker.libs/"*) true ;; *) false ;; esac \
         || { cat "$tmp/ldd.txt"; fail "$elf: $lib does not resolve to the wheel's copy"; }
     done
