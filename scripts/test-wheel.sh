@@ -245,6 +245,9 @@ done
 (
   cd "$tmp"
   export PATH="$work/venv/bin:$PATH"
+  # the tools the tests start or import (weed, boto3, timm, jax) are the
+  # tree's, which the copy of the tests cannot find beside itself
+  export STOKER_TOOLS_VENV="${STOKER_TOOLS_VENV:-$src/.venv-tools}"
   # shellcheck disable=SC2086
   python -m pytest -q -rs -p no:cacheprovider $ignore python/tests
 ) || fail "the Python tests failed against the installed wheel"

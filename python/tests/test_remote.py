@@ -603,6 +603,15 @@ def shard_files(d):
     return sorted(glob.glob(os.path.join(d, "shard-*.tar")))
 
 
+def wait_copies(d, timeout=30):
+    """Until no copy is under way: a read waits only for its own bytes, so a
+    shard's download can still be fetching its tail (end blocks, padding)
+    when the epoch ends, and closing the loader discards a copy under way."""
+    deadline = time.monotonic() + timeout
+    while glob.glob(os.path.join(d, "*.partial")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_cache_dir_second_epoch_reads_local_copies(dataset, s3env, tmp_path):
     cd = str(tmp_path / "copies")
     want = [local_epoch(dataset, pipeline="train")]
@@ -611,6 +620,7 @@ def test_cache_dir_second_epoch_reads_local_copies(dataset, s3env, tmp_path):
         want.append(epoch(ld))
     with stoker.ImageLoader("s3://stoker/ds/", pipeline="train", cache_dir=cd, **OPTS) as ld:
         got = [epoch(ld)]
+        wait_copies(cd)
         first = ld.stats()
         ld.set_epoch(1)
         got.append(epoch(ld))
@@ -639,6 +649,7 @@ def test_cache_dir_shared_by_two_loaders(dataset, s3env, tmp_path):
             with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", rank=r, world_size=2,
                                     cache_dir=cd, **OPTS) as ld:
                 got[r] = epoch(ld)
+                wait_copies(cd)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -663,6 +674,7 @@ def test_cache_bytes_bounds_the_copies(dataset, s3env, tmp_path):
     with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", cache_dir=cd, cache_bytes=bound,
                             **OPTS) as ld:
         got = epoch(ld)
+        wait_copies(cd)
     assert_same(got, local_epoch(dataset, pipeline="eval"), "with a small cache_bytes")
     assert sum(os.path.getsize(p) for p in shard_files(cd)) <= bound
     assert 1 <= len(shard_files(cd)) < N_SHARDS

@@ -25,6 +25,7 @@ typedef struct {
   stk__net_req *dl;  /* the download under way */
   uint64_t size;
   char *path;        /* the complete copy's name */
+  int waiters;       /* reads waiting on dl: it is not freed under them */
 } copy;
 
 struct stk__shard_cache {
@@ -34,8 +35,25 @@ struct stk__shard_cache {
   stk__net *net;
   copy *v;
   int n;
+  int *active, nactive; /* the shards whose copy is under way */
   _Atomic uint64_t bytes;
 };
+
+static void finish_copy(copy *p);
+
+/* Copies whose download ended are renamed into place (or given up) now,
+ * not at their next read, which may never come (mutex held). */
+static void reap(stk__shard_cache *c) {
+  for (int i = 0; i < c->nactive;) {
+    copy *p = &c->v[c->active[i]];
+    if (p->dl && !p->waiters && stk__net_done(p->dl)) {
+      finish_copy(p);
+      c->active[i] = c->active[--c->nactive];
+    } else {
+      i++;
+    }
+  }
+}
 
 /* mkdir -p */
 static int make_dirs(const char *dir) {
@@ -70,9 +88,14 @@ int stk__shard_cache_open(stk__shard_cache **out, const char *dir, uint64_t boun
   }
   stk__shard_cache *c = calloc(1, sizeof *c);
   if (c) c->v = calloc((size_t)(nshards ? nshards : 1), sizeof *c->v);
+  if (c) c->active = calloc((size_t)(nshards ? nshards : 1), sizeof *c->active);
   if (c) c->dir = strdup(dir);
-  if (!c || !c->v || !c->dir) {
-    if (c) free(c->v);
+  if (!c || !c->v || !c->active || !c->dir) {
+    if (c) {
+      free(c->v);
+      free(c->active);
+      free(c->dir);
+    }
     free(c);
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   }
@@ -87,6 +110,7 @@ int stk__shard_cache_open(stk__shard_cache **out, const char *dir, uint64_t boun
 
 void stk__shard_cache_close(stk__shard_cache *c) {
   if (!c) return;
+  reap(c); /* (no other thread is left) what came in whole is kept */
   for (int k = 0; k < c->n; k++) {
     copy *p = &c->v[k];
     if (p->dl) { /* the client was cancelled: this returns at once */
@@ -100,6 +124,7 @@ void stk__shard_cache_close(stk__shard_cache *c) {
     free(p->path);
   }
   free(c->v);
+  free(c->active);
   free(c->dir);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -160,6 +185,7 @@ int stk__shard_cache_want(stk__shard_cache *c, int k, const char *url, uint64_t 
                           const char *etag) {
   if (!c || k < 0 || k >= c->n) return 0;
   pthread_mutex_lock(&c->mu);
+  reap(c);
   copy *p = &c->v[k];
   int ok = p->state == C_LOADING || p->state == C_READY;
   if (p->state != C_NONE) goto out;
@@ -198,6 +224,7 @@ int stk__shard_cache_want(stk__shard_cache *c, int k, const char *url, uint64_t 
   }
   p->fd = fd;
   p->state = C_LOADING;
+  c->active[c->nactive++] = k;
   ok = 1;
 out:
   pthread_mutex_unlock(&c->mu);
@@ -228,12 +255,14 @@ int stk__shard_cache_read(stk__shard_cache *c, int k, uint64_t off, uint64_t len
   copy *p = &c->v[k];
   stk__net_req *dl = p->state == C_LOADING ? p->dl : NULL;
   int state = p->state;
+  if (dl) p->waiters++;
   pthread_mutex_unlock(&c->mu);
   if (state != C_READY && state != C_LOADING) return 1;
   if (dl) {
     uint64_t got = stk__net_wait_bytes(dl, off + len);
     pthread_mutex_lock(&c->mu);
-    if (p->dl == dl && stk__net_done(dl)) finish_copy(p);
+    p->waiters--;
+    reap(c);
     state = p->state;
     pthread_mutex_unlock(&c->mu);
     if (got < off + len && state != C_READY) return 1; /* the download failed */
