@@ -743,10 +743,17 @@ def test_pack_to_s3_multipart_equals_local(s3env, tmp_path):
     for n in names:
         assert s3env.get(s3env.bucket, f"packed/{n}") == open(os.path.join(local, n), "rb").read()
     assert not glob.glob(os.path.join(os.environ.get("TMPDIR", "/tmp"), "stoker-pack-*"))
-    # the packed shards read back as the local ones
+    # the packed shards read back as the local ones, opened from the indexes
+    # pack wrote beside them: the shards' bytes come over once (the epoch's
+    # parts), not twice (a scan, then the parts)
+    assert all(os.path.exists(os.path.join(local, n + ".stkidx")) for n in names
+               if n.endswith(".tar"))
     kw = dict(OPTS, pipeline="eval")
     with stoker.ImageLoader("s3://stoker/packed/", **kw) as ld:
         got = epoch(ld)
+        st = ld.stats()
+    shard_bytes = sum(os.path.getsize(os.path.join(local, n)) for n in names if n.endswith(".tar"))
+    assert st["remote_bytes"] < 1.5 * shard_bytes, (st["remote_bytes"], shard_bytes)
     with stoker.ImageLoader(local, **kw) as ld:
         assert_same(got, epoch(ld), "packed to s3")
     # a second pack into the same prefix is refused, as a folder that is not empty

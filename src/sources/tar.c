@@ -66,6 +66,7 @@ typedef struct {
   uint64_t *size;
   stk__net_req **first; /* at open: the shards' first parts, requested ahead */
   stk__shard_cache *cache; /* local copies (cache_dir), or NULL */
+  int beside;           /* remote: the shards have indexes beside them (.stkidx) */
   char (*etag)[96];     /* remote shards' ETags ("" = none: no index cache) */
   int64_t *lost;        /* per stand-in (as why): the samples it stands for */
 } tar_impl;
@@ -531,7 +532,7 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
   stk__object obj, *fd = &obj;
   if (stk__object_open(fd, path, t->net, t->net ? t->size[shard] : 0, PART_SIZE, why, sizeof why))
     return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", path, why);
-  if (t->first && t->first[shard]) { /* its first part, requested ahead */
+  if (!t->beside && t->first && t->first[shard]) { /* its first part, requested ahead */
     fd->ahead = t->first[shard];
     fd->ahead_off = 0;
     t->first[shard] = NULL;
@@ -851,6 +852,7 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
  * checksum of its body, and names its key inside: one that does not
  * match is scanned again. */
 #define SIDX_MAGIC "STKTIDX2"
+#define SIDX_EXT ".stkidx" /* the index beside a shard: SHARD.tar.stkidx */
 
 static int shard_index_path(const tar_impl *t, int32_t shard, const char *index_dir, char *out,
                             size_t cap) {
@@ -884,13 +886,23 @@ static void wput(wbuf *w, const void *p, size_t n) {
 static void wstr(wbuf *w, const char *s) { wput(w, s ? s : "", strlen(s ? s : "") + 1); }
 static void w64(wbuf *w, uint64_t v) { wput(w, &v, 8); }
 
-static void save_scan(const char *path, const tar_impl *t, int32_t shard, const shard_scan *sc) {
+/* The key a cached scan names inside: the shard's URL, size and ETag. */
+static void cache_key(const tar_impl *t, int32_t shard, char *key, size_t cap) {
+  snprintf(key, cap, "%s\n%llu\n%s", t->shards[shard], (unsigned long long)t->size[shard],
+           t->etag[shard]);
+}
+
+/* The key of an index beside its shard (stoker pack --tar): the shard's
+ * size (its name is the file's own; its members' headers are checked at
+ * every read, so a shard rewritten at the same size fails its reads). */
+static void beside_key(uint64_t size, char *key, size_t cap) {
+  snprintf(key, cap, "beside\n%llu", (unsigned long long)size);
+}
+
+static int save_scan(const char *path, const char *key, const shard_scan *sc) {
   wbuf w = {{0}, 0, 0};
   wput(&w, SIDX_MAGIC, 8);
   w64(&w, 0); /* the body's checksum, below */
-  char key[4400];
-  snprintf(key, sizeof key, "%s\n%llu\n%s", t->shards[shard], (unsigned long long)t->size[shard],
-           t->etag[shard]);
   wstr(&w, key);
   const tally *ta = &sc->ta;
   int64_t cnt[12] = {ta->unsafe, ta->link,  ta->special, ta->other,     ta->dup,        ta->no_cls,
@@ -915,13 +927,15 @@ static void save_scan(const char *path, const tar_impl *t, int32_t shard, const 
     wstr(&w, sc->lost_name[i]);
     wstr(&w, sc->lost_why[i]);
   }
-  if (!w.err) {
+  int rc = w.err ? STK_ENOMEM : STK_OK;
+  if (rc == STK_OK) {
     uint64_t h = stk__hash64((char *)w.b.p + 16, w.len - 16, 0x5bd1e995);
     memcpy((char *)w.b.p + 8, &h, 8);
     char why[256];
-    stk__write_file_atomic(path, w.b.p, w.len, why, sizeof why);
+    rc = stk__write_file_atomic(path, w.b.p, w.len, why, sizeof why);
   }
   stk__buf_free(&w.b);
+  return rc;
 }
 
 typedef struct {
@@ -949,23 +963,30 @@ static const char *rstr(rbuf *r) {
   return s;
 }
 
-static int load_scan(const char *path, const tar_impl *t, int32_t shard, shard_scan *sc) {
+static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard_scan *sc);
+
+static int load_scan(const char *path, const char *key, shard_scan *sc) {
   stk__buf b = {0};
   stk__bytes by;
   char why[256];
-  if (stk__read_whole_file(path, &b, 1u << 30, &by, why, sizeof why) || by.len < 16) {
-    stk__buf_free(&b);
-    return STK_EIO;
-  }
+  int rc = stk__read_whole_file(path, &b, 1u << 30, &by, why, sizeof why)
+               ? STK_EIO
+               : load_scan_mem(by.data, by.len, key, sc);
+  stk__buf_free(&b);
+  return rc;
+}
+
+/* A saved scan (untrusted: a damaged or foreign file is refused, and the
+ * shard is scanned instead). */
+static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard_scan *sc) {
+  if (len < 16) return STK_EFORMAT;
+  stk__bytes by = {data, len, 0};
   rbuf r = {by.data, by.data + by.len, 0};
   uint64_t h;
   int rc = memcmp(by.data, SIDX_MAGIC, 8) ? STK_EFORMAT : STK_OK;
   memcpy(&h, by.data + 8, 8);
   if (rc == STK_OK && h != stk__hash64(by.data + 16, by.len - 16, 0x5bd1e995)) rc = STK_EFORMAT;
   r.p += 16;
-  char key[4400];
-  snprintf(key, sizeof key, "%s\n%llu\n%s", t->shards[shard], (unsigned long long)t->size[shard],
-           t->etag[shard]);
   if (rc == STK_OK && strcmp(rstr(&r), key)) rc = STK_ESTALE; /* a hash collision of names */
   tally *ta = &sc->ta;
   int64_t cnt[12];
@@ -1007,7 +1028,6 @@ static int load_scan(const char *path, const tar_impl *t, int32_t shard, shard_s
     if (!r.err && lose(sc, ln, lw)) rc = STK_ENOMEM;
   }
   if (rc == STK_OK && (r.err || r.p != r.end)) rc = STK_EFORMAT;
-  stk__buf_free(&b);
   return rc;
 }
 
@@ -1063,17 +1083,30 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
                       size_t msglen) {
   shard_scan sc;
   memset(&sc, 0, sizeof sc);
-  char ipath[4200] = "";
-  int rc;
-  if (t->net && shard_index_path(t, shard, index_dir, ipath, sizeof ipath) == STK_OK &&
-      load_scan(ipath, t, shard, &sc) == STK_OK) {
-    rc = STK_OK;
-  } else {
+  char ipath[4200] = "", key[4400];
+  int rc = STK_EIO;
+  if (t->net) cache_key(t, shard, key, sizeof key);
+  if (t->net && shard_index_path(t, shard, index_dir, ipath, sizeof ipath) == STK_OK)
+    rc = load_scan(ipath, key, &sc);
+  if (rc && t->beside && t->first && t->first[shard]) {
+    /* the index stoker pack wrote beside the shard, requested ahead */
+    shard_scan_free(&sc);
+    memset(&sc, 0, sizeof sc);
+    stk__net_body b;
+    char bkey[64];
+    beside_key(t->size[shard], bkey, sizeof bkey);
+    if (stk__net_wait(t->first[shard], &b, NULL, 0) == STK_OK)
+      rc = load_scan_mem(b.data, b.len, bkey, &sc);
+    stk__net_free(t->first[shard]);
+    t->first[shard] = NULL;
+    if (rc == STK_OK && ipath[0]) save_scan(ipath, key, &sc);
+  }
+  if (rc) {
     shard_scan_free(&sc);
     memset(&sc, 0, sizeof sc);
     rc = read_scan(t, shard, &sc, msg, msglen);
     /* a cache that cannot be written costs the next open a scan, no more */
-    if (rc == STK_OK && ipath[0]) save_scan(ipath, t, shard, &sc);
+    if (rc == STK_OK && ipath[0]) save_scan(ipath, key, &sc);
   }
   if (rc == STK_OK) rc = add_scan(s, t, shard, &sc, cl, ta, maxlabel, msg, msglen);
   shard_scan_free(&sc);
@@ -1623,12 +1656,31 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
    * per shard. */
   if (rc == STK_OK && t->net && !(t->first = calloc((size_t)t->nshards, sizeof *t->first)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  /* Indexes beside the shards (stoker pack --tar wrote them): asked for the
+   * first shard that has no local index; if it has one, the others are
+   * taken to have theirs, and the shards are not read to open them. */
+  for (int k = 0; rc == STK_OK && t->first && k < t->nshards; k++) {
+    if (has_index(t, k, opt ? opt->index_dir : NULL)) continue;
+    char u[4200];
+    snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[k]);
+    stk__net_req *q = stk__net_get(t->net, u, 0, 0, 1u << 30, 1);
+    t->beside = stk__net_wait(q, NULL, NULL, 0) == STK_OK;
+    stk__net_free(q);
+    break;
+  }
   for (int k = 0; rc == STK_OK && k < t->nshards; k++) {
     int64_t before = s->ds.n;
-    for (int j = k; t->first && j < t->nshards && j < k + SCAN_AHEAD; j++)
-      if (!t->first[j] && t->size[j] && !has_index(t, j, opt ? opt->index_dir : NULL))
+    for (int j = k; t->first && j < t->nshards && j < k + SCAN_AHEAD; j++) {
+      if (t->first[j] || !t->size[j] || has_index(t, j, opt ? opt->index_dir : NULL)) continue;
+      if (t->beside) {
+        char u[4200];
+        snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[j]);
+        t->first[j] = stk__net_get(t->net, u, 0, 0, 1u << 30, 0);
+      } else {
         t->first[j] = stk__net_get(t->net, t->shards[j], 0,
                                    t->size[j] < PART_SIZE ? t->size[j] : PART_SIZE, 0, 0);
+      }
+    }
     rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, opt ? opt->index_dir : NULL, msg, msglen);
     if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
   }
@@ -1759,6 +1811,8 @@ static void remove_tmp(const char *tmp, int shards) {
   for (int k = 0; k < shards; k++) {
     snprintf(p, sizeof p, "%s/shard-%06d.tar", tmp, k);
     unlink(p);
+    snprintf(p, sizeof p, "%s/shard-%06d.tar" SIDX_EXT, tmp, k);
+    unlink(p);
   }
   snprintf(p, sizeof p, "%s/classes.txt", tmp);
   unlink(p);
@@ -1866,6 +1920,30 @@ int stk__tar_writer_finish(stk__tar_writer *tw, int rc, const stk__dataset *ds,
   if (rc == STK_OK && res->packed == 0)
     rc = stk__fail(err, errlen, STK_EEMPTY, "none of the %lld files could be packed",
                    (long long)ds->n);
+  /* each shard's index beside it: a remote reader opens the dataset from
+   * them instead of reading every shard */
+  for (int k = 0; rc == STK_OK && k < tw->shards; k++) {
+    char shard[4300], idx[4400], key[64];
+    snprintf(shard, sizeof shard, "%s/shard-%06d.tar", tw->tmp, k);
+    snprintf(idx, sizeof idx, "%s" SIDX_EXT, shard);
+    char *one_name[1] = {shard};
+    tar_impl one;
+    memset(&one, 0, sizeof one);
+    one.shards = one_name;
+    one.nshards = 1;
+    shard_scan sc;
+    memset(&sc, 0, sizeof sc);
+    rc = read_scan(&one, 0, &sc, err, errlen);
+    struct stat st;
+    if (rc == STK_OK && stat(shard, &st) != 0)
+      rc = stk__fail(err, errlen, STK_EIO, "cannot stat %s: %s", shard, strerror(errno));
+    if (rc == STK_OK) {
+      beside_key((uint64_t)st.st_size, key, sizeof key);
+      rc = save_scan(idx, key, &sc);
+      if (rc) stk__fail(err, errlen, rc, "cannot write %s", idx);
+    }
+    shard_scan_free(&sc);
+  }
   if (rc == STK_OK) {
     /* class i on line i; a line break inside a name would shift the rest */
     snprintf(tw->path, sizeof tw->path, "%s/classes.txt", tw->tmp);

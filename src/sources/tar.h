@@ -11,7 +11,8 @@
  * docs/storage.md for the rule.
  *
  * Writing: shards shard-000000.tar, ... of POSIX ustar members KEY.jpg or
- * KEY.png (the file's bytes) and KEY.cls, plus classes.txt, in a temporary
+ * KEY.png (the file's bytes) and KEY.cls, each with its index beside it
+ * (shard-000000.tar.stkidx, read by remote opens), plus classes.txt, in a temporary
  * folder renamed to the output at the end.
  */
 #ifndef STK_TAR_H
