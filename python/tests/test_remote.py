@@ -769,3 +769,36 @@ def test_failed_pack_to_s3_leaves_no_classes_txt(proxy, s3_server, tmp_path):
     with pytest.raises(Exception, match="403"):
         stoker.pack(src, "s3://stoker/failed/", format="tar")
     assert not any(k.endswith("classes.txt") for k in s3_server.list(s3_server.bucket, "failed/"))
+
+
+def test_http_server_without_ranges(tmp_path):
+    """A server that ignores Range (Python's own http.server answers 200 with
+    the whole file): the bytes before the range asked for are dropped. A
+    shard past one 8 MiB part is read at an offset that is not 0."""
+    import functools
+    import http.server
+
+    src = noise_folder(tmp_path)
+    local = tmp_path / "www" / "big"
+    local.parent.mkdir()
+    stoker.pack(src, str(local), format="tar", shard_bytes=64 << 20)
+    for p in local.glob("*.stkidx"):  # the reader scans the shard itself
+        p.unlink()
+    assert os.path.getsize(local / "shard-000000.tar") > 8 << 20
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(tmp_path / "www"))
+    handler.func.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    t.start()
+    kw = dict(OPTS, pipeline="eval", index_dir=str(tmp_path / "idx"))
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/big/shard-000000.tar"
+        with stoker.ImageLoader(url, **kw) as ld:
+            got = epoch(ld)
+            assert ld.note == ""
+        with stoker.ImageLoader(str(local), **kw) as ld:
+            assert_same(got, epoch(ld), "from a server without ranges")
+    finally:
+        srv.shutdown()
+        srv.server_close()

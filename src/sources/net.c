@@ -188,6 +188,7 @@ struct stk__net_req {
   struct curl_slist *hdrs;
   long status;        /* the last status line's code */
   uint64_t skip;      /* bytes of a 200 to drop (the server ignored Range) */
+  uint64_t att_from;  /* the offset this attempt asked for */
   uint64_t att_got;   /* bytes this attempt wrote */
   char errbuf[256];
   char errbody[512];  /* the start of an error response (S3's XML) */
@@ -272,6 +273,9 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
     /* a new status line (after a 100 Continue, say): what came before is moot */
     const char *sp = memchr(p, ' ', n);
     q->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+    /* a 200 to a Range request is the whole object: what precedes the
+     * bytes asked for is dropped as it comes */
+    q->skip = q->status == 200 && !q->method ? q->att_from : 0;
     return n;
   }
   char line[256];
@@ -430,6 +434,7 @@ static void start(stk__net *n, stk__net_req *q) {
   q->errlen = 0;
   q->errbody[0] = q->errbuf[0] = '\0';
   q->skip = 0;
+  q->att_from = q->off + q->got;
   cu.easy_setopt(e, O_URL, url);
   cu.easy_setopt(e, O_PROTOCOLS_STR, "http,https");
   cu.easy_setopt(e, O_NOSIGNAL, 1L);
@@ -511,7 +516,6 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   char errbuf[256];
   snprintf(errbuf, sizeof errbuf, "%s", q->errbuf[0] ? q->errbuf : cu.easy_strerror(result));
   end_attempt(n, q);
-  int retry = 0;
   char why[300] = "";
   if (result == E_OK && status >= 200 && status < 300) {
     int partial = q->len && q->got < q->len && !q->head && !q->method;
@@ -527,7 +531,7 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
       finish(q, STK_OK);
       return;
     }
-    retry = 1; /* the body was cut short: resume */
+    /* the body was cut short: resumed below */
     snprintf(why, sizeof why, "the body ended after %llu of %llu bytes",
              (unsigned long long)q->got, (unsigned long long)q->len);
   } else if (result == E_OK) {
@@ -549,7 +553,6 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
       return;
     }
     if (status >= 500 || status == 429 || status == 408) {
-      retry = 1;
       snprintf(why, sizeof why, "HTTP %ld%s", status, code);
     } else {
       fail(q, STK_EIO, "HTTP %ld%s", status, code);
@@ -569,10 +572,9 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
     fail(q, STK_EIO, "%s", errbuf);
     return;
   } else {
-    retry = 1; /* resets, refusals, timeouts, DNS: the network may come back */
+    /* resets, refusals, timeouts, DNS: the network may come back */
     snprintf(why, sizeof why, "%s", errbuf);
   }
-  (void)retry;
   q->attempt++;
   /* a name that does not resolve is most often a typo: a few tries only */
   int most = result == E_COULDNT_RESOLVE_HOST ? 3 : MAX_ATTEMPTS;
