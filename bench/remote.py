@@ -82,7 +82,8 @@ def child_stoker(a):
     import stoker
 
     t0 = time.monotonic()
-    ld = stoker.ImageLoader(a.source, batch_size=a.batch, pipeline="train", threads=a.threads, seed=0)
+    ld = stoker.ImageLoader(a.source, batch_size=a.batch, pipeline="train", threads=a.threads, seed=0,
+                            remote_memory=a.remote_memory)
     opened = time.monotonic() - t0
     n = 0
     for x, _ in ld:  # warm-up epoch
@@ -168,6 +169,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--latency", type=float, default=0.02)
+    ap.add_argument("--remote-memory", type=int, default=0,
+                    help="stoker's remote_memory in bytes (0: the default, 256 MiB)")
     ap.add_argument("--cores", default=None, help="CPUs of the children (default: the first 2 allowed)")
     ap.add_argument("--work", default=os.path.join(REPO, "data", "bench-remote"))
     ap.add_argument("--only", default=None, help="comma-separated variants: local,s3,s3lat,wds")
@@ -236,6 +239,7 @@ def main():
                 os.path.join(REPO, "python"), env.get("PYTHONPATH")) if p)
             cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--source", source,
                    "--threads", str(a.threads), "--batch", str(a.batch), "--epochs", str(a.epochs),
+                   "--remote-memory", str(a.remote_memory),
                    "--cores", a.cores]
             proxy.reset_counts()
             srv0, me0 = tree_cpu(s3.proc.pid), resource.getrusage(resource.RUSAGE_SELF)

@@ -1632,8 +1632,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   if (rc == STK_OK && t->nshards == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
   if (rc == STK_OK && t->net) {
-    const char *mb = getenv("STOKER_PARTS_BUDGET_MB");
-    uint64_t budget = mb ? strtoull(mb, NULL, 10) << 20 : PARTS_BUDGET;
+    uint64_t budget = opt && opt->remote_memory ? opt->remote_memory : PARTS_BUDGET;
     if (stk__parts_open(&t->parts, t->net, PART_SIZE, budget, t->nshards, t->size))
       rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   }
