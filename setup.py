@@ -192,10 +192,14 @@ class CMakeBuild(build_ext):
 
         jobs = str(self.parallel or os.cpu_count() or 1)
         subprocess.check_call([cmake, "--build", build_dir, "--target", "stoker_python",
-                               "stoker_cli", "--config", cfg, "-j", jobs])
+                               "stoker_python_ops", "stoker_cli", "--config", cfg, "-j", jobs])
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copyfile(os.path.join(out_dir, "_stoker.abi3.so"), dest)
+        # The private module of the ops hooks (stoker.functional imports it),
+        # built by the same CMake run, beside the binding.
+        shutil.copyfile(os.path.join(out_dir, "_stoker_ops.abi3.so"),
+                        os.path.join(os.path.dirname(dest), "_stoker_ops.abi3.so"))
         # The command-line tool travels inside the package; the `stoker`
         # entry point (stoker.cli) runs it.
         bin_dir = os.path.join(os.path.dirname(dest), "bin")

@@ -48,6 +48,7 @@ have = {n[len(top) + 1:] for n in names if n.startswith(top + "/")}
 need = ["CMakeLists.txt", "LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in",
         "include/stoker.h", "cmake/deps.cmake", "cmake/gpu.cmake", "src/gpu/kernels.cu",
         "tools/stoker.c", "python/CMakeLists.txt", "python/stoker/_stoker.c",
+        "python/stoker/_stoker_ops.c", "python/stoker/_binding.h",
         "python/stoker/__init__.py", "examples/minimal.c", "docs/python.md"]
 src = sys.argv[2]
 if os.path.isdir(os.path.join(src, ".git")):
@@ -98,10 +99,10 @@ names = z.namelist()
 def need(cond, what):
     if not cond:
         sys.exit(f"missing from the wheel: {what}")
-for f in ("stoker/_stoker.abi3.so", "stoker/bin/stoker", "stoker/py.typed", "stoker/cli.py",
+for f in ("stoker/_stoker.abi3.so", "stoker/_stoker_ops.abi3.so", "stoker/bin/stoker", "stoker/py.typed", "stoker/cli.py",
           "stoker/__main__.py", "stoker/loader.py"):
     need(f in names, f)
-need(not any(n.endswith(".c") for n in names), "(no C sources expected)")
+need(not any(n.endswith((".c", ".h")) for n in names), "(no C sources expected)")
 libs = [n for n in names if n.startswith("stoker.libs/") and not n.endswith("/")]
 for lib in ("libjpeg", "libspng", "libwebp", "libwebpdemux", "libtiff"):
     need(any(n.split("/")[-1].startswith(lib) for n in libs), f"stoker.libs/{lib}*")
@@ -134,6 +135,9 @@ check_install() { # $1: venv
   site=$(site_of "$venv")
   (cd "$tmp" && "$venv/bin/python" -c "import stoker, sys; sys.exit(0 if stoker.__file__.startswith('$site/') else 'stoker imported from ' + stoker.__file__)") \
     || fail "stoker is not imported from $site"
+  # the private ops module links no image library: it needs only to load
+  ldd "$site/stoker/_stoker_ops.abi3.so" >"$tmp/ldd.txt" || fail "ldd _stoker_ops"
+  if grep -q "not found" "$tmp/ldd.txt"; then cat "$tmp/ldd.txt"; fail "_stoker_ops: a library is not found"; fi
   for elf in "$site/stoker/_stoker.abi3.so" "$site/stoker/bin/stoker"; do
     ldd "$elf" >"$tmp/ldd.txt" || fail "ldd $elf"
     # (libwebp[-.]: not libwebpdemux; auditwheel names a copy libwebp-HASH.so.N)

@@ -41,9 +41,12 @@
 #include "core/errors.h"
 #include "core/options.h"
 #include "loader/sink.h"
-#include "ops/augment.h"
-#include "ops/ops.h"
+#include "ops/augment.h" /* the batch mixing (stk__mix_*) */
 #include "stoker.h"
+
+/* errors into exceptions, keyword options into stk_options (shared with
+ * _stoker_ops.c) */
+#include "_binding.h"
 
 /* ---- DLPack (the public ABI of dlpack.h, v0.x "dltensor" capsules) -------- */
 
@@ -135,177 +138,6 @@ static void capsule_destructor(PyObject *cap) {
   if (!PyCapsule_IsValid(cap, "dltensor")) return;
   DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
   if (m && m->deleter) m->deleter(m);
-}
-
-/* ---- errors ------------------------------------------------------------------ */
-
-static PyObject *DecodeError;     /* stoker.DecodeError(OSError) */
-static PyObject *StaleCacheError; /* stoker.StaleCacheError(OSError) */
-
-static PyObject *decode_message(const char *msg) {
-  /* Messages name files, whose bytes need not be UTF-8. */
-  return PyUnicode_DecodeFSDefault(msg ? msg : "");
-}
-
-/* Raises the exception for code `rc` with the library's message. `nslots`
- * is only used to explain STK_EBUSY. Returns NULL. */
-static PyObject *raise_code(int rc, const char *msg, int nslots) {
-  /* keep the library's message when it has one (e.g. a memory cap) */
-  if (rc == STK_ENOMEM && (!msg || !msg[0])) return PyErr_NoMemory();
-  if (rc == STK_EBUSY) {
-    char m[512];
-    snprintf(m, sizeof m,
-             "every batch slot of the loader is held (%d slots = prefetch + 2): the caller keeps "
-             "that many batches alive, so no new batch can be produced. Drop references to "
-             "earlier batches (keep a .clone() of what you need), or pass a larger prefetch=",
-             nslots);
-    PyErr_SetString(PyExc_RuntimeError, m);
-    return NULL;
-  }
-  PyObject *type;
-  switch (rc) { /* the exception of each code: the table of core/errors.h */
-#define ROW(name, value, pyexc, message) \
-  case STK_##name: type = pyexc; break;
-    STK__ERRORS(ROW)
-#undef ROW
-    default: type = PyExc_RuntimeError; break;
-  }
-  PyObject *text = decode_message(msg && *msg ? msg : stk_strerror(rc));
-  if (!text) return NULL;
-  PyObject *exc = PyObject_CallFunctionObjArgs(type, text, NULL);
-  Py_DECREF(text);
-  if (!exc) return NULL;
-  PyObject *code = PyLong_FromLong(rc);
-  if (!code || PyObject_SetAttrString(exc, "code", code) < 0) {
-    Py_XDECREF(code);
-    Py_DECREF(exc);
-    return NULL;
-  }
-  Py_DECREF(code);
-  PyErr_SetObject(type, exc);
-  Py_DECREF(exc);
-  return NULL;
-}
-
-/* ---- option parsing ---------------------------------------------------------- */
-
-static int get_floats(PyObject *o, float *out, Py_ssize_t n, const char *name) {
-  if (!o || o == Py_None) return 0;
-  Py_ssize_t len = PySequence_Size(o);
-  if (len < 0 || len != n) {
-    PyErr_Clear();
-    PyErr_Format(PyExc_ValueError, "%s must be a sequence of %zd numbers", name, n);
-    return -1;
-  }
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *it = PySequence_GetItem(o, i);
-    if (!it) return -1;
-    double v = PyFloat_AsDouble(it);
-    Py_DECREF(it);
-    if (v == -1.0 && PyErr_Occurred()) return -1;
-    out[i] = (float)v;
-  }
-  return 0;
-}
-
-/* str or os.PathLike -> bytes in the file system encoding; None -> NULL. */
-static int get_path(PyObject *o, PyObject **bytes) {
-  *bytes = NULL;
-  if (!o || o == Py_None) return 0;
-  return PyUnicode_FSConverter(o, bytes) ? 0 : -1;
-}
-
-/* Sets the field of row `d` from a Python value (None keeps the default).
- * The row is of stk__options (o a stk_options) or of stk__pack_options
- * (o a stk_pack_options). Paths are converted to bytes that `keep` holds
- * until the loader is built or the pack done. Values outside the row's range raise ValueError with the
- * library's own wording. */
-static int set_option(void *o, const stk__option *d, PyObject *v, PyObject *keep) {
-  if (v == Py_None) return 0;
-  char err[256];
-  switch (d->type) {
-    case STK__OPT_INT: {
-      int overflow = 0;
-      long long x = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : -1;
-      if (!PyLong_Check(v) || (x == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be an integer", d->name);
-        return -1;
-      }
-      if (overflow) x = overflow > 0 ? LLONG_MAX : LLONG_MIN;
-      if (stk__option_check_int(d, x, err, sizeof err)) {
-        PyErr_SetString(PyExc_ValueError, err);
-        return -1;
-      }
-      stk__option_set_int(o, d, x);
-      return 0;
-    }
-    case STK__OPT_BOOL: {
-      int t = PyObject_IsTrue(v);
-      if (t < 0) return -1;
-      stk__option_set_int(o, d, t);
-      return 0;
-    }
-    case STK__OPT_ENUM: {
-      const char *name = PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, NULL) : NULL;
-      int x = name ? stk__option_choice(d, name) : -1;
-      if (x < 0) {
-        PyErr_Clear();
-        PyObject *r = PyObject_Repr(v);
-        PyErr_Format(PyExc_ValueError, "unknown %s %U (one of %s)", d->name, r ? r : v,
-                     d->choices);
-        Py_XDECREF(r);
-        return -1;
-      }
-      stk__option_set_int(o, d, x);
-      return 0;
-    }
-    case STK__OPT_U64: {
-      unsigned long long x = PyLong_Check(v) ? PyLong_AsUnsignedLongLong(v) : (unsigned long long)-1;
-      if (!PyLong_Check(v) || (x == (unsigned long long)-1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be an integer in [0, 2**64)", d->name);
-        return -1;
-      }
-      if (stk__option_check_u64(d, (uint64_t)x, err, sizeof err)) {
-        PyErr_SetString(PyExc_ValueError, err);
-        return -1;
-      }
-      stk__option_set_u64(o, d, (uint64_t)x);
-      return 0;
-    }
-    case STK__OPT_FLOAT: {
-      float f[4];
-      if (d->count == 1) {
-        double x = PyFloat_AsDouble(v);
-        if (x == -1.0 && PyErr_Occurred()) {
-          PyErr_Clear();
-          PyErr_Format(PyExc_ValueError, "%s must be a number", d->name);
-          return -1;
-        }
-        f[0] = (float)x;
-      } else if (get_floats(v, f, d->count, d->name)) {
-        return -1;
-      }
-      for (int k = 0; k < d->count; k++)
-        if (stk__option_check_float(d, k, f[k], err, sizeof err)) {
-          PyErr_SetString(PyExc_ValueError, err);
-          return -1;
-        }
-      for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, f[k]);
-      return 0;
-    }
-    case STK__OPT_STR: {
-      PyObject *bytes;
-      if (get_path(v, &bytes)) return -1;
-      int rc = PyList_Append(keep, bytes);
-      Py_DECREF(bytes); /* the list holds it now */
-      if (rc < 0) return -1;
-      stk__option_set_str(o, d, PyBytes_AsString(bytes));
-      return 0;
-    }
-  }
-  return 0;
 }
 
 /* The options table as Python data: one dict per field. */
@@ -410,23 +242,6 @@ static loader_ref *get_ref(LoaderObject *self, int exclusive) {
     return NULL;
   }
   return self->ref;
-}
-
-/* Keyword arguments into options, each through its row of the table. */
-static int parse_options(PyObject *kwds, stk_options *o, PyObject *keep, const char *who) {
-  PyObject *key, *value;
-  Py_ssize_t pos = 0;
-  while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
-    const char *k = PyUnicode_AsUTF8AndSize(key, NULL);
-    if (!k) return -1;
-    const stk__option *d = stk__option_by_py(k);
-    if (!d) {
-      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", who, k);
-      return -1;
-    }
-    if (set_option(o, d, value, keep)) return -1;
-  }
-  return 0;
 }
 
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -957,171 +772,6 @@ static PyType_Spec Loader_spec = {
 
 /* ---- module functions -------------------------------------------------------- */
 
-/* Internal, for tests: the RandomResizedCrop box the library draws for sample
- * `index` of `epoch`, as torchvision's get_params returns it: (top, left,
- * height, width). */
-static PyObject *rrc_params(PyObject *m, PyObject *args) {
-  int w, h;
-  double s0, s1, r0, r1;
-  unsigned long long seed, epoch, index;
-  if (!PyArg_ParseTuple(args, "ii(dd)(dd)KKK", &w, &h, &s0, &s1, &r0, &r1, &seed, &epoch, &index))
-    return NULL;
-  if (w < 1 || h < 1) {
-    PyErr_SetString(PyExc_ValueError, "width and height must be positive");
-    return NULL;
-  }
-  float scale[2] = {(float)s0, (float)s1}, ratio[2] = {(float)r0, (float)r1};
-  stk__rng rng;
-  stk__rng_init(&rng, seed, epoch, index);
-  stk__rect r;
-  stk__rrc_params(w, h, scale, ratio, &rng, &r);
-  return Py_BuildValue("(iiii)", r.y, r.x, r.h, r.w);
-}
-
-/* Internal, for tests: one op of the augmentation library at fixed
- * parameters on an RGB8 image (h rows of w * 3 bytes): the bytes after it.
- * _apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0); `nearest`
- * is the warp filter: 1 (True) nearest, 0 (False) bilinear, 2 bicubic */
-static PyObject *apply_op(PyObject *m, PyObject *args) {
-  const char *name;
-  PyObject *data; /* bytes: Py_buffer ("y*") is not in the 3.10 limited API */
-  int w, h, filter = 1, ksize = 0; /* filter: 1 (True) nearest, 0 bilinear, 2 bicubic */
-  double mag;
-  PyObject *fill = Py_None;
-  if (!PyArg_ParseTuple(args, "sSiid|iOi", &name, &data, &w, &h, &mag, &filter, &fill, &ksize))
-    return NULL;
-  struct {
-    char *buf;
-    Py_ssize_t len;
-  } buf;
-  if (PyBytes_AsStringAndSize(data, &buf.buf, &buf.len) < 0) return NULL;
-  PyObject *out = NULL;
-  int kind = stk__op_by_name(name);
-  float f[3];
-  stk__buf scratch = {0};
-  if (kind < 0) {
-    PyErr_Format(PyExc_ValueError, "unknown op '%s'", name);
-  } else if (w < 1 || h < 1 || buf.len != (Py_ssize_t)w * h * 3) {
-    PyErr_SetString(PyExc_ValueError, "data must hold w * h * 3 bytes");
-  } else if (fill != Py_None && get_floats(fill, f, 3, "fill")) {
-    /* error set */
-  } else if (filter < 0 || filter > 2) {
-    PyErr_SetString(PyExc_ValueError, "filter must be 0 (bilinear), 1 (nearest) or 2 (bicubic)");
-  } else if (kind == STK__OP_BLUR && (ksize < 1 || ksize > 255 || ksize % 2 == 0)) {
-    PyErr_SetString(PyExc_ValueError, "ksize must be odd, 1..255");
-  } else {
-    out = PyBytes_FromStringAndSize(buf.buf, buf.len);
-    stk__op op = {(uint8_t)kind, (uint8_t)ksize, (float)mag, 0};
-    int rc = out ? stk__op_apply(&op, (uint8_t *)PyBytes_AsString(out), w, h, filter,
-                                 fill == Py_None ? NULL : f, &scratch)
-                 : STK_OK;
-    if (rc) {
-      Py_CLEAR(out);
-      raise_code(rc, "the op failed", 0);
-    }
-  }
-  stk__buf_free(&scratch);
-  return out;
-}
-
-/* Internal, for tests: what the augmentations draw for samples [first,
- * first + count) of `epoch`, under loader keyword options. Returns (kinds,
- * mags, erase): bytes of count * STK__AUG_MAX_OPS op kinds (255 = none),
- * float32 magnitudes in the same places, and int32 (x, y, w, h) boxes of
- * RandomErasing (w = 0: none). */
-static PyObject *aug_draws(PyObject *m, PyObject *args, PyObject *kwds) {
-  unsigned long long epoch;
-  long long first, count;
-  int with_mix = 0; /* 1: AugMix's chains too; 2: and each op's warp filter and every erase box */
-  if (!PyArg_ParseTuple(args, "KLL|i", &epoch, &first, &count, &with_mix)) return NULL;
-  if (count < 0 || count > (1LL << 26)) {
-    PyErr_SetString(PyExc_ValueError, "count must be in [0, 2**26]");
-    return NULL;
-  }
-  stk_options o;
-  stk_options_init(&o);
-  PyObject *keep = PyList_New(0);
-  if (!keep) return NULL;
-  if (parse_options(kwds, &o, keep, "_aug_draws")) {
-    Py_DECREF(keep);
-    return NULL;
-  }
-  if (!o.root && !o.list_file) o.root = ".";
-  char err[512];
-  int rc = stk__options_validate(&o, err, sizeof err);
-  Py_DECREF(keep);
-  if (rc) return raise_code(rc, err, 0);
-  stk__aug_plan *ap = malloc(sizeof *ap);
-  if (!ap) return PyErr_NoMemory();
-  stk__aug_plan_init(ap, &o, o.size, o.size);
-  size_t per = STK__AUG_MAX_OPS;
-  PyObject *kinds = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per));
-  PyObject *mags = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per * sizeof(float)));
-  PyObject *boxes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * 4 * sizeof(int32_t)));
-  /* with_mix: AugMix's chains (mix_at, width, 4 lengths) and weights (5) */
-  enum { MI = 2 + STK__AUGMIX_MAX_WIDTH, MW = 1 + STK__AUGMIX_MAX_WIDTH };
-  PyObject *mixi = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * MI * sizeof(int32_t)));
-  PyObject *mixw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * MW * sizeof(float)));
-  enum { EB = 4 * STK__ERASE_MAX };
-  PyObject *warps = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * per));
-  PyObject *eboxes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * EB * sizeof(int32_t)));
-  if (kinds && mags && boxes && mixi && mixw && warps && eboxes) {
-    uint8_t *wf = (uint8_t *)PyBytes_AsString(warps);
-    int32_t *eb = (int32_t *)PyBytes_AsString(eboxes);
-    uint8_t *k = (uint8_t *)PyBytes_AsString(kinds);
-    float *g = (float *)PyBytes_AsString(mags);
-    int32_t *b = (int32_t *)PyBytes_AsString(boxes);
-    int32_t *mi = (int32_t *)PyBytes_AsString(mixi);
-    float *mw = (float *)PyBytes_AsString(mixw);
-    Py_BEGIN_ALLOW_THREADS
-    for (long long i = 0; i < count; i++) {
-      stk__aug a;
-      stk__aug_draw(ap, o.seed, epoch, first + i, &a);
-      for (size_t j = 0; j < per; j++) {
-        k[i * per + j] = j < (size_t)a.n ? a.op[j].kind : 255;
-        g[i * per + j] = j < (size_t)a.n ? a.op[j].mag : 0.0f;
-        wf[i * per + j] = j < (size_t)a.n ? a.op[j].warp : 0;
-      }
-      for (int j = 0; j < STK__ERASE_MAX; j++) {
-        int on = j < a.erase;
-        eb[i * EB + 4 * j] = on ? a.ex[j] : 0;
-        eb[i * EB + 4 * j + 1] = on ? a.ey[j] : 0;
-        eb[i * EB + 4 * j + 2] = on ? a.ew[j] : 0;
-        eb[i * EB + 4 * j + 3] = on ? a.eh[j] : 0;
-      }
-      b[i * 4] = a.erase ? a.ex[0] : 0;
-      b[i * 4 + 1] = a.erase ? a.ey[0] : 0;
-      b[i * 4 + 2] = a.erase ? a.ew[0] : 0;
-      b[i * 4 + 3] = a.erase ? a.eh[0] : 0;
-      mi[i * MI] = a.mix_at;
-      mi[i * MI + 1] = a.mix_width;
-      for (int j = 0; j < STK__AUGMIX_MAX_WIDTH; j++)
-        mi[i * MI + 2 + j] = j < a.mix_width ? a.mix_len[j] : 0;
-      for (int j = 0; j < MW; j++) mw[i * MW + j] = j <= a.mix_width ? a.mix_w[j] : 0.0f;
-    }
-    Py_END_ALLOW_THREADS
-  }
-  free(ap);
-  if (!kinds || !mags || !boxes || !mixi || !mixw || !warps || !eboxes) {
-    Py_XDECREF(kinds);
-    Py_XDECREF(mags);
-    Py_XDECREF(boxes);
-    Py_XDECREF(mixi);
-    Py_XDECREF(mixw);
-    Py_XDECREF(warps);
-    Py_XDECREF(eboxes);
-    return NULL;
-  }
-  if (with_mix >= 2)
-    return Py_BuildValue("(NNNNNNN)", kinds, mags, boxes, mixi, mixw, warps, eboxes);
-  Py_DECREF(warps);
-  Py_DECREF(eboxes);
-  if (with_mix) return Py_BuildValue("(NNNNN)", kinds, mags, boxes, mixi, mixw);
-  Py_DECREF(mixi);
-  Py_DECREF(mixw);
-  return Py_BuildValue("(NNN)", kinds, mags, boxes);
-}
-
 /* The loader's MixUp/CutMix for one batch: _mix_params(seed, epoch, batch,
  * mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, (x1, y1, x2, y2)); mode 0
  * none, 1 MixUp, 2 CutMix; lam the weight of each image's own label. */
@@ -1188,20 +838,6 @@ static PyObject *mix_apply(PyObject *m, PyObject *args) {
   stk__buf_free(&spare);
   if (rc) return raise_code(rc, "out of memory for the batch mixing", 0);
   Py_RETURN_NONE;
-}
-
-/* Internal, for tests: the names of the ops by kind. */
-static PyObject *op_names(PyObject *m, PyObject *unused) {
-  PyObject *t = PyTuple_New(STK__OP_COUNT);
-  for (int k = 0; t && k < STK__OP_COUNT; k++) {
-    PyObject *v = PyUnicode_FromString(stk__op_name(k));
-    if (!v) {
-      Py_CLEAR(t);
-      break;
-    }
-    PyTuple_SetItem(t, k, v);
-  }
-  return t;
 }
 
 static PyObject *check_file(PyObject *m, PyObject *arg) {
@@ -1400,16 +1036,6 @@ static PyObject *strerror_(PyObject *m, PyObject *arg) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"_rrc_params", rrc_params, METH_VARARGS,
-     "_rrc_params(width, height, scale, ratio, seed, epoch, index) -> (top, left, h, w).\n"
-     "Internal: the crop the train pipeline draws for that sample."},
-    {"_apply_op", apply_op, METH_VARARGS,
-     "_apply_op(name, data, w, h, magnitude, nearest=True, fill=None, ksize=0) -> bytes (tests;\n"
-     "nearest: 1 nearest, 0 bilinear, 2 bicubic)."},
-    {"_aug_draws", (PyCFunction)(void (*)(void))aug_draws, METH_VARARGS | METH_KEYWORDS,
-     "_aug_draws(epoch, first, count[, with_mix], **options) -> (kinds, mags, erase boxes[,\n"
-     "(with_mix 2: ..., each op's warp filter (0 or STK__WARP_ + 1), every erase box [4][4])]\n"
-     "AugMix chains (mix_at, width, 4 lengths), AugMix weights (5)]) (tests)."},
     {"_mix_params_timm", mix_params_timm, METH_VARARGS,
      "_mix_params_timm(seed, epoch, batch, mixup_alpha, cutmix_alpha, prob, switch_prob,\n"
      "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode)."},
@@ -1418,7 +1044,6 @@ static PyMethodDef module_methods[] = {
     {"_mix_apply", mix_apply, METH_VARARGS,
      "_mix_apply(address, n, dtype, layout, w, h, mode, lam, box[, pair_flip]): mixes a host\n"
      "batch in place."},
-    {"_op_names", op_names, METH_NOARGS, "_op_names() -> the ops' names by kind (tests)."},
     {"check_file", check_file, METH_O,
      "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},
     {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},

@@ -23,9 +23,6 @@ def pack(source: Optional[str], output: str, *, format: str = ..., encoding: str
          check: bool = ..., read_timeout: float = ..., device: int = ...,
          plain_chroma: bool = ...,
          progress: Optional[Callable[[int, int], object]] = ...) -> Dict[str, Any]: ...
-def _rrc_params(width: int, height: int, scale: Tuple[float, float],
-                ratio: Tuple[float, float], seed: int, epoch: int,
-                index: int, /) -> Tuple[int, int, int, int]: ...
 
 class Loader:
     def __init__(self, *, root: Optional[str] = ..., list_file: Any = ...,

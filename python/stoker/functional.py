@@ -17,7 +17,7 @@ Op names are torchvision's `_apply_op` names (``"ShearX"``, ``"Equalize"``,
 """
 from typing import Any, List, Optional, Sequence, Tuple
 
-from . import _stoker
+from . import _stoker_ops  # the private hooks into the C ops
 from . import transforms as _T
 
 __all__ = ["apply_ops", "draws", "op_names"]
@@ -27,7 +27,7 @@ _MAX_OPS = 24  # the C library's ops per sample
 
 def op_names() -> Tuple[str, ...]:
     """The ops' names, by the C library's numbering."""
-    return _stoker._op_names()
+    return _stoker_ops._op_names()
 
 
 def apply_ops(image: Any, ops: Sequence[Tuple[str, float]], *, interpolation: str = "nearest",
@@ -53,9 +53,9 @@ def apply_ops(image: Any, ops: Sequence[Tuple[str, float]], *, interpolation: st
     h, w = arr.shape[:2]
     data = arr.tobytes()
     for name, mag in ops:
-        data = _stoker._apply_op(name, data, w, h, float(mag), interpolation == "nearest",
-                                 None if fill is None else tuple(float(v) for v in fill),
-                                 int(kernel_size))
+        data = _stoker_ops._apply_op(name, data, w, h, float(mag), interpolation == "nearest",
+                                     None if fill is None else tuple(float(v) for v in fill),
+                                     int(kernel_size))
     import numpy as np
 
     out = np.frombuffer(data, np.uint8).reshape(h, w, 3).copy()
@@ -75,7 +75,7 @@ def draws(pipeline: Any, *, seed: int = 0, epoch: int = 0,
     opts = _T.pipeline_options(pipeline)
     opts.pop("interpolation", None)
     opts.pop("pipeline")
-    kinds, mags, boxes = _stoker._aug_draws(int(epoch), int(index), 1, seed=int(seed), **opts)
+    kinds, mags, boxes = _stoker_ops._aug_draws(int(epoch), int(index), 1, seed=int(seed), **opts)
     names = op_names()
     import struct
 

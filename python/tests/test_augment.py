@@ -22,11 +22,12 @@ from torchvision.transforms.autoaugment import _apply_op  # noqa: E402
 
 import stoker  # noqa: E402
 from stoker import _stoker  # noqa: E402
+from stoker import _stoker_ops  # noqa: E402  (private: the ops hooks)
 from stoker import transforms as T  # noqa: E402
 
 from conftest import make_folder, op_test_images  # noqa: E402
 
-NAMES = _stoker._op_names()
+NAMES = _stoker_ops._op_names()
 MAX_OPS = 24  # STK__AUG_MAX_OPS
 
 
@@ -35,7 +36,7 @@ IMAGES = op_test_images()
 
 def ours(name, a, mag, nearest=True, fill=None, ksize=0):
     h, w, _ = a.shape
-    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), nearest, fill, ksize)
+    out = _stoker_ops._apply_op(name, a.tobytes(), w, h, float(mag), nearest, fill, ksize)
     return np.frombuffer(out, np.uint8).reshape(h, w, 3)
 
 
@@ -198,7 +199,7 @@ def _batches(loader):
 
 
 def _draws(epoch, idx, **opts):
-    kinds, mags, boxes = _stoker._aug_draws(epoch, idx, 1, **opts)
+    kinds, mags, boxes = _stoker_ops._aug_draws(epoch, idx, 1, **opts)
     kinds = np.frombuffer(kinds, np.uint8)
     mags = np.frombuffer(mags, np.float32)
     ops = [(NAMES[k], float(m)) for k, m in zip(kinds, mags) if k != 255]
@@ -236,7 +237,7 @@ def test_loader_policy_replays_in_torchvision(folder, policy, tv):
 
 
 def _augmix_draws(epoch, i, opts):
-    kinds, mags, _, chains, weights = _stoker._aug_draws(epoch, i, 1, True, seed=TRAIN["seed"],
+    kinds, mags, _, chains, weights = _stoker_ops._aug_draws(epoch, i, 1, True, seed=TRAIN["seed"],
                                                          **opts)
     kinds = np.frombuffer(kinds, np.uint8)
     mags = np.frombuffer(mags, np.float32)
@@ -292,7 +293,7 @@ def test_augmix_draws_in_distribution():
     opts = stoker.transforms.pipeline_options([T.RandomResizedCrop(64), T.AugMix()])
     opts.pop("pipeline")
     n = 60_000
-    kinds, mags, _, chains, weights = _stoker._aug_draws(0, 0, n, True, seed=2, **opts)
+    kinds, mags, _, chains, weights = _stoker_ops._aug_draws(0, 0, n, True, seed=2, **opts)
     kinds = np.frombuffer(kinds, np.uint8).reshape(n, -1)
     chains = np.frombuffer(chains, np.int32).reshape(n, -1)
     w = np.frombuffer(weights, np.float32).reshape(n, -1)
@@ -548,7 +549,7 @@ def test_mix_and_augment_errors_name_the_problem(folder):
         stoker.ImageLoader(folder, 4, pipeline=[T.RandomResizedCrop(32),
                                                 T.RandAugment(magnitude=31)])
     with pytest.raises(ValueError, match="at most 63 on the GPU"):
-        _stoker._aug_draws(0, 0, 1, blur_kernel=65, device=0)
+        _stoker_ops._aug_draws(0, 0, 1, blur_kernel=65, device=0)
     with pytest.raises(ValueError, match="train pipeline"):
         stoker.ImageLoader(folder, 4, pipeline="eval", mix=T.MixUp(alpha=1.0))
 
@@ -589,7 +590,7 @@ def _ks_ok(a, b, alpha=1e-4):
 
 def test_trivial_augment_draws_are_uniform_in_op_bin_and_sign():
     pytest.importorskip("scipy")
-    kinds, mags, _ = _stoker._aug_draws(0, 0, N, auto_augment="ta_wide", size=176)
+    kinds, mags, _ = _stoker_ops._aug_draws(0, 0, N, auto_augment="ta_wide", size=176)
     k = np.frombuffer(kinds, np.uint8).reshape(N, MAX_OPS)[:, 0]
     m = np.frombuffer(mags, np.float32).reshape(N, MAX_OPS)[:, 0]
     assert _chi2_ok(np.bincount(k, minlength=14), [1 / 14] * 14)
@@ -611,7 +612,7 @@ def test_trivial_augment_draws_are_uniform_in_op_bin_and_sign():
 
 def test_erasing_draws_match_torchvision():
     pytest.importorskip("scipy")
-    _, _, boxes = _stoker._aug_draws(0, 0, N, erase_prob=0.25, size=64)
+    _, _, boxes = _stoker_ops._aug_draws(0, 0, N, erase_prob=0.25, size=64)
     b = np.frombuffer(boxes, np.int32).reshape(N, 4)
     on = b[:, 2] > 0
     assert _chi2_ok([on.sum(), (~on).sum()], [0.25, 0.75])
@@ -730,7 +731,7 @@ def test_gpu_every_op_the_loader_draws_equals_the_cpu(folder, size):
         cpu = stoker.ImageLoader(folder, 8, **kw)
         dev = stoker.ImageLoader(folder, 8, device="cuda", gpu_cpu_share=1.0, **kw)
         for epoch in range(4):
-            kinds, _, _ = _stoker._aug_draws(epoch, 0, cpu.num_samples, seed=4, **opts)
+            kinds, _, _ = _stoker_ops._aug_draws(epoch, 0, cpu.num_samples, seed=4, **opts)
             seen |= {NAMES[k] for k in np.frombuffer(kinds, np.uint8) if k != 255}
             cpu.set_epoch(epoch)
             dev.set_epoch(epoch)

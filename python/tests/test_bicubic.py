@@ -17,6 +17,7 @@ from torch.utils.dlpack import from_dlpack  # noqa: E402
 from torchvision.transforms import InterpolationMode  # noqa: E402
 
 from stoker import _stoker  # noqa: E402
+from stoker import _stoker_ops  # noqa: E402  (private: the ops hooks)
 
 from conftest import photo, save_jpeg  # noqa: E402
 
@@ -114,7 +115,7 @@ def test_eval_bicubic_is_pillow(images, resize, crop):
 
 def train_reference(a, i, size, scale, seed, epoch=0):
     h, w = a.shape[:2]
-    top, left, ch, cw = _stoker._rrc_params(w, h, scale, (3 / 4, 4 / 3), seed, epoch, i)
+    top, left, ch, cw = _stoker_ops._rrc_params(w, h, scale, (3 / 4, 4 / 3), seed, epoch, i)
     return F.resized_crop(Image.fromarray(a), top, left, ch, cw, [size, size],
                           InterpolationMode.BICUBIC)
 

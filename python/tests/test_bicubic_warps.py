@@ -19,12 +19,12 @@ from torchvision.transforms import InterpolationMode  # noqa: E402
 from torchvision.transforms.autoaugment import _apply_op  # noqa: E402
 
 import stoker  # noqa: E402
-from stoker import _stoker  # noqa: E402
+from stoker import _stoker_ops  # noqa: E402  (private: the ops hooks)
 from stoker import transforms as T  # noqa: E402
 
 from conftest import make_folder, op_test_images  # noqa: E402
 
-NAMES = _stoker._op_names()
+NAMES = _stoker_ops._op_names()
 IMAGES = op_test_images()
 BICUBIC = 2  # _apply_op's filter code (1 nearest, 0 bilinear)
 WARPS = [("ShearX", [0.3, -0.99, 0.01]), ("ShearY", [0.5, -0.15]),
@@ -34,7 +34,7 @@ WARPS = [("ShearX", [0.3, -0.99, 0.01]), ("ShearY", [0.5, -0.15]),
 
 def ours(name, a, mag, filt, fill=None):
     h, w, _ = a.shape
-    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), filt, fill, 0)
+    out = _stoker_ops._apply_op(name, a.tobytes(), w, h, float(mag), filt, fill, 0)
     return np.frombuffer(out, np.uint8).reshape(h, w, 3)
 
 
@@ -115,7 +115,7 @@ def test_loader_replays_in_torchvision(folder, policy):
     for (x0, idx, epoch), (x1, idx1, _) in zip(plain, aug):
         assert idx == idx1
         for j, i in enumerate(idx):
-            kinds, mags, _ = _stoker._aug_draws(epoch, i, 1, seed=TRAIN["seed"], **opts)
+            kinds, mags, _ = _stoker_ops._aug_draws(epoch, i, 1, seed=TRAIN["seed"], **opts)
             t = x0[j].clone()
             sharp = False
             for k, m in zip(np.frombuffer(kinds, np.uint8), np.frombuffer(mags, np.float32)):

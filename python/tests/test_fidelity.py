@@ -13,7 +13,7 @@ tvT = pytest.importorskip("torchvision.transforms")
 datasets = pytest.importorskip("torchvision.datasets")
 
 import stoker  # noqa: E402
-from stoker import _stoker  # noqa: E402
+from stoker import _stoker_ops  # noqa: E402  (private: the ops hooks)
 from stoker import transforms as T  # noqa: E402
 
 from conftest import photo, save_jpeg  # noqa: E402
@@ -84,7 +84,7 @@ def ks_statistic(a, b):
 
 
 def crops_stoker(w, h, n, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), seed=0):
-    return np.array([_stoker._rrc_params(w, h, scale, ratio, seed, 0, i) for i in range(n)])
+    return np.array([_stoker_ops._rrc_params(w, h, scale, ratio, seed, 0, i) for i in range(n)])
 
 
 def crops_torchvision(w, h, n, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), seed=0):
@@ -124,9 +124,9 @@ def test_train_crop_fallback_on_extreme_images(w, h):
 
 
 def test_train_crop_params_depend_on_seed_epoch_index():
-    a = _stoker._rrc_params(500, 375, (0.08, 1.0), (3 / 4, 4 / 3), 0, 0, 5)
-    assert a == _stoker._rrc_params(500, 375, (0.08, 1.0), (3 / 4, 4 / 3), 0, 0, 5)
-    others = {_stoker._rrc_params(500, 375, (0.08, 1.0), (3 / 4, 4 / 3), *k)
+    a = _stoker_ops._rrc_params(500, 375, (0.08, 1.0), (3 / 4, 4 / 3), 0, 0, 5)
+    assert a == _stoker_ops._rrc_params(500, 375, (0.08, 1.0), (3 / 4, 4 / 3), 0, 0, 5)
+    others = {_stoker_ops._rrc_params(500, 375, (0.08, 1.0), (3 / 4, 4 / 3), *k)
               for k in [(1, 0, 5), (0, 1, 5), (0, 0, 6)]}
     assert a not in others
 
@@ -140,7 +140,7 @@ def test_train_pipeline_output_is_sane(photos):
     for b in ld.iter_batches():
         for img, idx in zip(b.images, b.indices):
             pil = ds.loader(ds.samples[idx][0])
-            top, left, ch, cw = _stoker._rrc_params(pil.width, pil.height, (0.08, 1.0),
+            top, left, ch, cw = _stoker_ops._rrc_params(pil.width, pil.height, (0.08, 1.0),
                                                      (3 / 4, 4 / 3), 11, b.epoch, idx)
             # torchvision's RandomResizedCrop on a PIL image with this box:
             ref_pil = tvT.functional.to_tensor(

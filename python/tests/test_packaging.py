@@ -24,6 +24,8 @@ from conftest import PKG_ROOT
 REPO = os.path.dirname(PKG_ROOT)
 SETUP = os.path.join(REPO, "setup.py")
 EXT = os.path.join(PKG_ROOT, "stoker", "_stoker.c")
+# the private module of the ops hooks, built and shipped beside _stoker
+OPS_EXT = os.path.join(PKG_ROOT, "stoker", "_stoker_ops.c")
 
 if not os.path.exists(SETUP):
     pytest.skip("the source tree is not here", allow_module_level=True)
@@ -43,9 +45,9 @@ def pyproject():
 
 # ---- Python 3.10 ---------------------------------------------------------------
 
-def limited_api_value():
-    m = re.search(r"#define Py_LIMITED_API (0x[0-9A-Fa-f]+)", open(EXT).read())
-    assert m, "_stoker.c defines no Py_LIMITED_API"
+def limited_api_value(path=EXT):
+    m = re.search(r"#define Py_LIMITED_API (0x[0-9A-Fa-f]+)", open(path).read())
+    assert m, f"{os.path.basename(path)} defines no Py_LIMITED_API"
     return int(m.group(1), 16)
 
 
@@ -54,6 +56,24 @@ def test_python_310_everywhere(setup_py):
     assert '"Programming Language :: Python :: 3.10"' in pyproject()
     assert setup_py.LIMITED_API_TAG == "cp310"
     assert limited_api_value() == 0x030A0000
+    assert limited_api_value(OPS_EXT) == 0x030A0000
+
+
+def test_the_ops_module_is_built_and_shipped_beside_the_binding(setup_py):
+    """stoker._stoker_ops (stoker.functional and the tests import it) is a
+    CMake target of its own: setup.py must build it and copy it next to
+    _stoker, and the wheel must leave out the C sources and their header."""
+    cmake = open(os.path.join(PKG_ROOT, "CMakeLists.txt")).read()
+    assert re.search(r"stk_python_module\(stoker_python_ops _stoker_ops\)", cmake)
+    setup_src = open(SETUP).read()
+    assert '"stoker_python_ops"' in setup_src and '"_stoker_ops.abi3.so"' in setup_src
+    assert re.search(r'^stoker = \["\*\.c", "\*\.h"\]$', pyproject(), re.M)
+    wheel_check = open(os.path.join(REPO, "scripts", "test-wheel.sh")).read()
+    assert "stoker/_stoker_ops.abi3.so" in wheel_check
+    # the binding holds no test hook: they live in the private module only
+    binding = open(EXT).read()
+    for hook in ("_apply_op", "_aug_draws", "_op_names", "_rrc_params"):
+        assert f'"{hook}"' not in binding and f'"{hook}"' in open(OPS_EXT).read(), hook
 
 
 def python_includes():
@@ -83,7 +103,7 @@ def test_extension_compiles_against_the_310_limited_api():
         r = subprocess.run([cc, "-fsyntax-only", "-std=c11", "-I", inc,
                             "-I", os.path.join(REPO, "include"), "-I", os.path.join(REPO, "src"),
                             "-Werror=implicit-function-declaration", "-Werror=int-conversion",
-                            "-Werror=incompatible-pointer-types", EXT],
+                            "-Werror=incompatible-pointer-types", EXT, OPS_EXT],
                            capture_output=True, text=True)
         assert r.returncode == 0, f"{inc}:\n{r.stderr[-3000:]}"
 

@@ -14,14 +14,14 @@ torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
 import stoker  # noqa: E402
-from stoker import _stoker  # noqa: E402
+from stoker import _stoker_ops  # noqa: E402  (private: the ops hooks)
 from stoker import transforms as T  # noqa: E402
 
 from conftest import import_or_tools_venv, make_folder, op_test_images  # noqa: E402
 
 import_or_tools_venv("timm")  # the interpreter's timm, or .venv-tools'
 
-NAMES = _stoker._op_names()
+NAMES = _stoker_ops._op_names()
 MAX_OPS = 24  # STK__AUG_MAX_OPS
 
 try:  # timm's own op functions, when timm is there
@@ -117,7 +117,7 @@ FILL = (124, 116, 104)
 def ours(name, a, mag, nearest=False, fill=FILL):
     """nearest: the warp filter, 0 (False) bilinear, 1 (True) nearest, 2 bicubic."""
     h, w, _ = a.shape
-    out = _stoker._apply_op(name, a.tobytes(), w, h, float(mag), int(nearest),
+    out = _stoker_ops._apply_op(name, a.tobytes(), w, h, float(mag), int(nearest),
                             [float(v) for v in fill], 0)
     return np.frombuffer(out, np.uint8).reshape(h, w, 3)
 
@@ -229,7 +229,7 @@ def _draws(config, n=N, **hp):
     opts = T.pipeline_options([T.RandomResizedCrop(SIZE), T.TimmRandAugment(config, hp or None)])
     for k in ("pipeline", "interpolation", "scale", "ratio", "flip_prob"):
         opts.pop(k, None)
-    kinds, mags, _ = _stoker._aug_draws(0, 0, n, **opts)
+    kinds, mags, _ = _stoker_ops._aug_draws(0, 0, n, **opts)
     k = np.frombuffer(kinds, np.uint8).reshape(n, MAX_OPS)
     m = np.frombuffer(mags, np.float32).reshape(n, MAX_OPS)
     return k, m
@@ -387,7 +387,7 @@ def test_loader_replays_through_timms_ops(folder, config, interp):
     for (x0, idx, epoch), (x1, idx1, _) in zip(plain, aug):
         assert idx == idx1
         for j, i in enumerate(idx):
-            kinds, mags, _, _, _, warps, _ = _stoker._aug_draws(epoch, i, 1, 2,
+            kinds, mags, _, _, _, warps, _ = _stoker_ops._aug_draws(epoch, i, 1, 2,
                                                                 seed=TRAIN["seed"], **opts)
             im = Image.fromarray(x0[j].permute(1, 2, 0).numpy())
             for kind, mag, wf in zip(np.frombuffer(kinds, np.uint8),
@@ -416,7 +416,7 @@ def test_random_warp_filters_are_a_fair_coin_per_warp():
     for k in ("pipeline", "interpolation", "scale", "ratio", "flip_prob"):
         opts.pop(k, None)
     n = 50_000
-    kinds, _, _, _, _, warps, _ = _stoker._aug_draws(0, 0, n, 2, **opts)
+    kinds, _, _, _, _, warps, _ = _stoker_ops._aug_draws(0, 0, n, 2, **opts)
     k = np.frombuffer(kinds, np.uint8).reshape(n, MAX_OPS)
     w = np.frombuffer(warps, np.uint8).reshape(n, MAX_OPS)
     is_warp = np.isin(k, [NAMES.index(x) for x in WARPS])
@@ -426,8 +426,8 @@ def test_random_warp_filters_are_a_fair_coin_per_warp():
     assert _chi2_ok([np.sum(drawn == 1), np.sum(drawn == 3)], [0.5, 0.5])
     # the other draws do not move: the same ops and magnitudes as with a fixed filter
     opts2 = dict(opts, aug_interpolation="bicubic")
-    kinds2, mags2, _ = _stoker._aug_draws(0, 0, 2000, **opts2)
-    kinds1, mags1, _ = _stoker._aug_draws(0, 0, 2000, **opts)
+    kinds2, mags2, _ = _stoker_ops._aug_draws(0, 0, 2000, **opts2)
+    kinds1, mags1, _ = _stoker_ops._aug_draws(0, 0, 2000, **opts)
     assert kinds1 == kinds2 and mags1 == mags2
 
 
@@ -591,7 +591,7 @@ def test_timm_random_erasing_modes_and_count(folder, mode):
     # does not fit in ten tries is dropped), against timm's logic replayed
     draw = {k: v for k, v in opts.items() if k.startswith("erase")}
     n = 20_000
-    res = _stoker._aug_draws(0, 0, n, 2, size=size, **draw)
+    res = _stoker_ops._aug_draws(0, 0, n, 2, size=size, **draw)
     boxes = np.frombuffer(res[6], np.int32).reshape(n, 4, 4)
     ours_counts = np.bincount((boxes[:, :, 2] > 0).sum(1), minlength=4)
     import random
@@ -605,7 +605,7 @@ def test_timm_random_erasing_modes_and_count(folder, mode):
     b = next(loader.iter_batches())
     x = b.images
     for j, i in enumerate(b.indices):
-        res = _stoker._aug_draws(b.epoch, i, 1, 2, seed=3, size=size, **draw)
+        res = _stoker_ops._aug_draws(b.epoch, i, 1, 2, seed=3, size=size, **draw)
         bx = [b for b in np.frombuffer(res[6], np.int32).reshape(4, 4) if b[2]]
         for k, (ex, ey, ew, eh) in enumerate(bx):
             # the part of box k that no later box covers (later boxes are written over it)

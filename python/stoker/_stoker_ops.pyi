@@ -1,0 +1,13 @@
+# Types of the private extension stoker._stoker_ops (python/stoker/_stoker_ops.c):
+# hooks into the C library's augmentation ops for the tests and
+# stoker.functional. Not an API: it changes with the library.
+from typing import Any, Optional, Sequence, Tuple
+
+def _rrc_params(width: int, height: int, scale: Tuple[float, float],
+                ratio: Tuple[float, float], seed: int, epoch: int,
+                index: int, /) -> Tuple[int, int, int, int]: ...
+def _apply_op(name: str, data: bytes, w: int, h: int, magnitude: float, nearest: int = ...,
+              fill: Optional[Sequence[float]] = ..., ksize: int = ..., /) -> bytes: ...
+def _aug_draws(epoch: int, first: int, count: int, with_mix: int = ...,
+               /, **options: Any) -> Tuple[bytes, ...]: ...
+def _op_names() -> Tuple[str, ...]: ...
