@@ -12,7 +12,7 @@
 #      --device 0` with 1, 2, 4 and 8 threads; bench/dali_cache.py with 2 and
 #      4 threads;
 #   d. training steps (bf16 autocast, channels_last, batch 256) through
-#      examples/train.py's loop: synthetic data (the ceiling), stoker's cache,
+#      examples/reference/train.py's loop: synthetic data (the ceiling), stoker's cache,
 #      DALI's pipeline; ResNet-18 and ResNet-50;
 #   e. a summary: every figure, stoker/DALI at the same thread count, and the
 #      training figures as fractions of the synthetic speed.
@@ -127,7 +127,7 @@ for t in 2 4; do
 done
 
 stage "d. training steps: bf16 autocast, channels_last, batch 256"
-TR="$PY examples/train.py --amp --channels-last --batch-size 256 --json"
+TR="$PY examples/reference/train.py --amp --channels-last --batch-size 256 --json"
 DT="--amp --channels-last --batch-size 256 --json"
 R18=${R18_ARGS:-"--epochs 3 --steps 110 --warmup-steps 30"}
 R50=${R50_ARGS:-"--epochs 2 --steps 70 --warmup-steps 20"}

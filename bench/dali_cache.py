@@ -17,7 +17,7 @@ Modes (from the repository root; DATA is prepare_cache_data.py's output folder):
       two epochs checking that the labels read beside the images belong to
       them, and that each epoch holds every sample once
   python3 bench/dali_cache.py --train resnet18 --data DATA --threads 2 [train.py options]
-      training steps fed by DALI, through examples/train.py's own loop (the
+      training steps fed by DALI, through examples/reference/train.py's own loop (the
       same model, optimizer, autocast, channels_last, loss and measurement,
       the same JSON line); options it does not know go to train.py, e.g.
       --amp --channels-last --batch-size 256 --epochs 3 --steps 110 --warmup-steps 30 --json
@@ -43,7 +43,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TRAIN_PY = os.path.join(HERE, "..", "examples", "train.py")
+TRAIN_PY = os.path.join(HERE, "..", "examples", "reference", "train.py")
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
@@ -240,7 +240,7 @@ def run_verify(args):
 
 
 class DaliTrainLoader:
-    """What examples/train.py needs of a loader, over a built DALI pipeline whose
+    """What examples/reference/train.py needs of a loader, over a built DALI pipeline whose
     outputs are (images, labels) and whose reader is named "Reader".
     channels_last: the pipeline writes NHWC, seen as NCHW with channels_last
     strides (no copy), as stoker's channels_last batches are."""
@@ -328,7 +328,7 @@ def add_common_args(p, data_help, threads):
     p.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train", metavar="ARCH",
-                   help="train ARCH through examples/train.py fed by DALI; other options go "
+                   help="train ARCH through examples/reference/train.py fed by DALI; other options go "
                         "to train.py")
 
 

@@ -16,7 +16,7 @@ Modes (from the repository root; DATA is an ImageFolder):
       the loader alone: images/s over every batch after the warm-up batches,
       float32 NCHW on the GPU (as `stoker bench DATA --device 0`); one JSON line
   python3 bench/dali_jpeg.py --train resnet18 --data DATA --threads 12 [train.py options]
-      training steps fed by DALI through examples/train.py's own loop (the same
+      training steps fed by DALI through examples/reference/train.py's own loop (the same
       model, optimizer, autocast, channels_last, loss and measurement, the same
       JSON line); options it does not know go to train.py
 

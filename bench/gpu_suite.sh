@@ -31,7 +31,7 @@ $S bench "$D" --device 0 --threads 14 --batch 256 --epochs 4 --pipeline eval --j
 $S bench "$D" --threads "$(nproc)" --batch 256 --epochs 2 --json | tail -n 1
 
 echo "== training steps: bf16 autocast, channels_last, batch 256"
-TR="$PY examples/train.py --amp --channels-last --batch-size 256 --json"
+TR="$PY examples/reference/train.py --amp --channels-last --batch-size 256 --json"
 export PYTHONPATH=python
 $TR --arch resnet18 --synthetic --num-classes "$COPIES" --steps 80 --warmup-steps 20 | tail -n 1
 $TR --arch resnet18 --data "$D" --loader stoker --workers 14 --epochs 3 --steps 110 --warmup-steps 30 | tail -n 1

@@ -64,7 +64,7 @@ record "torchvision w16" $PY bench/compare.py "$D" --device cuda --workers 16 --
 
 if [ "${TRAIN:-1}" = 1 ]; then
   echo "== training steps: bf16 autocast, channels_last, batch 256"
-  TR="$PY examples/train.py --amp --channels-last --batch-size 256 --json"
+  TR="$PY examples/reference/train.py --amp --channels-last --batch-size 256 --json"
   TA="--epochs 3 --steps 110 --warmup-steps 30"
   record "r18 synthetic" $TR --arch resnet18 --synthetic --num-classes "$COPIES" --steps 80 --warmup-steps 20
   record "r18 stoker t4" $TR --arch resnet18 --data "$D" --loader stoker --workers 4 $TA

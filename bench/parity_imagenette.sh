@@ -1,6 +1,6 @@
 #!/bin/sh
 # Training parity with torchvision's new recipe: ResNet-18 trained on
-# Imagenette (train/ and val/ ImageFolders) by examples/train.py, fed by
+# Imagenette (train/ and val/ ImageFolders) by examples/reference/train.py, fed by
 # stoker and by torchvision's DataLoader, two seeds each, the same model,
 # optimiser, schedule and recipe; one JSON line per run (top-1 on val/ after
 # the last epoch, images/s) in OUT, and the means at the end.
@@ -44,7 +44,7 @@ for loader in ${LOADERS:-stoker torchvision}; do
     [ "$loader" = torchvision ] && workers=16
     [ "$loader" = stoker ] && [ -n "${CACHE:-}" ] && extra="--cache $CACHE"
     # shellcheck disable=SC2086
-    PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} "$py" examples/train.py "$root" --loader "$loader" \
+    PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} "$py" examples/reference/train.py "$root" --loader "$loader" \
       -a resnet18 --num-classes 10 -b 256 --epochs "$epochs" --seed "$seed" --workers "$workers" \
       --amp --channels-last --print-freq 1000 --json $recipe $extra | tail -1 |
       "$py" -c "import json,sys; d=json.loads(sys.stdin.read()); d['seed']=$seed; d['source']='${extra:+cache}' or 'jpeg'; d['recipe_name']='${RECIPE:-new}'; print(json.dumps(d))" \

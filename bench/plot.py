@@ -5,7 +5,7 @@ training speed as a fraction of the synthetic-data ceiling per model.
 Input: result files of TAG<TAB>JSON lines, as bench/cache_suite.sh writes
 (data/cache-suite-results.tsv); bench/results/recorded-benchmarks.tsv holds the
 figures of docs/BENCHMARKS.md in the same form. A line whose JSON has "arch"
-(examples/train.py's result) is a training figure, any other with
+(examples/reference/train.py's result) is a training figure, any other with
 "images_per_s" a loader figure; skipped runs and lines without images/s are
 left out. Optional JSON fields steer the drawing: "figure" (which PNG),
 "group" (a cluster of bars), "series" (a bar's label and colour), "model".

@@ -302,7 +302,7 @@ expect 0 "--augmix-all-ops=0" -- "$STK" bench "$T/ds31" --size 32 --auto-augment
 expect 2 "--augmix-all-ops=2 is refused" -- "$STK" bench "$T/ds31" --size 32 --augmix-all-ops=2
 expect 2 "--no- of a valued flag is unknown" -- "$STK" bench "$T/ds31" --no-threads
 grep -q "unknown option --no-threads" "$T/err" && ok || bad "--no-threads message: $(cat "$T/err")"
-# timm's RandAugment string, as examples/train.py takes it
+# timm's RandAugment string, as examples/reference/train.py takes it
 expect 0 "bench --auto-augment rand-m9-mstd0.5-inc1" -- "$STK" bench "$T/ds31" --size 32 --auto-augment rand-m9-mstd0.5-inc1
 expect 0 "bench --auto-augment=rand-n3-m7" -- "$STK" bench "$T/ds31" --size 32 --auto-augment=rand-n3-m7
 expect 2 "a bad timm section is named" -- "$STK" bench "$T/ds31" --size 32 --auto-augment rand-m9-x3

@@ -35,15 +35,15 @@ to round(val_crop_size * 256 / 224), as stoker's eval pipeline computes it.
 
 Examples (from the repository root, after `make`, or anywhere after `pip install .`):
 
-  torchrun --nproc_per_node=gpu examples/train.py /data/imagenet -a resnet50 -b 256 \\
+  torchrun --nproc_per_node=gpu examples/reference/train.py /data/imagenet -a resnet50 -b 256 \\
       --amp --channels-last --checkpoint-dir runs/resnet50 --tensorboard runs/resnet50
-  torchrun --nproc_per_node=gpu examples/train.py /data/imagenet -a resnet50 -b 128 \\
+  torchrun --nproc_per_node=gpu examples/reference/train.py /data/imagenet -a resnet50 -b 128 \\
       --lr 0.5 --wd 2e-5 --epochs 600 --auto-augment ta_wide --random-erase 0.1 --mixup-alpha 0.2 \\
       --cutmix-alpha 1.0 --label-smoothing 0.1 --train-crop-size 176 --val-resize-size 232 \\
       --ra-sampler --ra-reps 4 --amp --channels-last --checkpoint-dir runs/resnet50-new
-  PYTHONPATH=python python3 examples/train.py --data DIR --steps 200
-  PYTHONPATH=python python3 examples/train.py --data DIR --loader torchvision --steps 200
-  PYTHONPATH=python python3 examples/train.py DIR --evaluate --resume runs/model_best.pth.tar
+  PYTHONPATH=python python3 examples/reference/train.py --data DIR --steps 200
+  PYTHONPATH=python python3 examples/reference/train.py --data DIR --loader torchvision --steps 200
+  PYTHONPATH=python python3 examples/reference/train.py DIR --evaluate --resume runs/model_best.pth.tar
 
 Under torchrun (WORLD_SIZE > 1) each process trains a DDP replica on its
 shard; --batch-size and --workers are per process, images/s is the total.

@@ -54,8 +54,8 @@ def dockerfile_instructions():
 def readme_training_command():
     text = open(os.path.join(REPO, "README.md")).read()
     cmds = [ln.strip() for ln in text.splitlines()
-            if ln.strip().startswith("torchrun ") and "examples/train.py" in ln]
-    assert cmds, "the README shows no torchrun command for examples/train.py"
+            if ln.strip().startswith("torchrun ") and "examples/reference/train.py" in ln]
+    assert cmds, "the README shows no torchrun command for examples/reference/train.py"
     return cmds[0]
 
 
@@ -103,8 +103,8 @@ def test_compose_gpus_volumes_and_command():
     assert svc["command"] == readme_training_command()
     # the command's data root is the mounted volume, its script the mounted code
     argv = shlex.split(svc["command"])
-    assert "/data/imagenet" in argv and "examples/train.py" in argv
-    assert os.path.isfile(os.path.join(REPO, "examples", "train.py"))
+    assert "/data/imagenet" in argv and "examples/reference/train.py" in argv
+    assert os.path.isfile(os.path.join(REPO, "examples", "reference", "train.py"))
 
 
 def test_dockerfile_base_and_user():

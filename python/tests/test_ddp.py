@@ -1,4 +1,4 @@
-"""examples/train.py under torchrun: DDP on the CPU (gloo) with 2 and 3 processes.
+"""examples/reference/train.py under torchrun: DDP on the CPU (gloo) with 2 and 3 processes.
 
 Each rank logs the dataset indices of its batches and a checksum of its
 weights (--log-indices): the ranks together must see every training sample
@@ -16,7 +16,7 @@ import pytest
 from conftest import PKG_ROOT, make_folder
 
 REPO = os.path.dirname(PKG_ROOT)
-TRAIN = os.path.join(REPO, "examples", "train.py")
+TRAIN = os.path.join(REPO, "examples", "reference", "train.py")
 BATCH = 6
 N_TRAIN = 36  # divisible by BATCH * world size for 2 and 3: no padding, nothing dropped
 

@@ -461,7 +461,7 @@ def test_train_example_takes_a_timm_string():
     import importlib.util
     import os
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "reference", "train.py")
     spec = importlib.util.spec_from_file_location("stoker_train_example_timm", path)
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)

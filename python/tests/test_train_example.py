@@ -1,4 +1,4 @@
-"""examples/train.py on the CPU on a tiny generated dataset: validation each epoch,
+"""examples/reference/train.py on the CPU on a tiny generated dataset: validation each epoch,
 checkpoints, an exact --resume (mid-epoch too), --evaluate, TensorBoard events, and
 torchvision's reference recipe flags (TrivialAugment, RandomErasing, MixUp/CutMix, label
 smoothing, repeated augmentation) on both loaders."""
@@ -15,7 +15,7 @@ import pytest
 from conftest import PKG_ROOT, make_folder
 
 REPO = os.path.dirname(PKG_ROOT)
-TRAIN = os.path.join(REPO, "examples", "train.py")
+TRAIN = os.path.join(REPO, "examples", "reference", "train.py")
 BUILD = os.path.join(REPO, "build")
 
 
@@ -29,7 +29,7 @@ def dataset(tmp_path_factory):
 
 def run(python, args, cwd, timeout=120):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), PKG_ROOT) if p)
     env.pop("WORLD_SIZE", None)
     r = subprocess.run([python, TRAIN] + args, cwd=str(cwd), env=env, capture_output=True,
                        text=True, timeout=timeout)
@@ -111,7 +111,7 @@ def test_cache_flag_packs_then_trains_from_the_cache(dataset, tmp_path):
 def test_flags_are_not_abbreviated(dataset, tmp_path):
     # pytorch/examples' --gpu 0 is not a flag of train.py: refused, not read as --gpu-cpu-share 0
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), PKG_ROOT) if p)
     env.pop("WORLD_SIZE", None)
     for flag in ("--gpu", "--gpu-cpu"):
         r = subprocess.run([sys.executable, TRAIN] + base(dataset) + [flag, "0"], cwd=str(tmp_path),
@@ -218,7 +218,7 @@ def test_bicubic_flag_reaches_both_loaders(dataset, tmp_path):
     # a policy gets the recipe's interpolation too (as torchvision's reference passes it):
     # stoker runs it or says that this build cannot, naming the policy
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), PKG_ROOT) if p)
     env.pop("WORLD_SIZE", None)
     r = subprocess.run([sys.executable, TRAIN] + base_args + ["--auto-augment", "ta_wide"],
                        cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
