@@ -21,7 +21,7 @@
 #include "core/common.h"
 #include "core/fault.h"
 #include "core/workers.h"
-#include "loader/bounded_read.h"
+#include "sources/bounded_read.h"
 #include "loader/pack.h"
 
 static char *g_dir;

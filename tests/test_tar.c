@@ -34,14 +34,12 @@ static int64_t run_epoch(stk_loader *l, stk__buf *pix, size_t *npix, int64_t *id
 }
 
 static void pack_opts(stk_pack_options *p, const char *root, const char *out, uint64_t shard_bytes) {
-  memset(p, 0, sizeof *p);
-  p->struct_size = sizeof *p;
+  stk_pack_options_init(p);
   p->root = root;
   p->output = out;
   p->format = STK_PACK_TAR;
-  p->shard_bytes = shard_bytes;
-  p->max_pixels = 178956970;
-  p->max_file_bytes = 256 << 20;
+  if (shard_bytes) p->shard_bytes = shard_bytes; /* 0: the default */
+  p->threads = 2;
 }
 
 typedef struct {
@@ -62,25 +60,17 @@ static void on_progress(void *u, int64_t done, int64_t total) {
   (void)total;
 }
 
-/* Packs folder `root` (opened as the loader opens it) into `out`. */
+/* Packs folder `root` into `out` (stk_pack, as `stoker pack --tar`). */
 static int pack(const char *root, const char *out, uint64_t shard_bytes, stk_pack_result *res,
                 pack_cb *cb) {
-  stk_options o;
-  stk_options_init(&o);
-  o.root = root;
-  stk__source src;
-  char err[1024] = "";
-  int rc = stk__source_open(&src, &o, err, sizeof err);
-  CHECK_MSG(rc == STK_OK, "open %s: %s", root, err);
-  if (rc) return rc;
   stk_pack_options p;
   pack_opts(&p, root, out, shard_bytes);
   p.bad_file = on_bad;
   p.progress = on_progress;
   p.user = cb;
-  rc = stk__tar_pack(&p, &src.ds, res, err, sizeof err);
+  char err[1024] = "";
+  int rc = stk_pack(&p, STK_VERSION, res, err, sizeof err);
   if (rc) fprintf(stderr, "pack: %s\n", err);
-  stk__source_close(&src);
   return rc;
 }
 

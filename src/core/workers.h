@@ -67,7 +67,7 @@ void stk__workers_destroy(stk__workers *p);
 void stk__workers_fanout(const char *name, int n, void (*fn)(void *), void *arg);
 
 /* Starts a thread of its own, detached and named `name`, for fn(arg): the
- * bounded reader's helper (loader/bounded_read.c), which may block in a
+ * bounded reader's helper (sources/bounded_read.c), which may block in a
  * read past the end of every owner, so that no pool could join it.
  * STK_OK or STK_ENOMEM. */
 int stk__workers_detached(const char *name, void (*fn)(void *), void *arg);

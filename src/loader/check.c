@@ -10,7 +10,7 @@
 
 #include "core/options.h"
 #include "core/workers.h"
-#include "loader/bounded_read.h"
+#include "sources/bounded_read.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"
 

@@ -137,10 +137,6 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
 int stk__process_sample(const stk__plan *p, stk__worker *w, const stk__source *src,
                         uint64_t epoch, int64_t index, void *dst, char *msg, size_t msglen);
 
-/* The size stk_pack bounds a w x h image to: the longer side becomes
- * max_side when it is longer (0 = no bound), the shorter is rounded. */
-void stk__bound_size(int w, int h, int max_side, int *nw, int *nh);
-
 /* stoker check: sample i of a source decoded in full (and its checksum
  * verified, where the source keeps one). Size to *w, *h when not NULL. */
 int stk__check_sample(const stk__source *src, int64_t i, const stk_options *opt, int *w, int *h,

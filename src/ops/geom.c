@@ -99,3 +99,19 @@ int stk__choose_denom(const stk__rect *crop, int out_w, int out_h, int max_denom
   while (d * 2 <= max_denom && crop->w / (d * 2) >= out_w && crop->h / (d * 2) >= out_h) d *= 2;
   return d;
 }
+
+void stk__bound_size(int w, int h, int max_side, int *nw, int *nh) {
+  *nw = w;
+  *nh = h;
+  if (max_side <= 0 || (w <= max_side && h <= max_side)) return;
+  /* the longer side becomes max_side, the shorter keeps the aspect ratio */
+  if (w >= h) {
+    *nw = max_side;
+    *nh = (int)((double)h * max_side / w + 0.5);
+  } else {
+    *nh = max_side;
+    *nw = (int)((double)w * max_side / h + 0.5);
+  }
+  if (*nw < 1) *nw = 1;
+  if (*nh < 1) *nh = 1;
+}

@@ -58,6 +58,10 @@ static inline int stk__geom_vfirst(const stk__geom *g, int rows) {
 void stk__rrc_params(int width, int height, const float scale[2], const float ratio[2],
                      stk__rng *rng, stk__rect *out);
 
+/* The size stk_pack bounds a w x h image to: the longer side becomes
+ * max_side when it is longer (0 = no bound), the shorter is rounded. */
+void stk__bound_size(int w, int h, int max_side, int *nw, int *nh);
+
 /* Crop `r` of the image, then resize it to out_w x out_h. */
 void stk__geom_crop(const stk__rect *r, int out_w, int out_h, stk__geom *g);
 

@@ -1,7 +1,7 @@
 /* bounded_read.c: reads with a timeout through a helper thread. See
  * bounded_read.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "loader/bounded_read.h"
+#include "sources/bounded_read.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -457,16 +457,6 @@ static const stk__source_ops raw_ops = {
 static const stk__source_ops jpeg_ops = {
     .kind = "cache", .read = cache_read, .verify = cache_verify, .close = cache_close};
 
-uint64_t stk__source_list_fp(const stk__dataset *ds) {
-  uint64_t h = stk__hash64(&ds->n, sizeof ds->n, 1);
-  for (int64_t i = 0; i < ds->n; i++) {
-    const char *name = stk__dataset_path(ds, i);
-    h = stk__hash64(name, strlen(name), h);
-    h = stk__hash64(&ds->labels[i], sizeof ds->labels[i], h);
-  }
-  return h;
-}
-
 /* The next NUL-terminated string of a run [*p, end), or NULL. */
 static const char *next_str(const char **p, const char *end) {
   const char *s = *p;
@@ -602,7 +592,7 @@ static int check_source(stk__source *s, const char *path, const char *kind, cons
   }
   int stale = rc != STK_OK;
   const cache_impl *c = s->impl;
-  if (!stale) stale = stk__source_list_fp(&src.ds) != c->hd.list_fp;
+  if (!stale) stale = stk__dataset_list_fp(&src.ds) != c->hd.list_fp;
   int64_t now = rc == STK_OK ? src.ds.n : -1;
   stk__source_close(&src);
   if (!stale && c->fst) {

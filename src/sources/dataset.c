@@ -115,3 +115,13 @@ char *stk__path_join(const char *a, const char *b) {
   memcpy(s + k, b, lb + 1);
   return s;
 }
+
+uint64_t stk__dataset_list_fp(const stk__dataset *ds) {
+  uint64_t h = stk__hash64(&ds->n, sizeof ds->n, 1);
+  for (int64_t i = 0; i < ds->n; i++) {
+    const char *name = stk__dataset_path(ds, i);
+    h = stk__hash64(name, strlen(name), h);
+    h = stk__hash64(&ds->labels[i], sizeof ds->labels[i], h);
+  }
+  return h;
+}

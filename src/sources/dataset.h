@@ -65,4 +65,8 @@ char *stk__path_join(const char *a, const char *b);
 /* True when the name ends in an image extension torchvision accepts. */
 int stk__has_image_extension(const char *name);
 
+/* Fingerprint of a sample list: every name and label, in order. A cache
+ * keeps the one of the list it was packed from. */
+uint64_t stk__dataset_list_fp(const stk__dataset *ds);
+
 #endif

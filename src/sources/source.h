@@ -109,20 +109,12 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
 int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
                   size_t msglen);
 
-/* Fingerprint of a sample list: every name and label, in order. A cache
- * keeps the one of the list it was packed from. */
-uint64_t stk__source_list_fp(const stk__dataset *ds);
-
 /* A cache source's encoding, bound and quality; STK_EINVAL for others. */
 int stk__cache_describe(const stk__source *s, stk_cache_encoding *enc, int *max_side,
                         int *quality);
 
 /* The ops of the file-based sources (a sample's name is its path). */
 extern const stk__source_ops stk__folder_ops, stk__list_ops;
-
-/* stoker pack --tar: writes the samples of ds as tar shards (tar.c). */
-int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
-                  char *err, size_t errlen);
 
 /* Reads a whole file into buf (encoded sources of files): enforces
  * max_bytes (0 = none); a file that shrinks while read gives what is there. */

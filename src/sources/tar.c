@@ -32,13 +32,12 @@
 #include <unistd.h>
 
 #include "codecs/codec.h"
-#include "loader/pack.h"
 #include "sources/index.h"
 #include "sources/net.h"
 #include "sources/object.h"
 #include "sources/shard_cache.h"
 
-#define BLOCK 512
+#define BLOCK STK__TAR_BLOCK
 
 /* ---- the index ---------------------------------------------------------- */
 
@@ -852,7 +851,7 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
  * checksum of its body, and names its key inside: one that does not
  * match is scanned again. */
 #define SIDX_MAGIC "STKTIDX2"
-#define SIDX_EXT ".stkidx" /* the index beside a shard: SHARD.tar.stkidx */
+#define SIDX_EXT STK__TAR_INDEX_EXT
 
 static int shard_index_path(const tar_impl *t, int32_t shard, const char *index_dir, char *out,
                             size_t cap) {
@@ -1709,272 +1708,28 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   return rc;
 }
 
-/* ---- the writer ------------------------------------------------------------ */
+/* ---- the index beside a written shard (tar_write.c) ----------------------- */
 
-/* An octal field of n bytes: n-1 digits and a NUL. */
-static void put_octal(unsigned char *f, size_t n, uint64_t v) {
-  f[n - 1] = '\0';
-  for (size_t i = n - 1; i-- > 0;) {
-    f[i] = (unsigned char)('0' + (v & 7));
-    v >>= 3;
-  }
-}
-
-/* A POSIX ustar header of a regular file. mtime is 0 so that the same
- * input packs to the same bytes. name is shorter than 100 bytes. */
-static void make_header(unsigned char h[BLOCK], const char *name, uint64_t size) {
-  memset(h, 0, BLOCK);
-  memcpy(h, name, strlen(name));
-  put_octal(h + 100, 8, 0644);
-  put_octal(h + 108, 8, 0);
-  put_octal(h + 116, 8, 0);
-  put_octal(h + 124, 12, size);
-  put_octal(h + 136, 12, 0);
-  h[156] = '0';
-  memcpy(h + 257, "ustar", 6); /* with its NUL */
-  memcpy(h + 263, "00", 2);
-  put_octal(h + 329, 8, 0);
-  put_octal(h + 337, 8, 0);
-  memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (int i = 0; i < BLOCK; i++) sum += h[i];
-  put_octal(h + 148, 7, sum); /* six digits, a NUL, then the blank left there */
-}
-
-typedef struct {
-  FILE *f;
-  char *path;
-  uint64_t bytes;
-  int err;
-} shard_out;
-
-static void put(shard_out *o, const void *p, size_t n) {
-  if (n && fwrite(p, 1, n, o->f) != n) o->err = errno ? errno : EIO;
-  o->bytes += n;
-}
-
-static void put_member(shard_out *o, const char *name, const void *data, uint64_t size) {
-  static const unsigned char zeros[BLOCK];
-  unsigned char h[BLOCK];
-  make_header(h, name, size);
-  put(o, h, BLOCK);
-  put(o, data, (size_t)size);
-  put(o, zeros, (size_t)((BLOCK - size % BLOCK) % BLOCK));
-}
-
-/* Ends a shard with its two zero blocks, syncs and closes it. */
-static int close_shard(shard_out *o) {
-  static const unsigned char zeros[2 * BLOCK];
-  put(o, zeros, sizeof zeros);
-  if (fflush(o->f) != 0 && !o->err) o->err = errno;
-  if (!o->err && fsync(fileno(o->f)) != 0) o->err = errno;
-  if (fclose(o->f) != 0 && !o->err) o->err = errno;
-  o->f = NULL;
-  return o->err;
-}
-
-/* The key of sample i: its index (unique, and it keeps the source's order
- * when keys are sorted) and its path relative to the root without the
- * extension, every character other than [A-Za-z0-9_-] made '_' (a '.'
- * would split the key, a '/' make a folder). */
-static void make_key(char *key, size_t cap, int64_t i, const char *path, const char *root) {
-  const char *rel = NULL;
-  size_t rl = root ? strlen(root) : 0;
-  while (rl > 1 && root[rl - 1] == '/') rl--;
-  if (root && rl && !strncmp(path, root, rl) && path[rl] == '/') rel = path + rl + 1;
-  if (!rel) { /* the parent folder and the file name */
-    const char *last = strrchr(path, '/');
-    rel = path;
-    if (last) {
-      const char *p = last;
-      while (p > path && p[-1] != '/') p--;
-      rel = p == last ? last + 1 : p;
-    }
-  }
-  const char *ext = strrchr(rel, '.');
-  const char *slash = strrchr(rel, '/');
-  size_t n = ext && (!slash || ext > slash) ? (size_t)(ext - rel) : strlen(rel);
-  if (n > 64) n = 64; /* keeps every member name within the 100 bytes of ustar */
-  int w = snprintf(key, cap, "%08lld_", (long long)i);
-  size_t k = w > 0 ? (size_t)w : 0;
-  for (size_t j = 0; j < n && k + 1 < cap; j++) {
-    char c = rel[j];
-    key[k++] = (isalnum((unsigned char)c) && !(c & 0x80)) || c == '-' || c == '_' ? c : '_';
-  }
-  key[k] = '\0';
-}
-
-/* Removes what a failed pack wrote into its temporary folder. */
-static void remove_tmp(const char *tmp, int shards) {
-  char p[4300]; /* tmp (at most 4200) and a file name */
-  for (int k = 0; k < shards; k++) {
-    snprintf(p, sizeof p, "%s/shard-%06d.tar", tmp, k);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/shard-%06d.tar" SIDX_EXT, tmp, k);
-    unlink(p);
-  }
-  snprintf(p, sizeof p, "%s/classes.txt", tmp);
-  unlink(p);
-  rmdir(tmp);
-}
-
-static int dir_is_empty(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return 0;
-  struct dirent *e;
-  int empty = 1;
-  while (empty && (e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
-  closedir(d);
-  return empty;
-}
-
-struct stk__tar_writer {
-  const stk_pack_options *o;
-  char out[4096], tmp[4200], path[4300];
-  uint64_t shard_bytes;
-  shard_out so;
-  int shards;
-};
-
-int stk__tar_writer_open(stk__tar_writer **twp, const stk_pack_options *o, char *err,
-                         size_t errlen) {
-  *twp = NULL;
-  if (!o->output || !*o->output) return stk__fail(err, errlen, STK_EINVAL, "no output folder");
-  stk__tar_writer *tw = calloc(1, sizeof *tw);
-  if (!tw) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-  tw->o = o;
-  size_t ol = strlen(o->output);
-  while (ol > 1 && o->output[ol - 1] == '/') ol--;
-  if (ol >= sizeof tw->out) {
-    free(tw);
-    return stk__fail(err, errlen, STK_EINVAL, "output path too long");
-  }
-  memcpy(tw->out, o->output, ol);
-  tw->out[ol] = '\0';
+int stk__tar_write_index(const char *shard, char *err, size_t errlen) {
+  char idx[4400], key[64];
+  if (snprintf(idx, sizeof idx, "%s" SIDX_EXT, shard) >= (int)sizeof idx)
+    return stk__fail(err, errlen, STK_EINVAL, "path too long: %s", shard);
+  char *one_name[1] = {(char *)shard};
+  tar_impl one;
+  memset(&one, 0, sizeof one);
+  one.shards = one_name;
+  one.nshards = 1;
+  shard_scan sc;
+  memset(&sc, 0, sizeof sc);
+  int rc = read_scan(&one, 0, &sc, err, errlen);
   struct stat st;
-  if (stat(tw->out, &st) == 0 && (!S_ISDIR(st.st_mode) || !dir_is_empty(tw->out))) {
-    int rc = stk__fail(err, errlen, STK_EINVAL, "%s exists and is not an empty folder", tw->out);
-    free(tw);
-    return rc;
-  }
-  /* Everything goes into OUTPUT.tmp-PID, renamed to OUTPUT at the end: an
-   * interrupted pack leaves no half-written shard folder under the name. */
-  snprintf(tw->tmp, sizeof tw->tmp, "%s.tmp-%ld", tw->out, (long)getpid());
-  if (mkdir(tw->tmp, 0755) != 0) {
-    int rc = stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tw->tmp, strerror(errno));
-    free(tw);
-    return rc;
-  }
-  tw->shard_bytes = o->shard_bytes ? o->shard_bytes : 1ULL << 30;
-  *twp = tw;
-  return STK_OK;
-}
-
-int stk__tar_writer_add(stk__tar_writer *tw, int64_t i, const char *file, const char *ext,
-                        const uint8_t *data, size_t len, int32_t label, stk_pack_result *res,
-                        char *err, size_t errlen) {
-  char key[128], member[160];
-  if (!tw->so.f) {
-    snprintf(tw->path, sizeof tw->path, "%s/shard-%06d.tar", tw->tmp, tw->shards);
-    tw->so.f = fopen(tw->path, "wbx");
-    if (!tw->so.f)
-      return stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tw->path, strerror(errno));
-    tw->shards++;
-    tw->so.bytes = 0;
-  }
-  make_key(key, sizeof key, i, file, tw->o->root);
-  snprintf(member, sizeof member, "%s.%s", key, ext);
-  put_member(&tw->so, member, data, len);
-  char lab[16];
-  int ll = snprintf(lab, sizeof lab, "%d", (int)label);
-  snprintf(member, sizeof member, "%s.cls", key);
-  put_member(&tw->so, member, lab, (uint64_t)ll);
-  res->packed++;
-  if (tw->so.err)
-    return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(tw->so.err));
-  if (tw->so.bytes >= tw->shard_bytes) {
-    uint64_t before = tw->so.bytes;
-    if (close_shard(&tw->so))
-      return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path,
-                       strerror(tw->so.err));
-    res->bytes += before + 2 * BLOCK;
-  }
-  return STK_OK;
-}
-
-int stk__tar_writer_finish(stk__tar_writer *tw, int rc, const stk__dataset *ds,
-                           stk_pack_result *res, char *err, size_t errlen) {
-  if (tw->so.f) {
-    if (rc == STK_OK) {
-      uint64_t before = tw->so.bytes;
-      if (close_shard(&tw->so))
-        rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path,
-                       strerror(tw->so.err));
-      res->bytes += before + 2 * BLOCK;
-    } else {
-      fclose(tw->so.f);
-    }
-  }
-  if (rc == STK_OK && res->packed == 0)
-    rc = stk__fail(err, errlen, STK_EEMPTY, "none of the %lld files could be packed",
-                   (long long)ds->n);
-  /* each shard's index beside it: a remote reader opens the dataset from
-   * them instead of reading every shard */
-  for (int k = 0; rc == STK_OK && k < tw->shards; k++) {
-    char shard[4300], idx[4400], key[64];
-    snprintf(shard, sizeof shard, "%s/shard-%06d.tar", tw->tmp, k);
-    snprintf(idx, sizeof idx, "%s" SIDX_EXT, shard);
-    char *one_name[1] = {shard};
-    tar_impl one;
-    memset(&one, 0, sizeof one);
-    one.shards = one_name;
-    one.nshards = 1;
-    shard_scan sc;
-    memset(&sc, 0, sizeof sc);
-    rc = read_scan(&one, 0, &sc, err, errlen);
-    struct stat st;
-    if (rc == STK_OK && stat(shard, &st) != 0)
-      rc = stk__fail(err, errlen, STK_EIO, "cannot stat %s: %s", shard, strerror(errno));
-    if (rc == STK_OK) {
-      beside_key((uint64_t)st.st_size, key, sizeof key);
-      rc = save_scan(idx, key, &sc);
-      if (rc) stk__fail(err, errlen, rc, "cannot write %s", idx);
-    }
-    shard_scan_free(&sc);
-  }
+  if (rc == STK_OK && stat(shard, &st) != 0)
+    rc = stk__fail(err, errlen, STK_EIO, "cannot stat %s: %s", shard, strerror(errno));
   if (rc == STK_OK) {
-    /* class i on line i; a line break inside a name would shift the rest */
-    snprintf(tw->path, sizeof tw->path, "%s/classes.txt", tw->tmp);
-    FILE *f = fopen(tw->path, "wx");
-    int bad = !f;
-    for (int c = 0; f && c < ds->nclasses; c++) {
-      for (const char *p = ds->classes[c]; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);
-      fputc('\n', f);
-    }
-    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0)) bad = 1;
-    if (f && fclose(f) != 0) bad = 1;
-    if (bad) rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(errno));
+    beside_key((uint64_t)st.st_size, key, sizeof key);
+    rc = save_scan(idx, key, &sc);
+    if (rc) stk__fail(err, errlen, rc, "cannot write %s", idx);
   }
-  /* rename() replaces an empty folder of that name */
-  if (rc == STK_OK && rename(tw->tmp, tw->out) != 0)
-    rc = stk__fail(err, errlen, STK_EIO, "cannot rename %s to %s: %s", tw->tmp, tw->out,
-                   strerror(errno));
-  if (rc != STK_OK) {
-    remove_tmp(tw->tmp, tw->shards);
-    res->packed = 0;
-    res->bytes = 0;
-    tw->shards = 0;
-  }
-  res->shards = tw->shards;
-  free(tw);
+  shard_scan_free(&sc);
   return rc;
-}
-
-/* The shards of ds, through stk_pack's workers (loader/pack.c): each file
- * read and its header checked. */
-int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
-                  char *err, size_t errlen) {
-  memset(res, 0, sizeof *res);
-  return stk__pack_dataset(o, ds, res, err, errlen);
 }

@@ -1,6 +1,6 @@
 /*
  * tar.h: WebDataset tar shards, read as a source and written by
- * `stoker pack --tar` (tar.c).
+ * `stoker pack --tar` (tar.c reads, tar_write.c writes).
  *
  * Reading: a folder of *.tar shards (or one .tar file). A sample is a key's
  * image member (KEY.jpg, KEY.png, any torchvision image extension) and its
@@ -29,11 +29,14 @@
 #define STK__TAR_CLS_MAX 64          /* a .cls member */
 #define STK__TAR_LABEL_MAX (1 << 20) /* labels without classes.txt */
 
-/* Writes the samples of ds (names: file paths) as tar shards into the
- * folder o->output, which must not exist or be empty. Files that cannot be
- * read or are not JPEG/PNG are left out and reported to o->bad_file.
- * STK_EEMPTY when none is left. */
-int stk__tar_pack(const stk_pack_options *o, const stk__dataset *ds, stk_pack_result *res,
-                  char *err, size_t errlen);
+#define STK__TAR_BLOCK 512            /* ustar's record */
+#define STK__TAR_INDEX_EXT ".stkidx"  /* the index beside a shard: SHARD.tar.stkidx */
+
+/* The writer (tar_write.c) is the row stk__tar_writer of pack_writer.h. */
+
+/* Scans the shard at the local path `shard` as a reader would and writes
+ * its index beside it (SHARD.tar.stkidx), which remote opens read instead
+ * of the shard. */
+int stk__tar_write_index(const char *shard, char *err, size_t errlen);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "core/common.h"
 #include "sources/net.h"
+#include "sources/pack_writer.h"
 #include "sources/s3.h"
 
 /* Parts of a multipart upload, and how many go at once. S3 takes 5 MiB to
@@ -225,3 +226,83 @@ int stk__upload_folder(const char *dir, const char *prefix, double timeout, char
   stk__net_close(net);
   return rc;
 }
+
+/* ---- the store writer of stk_pack (pack_writer.h) ---------------------------
+ * Tar shards written by the tar writer into a local temporary folder, then
+ * uploaded by stk__upload_folder, and the folder removed, whatever happened. */
+typedef struct {
+  stk_pack_options local; /* o with the temporary folder as its output */
+  const char *prefix;
+  char dir[4096], out[4200];
+  void *tar;
+} store_w;
+
+static void remove_folder(const char *out, const char *dir) {
+  DIR *d = opendir(out);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char p[4600];
+    if (e->d_name[0] == '.') continue;
+    snprintf(p, sizeof p, "%s/%s", out, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(out);
+  rmdir(dir);
+}
+
+static int sw_open(void **wp, const stk_pack_options *o, const stk__dataset *ds,
+                   const stk__pack_source *src, char *err, size_t errlen) {
+  *wp = NULL;
+  store_w *w = calloc(1, sizeof *w);
+  if (!w) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  const char *tmpdir = getenv("TMPDIR");
+  if (!tmpdir || !*tmpdir) tmpdir = "/tmp";
+  snprintf(w->dir, sizeof w->dir, "%s/stoker-pack-XXXXXX", tmpdir);
+  if (!mkdtemp(w->dir)) {
+    int rc = stk__fail(err, errlen, STK_EIO, "cannot make a temporary folder in %s: %s", tmpdir,
+                       strerror(errno));
+    free(w);
+    return rc;
+  }
+  snprintf(w->out, sizeof w->out, "%s/shards", w->dir);
+  w->local = *o;
+  w->local.output = w->out;
+  w->prefix = o->output;
+  int rc = stk__tar_writer.open(&w->tar, &w->local, ds, src, err, errlen);
+  if (rc) {
+    rmdir(w->dir);
+    free(w);
+    return rc;
+  }
+  *wp = w;
+  return STK_OK;
+}
+
+static int sw_add(void *wp, const stk__pack_item *it, uint64_t *off, stk_pack_result *res,
+                  char *err, size_t errlen) {
+  return stk__tar_writer.add(((store_w *)wp)->tar, it, off, res, err, errlen);
+}
+
+static const char *sw_temp_name(void *wp) { return ((store_w *)wp)->out; }
+
+static int sw_finish(void *wp, int rc, const stk__dataset *ds, stk_pack_result *res, char *err,
+                     size_t errlen) {
+  store_w *w = wp;
+  rc = stk__tar_writer.finish(w->tar, rc, ds, res, err, errlen);
+  if (rc == STK_OK)
+    rc = stk__upload_folder(w->out, w->prefix, w->local.read_timeout, err, errlen);
+  remove_folder(w->out, w->dir);
+  free(w);
+  return rc;
+}
+
+const stk__pack_writer_ops stk__store_writer = {
+    .name = "store",
+    .pixels = 0,
+    .open = sw_open,
+    .add = sw_add,
+    .write_at = NULL,
+    .temp_name = sw_temp_name,
+    .finish = sw_finish,
+};
