@@ -120,6 +120,9 @@ typedef enum { STK_ON_ERROR_RAISE = 0, STK_ON_ERROR_SKIP = 1 } stk_on_error;
 /* Resampling filters (stk_options.interpolation). */
 typedef enum { STK_INTERPOLATION_BILINEAR = 0, STK_INTERPOLATION_BICUBIC = 1 } stk_interpolation;
 
+/* MixUp/CutMix semantics (stk_options.mix_mode). */
+typedef enum { STK_MIX_TORCHVISION = 0, STK_MIX_TIMM = 1 } stk_mix_mode;
+
 /* ---- options ------------------------------------------------------------ */
 /* Fill with stk_options_init(), then change what you need. The defaults are
  * those of torchvision's ImageNet recipe. */
@@ -325,6 +328,36 @@ typedef struct stk_options {
                                 tried with 1/count of the drawn area. 1 */
   int erase_per_channel;     /* a standard normal value per channel and box.
                                 0 */
+
+  /* MixUp and CutMix of whole batches (fields added in 0.5): on when an
+   * alpha is above 0; train pipelines only. Each batch is mixed with
+   * itself, by one draw per batch keyed by (seed, epoch, batch index), so
+   * that a seek repeats it: stk_loader_next() hands out the mixed images
+   * in data and their soft labels in stk_batch.mix_labels. With both
+   * alphas on, one of the two per batch. docs/augment.md */
+  double mix_mixup_alpha;    /* MixUp's lambda ~ Beta(alpha, alpha); 0 = no
+                                MixUp. 0 */
+  double mix_cutmix_alpha;   /* CutMix's; 0 = no CutMix. 0 */
+  int mix_mode;              /* stk_mix_mode: STK_MIX_TORCHVISION
+                                (torchvision v2's MixUp, CutMix and
+                                RandomChoice of them: image i mixed with
+                                image i - 1, image 0 with the last; equal
+                                odds) or STK_MIX_TIMM (timm's Mixup in its
+                                "batch" mode: image i with image n - 1 - i,
+                                and the three fields below).
+                                STK_MIX_TORCHVISION */
+  double mix_prob;           /* timm: the chance that a batch is mixed at
+                                all, 0..1. 1 */
+  double mix_switch_prob;    /* timm: with both alphas on, the chance of
+                                CutMix, 0..1. 0.5 */
+  int mix_correct_lam;       /* timm: CutMix's lambda from the area of the
+                                box as clipped. 1 */
+  double mix_label_smoothing; /* the soft labels' one-hot values, 0..1:
+                                off = eps / classes, on = 1 - eps + off
+                                (timm's label_smoothing). 0 */
+  int mix_classes;           /* columns of the soft labels, at least the
+                                source's classes; 0 = the source's number
+                                of classes. 0 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. stk_options_init is a macro that
@@ -359,6 +392,18 @@ typedef struct stk_batch {
   uint64_t epoch;
   int64_t batch_index;     /* position of this batch within the epoch */
   int slot;                /* internal slot number; pass the batch back */
+  /* MixUp/CutMix (fields added in 0.5; NULL and 0 when the options' mix
+   * is off): data holds the mixed images (on a GPU loader a buffer of its
+   * own beside the unmixed slot; labels stay the class indices), and
+   * these the soft labels, n rows of mix_classes floats: row i is
+   * lambda * onehot(label i) + (1 - lambda) * onehot(label of its partner).
+   * Owned by the loader, valid until the batch is released (rule 3). */
+  float *mix_labels;       /* host memory */
+  float *mix_labels_device; /* device memory on a GPU loader, else NULL */
+  int mix_classes;         /* columns of a row */
+  int mix_kind;            /* this batch's draw: 0 not mixed (timm's
+                              mix_prob), 1 MixUp, 2 CutMix */
+  double mix_lambda;       /* the weight of each image's own label */
 } stk_batch;
 
 /* Builds a loader: scans the source, plans every buffer, starts the threads.

@@ -163,7 +163,7 @@ static int set_option(void *o, const stk__option *d, PyObject *v, PyObject *keep
       return 0;
     }
     case STK__OPT_FLOAT: {
-      float f[4];
+      double f[4];
       if (d->count == 1) {
         double x = PyFloat_AsDouble(v);
         if (x == -1.0 && PyErr_Occurred()) {
@@ -171,9 +171,13 @@ static int set_option(void *o, const stk__option *d, PyObject *v, PyObject *keep
           PyErr_Format(PyExc_ValueError, "%s must be a number", d->name);
           return -1;
         }
-        f[0] = (float)x;
-      } else if (get_floats(v, f, d->count, d->name)) {
-        return -1;
+        /* a float field holds it as a float; a DOUBLE row (options.h) as
+         * given, so that MixUp's alpha reaches the draws unrounded */
+        f[0] = d->size == sizeof(double) ? x : (double)(float)x;
+      } else {
+        float g[4];
+        if (get_floats(v, g, d->count, d->name)) return -1;
+        for (int k = 0; k < d->count; k++) f[k] = g[k];
       }
       for (int k = 0; k < d->count; k++)
         if (stk__option_check_float(d, k, f[k], err, sizeof err)) {

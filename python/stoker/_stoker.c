@@ -40,8 +40,7 @@
 #include "core/common.h"
 #include "core/errors.h"
 #include "core/options.h"
-#include "loader/sink.h"
-#include "ops/augment.h" /* the batch mixing (stk__mix_*) */
+#include "ops/augment.h" /* the batch mixing's draws (stk__mix_draw*) */
 #include "stoker.h"
 
 /* errors into exceptions, keyword options into stk_options (shared with
@@ -394,6 +393,15 @@ static PyObject *Loader_next(PyObject *o, PyObject *args) {
   LoaderObject *self = (LoaderObject *)o;
   unsigned long long stream = 0;
   if (!PyArg_ParseTuple(args, "|K", &stream)) return NULL;
+  if (sb->mix_labels) {
+    /* MixUp/CutMix: the loader's soft labels, float32 [n, classes] */
+    lb->data = sb->device >= 0 ? (void *)sb->mix_labels_device : (void *)sb->mix_labels;
+    lb->ndim = 2;
+    lb->dtype = (DLDataType){kDLFloat, 32, 1};
+    b->shape[1][1] = sb->mix_classes;
+    b->strides[1][0] = sb->mix_classes;
+    b->strides[1][1] = 1;
+  }
   loader_ref *r = get_ref(self, 1);
   if (!r) return NULL;
   batch_ref *b = calloc(1, sizeof *b);
@@ -688,32 +696,6 @@ static PyObject *Loader_note(PyObject *o, PyObject *unused) {
   return decode_message(stk_loader_note(r->l));
 }
 
-/* mix_gpu(src, dst, labels, soft, n, classes, mode, lam, box, stream[, pair_flip,
- * on, off]): MixUp
- * or CutMix of a device batch the loader lent (src, labels: its tensors'
- * addresses) into dst, and the soft labels into soft (0: none), queued on
- * the consumer's stream; the caller keeps the four tensors alive and
- * contiguous, dst of the batch's shape and dtype, soft float32[n][classes]. */
-static PyObject *Loader_mix_gpu(PyObject *o, PyObject *args) {
-  unsigned long long src, dst, labels, soft, stream;
-  int n, classes, mode;
-  double lam;
-  float on = 1.0f, off = 0.0f;
-  stk__mix m = {0};
-  if (!PyArg_ParseTuple(args, "KKKKiiid(iiii)K|pff", &src, &dst, &labels, &soft, &n, &classes,
-                        &mode, &lam, &m.x1, &m.y1, &m.x2, &m.y2, &stream, &m.pair_flip, &on, &off))
-    return NULL;
-  loader_ref *r = get_ref((LoaderObject *)o, 0);
-  if (!r) return NULL;
-  m.mode = mode;
-  m.lam = lam;
-  stk__gpu_mix_io io = {src, dst, labels, soft, n, classes, on, off};
-  char msg[STK__SINK_MSG_LEN] = "";
-  int rc = stk__loader_mix(r->l, &m, &io, (void *)(uintptr_t)stream, msg, sizeof msg);
-  if (rc) return raise_code(rc, msg, 0);
-  Py_RETURN_NONE;
-}
-
 static PyObject *Loader_get_closed(PyObject *o, void *unused) {
   return PyBool_FromLong(((LoaderObject *)o)->ref == NULL);
 }
@@ -738,9 +720,6 @@ static PyMethodDef Loader_methods[] = {
      "source_kind() -> 'folder', 'list', 'cache' or 'tar'."},
     {"note", Loader_note, METH_NOARGS,
      "note() -> a warning about the source made at construction ('' if none)."},
-    {"mix_gpu", Loader_mix_gpu, METH_VARARGS,
-     "mix_gpu(src, dst, labels, soft, n, classes, mode, lam, box, stream): MixUp or CutMix\n"
-     "of a device batch into dst, with its soft labels (internal: ImageLoader's mix=)."},
     {"close", Loader_close, METH_NOARGS,
      "close(): drop this object's hold on the loader. Its threads stop at once when no batch\n"
      "is alive, else when the last batch is freed."},
@@ -808,36 +787,6 @@ static PyObject *mix_params_timm(PyObject *m, PyObject *args) {
   stk__mix x;
   stk__mix_draw_timm(&t, seed, epoch, batch, w, h, &x);
   return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
-}
-
-/* Mixes a host batch in place: _mix_apply(address, n, dtype, layout, w, h,
- * mode, lam, box[, pair_flip]). The address is a tensor's data_ptr(): the caller keeps
- * the tensor alive and contiguous. */
-static PyObject *mix_apply(PyObject *m, PyObject *args) {
-  unsigned long long addr;
-  long long n;
-  int dtype, layout, w, h, mode;
-  double lam;
-  stk__mix x = {0};
-  if (!PyArg_ParseTuple(args, "KLiiiiid(iiii)|p", &addr, &n, &dtype, &layout, &w, &h, &mode, &lam,
-                        &x.x1, &x.y1, &x.x2, &x.y2, &x.pair_flip))
-    return NULL;
-  if (!addr || n < 0 || dtype < 0 || dtype > 3 || layout < 0 || layout > 1 || w < 1 || h < 1 ||
-      mode < 0 || mode > 2 || x.x1 < 0 || x.y1 < 0 || x.x2 > w || x.y2 > h) {
-    PyErr_SetString(PyExc_ValueError, "_mix_apply: bad arguments");
-    return NULL;
-  }
-  x.mode = mode;
-  x.lam = lam;
-  stk__buf spare = {0};
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = stk__mix_apply(&x, (void *)(uintptr_t)addr, n, (stk_dtype)dtype, (stk_layout)layout, w, h,
-                      &spare);
-  Py_END_ALLOW_THREADS
-  stk__buf_free(&spare);
-  if (rc) return raise_code(rc, "out of memory for the batch mixing", 0);
-  Py_RETURN_NONE;
 }
 
 static PyObject *check_file(PyObject *m, PyObject *arg) {
@@ -1041,9 +990,6 @@ static PyMethodDef module_methods[] = {
      "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode)."},
     {"_mix_params", mix_params, METH_VARARGS,
      "_mix_params(seed, epoch, batch, mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, box)."},
-    {"_mix_apply", mix_apply, METH_VARARGS,
-     "_mix_apply(address, n, dtype, layout, w, h, mode, lam, box[, pair_flip]): mixes a host\n"
-     "batch in place."},
     {"check_file", check_file, METH_O,
      "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},
     {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},

@@ -606,6 +606,9 @@ class ImageLoader:
                 raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
             opts["read_timeout"] = float(read_timeout)
 
+        if mix is not None:
+            opts.update(self._mix_options(mix, opts["pipeline"], list_file))
+
         # kept for load_state_dict(), which reopens the C loader with a saved seed
         self._c_args = dict(opts, root=root, list_file=list_file, list_base=list_base)
         self._c = _stoker.Loader(**self._c_args)
@@ -673,27 +676,29 @@ class ImageLoader:
         # (event, storage), oldest first. Holding the storage keeps the slot
         # from going back to the workers until the event has completed.
         self._held: "collections.deque[Tuple[Any, Any]]" = collections.deque()
-        self._mix: Optional[Dict[str, Any]] = None
-        if mix is not None:
-            m = _T.mix_options(mix)
-            nc = m["num_classes"] if m["num_classes"] is not None else counts["num_classes"]
-            if self.pipeline != "train":
-                self._c.close()
-                raise ValueError("mix: MixUp and CutMix belong to the train pipeline")
-            if not nc or nc < 1:
-                self._c.close()
-                raise ValueError("mix: num_classes is unknown for this source: give it to "
-                                 "MixUp/CutMix")
-            if counts["num_classes"] and nc < counts["num_classes"]:
-                # labels nc.. have no column: the CPU path fails at the first
-                # batch holding one, the GPU kernel would leave them out
-                self._c.close()
-                raise ValueError(f"mix: num_classes={nc} is less than the source's "
-                                 f"{counts['num_classes']} classes (labels 0 to "
-                                 f"{counts['num_classes'] - 1})")
-            m["num_classes"] = int(nc)
-            self._mix = m
-            self._layout = 1 if channels_last else 0
+
+    @staticmethod
+    def _mix_options(mix, pipeline, list_file):
+        """C options of MixUp/CutMix (the mix_ fields): the library mixes each batch
+        and hands out its soft labels, drawn from (seed, epoch, batch index) so that
+        resuming repeats them; torchvision v2's semantics (roll(1) pairing, one
+        lambda per batch, CutMix's lambda adjusted to the box) or timm's Mixup
+        (flip(0) pairing, prob, switch_prob, label smoothing)."""
+        m = _T.mix_options(mix)
+        if pipeline != "train":
+            raise ValueError("mix: MixUp and CutMix belong to the train pipeline")
+        nc = m["num_classes"]
+        if nc is None and list_file is not None:
+            # a list's "# class:" names count the classes, also those no line uses
+            names = _list_classes(list_file)
+            nc = len(names) if names is not None else None
+        out = {"mix_mixup_alpha": m["mixup_alpha"], "mix_cutmix_alpha": m["cutmix_alpha"],
+               "mix_classes": int(nc) if nc is not None else 0}  # 0: the source's classes
+        if m.get("timm", False):
+            out.update(mix_mode="timm", mix_prob=m["prob"], mix_switch_prob=m["switch_prob"],
+                       mix_correct_lam=bool(m["correct_lam"]),
+                       mix_label_smoothing=m["label_smoothing"])
+        return out
 
     @staticmethod
     def _source_options(index, index_dir, shuffle_buffer, allow_stale_cache):
@@ -747,53 +752,6 @@ class ImageLoader:
             raise ValueError(f"dtype={dtype!r} but the transforms convert to {from_transforms}: "
                              "give the element type once")
         return name
-
-    _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2, "uint8": 3}
-
-    def _apply_mix(self, images, labels, epoch, batch_index):
-        """MixUp or CutMix of one batch, drawn from (seed, epoch, batch index) so that
-        resuming repeats it: torchvision v2's semantics (roll(1) pairing, one lambda
-        per batch, CutMix's lambda adjusted to the box), or timm's Mixup (flip(0)
-        pairing, prob, switch_prob, label smoothing)."""
-        torch = _torch()
-        m = self._mix
-        side, num_classes, seed = self.size, m["num_classes"], self._fingerprint["seed"]
-        timm = m.get("timm", False)
-        if timm:
-            mode, lam, box = _stoker._mix_params_timm(
-                seed, epoch, batch_index, m["mixup_alpha"], m["cutmix_alpha"], m["prob"],
-                m["switch_prob"], m["correct_lam"], side, side)
-            off = m["label_smoothing"] / num_classes
-            on = 1.0 - m["label_smoothing"] + off
-        else:
-            mode, lam, box = _stoker._mix_params(seed, epoch, batch_index, m["mixup_alpha"],
-                                                 m["cutmix_alpha"], side, side)
-            on, off = 1.0, 0.0
-        n = images.shape[0]
-        if images.device.type == "cpu":
-            # one pass in place over the slot the batch lives in
-            _stoker._mix_apply(images.data_ptr(), n, self._DTYPE_CODES[self._dtype_name],
-                               self._layout, side, side, mode, lam, box, timm)
-        else:
-            # One kernel of the loader's, on the consumer's stream, into a new
-            # tensor (the slot is the source and is released with `images`):
-            # the CPU's arithmetic, so a device batch equals a host one, and
-            # one read and one write of the batch where torch's roll and
-            # element-wise ops take five passes.
-            out = torch.empty_like(images)
-            soft = torch.empty((n, num_classes), dtype=torch.float32, device=images.device)
-            self._c.mix_gpu(images.data_ptr(), out.data_ptr(), labels.data_ptr(), soft.data_ptr(),
-                            n, num_classes, mode, lam, box, self._stream(), timm, on, off)
-            return out, soft
-        if timm:
-            # timm's mixup_target: one_hot(y, on, off) * lam + one_hot(y.flip(0)) * (1 - lam)
-            onehot = torch.full((n, num_classes), off, dtype=torch.float32,
-                                device=labels.device).scatter_(
-                1, labels.long().view(-1, 1), on)
-            return images, onehot.flip(0).mul_(1.0 - lam).add_(onehot.mul(lam))
-        onehot = torch.nn.functional.one_hot(labels.long(), num_classes).float()
-        soft = onehot.roll(1, 0).mul_(1.0 - lam).add_(onehot.mul(lam))
-        return images, soft
 
     def _stream(self):
         """The consumer's CUDA stream: batches are ordered before it on the device."""
@@ -1194,8 +1152,6 @@ class _Pass:
         cap_images, cap_labels, epoch, batch_index, indices = r
         images = ld._from_dlpack(cap_images)
         labels = ld._from_dlpack(cap_labels)
-        if ld._mix is not None:
-            images, labels = ld._apply_mix(images, labels, epoch, batch_index)
         if ld._pin:
             ld._pin_slot(images)
             ld._guard_pinned(images)

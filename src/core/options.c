@@ -21,6 +21,7 @@
 #define SIZE_OK_ENUM(s) ((s) == sizeof(int))
 #define SIZE_OK_U64(s) ((s) == sizeof(uint64_t))
 #define SIZE_OK_FLOAT(s) ((s) % sizeof(float) == 0 && (s) / sizeof(float) <= 4)
+#define SIZE_OK_DOUBLE(s) ((s) == sizeof(double))
 #define SIZE_OK_STR(s) ((s) == sizeof(const char *))
 #define CHECK_ROW(name, type, def, lo, hi, choices, cli, py, doc)         \
   _Static_assert(SIZE_OK_##type(sizeof(((stk_options *)0)->name)),        \
@@ -34,8 +35,16 @@ STK__PACK_OPTIONS(CHECK_ROW)
 #undef CHECK_ROW
 
 #define FIELD_SIZE(st, name) sizeof(((st *)0)->name)
+/* a FLOAT row's elements are floats, a DOUBLE row's one element a double */
+#define ELEM_INT 1
+#define ELEM_BOOL 1
+#define ELEM_ENUM 1
+#define ELEM_U64 1
+#define ELEM_STR 1
+#define ELEM_FLOAT sizeof(float)
+#define ELEM_DOUBLE sizeof(double)
 #define COUNT_OF(st, name, type) \
-  (STK__OPT_##type == STK__OPT_FLOAT ? (int)(FIELD_SIZE(st, name) / sizeof(float)) : 1)
+  (STK__OPT_##type == STK__OPT_FLOAT ? (int)(FIELD_SIZE(st, name) / ELEM_##type) : 1)
 #define ROW(name, type, def, lo, hi, choices, cli, py, doc)                             \
   {#name, STK__OPT_##type, offsetof(stk_options, name), FIELD_SIZE(stk_options, name), \
    COUNT_OF(stk_options, name, type), def, lo, hi, choices, cli, py, NULL, doc},
@@ -160,13 +169,25 @@ uint64_t stk__option_get_u64(const void *o, const stk__option *d) {
 void stk__option_set_u64(void *o, const stk__option *d, uint64_t v) {
   memcpy(field(o, d), &v, sizeof v);
 }
-float stk__option_get_float(const void *o, const stk__option *d, int k) {
+/* A DOUBLE row: one element of 8 bytes (a float array of two has 4 each). */
+static int is_double(const stk__option *d) { return d->size / (size_t)d->count == sizeof(double); }
+double stk__option_get_float(const void *o, const stk__option *d, int k) {
+  if (is_double(d)) {
+    double v;
+    memcpy(&v, cfield(o, d), sizeof v);
+    return v;
+  }
   float v;
   memcpy(&v, (const char *)cfield(o, d) + (size_t)k * sizeof v, sizeof v);
   return v;
 }
-void stk__option_set_float(void *o, const stk__option *d, int k, float v) {
-  memcpy((char *)field(o, d) + (size_t)k * sizeof v, &v, sizeof v);
+void stk__option_set_float(void *o, const stk__option *d, int k, double v) {
+  if (is_double(d)) {
+    memcpy(field(o, d), &v, sizeof v);
+    return;
+  }
+  float f = (float)v;
+  memcpy((char *)field(o, d) + (size_t)k * sizeof f, &f, sizeof f);
 }
 const char *stk__option_get_str(const void *o, const stk__option *d) {
   const char *v;
@@ -187,7 +208,7 @@ static void set_defaults(void *o, const stk__option *table, int n) {
       case STK__OPT_ENUM: stk__option_set_int(o, d, (long long)d->def[0]); break;
       case STK__OPT_U64: stk__option_set_u64(o, d, (uint64_t)d->def[0]); break;
       case STK__OPT_FLOAT:
-        for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, (float)d->def[k]);
+        for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, d->def[k]);
         break;
       case STK__OPT_STR: stk__option_set_str(o, d, NULL); break;
     }
@@ -375,6 +396,11 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
     BAD("AugMix runs on the CPU loader only: use device=\"cpu\" (or another policy on the GPU)");
   if (o->device >= 0 && o->blur_kernel > 63)
     BAD("blur_kernel must be at most 63 on the GPU, got %d", o->blur_kernel);
+  /* an infinite alpha passed the range and would draw NaN lambdas */
+  if (!isfinite(o->mix_mixup_alpha) || !isfinite(o->mix_cutmix_alpha))
+    BAD("mix_mixup_alpha and mix_cutmix_alpha must be finite");
+  if ((o->mix_mixup_alpha > 0 || o->mix_cutmix_alpha > 0) && o->pipeline != STK_PIPELINE_TRAIN)
+    BAD("mix: MixUp and CutMix (mix_mixup_alpha, mix_cutmix_alpha) belong to the train pipeline");
 #undef BAD
   return STK_OK;
 }
@@ -487,7 +513,7 @@ int stk__option_parse(void *o, const stk__option *d, const char *text, char *err
       return rc;
     }
     case STK__OPT_FLOAT: {
-      float v[4];
+      double v[4];
       const char *p = text;
       for (int k = 0; k < d->count; k++) {
         char *end = NULL;
@@ -502,7 +528,7 @@ int stk__option_parse(void *o, const stk__option *d, const char *text, char *err
                                  d->count, text);
         int rc = stk__option_check_float(d, k, x, err, errlen);
         if (rc) return rc;
-        v[k] = (float)x;
+        v[k] = x;
         p = end + 1;
       }
       for (int k = 0; k < d->count; k++) stk__option_set_float(o, d, k, v[k]);

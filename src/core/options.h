@@ -13,8 +13,11 @@
  *
  *   type      INT (int), BOOL (int, 0 or 1), ENUM (an enum of stoker.h,
  *             named by `choices`), U64 (uint64_t), FLOAT (float, or an
- *             array of floats: every element has the same range), STR (a
- *             const char * path, copied by the loader)
+ *             array of floats: every element has the same range), DOUBLE
+ *             (one double: a FLOAT row to every front end, for values
+ *             that must reach the library as typed, such as MixUp's alpha,
+ *             whose draws Python reproduces), STR (a const char * path,
+ *             copied by the loader)
  *   default   STK__V(v) or, for arrays, STK__V(v0, v1, ...)
  *   min, max  inclusive bounds; STK__INF for none (U64: 0 and STK__U64_MAX
  *             mean unchecked). Cross-field rules (resize_size 0 or >= size,
@@ -198,7 +201,23 @@
   X(erase_count, INT, STK__V(1), 1, 4, NULL, "--erase-count", "erase_count", \
     "train: RandomErasing boxes, 1 to erase_count at random (timm's max_count)") \
   X(erase_per_channel, BOOL, STK__V(0), 0, 1, NULL, "--erase-per-channel", "erase_per_channel", \
-    "train: RandomErasing one standard normal per channel and box (timm's mode 'rand')")
+    "train: RandomErasing one standard normal per channel and box (timm's mode 'rand')") \
+  X(mix_mixup_alpha, DOUBLE, STK__V(0), 0, STK__INF, NULL, "--mixup-alpha", "mix_mixup_alpha", \
+    "train: MixUp of each batch, lambda ~ Beta(alpha, alpha); 0 = off") \
+  X(mix_cutmix_alpha, DOUBLE, STK__V(0), 0, STK__INF, NULL, "--cutmix-alpha", \
+    "mix_cutmix_alpha", "train: CutMix of each batch, lambda ~ Beta(alpha, alpha); 0 = off") \
+  X(mix_mode, ENUM, STK__V(STK_MIX_TORCHVISION), 0, 1, "torchvision|timm", "--mix-mode", \
+    "mix_mode", "MixUp/CutMix as torchvision v2 (pairs i, i - 1) or timm's Mixup (i, n - 1 - i)") \
+  X(mix_prob, DOUBLE, STK__V(1), 0, 1, NULL, "--mix-prob", "mix_prob", \
+    "timm mix mode: the chance that a batch is mixed") \
+  X(mix_switch_prob, DOUBLE, STK__V(0.5), 0, 1, NULL, "--mix-switch-prob", "mix_switch_prob", \
+    "timm mix mode: with both alphas on, the chance of CutMix") \
+  X(mix_correct_lam, BOOL, STK__V(1), 0, 1, NULL, "--mix-correct-lam", "mix_correct_lam", \
+    "timm mix mode: CutMix's lambda from the clipped box's area") \
+  X(mix_label_smoothing, DOUBLE, STK__V(0), 0, 1, NULL, "--mix-label-smoothing", \
+    "mix_label_smoothing", "MixUp/CutMix soft labels' smoothing (off = eps / classes)") \
+  X(mix_classes, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--mix-classes", "mix_classes", \
+    "MixUp/CutMix soft-label columns; 0 = the source's classes")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *
@@ -262,6 +281,10 @@ typedef enum {
 /* One row of the table, with where its field lies in stk_options. */
 typedef struct {
   const char *name;
+/* DOUBLE rows are FLOAT rows whose one element is a double (the row's size
+ * says which): every switch over the types reads them through
+ * stk__option_get_float. */
+#define STK__OPT_DOUBLE STK__OPT_FLOAT
   stk__opt_type type;
   size_t offset, size;
   int count;          /* elements: 1, or the length of a float array */
@@ -299,13 +322,13 @@ void stk__option_choice_name(const stk__option *d, int v, char *buf, size_t len)
 /* Typed access to a field (no checks beyond the type) of the struct the
  * row belongs to: stk_options for a row of stk__options, stk_pack_options
  * for one of stk__pack_options. INT, BOOL and ENUM fields are read and
- * written as int; FLOAT element k. */
+ * written as int; FLOAT element k (a float, or a DOUBLE row's double). */
 long long stk__option_get_int(const void *o, const stk__option *d);
 void stk__option_set_int(void *o, const stk__option *d, long long v);
 uint64_t stk__option_get_u64(const void *o, const stk__option *d);
 void stk__option_set_u64(void *o, const stk__option *d, uint64_t v);
-float stk__option_get_float(const void *o, const stk__option *d, int k);
-void stk__option_set_float(void *o, const stk__option *d, int k, float v);
+double stk__option_get_float(const void *o, const stk__option *d, int k);
+void stk__option_set_float(void *o, const stk__option *d, int k, double v);
 const char *stk__option_get_str(const void *o, const stk__option *d);
 void stk__option_set_str(void *o, const stk__option *d, const char *v);
 

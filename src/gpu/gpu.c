@@ -560,6 +560,15 @@ static int open_slots(stk__gpu *g, size_t arena, char *msg, size_t msglen) {
                          "augmentation draws", msg, msglen))))
       return rc;
     if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+    /* MixUp/CutMix is out of place (image i reads its partner, which
+     * another block may be writing): a second buffer per slot */
+    if (g->cfg.mix_classes > 0 &&
+        ((rc = dev_alloc(g, &s->mixed, (size_t)g->cfg.max_batch * g->image_bytes, "mixed batches",
+                         msg, msglen)) ||
+         (rc = dev_alloc(g, &s->soft,
+                         (size_t)g->cfg.max_batch * (size_t)g->cfg.mix_classes * sizeof(float),
+                         "soft labels", msg, msglen))))
+      return rc;
         (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = make_stream(g, &s->stream)) != CUDA_SUCCESS)
@@ -689,6 +698,8 @@ void stk__gpu_close(stk__gpu *g) {
       if (s->scratch) stk__cu.MemFree(s->scratch);
       if (s->aug_dev) stk__cu.MemFree(s->aug_dev);
       if (s->ready) stk__cu.EventDestroy(s->ready);
+      if (s->mixed) stk__cu.MemFree(s->mixed);
+      if (s->soft) stk__cu.MemFree(s->soft);
       if (s->freed) stk__cu.EventDestroy(s->freed);
       if (s->consumed) stk__cu.EventDestroy(s->consumed);
       if (s->stream) stk__cu.StreamDestroy(s->stream);
@@ -883,6 +894,27 @@ int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void
 }
 
 int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t msglen) {
+int stk__gpu_slot_mix(stk__gpu *g, int slot, const stk__mix *m, int n, float on, float off,
+                      void **data, float **soft, char *msg, size_t msglen) {
+  if (!g || slot < 0 || slot >= g->cfg.slots || g->cfg.mix_classes < 1 || !m)
+    return stk__fail(msg, msglen, STK_EINVAL, "bad arguments for the batch mixing");
+  gslot *s = &g->slots[slot];
+  stk__gpu_mix_io io = {s->data, s->mixed, s->labels, s->soft, n, g->cfg.mix_classes, on, off};
+  /* on the slot's stream: after the batch's decode and any compaction */
+  int rc = stk__gpu_mix(g, m, &io, (void *)s->stream, msg, msglen);
+  if (rc) return rc;
+  ENTER();
+  pthread_mutex_lock(&g->mu); /* the slot's flags */
+  CUresult r = stk__cu.EventRecord(s->ready, s->stream);
+  if (r == CUDA_SUCCESS) s->written = 1;
+  pthread_mutex_unlock(&g->mu);
+  stk__cu.CtxPopCurrent(NULL);
+  if (r != CUDA_SUCCESS) return stk__gpu_fail(g, r, "cuEventRecord (the batch mixing)", msg, msglen);
+  *data = (void *)(uintptr_t)s->mixed;
+  *soft = (float *)(uintptr_t)s->soft;
+  return STK_OK;
+}
+
   if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
   if (!g->slots[slot].written) return STK_OK;
   ENTER();

@@ -139,6 +139,9 @@ typedef struct {
                              kernel writes 8-bit tiles, which the
                              augmentation kernels turn into the batch;
                              every item then carries its draws (aug). */
+  int mix_classes;        /* > 0: every slot also holds a mixed copy of its
+                             batch and its soft labels of this many
+                             columns, written by stk__gpu_slot_mix. 0 */
 } stk__gpu_config;
 
 /* Fills the defaults above. */
@@ -298,6 +301,14 @@ typedef struct {
 } stk__gpu_mix_io;
 int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
                  char *msg, size_t msglen);
+
+/* cfg.mix_classes > 0: MixUp or CutMix of the first n images of `slot`
+ * into the slot's mixed copy, and their soft labels (one-hot values on and
+ * off), on the slot's stream after everything written into it so far; the
+ * slot's ready event is recorded again after it. *data and *soft: the
+ * device addresses of the mixed images and of the soft labels. */
+int stk__gpu_slot_mix(stk__gpu *g, int slot, const stk__mix *m, int n, float on, float off,
+                      void **data, float **soft, char *msg, size_t msglen);
 
 /* Makes `stream` (a CUstream; NULL = the legacy default stream) wait on the
  * device for the slot's ready event; the calling thread does not wait. */

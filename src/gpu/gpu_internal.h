@@ -37,6 +37,7 @@ typedef struct {
   CUdeviceptr arena, desc_dev;
   CUdeviceptr tiles, scratch, aug_dev; /* cfg.aug: 8-bit tiles, their scratch,
                                           the items' draws (stk__kaug) */
+  CUdeviceptr mixed, soft; /* cfg.mix_classes: the mixed batch, its soft labels */
   CUstream stream;
   CUevent ready, freed, consumed;
   int written;          /* ready was recorded at least once */

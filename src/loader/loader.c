@@ -105,6 +105,9 @@ typedef enum { SLOT_FREE, SLOT_FILLING, SLOT_SUBMIT, SLOT_READY, SLOT_HELD } slo
 typedef struct {
   slot_state state;
   uint8_t *data;          /* the sink's memory for its images (host or device) */
+  uint8_t *lent;          /* HELD: the data pointer handed out (a GPU sink's
+                             mixed copy under mix, else data) */
+  float *soft;            /* mix: the soft labels, B x mix_classes */
   int64_t *labels, *indices;
   int32_t *codes;         /* per position: 0 or the failure code */
   char *msgs;             /* per position: MSG_LEN bytes of failure reason */
@@ -201,6 +204,13 @@ struct stk_loader {
   char **skip_paths, **skip_reasons; /* skip_len entries: the listed skipped files */
   uint64_t skip_len, skip_cap;
   uint64_t skip_epoch;                /* the epoch they belong to */
+
+  /* MixUp/CutMix (the options' mix_ fields), on with mix_classes > 0: done
+   * by the consumer in stk_loader_next, once the batch is whole and its
+   * own; spare is its scratch (one image, host sinks) */
+  int mix_classes;
+  float mix_on, mix_off; /* the soft labels' one-hot values */
+  stk__buf mix_spare;
 
   char errmsg[MSG_LEN * 2];
 };
@@ -932,6 +942,28 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
                    (long long)l->src.ds.n, o.rank, o.world_size);
     goto fail;
   }
+  if (o.mix_mixup_alpha > 0 || o.mix_cutmix_alpha > 0) {
+    int nc = l->src.ds.nclasses, cols = o.mix_classes ? o.mix_classes : nc;
+    /* a label without its column would drop out of its row's weights */
+    if (cols < 1) {
+      rc = stk__fail(err, errlen, STK_EINVAL,
+                     "mix_classes: num_classes is unknown for this source: set mix_classes");
+      goto fail;
+    }
+    if (cols < nc) {
+      rc = stk__fail(err, errlen, STK_EINVAL,
+                     "mix_classes: num_classes=%d is less than the source's %d classes (labels 0 "
+                     "to %d)",
+                     cols, nc, nc - 1);
+      goto fail;
+    }
+    l->mix_classes = cols;
+    /* timm's mixup_target: off = eps / classes, on = 1 - eps + off, each
+     * rounded once to float from double, as torch.full and scatter_ do */
+    double off = o.mix_label_smoothing / cols;
+    l->mix_off = (float)off;
+    l->mix_on = (float)(1.0 - o.mix_label_smoothing + off);
+  }
   l->order = malloc((size_t)l->sampler.num_samples * sizeof *l->order);
   l->order_next = malloc((size_t)l->sampler.num_samples * sizeof *l->order_next);
   stk__plan_init(&l->plan, &o);
@@ -945,7 +977,7 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     goto fail;
   }
   /* the sink reads the loader's options, plan and source for its lifetime */
-  stk__sink_config sc = {&l->opt, &l->plan, &l->src, l->nslots};
+  stk__sink_config sc = {&l->opt, &l->plan, &l->src, l->nslots, l->mix_classes};
   rc = stk__sink_open(&l->sink, &sc, err, errlen);
   if (rc) goto fail;
   for (int i = 0; i < l->nslots; i++) {
@@ -955,7 +987,10 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     s->indices = malloc((size_t)l->B * sizeof(int64_t));
     s->codes = malloc((size_t)l->B * sizeof(int32_t));
     s->msgs = malloc((size_t)l->B * MSG_LEN);
-    if (brc || !s->data || !s->labels || !s->indices || !s->codes || !s->msgs) {
+    if (l->mix_classes)
+      s->soft = malloc((size_t)l->B * (size_t)l->mix_classes * sizeof(float));
+    if (brc || !s->data || !s->labels || !s->indices || !s->codes || !s->msgs ||
+        (l->mix_classes && !s->soft)) {
       rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
                      l->nslots, (size_t)l->B * l->plan.image_bytes);
       goto fail;
@@ -1054,6 +1089,7 @@ static void free_loader(stk_loader *l) {
       free(l->slots[i].indices);
       free(l->slots[i].codes);
       free(l->slots[i].msgs);
+      free(l->slots[i].soft);
       slot_clear_failures(&l->slots[i]);
       free(l->slots[i].fidx);
       free(l->slots[i].fmsg);
@@ -1062,6 +1098,7 @@ static void free_loader(stk_loader *l) {
   stk__sink_close(&l->sink); /* after the workers: none is inside the sink */
   free(l->order);
   free(l->order_next);
+  stk__buf_free(&l->mix_spare);
   clear_skips(l);
   free(l->skip_paths);
   free(l->skip_reasons);
@@ -1123,6 +1160,63 @@ static int advance_epoch_locked(stk_loader *l) {
 
 int stk_loader_next(stk_loader *l, stk_batch *out) { return stk_loader_next_timed(l, out, -1); }
 
+/* The soft labels of a batch of n with the draw m: row i is image i's
+ * one-hot (values on, off) times lambda plus its partner's times
+ * 1 - lambda, in the order of operations of torchvision's
+ * one_hot(y).roll(1).mul_(1 - lam).add_(one_hot(y).mul(lam)) and of timm's
+ * mixup_target (flip(0)), so that the floats are theirs. */
+static void soft_labels(const stk__mix *m, const int64_t *y, int64_t n, int classes, float on,
+                        float off, float *out) {
+  float a = (float)m->lam, b = (float)(1.0 - m->lam);
+  /* an element's value depends only on whether it is the label of the
+   * partner (p) and of image i itself (c): four values */
+  float v[2][2];
+  for (int p = 0; p < 2; p++)
+    for (int c = 0; c < 2; c++) {
+      float t = (p ? on : off) * b;
+      v[p][c] = t + (c ? on : off) * a;
+    }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t q = m->pair_flip ? n - 1 - i : i == 0 ? n - 1 : i - 1;
+    float *row = out + i * classes;
+    for (int k = 0; k < classes; k++) row[k] = v[0][0];
+    if (y[q] >= 0 && y[q] < classes) row[y[q]] = v[1][y[q] == y[i]];
+    if (y[i] >= 0 && y[i] < classes) row[y[i]] = v[y[q] == y[i]][1];
+  }
+}
+
+/* MixUp/CutMix of the batch just lent from slot s into *out, by the
+ * consumer without the mutex: the slot is the caller's now (HELD), and the
+ * next batches go on being made meanwhile. */
+static int mix_batch(stk_loader *l, slot *s, stk_batch *out) {
+  const stk_options *o = &l->opt;
+  stk__mix m;
+  int sz = o->size;
+  if (o->mix_mode == STK_MIX_TIMM) {
+    stk__mix_timm t = {o->mix_mixup_alpha, o->mix_cutmix_alpha, o->mix_prob, o->mix_switch_prob,
+                       o->mix_correct_lam};
+    stk__mix_draw_timm(&t, o->seed, out->epoch, out->batch_index, sz, sz, &m);
+  } else {
+    stk__mix_draw(o->mix_mixup_alpha, o->mix_cutmix_alpha, o->seed, out->epoch, out->batch_index,
+                  sz, sz, &m);
+  }
+  soft_labels(&m, out->labels, out->n, l->mix_classes, l->mix_on, l->mix_off, s->soft);
+  out->mix_labels = s->soft;
+  out->mix_classes = l->mix_classes;
+  out->mix_kind = m.mode;
+  out->mix_lambda = m.lam;
+  char msg[MSG_LEN];
+  int rc;
+  if (l->sink.ops->mix) {
+    rc = l->sink.ops->mix(&l->sink, out->slot, &m, l->mix_on, l->mix_off, out, msg, sizeof msg);
+    if (rc) return loader_err(l, rc, "the batch mixing: %s", msg);
+    return STK_OK;
+  }
+  rc = stk__mix_apply(&m, out->data, out->n, o->dtype, o->layout, sz, sz, &l->mix_spare);
+  if (rc) return loader_err(l, rc, "out of memory for the batch mixing (one image)");
+  return STK_OK;
+}
+
 int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   if (!l || !out) return STK_EINVAL;
   memset(out, 0, sizeof *out);
@@ -1162,6 +1256,7 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
         continue;
       }
       s->state = SLOT_HELD;
+      s->lent = s->data;
       int64_t n = s->n, sz = l->opt.size;
       out->data = s->data;
       out->dtype = l->opt.dtype;
@@ -1233,15 +1328,20 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
     l->wait_s += stk__now() - t;
   }
   pthread_mutex_unlock(&l->mu);
+  if (rc == STK_OK && l->mix_classes) {
+    slot *s = &l->slots[out->slot];
+    rc = mix_batch(l, s, out);
+    if (rc == STK_OK) {
+      s->lent = out->data; /* a GPU sink's mixed copy: what release is given */
+    } else {
+      /* the batch is not handed out: its slot goes back */
+      stk_batch b = *out;
+      b.data = s->lent;
+      stk_batch_release(l, &b);
+      memset(out, 0, sizeof *out);
+    }
+  }
   return rc;
-}
-
-int stk__loader_mix(stk_loader *l, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
-                    char *msg, size_t msglen) {
-  if (!l || !m || !io) return STK_EINVAL;
-  if (!l->sink.ops->mix)
-    return stk__fail(msg, msglen, STK_EINVAL, "the loader's batches are in host memory");
-  return l->sink.ops->mix(&l->sink, m, io, stream, msg, msglen);
 }
 
 int stk_batch_release(stk_loader *l, stk_batch *b) { return stk_batch_release_on(l, b, NULL); }
@@ -1272,7 +1372,7 @@ int stk_batch_release_on(stk_loader *l, stk_batch *b, void *stream) {
   int rc = STK_OK;
   /* epoch and batch_index too: a stale copy of a batch released earlier
    * names the same slot and memory as the batch now lent from it */
-  if (s->state != SLOT_HELD || s->data != b->data || s->epoch != b->epoch ||
+  if (s->state != SLOT_HELD || s->lent != b->data || s->epoch != b->epoch ||
       s->batch != b->batch_index) {
     rc = STK_EINVAL;
   } else {
@@ -1351,7 +1451,8 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   o->read_seconds = l->read_s;
   o->decode_seconds = l->decode_s;
   o->augment_seconds = l->augment_s;
-  uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B * (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN);
+  uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B *
+                  (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN + (uint64_t)l->mix_classes * 4);
   /* as published after each sample: the workers' buffers are theirs */
   for (int i = 0; i < l->nworkers; i++) host += l->workers[i]->scratch_bytes;
   o->host_bytes = host + l->sink_bytes;

@@ -47,6 +47,8 @@ typedef struct {
   const stk__plan *plan;
   const stk__source *src;
   int nslots;              /* slots of the ring */
+  int mix_classes;         /* > 0: batches are mixed (MixUp/CutMix), with
+                              soft labels of this many columns */
 } stk__sink_config;
 
 typedef struct {
@@ -112,12 +114,14 @@ typedef struct {
   /* Mutex held: the consumer gives `slot` back, done with it once the work
    * queued so far on `stream` completes. NULL = done now (STK_OK). */
   int (*release)(stk__sink *k, int slot, void *stream, char *msg, size_t msglen);
-  /* No mutex, any thread: MixUp or CutMix (m) of a lent batch of n images
-   * at device address src (labels: its int64 labels) into dst, and the soft
-   * labels float32[n][classes] into soft when not 0, queued on `stream`.
-   * NULL = the sink's batches are host memory (stk__mix_apply mixes them). */
-  int (*mix)(stk__sink *k, const stk__mix *m, const stk__gpu_mix_io *io, void *stream, char *msg,
-             size_t msglen);
+  /* No mutex, the consumer, right after `slot` was lent into *out: MixUp
+   * or CutMix (m) of its out->n images into memory of the sink's, with the
+   * soft labels (one-hot values on and off, the options' mix_classes
+   * columns); points out->data and out->mix_labels_device at them. NULL =
+   * the sink's batches are host memory, which the loader mixes in place
+   * (stk__mix_apply). */
+  int (*mix)(stk__sink *k, int slot, const stk__mix *m, float on, float off, stk_batch *out,
+             char *msg, size_t msglen);
   /* Mutex held: a reset dropped every unfinished batch. NULL = nothing. */
   void (*reset)(stk__sink *k);
   /* Mutex held: fills the sink's fields of o and adds its own memory to
@@ -144,11 +148,6 @@ struct stk__sink {
 int stk__sink_open(stk__sink *k, const stk__sink_config *c, char *err, size_t errlen);
 /* Frees what the sink holds; a sink never opened (zeroed) is a no-op. */
 void stk__sink_close(stk__sink *k);
-
-/* MixUp or CutMix of a batch the loader lent from its GPU sink (the sink's
- * mix); STK_EINVAL when the loader's batches are in host memory. */
-int stk__loader_mix(stk_loader *l, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
-                    char *msg, size_t msglen);
 
 /* The implementations' entry points (sink.c dispatches). */
 int stk__sink_cpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_t errlen);

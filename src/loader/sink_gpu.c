@@ -259,10 +259,16 @@ static int gpu_release(stk__sink *k, int slot, void *stream, char *msg, size_t m
   return stk__gpu_slot_release(g->gpu, slot, stream, msg, msglen);
 }
 
-static int gpu_mix(stk__sink *k, const stk__mix *m, const stk__gpu_mix_io *io, void *stream,
+static int gpu_mix(stk__sink *k, int slot, const stk__mix *m, float on, float off, stk_batch *out,
                    char *msg, size_t msglen) {
   gpu_sink *g = k->impl;
-  return stk__gpu_mix(g->gpu, m, io, stream, msg, msglen);
+  void *data = NULL;
+  float *soft = NULL;
+  int rc = stk__gpu_slot_mix(g->gpu, slot, m, (int)out->n, on, off, &data, &soft, msg, msglen);
+  if (rc) return rc;
+  out->data = data;
+  out->mix_labels_device = soft;
+  return STK_OK;
 }
 
 static void gpu_reset(stk__sink *k) {
@@ -378,6 +384,7 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   cfg.max_pixels = o->max_pixels;
   cfg.planners = o->threads; /* as many header parsers as workers (resolved by now) */
   cfg.aug = g->plan->aug.on ? &g->plan->aug : NULL;
+  cfg.mix_classes = c->mix_classes;
   /* STOKER_GPU_ENGINE_ORDER=arrival: the engines' batches in the order the
    * items came, for benchmarks of the sorted default against it */
   const char *eo = getenv("STOKER_GPU_ENGINE_ORDER");
