@@ -524,223 +524,278 @@ static int lose(shard_scan *sc, const char *name, const char *why) {
 /* Reads the shard's headers into sc. An error only for what makes the
  * whole source unusable (the shard cannot be opened or read, out of
  * memory); damage inside the shard ends the scan, in sc->dm. */
+/* One shard's scan in progress: read_scan's steps share it. */
+typedef struct {
+  const char *path;
+  stk__object *fd;
+  uint64_t fsize, off;
+  shard_scan *sc;
+  keyset ks;
+  pending pd;
+  char *ext; /* scratch for GNU long names and pax headers */
+  damage dm;
+  char prev[300]; /* the last member read, to place the damage */
+  char where[64];
+  unsigned char h[BLOCK];
+  char *msg;
+  size_t msglen;
+  int rc;
+} scan_state;
+
+/* Whether the scan ends at the header block at st->off: the shard's end
+ * (cut short, or its end-of-archive blocks), or damage that loses the rest
+ * (recorded in st->dm). A read error sets st->rc. */
+static int scan_at_end(scan_state *st) {
+  tally *ta = &st->sc->ta;
+  const char *path = st->path, *prev = st->prev, *where = st->where;
+  uint64_t off = st->off, fsize = st->fsize;
+  damage *dm = &st->dm;
+  if (off == fsize) {
+    /* every member is complete, but the end-of-archive blocks are missing */
+    left_out(ta, &ta->truncated, path, "end", "the shard ends without its end-of-archive blocks");
+    DAMAGE(dm, where,
+           "the shard ends without its end-of-archive blocks%s%s: it is truncated, the members "
+           "after that point are lost",
+           prev[0] ? " after member " : "", prev);
+    return 1;
+  }
+  ssize_t r = stk__object_pread(st->fd, st->h, BLOCK, off);
+  if (r < 0) {
+    st->rc = stk__fail(st->msg, st->msglen, STK_EIO, "cannot read shard %s: %s", path,
+                       st->fd->why);
+    return 1;
+  }
+  if (r < BLOCK) {
+    left_out(ta, &ta->truncated, path, where, "truncated inside a header");
+    DAMAGE(dm, where, "the shard ends inside a tar header: it is truncated, the members "
+                      "after that point are lost");
+    return 1;
+  }
+  if (!all_zero(st->h)) return 0;
+  /* The end of the archive, when only zeros follow. Data after the zeros
+   * means that a region was zero-filled: the members in it and after it
+   * would be lost without a word. */
+  int64_t z = zeros_end(st->fd, off, fsize);
+  if (z >= 0 && off == 0 && fsize > EMPTY_TAR_MAX) {
+    /* An empty archive is at most one record of zeros; a larger shard of
+     * nothing but zeros was overwritten, and its members are lost. */
+    left_out(ta, &ta->zeroed, path, where, "the shard is all zeros");
+    DAMAGE(dm, where,
+           "the shard is %llu zero bytes: it holds no member (overwritten with zeros?), its "
+           "samples are lost",
+           (unsigned long long)fsize);
+  } else if (z < 0) {
+    st->rc = stk__fail(st->msg, st->msglen, STK_EIO, "cannot read shard %s: %s", path,
+                       st->fd->why);
+  } else if ((uint64_t)z < fsize) {
+    left_out(ta, &ta->zeroed, path, where, "a zero-filled region with data after it");
+    DAMAGE(dm, where,
+           "%llu zero bytes%s%s, then data at offset %llu: a zero-filled region; the members in "
+           "it and after it are lost",
+           (unsigned long long)((uint64_t)z - off), prev[0] ? " after member " : "", prev,
+           (unsigned long long)z);
+  }
+  return 1;
+}
+
+/* The member name of header h: POSIX ustar ("ustar\0") keeps a prefix;
+ * GNU ("ustar  ") uses that space for other fields. */
+static void header_name(const unsigned char *h, char out[260]) {
+  size_t nl = strnlen((const char *)h, 100);
+  size_t pl = 0;
+  if (!memcmp(h + 257, "ustar\0", 6)) pl = strnlen((const char *)h + 345, 155);
+  if (pl) {
+    memcpy(out, h + 345, pl);
+    out[pl] = '/';
+    memcpy(out + pl + 1, h, nl);
+    out[pl + 1 + nl] = '\0';
+  } else {
+    memcpy(out, h, nl);
+    out[nl] = '\0';
+  }
+}
+
+/* An extended header (GNU long name 'L', pax 'x') at data: the next
+ * member's name and maybe its size, into st->pd. 0 to go on, 1 when the
+ * scan ends (the shard cut inside it, or st->rc). */
+static int scan_extended(scan_state *st, char type, uint64_t size, uint64_t data) {
+  pending *pd = &st->pd;
+  if (size > STK__TAR_EXT_MAX) {
+    pending_clear(pd);
+    pd->drop = type == 'L' ? "its GNU long name is over 64 KiB" : "its pax header is over 64 KiB";
+    return 0;
+  }
+  if (!st->ext && !(st->ext = malloc(STK__TAR_EXT_MAX + 1))) {
+    st->rc = stk__fail(st->msg, st->msglen, STK_ENOMEM, "out of memory");
+    return 1;
+  }
+  if (stk__object_pread(st->fd, st->ext, (size_t)size, data) != (ssize_t)size) {
+    tally *ta = &st->sc->ta;
+    left_out(ta, &ta->truncated, st->path, st->where, "truncated inside an extended header");
+    DAMAGE(&st->dm, st->where, "the shard ends inside an extended header: it is truncated, the "
+                               "members after that point are lost");
+    return 1;
+  }
+  st->ext[size] = '\0';
+  if (type == 'x') {
+    if (!parse_pax(st->ext, (size_t)size, pd)) pd->drop = "its pax header is malformed";
+    return 0;
+  }
+  free(pd->name);
+  pd->name = NULL;
+  if (!pd->name_from_pax && !(pd->name = strndup(st->ext, (size_t)size))) { /* pax path wins */
+    st->rc = stk__fail(st->msg, st->msglen, STK_ENOMEM, "out of memory");
+    return 1;
+  }
+  return 0;
+}
+
+/* A key's member (webdataset's key: up to the first '.' of the last path
+ * component): its image or its .cls into st->ks. Returns why the member is
+ * left out (a duplicate image), or NULL; out of memory sets st->rc. */
+static const char *scan_keyed(scan_state *st, const char *name, uint64_t size, uint64_t data) {
+  tally *ta = &st->sc->ta;
+  const char *last = strrchr(name, '/');
+  last = last ? last + 1 : name;
+  const char *dot = strchr(last, '.');
+  if (!dot || dot == last) return NULL;
+  const char *suffix = dot + 1;
+  int is_cls = !strcasecmp(suffix, "cls");
+  int is_img = !strchr(suffix, '.') && stk__has_image_extension(name);
+  if (!is_cls && !is_img) return NULL;
+  rec *kr = keyset_get(&st->ks, name, (size_t)(dot - name));
+  if (!kr) {
+    st->rc = stk__fail(st->msg, st->msglen, STK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  if ((is_cls && kr->has_cls) || (is_img && kr->img_name)) {
+    left_out(ta, &ta->dup, st->path, name, "a duplicate key in the shard");
+    return is_img ? "a duplicate key in the shard" : NULL;
+  }
+  if (is_cls) {
+    kr->has_cls = 1;
+    char cb[STK__TAR_CLS_MAX];
+    if (size <= STK__TAR_CLS_MAX &&
+        stk__object_pread(st->fd, cb, (size_t)size, data) == (ssize_t)size)
+      kr->cls_ok = parse_cls(cb, (size_t)size, &kr->label);
+    return NULL;
+  }
+  if (!(kr->img_name = strdup(name))) {
+    st->rc = stk__fail(st->msg, st->msglen, STK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  kr->img_off = data;
+  kr->img_size = size;
+  kr->img_hhash = stk__hash64(st->h, BLOCK, 0);
+  return NULL;
+}
+
+/* A member proper: kept under its key, or left out with its reason (an
+ * image member left out is a sample lost: it is named). */
+static void scan_member(scan_state *st, char type, const char *name, uint64_t size,
+                        uint64_t data) {
+  tally *ta = &st->sc->ta;
+  const char *path = st->path, *why_out = NULL;
+  snprintf(st->prev, sizeof st->prev, "%s", name);
+  if (st->pd.drop) {
+    left_out(ta, &ta->bad_ext, path, name, why_out = st->pd.drop);
+  } else if (type == '5') {
+    /* a folder: nothing to read */
+  } else if (type == '1' || type == '2') {
+    left_out(ta, &ta->link, path, name, why_out = "a link, not a file");
+  } else if (type == '3' || type == '4' || type == '6') {
+    left_out(ta, &ta->special, path, name, why_out = "a device or FIFO, not a file");
+  } else if (type != '0' && type != '\0' && type != '7') {
+    left_out(ta, &ta->other, path, name, why_out = "a tar member type stoker does not read");
+  } else if (name[0] && unsafe_name(name)) {
+    left_out(ta, &ta->unsafe, path, name, why_out = "an absolute name or one with '..'");
+  } else {
+    why_out = scan_keyed(st, name, size, data);
+  }
+  if (st->rc == STK_OK && why_out && name[0] && stk__has_image_extension(name) &&
+      lose(st->sc, name, why_out))
+    st->rc = stk__fail(st->msg, st->msglen, STK_ENOMEM, "out of memory");
+}
+
+/* One step of the scan at st->off: the header, then an extended header or
+ * a member. 0 to go on (st->off at the next header), 1 when the scan ends. */
+static int scan_step(scan_state *st) {
+  tally *ta = &st->sc->ta;
+  snprintf(st->where, sizeof st->where, "offset %llu", (unsigned long long)st->off);
+  if (scan_at_end(st)) return 1;
+  const unsigned char *h = st->h;
+  uint64_t size, fsize = st->fsize;
+  if (!checksum_ok(h) || !parse_number(h + 124, 12, &size)) {
+    left_out(ta, &ta->bad_header, st->path, st->where,
+             "not a valid tar header (checksum mismatch): the rest of the shard is left out");
+    DAMAGE(&st->dm, st->where,
+           "not a valid tar header (checksum mismatch)%s%s: the rest of the shard (%llu bytes) "
+           "is lost",
+           st->prev[0] ? " after member " : "", st->prev,
+           (unsigned long long)(fsize - st->off));
+    return 1;
+  }
+  char type = (char)h[156];
+  int is_ext = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+  if (!is_ext && st->pd.has_size) size = st->pd.size; /* pax size overrides the field */
+  char hname[260]; /* prefix, '/', name */
+  header_name(h, hname);
+  const char *name = !is_ext && st->pd.name ? st->pd.name : hname;
+  uint64_t data = st->off + BLOCK;
+  if (size > fsize || data + size > fsize) {
+    left_out(ta, &ta->truncated, st->path, st->where,
+             "a member claims more bytes than the shard holds: the shard is truncated");
+    DAMAGE(&st->dm, name[0] ? name : st->where,
+           "the member claims %llu bytes, the shard holds %llu after its header: the shard is "
+           "truncated, this member and those after it are lost",
+           (unsigned long long)size, (unsigned long long)(fsize - data));
+    return 1;
+  }
+  uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
+  if (type == 'L' || type == 'x') {
+    if (scan_extended(st, type, size, data)) return 1;
+  } else if (type != 'K' && type != 'g') { /* a long link name; global pax records: unused */
+    scan_member(st, type, name, size, data);
+    if (st->rc) return 1;
+    pending_clear(&st->pd);
+  }
+  st->off = next;
+  return 0;
+}
+
 static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size_t msglen) {
   const char *path = t->shards[shard];
-  tally *ta = &sc->ta;
   char why[256];
-  stk__object obj, *fd = &obj;
-  if (stk__object_open(fd, path, t->net, t->net ? t->size[shard] : 0, PART_SIZE, why, sizeof why))
+  stk__object obj;
+  if (stk__object_open(&obj, path, t->net, t->net ? t->size[shard] : 0, PART_SIZE, why,
+                       sizeof why))
     return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", path, why);
   if (!t->beside && t->first && t->first[shard]) { /* its first part, requested ahead */
-    fd->ahead = t->first[shard];
-    fd->ahead_off = 0;
+    obj.ahead = t->first[shard];
+    obj.ahead_off = 0;
     t->first[shard] = NULL;
   }
-  uint64_t fsize = fd->size, off = 0;
-  keyset ks = {0};
-  pending pd = {0};
-  char *ext = NULL; /* scratch for GNU long names and pax headers */
-  int rc = STK_OK;
-  unsigned char h[BLOCK];
-  char where[64];
-  damage dm = {"", ""};
-  char prev[300] = ""; /* the last member read, to place the damage */
-  for (;;) {
-    snprintf(where, sizeof where, "offset %llu", (unsigned long long)off);
-    if (off == fsize) {
-      /* every member is complete, but the end-of-archive blocks are missing */
-      left_out(ta, &ta->truncated, path, "end", "the shard ends without its end-of-archive blocks");
-      DAMAGE(&dm, where,
-             "the shard ends without its end-of-archive blocks%s%s: it is truncated, the members "
-             "after that point are lost",
-             prev[0] ? " after member " : "", prev);
-      break;
-    }
-    ssize_t r = stk__object_pread(fd, h, BLOCK, off);
-    if (r < 0) {
-      rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, fd->why);
-      break;
-    }
-    if (r < BLOCK) {
-      left_out(ta, &ta->truncated, path, where, "truncated inside a header");
-      DAMAGE(&dm, where, "the shard ends inside a tar header: it is truncated, the members "
-                         "after that point are lost");
-      break;
-    }
-    if (all_zero(h)) {
-      /* The end of the archive, when only zeros follow. Data after the
-       * zeros means that a region was zero-filled: the members in it and
-       * after it would be lost without a word. */
-      int64_t z = zeros_end(fd, off, fsize);
-      if (z >= 0 && off == 0 && fsize > EMPTY_TAR_MAX) {
-        /* An empty archive is at most one record of zeros; a larger shard
-         * of nothing but zeros was overwritten, and its members are lost. */
-        left_out(ta, &ta->zeroed, path, where, "the shard is all zeros");
-        DAMAGE(&dm, where,
-               "the shard is %llu zero bytes: it holds no member (overwritten with zeros?), its "
-               "samples are lost",
-               (unsigned long long)fsize);
-        break;
-      }
-      if (z < 0) {
-        rc = stk__fail(msg, msglen, STK_EIO, "cannot read shard %s: %s", path, fd->why);
-      } else if ((uint64_t)z < fsize) {
-        left_out(ta, &ta->zeroed, path, where, "a zero-filled region with data after it");
-        DAMAGE(&dm, where,
-               "%llu zero bytes%s%s, then data at offset %llu: a zero-filled region; the members "
-               "in it and after it are lost",
-               (unsigned long long)((uint64_t)z - off), prev[0] ? " after member " : "", prev,
-               (unsigned long long)z);
-      }
-      break;
-    }
-    uint64_t size;
-    if (!checksum_ok(h) || !parse_number(h + 124, 12, &size)) {
-      left_out(ta, &ta->bad_header, path, where,
-               "not a valid tar header (checksum mismatch): the rest of the shard is left out");
-      DAMAGE(&dm, where,
-             "not a valid tar header (checksum mismatch)%s%s: the rest of the shard (%llu bytes) "
-             "is lost",
-             prev[0] ? " after member " : "", prev, (unsigned long long)(fsize - off));
-      break;
-    }
-    char type = (char)h[156];
-    int is_ext = type == 'L' || type == 'K' || type == 'x' || type == 'g';
-    if (!is_ext && pd.has_size) size = pd.size; /* pax size overrides the field */
-    /* The member's name, from the extended headers or the header. */
-    char hname[260]; /* prefix, '/', name */
-    {
-      size_t nl = strnlen((const char *)h, 100);
-      size_t pl = 0;
-      /* POSIX ustar ("ustar\0") keeps a prefix; GNU ("ustar  ") uses that
-       * space for other fields. */
-      if (!memcmp(h + 257, "ustar\0", 6)) pl = strnlen((const char *)h + 345, 155);
-      if (pl) {
-        memcpy(hname, h + 345, pl);
-        hname[pl] = '/';
-        memcpy(hname + pl + 1, h, nl);
-        hname[pl + 1 + nl] = '\0';
-      } else {
-        memcpy(hname, h, nl);
-        hname[nl] = '\0';
-      }
-    }
-    const char *name = !is_ext && pd.name ? pd.name : hname;
-    uint64_t data = off + BLOCK;
-    if (size > fsize || data + size > fsize) {
-      left_out(ta, &ta->truncated, path, where,
-               "a member claims more bytes than the shard holds: the shard is truncated");
-      DAMAGE(&dm, name[0] ? name : where,
-             "the member claims %llu bytes, the shard holds %llu after its header: the shard is "
-             "truncated, this member and those after it are lost",
-             (unsigned long long)size, (unsigned long long)(fsize - data));
-      break;
-    }
-    uint64_t next = data + ((size + BLOCK - 1) / BLOCK) * BLOCK;
-
-    if (type == 'L' || type == 'x') {
-      /* the next member's name (and, for pax, maybe its size) */
-      if (size > STK__TAR_EXT_MAX) {
-        pending_clear(&pd);
-        pd.drop = type == 'L' ? "its GNU long name is over 64 KiB"
-                              : "its pax header is over 64 KiB";
-      } else {
-        if (!ext && !(ext = malloc(STK__TAR_EXT_MAX + 1))) {
-          rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-          break;
-        }
-        r = stk__object_pread(fd, ext, (size_t)size, data);
-        if (r != (ssize_t)size) {
-          left_out(ta, &ta->truncated, path, where, "truncated inside an extended header");
-          DAMAGE(&dm, where, "the shard ends inside an extended header: it is truncated, the "
-                             "members after that point are lost");
-          break;
-        }
-        ext[size] = '\0';
-        if (type == 'L') {
-          free(pd.name);
-          pd.name = NULL;
-          if (!pd.name_from_pax) pd.name = strndup(ext, (size_t)size); /* pax path wins */
-          if (!pd.name_from_pax && !pd.name) {
-            rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-            break;
-          }
-        } else if (!parse_pax(ext, (size_t)size, &pd)) {
-          pd.drop = "its pax header is malformed";
-        }
-      }
-      off = next;
-      continue;
-    }
-    if (type == 'K' || type == 'g') { /* a long link name; global pax records: unused */
-      off = next;
-      continue;
-    }
-
-    /* A member proper. */
-    snprintf(prev, sizeof prev, "%s", name);
-    const char *drop = pd.drop, *why_out = NULL;
-    if (drop) {
-      left_out(ta, &ta->bad_ext, path, name, why_out = drop);
-    } else if (type == '5') {
-      /* a folder: nothing to read */
-    } else if (type == '1' || type == '2') {
-      left_out(ta, &ta->link, path, name, why_out = "a link, not a file");
-    } else if (type == '3' || type == '4' || type == '6') {
-      left_out(ta, &ta->special, path, name, why_out = "a device or FIFO, not a file");
-    } else if (type != '0' && type != '\0' && type != '7') {
-      left_out(ta, &ta->other, path, name, why_out = "a tar member type stoker does not read");
-    } else if (name[0] && unsafe_name(name)) {
-      left_out(ta, &ta->unsafe, path, name, why_out = "an absolute name or one with '..'");
-    } else {
-      /* webdataset's key: up to the first '.' of the last path component */
-      const char *last = strrchr(name, '/');
-      last = last ? last + 1 : name;
-      const char *dot = strchr(last, '.');
-      if (dot && dot > last) {
-        const char *suffix = dot + 1;
-        size_t klen = (size_t)(dot - name);
-        int is_cls = !strcasecmp(suffix, "cls");
-        int is_img = !strchr(suffix, '.') && stk__has_image_extension(name);
-        rec *kr = (is_cls || is_img) ? keyset_get(&ks, name, klen) : NULL;
-        if ((is_cls || is_img) && !kr) {
-          rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-          break;
-        }
-        if (is_cls && kr->has_cls) {
-          left_out(ta, &ta->dup, path, name, "a duplicate key in the shard");
-        } else if (is_cls) {
-          kr->has_cls = 1;
-          char cb[STK__TAR_CLS_MAX];
-          if (size <= STK__TAR_CLS_MAX &&
-              stk__object_pread(fd, cb, (size_t)size, data) == (ssize_t)size)
-            kr->cls_ok = parse_cls(cb, (size_t)size, &kr->label);
-        } else if (is_img && kr->img_name) {
-          left_out(ta, &ta->dup, path, name, why_out = "a duplicate key in the shard");
-        } else if (is_img) {
-          if (!(kr->img_name = strdup(name))) {
-            rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-            break;
-          }
-          kr->img_off = data;
-          kr->img_size = size;
-          kr->img_hhash = stk__hash64(h, BLOCK, 0);
-        }
-      }
-    }
-    /* an image member left out is a sample lost: it is named */
-    if (why_out && name[0] && stk__has_image_extension(name) && lose(sc, name, why_out)) {
-      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-      break;
-    }
-    pending_clear(&pd);
-    off = next;
+  scan_state *st = calloc(1, sizeof *st);
+  if (!st) {
+    stk__object_close(&obj);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   }
-  stk__object_close(fd);
-  free(ext);
-  pending_clear(&pd);
-  sc->ks = ks;
-  sc->dm = dm;
+  st->path = path;
+  st->fd = &obj;
+  st->fsize = obj.size;
+  st->sc = sc;
+  st->dm = (damage){"", ""};
+  st->msg = msg;
+  st->msglen = msglen;
+  while (!scan_step(st)) {
+  }
+  int rc = st->rc;
+  stk__object_close(&obj);
+  free(st->ext);
+  pending_clear(&st->pd);
+  sc->ks = st->ks;
+  sc->dm = st->dm;
+  free(st);
   return rc;
 }
 
