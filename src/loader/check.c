@@ -10,6 +10,7 @@
 
 #include "core/options.h"
 #include "core/workers.h"
+#include "sources/object.h"
 #include "sources/bounded_read.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"

@@ -1,6 +1,7 @@
 /* bounded_read.c: reads with a timeout through a helper thread. See
  * bounded_read.h. */
 #define _POSIX_C_SOURCE 200809L
+#include "sources/object.h"
 #include "sources/bounded_read.h"
 
 #include <errno.h>

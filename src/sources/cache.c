@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "core/workers.h"
+#include "sources/object.h"
 #include "sources/cache_format.h"
 #include "sources/source.h"
 

@@ -26,6 +26,7 @@
 
 #include "core/common.h"
 #include "core/workers.h"
+#include "sources/object.h"
 #include "sources/index.h"
 #include "sources/source.h"
 
@@ -563,3 +564,10 @@ int stk__folder_open(stk__source *s, const stk_options *opt, char *msg, size_t m
   stk__dirsig_free(&sig);
   return STK_OK;
 }
+
+/* A folder's sample is its file: the name is the path. */
+static int file_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
+                     stk__bytes *out, char *msg, size_t msglen) {
+  return stk__read_whole_file(stk__dataset_path(&s->ds, i), buf, max_bytes, out, msg, msglen);
+}
+const stk__source_ops stk__folder_ops = {.kind = "folder", .read = file_read};

@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "core/common.h"
+#include "sources/object.h"
 #include "sources/net.h"
 #include "sources/source.h"
 
@@ -377,3 +378,10 @@ int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msg
   }
   return rc;
 }
+
+/* A local list's sample is its file: the name is the path. */
+static int file_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
+                     stk__bytes *out, char *msg, size_t msglen) {
+  return stk__read_whole_file(stk__dataset_path(&s->ds, i), buf, max_bytes, out, msg, msglen);
+}
+const stk__source_ops stk__list_ops = {.kind = "list", .read = file_read};

@@ -3,6 +3,7 @@
 #include "sources/object.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,80 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/fault.h"
 #include "sources/source.h"
+
+/* ---- local files --------------------------------------------------------- */
+
+/* What a file that is not a regular one is, for messages. */
+static const char *kind_of(mode_t m) {
+  return S_ISDIR(m)    ? "a folder"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+                       : "a special file";
+}
+
+int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg, size_t msglen) {
+  /* O_NONBLOCK: opening a FIFO (or a device) for reading would block until
+   * a writer comes; with it the open returns at once and fstat refuses
+   * what is not wanted before anything is read. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    int e = errno;
+    stk__fail(msg, msglen, STK_EIO, "cannot open: %s", strerror(e));
+    errno = e; /* the caller may tell ENOENT from the rest */
+    return -1;
+  }
+  int rc = STK_OK;
+  if (fstat(fd, st) != 0) {
+    rc = stk__fail(msg, msglen, STK_EIO, "cannot stat: %s", strerror(errno));
+  } else if (!S_ISREG(st->st_mode) && !(allow_pipe && S_ISFIFO(st->st_mode))) {
+    rc = stk__fail(msg, msglen, STK_EIO, "not a regular file (%s)", kind_of(st->st_mode));
+  } else {
+    /* back to ordinary blocking reads */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+      rc = stk__fail(msg, msglen, STK_EIO, "cannot set up the read: %s", strerror(errno));
+  }
+  if (rc) {
+    close(fd);
+    errno = 0;
+    return -1;
+  }
+  return fd;
+}
+
+int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
+                         char *msg, size_t msglen) {
+  out->data = NULL;
+  out->len = 0;
+  out->bytes_read = 0; /* nothing read yet: a file that cannot be opened adds nothing */
+  struct stat st;
+  int fd = stk__open_input(path, 0, &st, msg, msglen);
+  if (fd < 0) return STK_EIO;
+  int rc = STK_OK;
+  if (max_bytes && (uint64_t)st.st_size > max_bytes) {
+    rc = stk__fail(msg, msglen, STK_ELIMIT, "file is %lld bytes, over the limit of %llu",
+                   (long long)st.st_size, (unsigned long long)max_bytes);
+  } else if (STK__FAIL() || stk__buf_reserve(buf, (size_t)st.st_size + 1)) {
+    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %lld bytes", (long long)st.st_size);
+  }
+  size_t got = 0;
+  while (rc == STK_OK && got < (size_t)st.st_size) {
+    ssize_t r = STK__READ(fd, (char *)buf->p + got, (size_t)st.st_size - got, path);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) rc = stk__fail(msg, msglen, STK_EIO, "read failed: %s", strerror(errno));
+    if (r == 0) break; /* the file shrank while we read it: decode what is there */
+    if (r > 0) got += (size_t)r;
+  }
+  close(fd);
+  out->data = buf->p;
+  out->len = got;
+  out->bytes_read = got;
+  return rc;
+}
 
 int stk__object_open(stk__object *o, const char *name, stk__net *net, uint64_t size,
                      uint64_t part, char *msg, size_t msglen) {

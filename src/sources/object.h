@@ -24,9 +24,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
+#include "core/common.h"
 #include "sources/net.h"
+#include "sources/source.h"
+
+/* ---- local files (the folder, list and cache sources, the tools) ---- */
+/* Opens path for reading without ever blocking in open(): returns the
+ * descriptor (blocking reads, close-on-exec) and its stat, or -1 with
+ * "cannot open: ..." or "not a regular file (a FIFO)" in msg (errno is
+ * open's when open itself failed, 0 otherwise). With allow_pipe, a FIFO or
+ * pipe is accepted too (a list file given as <(command)). */
+int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg, size_t msglen);
+/* Reads a whole file into buf (encoded sources of files): enforces
+ * max_bytes (0 = none); a file that shrinks while read gives what is there. */
+int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
+                         char *msg, size_t msglen);
 
 typedef struct {
   const char *name; /* the path or URL (borrowed) */

@@ -116,17 +116,4 @@ int stk__cache_describe(const stk__source *s, stk_cache_encoding *enc, int *max_
 /* The ops of the file-based sources (a sample's name is its path). */
 extern const stk__source_ops stk__folder_ops, stk__list_ops;
 
-/* Reads a whole file into buf (encoded sources of files): enforces
- * max_bytes (0 = none); a file that shrinks while read gives what is there. */
-/* Opens path for reading without ever blocking in open(): returns the
- * descriptor (blocking reads, close-on-exec) and its stat, or -1 with
- * "cannot open: ..." or "not a regular file (a FIFO)" in msg (errno is
- * open's when open itself failed, 0 otherwise). With
- * allow_pipe, a FIFO or pipe is accepted too (a list file given as
- * <(command)). */
-struct stat;
-int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg, size_t msglen);
-int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
-                         char *msg, size_t msglen);
-
 #endif
