@@ -374,6 +374,15 @@ static int fill_dlpack(batch_ref *b) {
   lb->dtype = (DLDataType){kDLInt, 64, 1};
   b->shape[1][0] = sb->n;
   b->strides[1][0] = 1;
+  if (sb->mix_labels) {
+    /* MixUp/CutMix: the loader's soft labels, float32 [n, classes] */
+    lb->data = sb->device >= 0 ? (void *)sb->mix_labels_device : (void *)sb->mix_labels;
+    lb->ndim = 2;
+    lb->dtype = (DLDataType){kDLFloat, 32, 1};
+    b->shape[1][1] = sb->mix_classes;
+    b->strides[1][0] = sb->mix_classes;
+    b->strides[1][1] = 1;
+  }
   lb->shape = b->shape[1];
   lb->strides = b->strides[1];
   lb->byte_offset = 0;
@@ -393,15 +402,6 @@ static PyObject *Loader_next(PyObject *o, PyObject *args) {
   LoaderObject *self = (LoaderObject *)o;
   unsigned long long stream = 0;
   if (!PyArg_ParseTuple(args, "|K", &stream)) return NULL;
-  if (sb->mix_labels) {
-    /* MixUp/CutMix: the loader's soft labels, float32 [n, classes] */
-    lb->data = sb->device >= 0 ? (void *)sb->mix_labels_device : (void *)sb->mix_labels;
-    lb->ndim = 2;
-    lb->dtype = (DLDataType){kDLFloat, 32, 1};
-    b->shape[1][1] = sb->mix_classes;
-    b->strides[1][0] = sb->mix_classes;
-    b->strides[1][1] = 1;
-  }
   loader_ref *r = get_ref(self, 1);
   if (!r) return NULL;
   batch_ref *b = calloc(1, sizeof *b);

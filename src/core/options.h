@@ -277,14 +277,14 @@ typedef enum {
   STK__OPT_FLOAT,
   STK__OPT_STR,
 } stk__opt_type;
-
-/* One row of the table, with where its field lies in stk_options. */
-typedef struct {
-  const char *name;
 /* DOUBLE rows are FLOAT rows whose one element is a double (the row's size
  * says which): every switch over the types reads them through
  * stk__option_get_float. */
 #define STK__OPT_DOUBLE STK__OPT_FLOAT
+
+/* One row of the table, with where its field lies in stk_options. */
+typedef struct {
+  const char *name;
   stk__opt_type type;
   size_t offset, size;
   int count;          /* elements: 1, or the length of a float array */

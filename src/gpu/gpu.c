@@ -559,7 +559,6 @@ static int open_slots(stk__gpu *g, size_t arena, char *msg, size_t msglen) {
          (rc = dev_alloc(g, &s->aug_dev, (size_t)g->cfg.max_batch * sizeof(stk__kaug),
                          "augmentation draws", msg, msglen))))
       return rc;
-    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
     /* MixUp/CutMix is out of place (image i reads its partner, which
      * another block may be writing): a second buffer per slot */
     if (g->cfg.mix_classes > 0 &&
@@ -569,6 +568,7 @@ static int open_slots(stk__gpu *g, size_t arena, char *msg, size_t msglen) {
                          (size_t)g->cfg.max_batch * (size_t)g->cfg.mix_classes * sizeof(float),
                          "soft labels", msg, msglen))))
       return rc;
+    if ((r = stk__cu.EventCreate(&s->ready, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = stk__cu.EventCreate(&s->freed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = stk__cu.EventCreate(&s->consumed, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
         (r = make_stream(g, &s->stream)) != CUDA_SUCCESS)
@@ -697,9 +697,9 @@ void stk__gpu_close(stk__gpu *g) {
       if (s->tiles) stk__cu.MemFree(s->tiles);
       if (s->scratch) stk__cu.MemFree(s->scratch);
       if (s->aug_dev) stk__cu.MemFree(s->aug_dev);
-      if (s->ready) stk__cu.EventDestroy(s->ready);
       if (s->mixed) stk__cu.MemFree(s->mixed);
       if (s->soft) stk__cu.MemFree(s->soft);
+      if (s->ready) stk__cu.EventDestroy(s->ready);
       if (s->freed) stk__cu.EventDestroy(s->freed);
       if (s->consumed) stk__cu.EventDestroy(s->consumed);
       if (s->stream) stk__cu.StreamDestroy(s->stream);
@@ -893,7 +893,6 @@ int stk__gpu_mix(stk__gpu *g, const stk__mix *m, const stk__gpu_mix_io *io, void
   return STK_OK;
 }
 
-int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t msglen) {
 int stk__gpu_slot_mix(stk__gpu *g, int slot, const stk__mix *m, int n, float on, float off,
                       void **data, float **soft, char *msg, size_t msglen) {
   if (!g || slot < 0 || slot >= g->cfg.slots || g->cfg.mix_classes < 1 || !m)
@@ -915,6 +914,7 @@ int stk__gpu_slot_mix(stk__gpu *g, int slot, const stk__mix *m, int n, float on,
   return STK_OK;
 }
 
+int stk__gpu_slot_wait_on(stk__gpu *g, int slot, void *stream, char *msg, size_t msglen) {
   if (!g || slot < 0 || slot >= g->cfg.slots) return stk__fail(msg, msglen, STK_EINVAL, "bad slot");
   if (!g->slots[slot].written) return STK_OK;
   ENTER();
