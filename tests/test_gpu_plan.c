@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "core/common.h"
+#include "gpu/gpu.h"
 #include "gpu/plan.h"
 #include "ops/ops.h"
 
@@ -33,7 +34,31 @@ static int same_as_cpu(const stk__geom *g, stk__resampler *rs, const char *what,
   return 1;
 }
 
+/* The one decision where a file is decoded starts from its header: what
+ * the GPU's decoders take, for the loader's GPU sink and a device pack
+ * alike (route() in gpu/decode.c). */
+static void check_header_rule(void) {
+  stk__image_info in;
+  memset(&in, 0, sizeof in);
+  in.format = STK__FMT_JPEG;
+  in.components = 3;
+  CHECK_EQ_INT(stk__gpu_takes_header(&in), 1);
+  in.components = 1;
+  CHECK_EQ_INT(stk__gpu_takes_header(&in), 1);
+  in.progressive = 1; /* the CPU workers decode progressive files */
+  CHECK_EQ_INT(stk__gpu_takes_header(&in), 0);
+  in.progressive = 0;
+  in.components = 4; /* CMYK / YCCK */
+  CHECK_EQ_INT(stk__gpu_takes_header(&in), 0);
+  in.components = 3;
+  in.format = STK__FMT_PNG;
+  CHECK_EQ_INT(stk__gpu_takes_header(&in), 0);
+  in.format = STK__FMT_WEBP;
+  CHECK_EQ_INT(stk__gpu_takes_header(&in), 0);
+}
+
 int main(void) {
+  check_header_rule();
   stk__rng rng;
   stk__rng_init(&rng, 7, 0, 0);
   stk__resampler rs = {0};

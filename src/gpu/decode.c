@@ -84,14 +84,19 @@ static int upload_rows(stk__gpu *g, glane *L, CUdeviceptr dst, size_t dst_pitch,
 }
 
 /* ---- routing ------------------------------------------------------------------ */
-/* Why an item is routed. */
-enum { ROUTE_PLAN, ROUTE_TOO_BIG, ROUTE_FAILED };
+/* Why an item is routed. ROUTE_HEADER: the first rule alone, from the
+ * file's header, before there is an item (stk__gpu_takes_header). */
+enum { ROUTE_HEADER, ROUTE_PLAN, ROUTE_TOO_BIG, ROUTE_FAILED };
 
-/* What the planning learnt of an item (ROUTE_PLAN). */
+/* What the planning learnt of an item (ROUTE_HEADER, ROUTE_PLAN). */
 typedef struct {
-  int rgb8;    /* already decoded pixels (STK__GPU_RGB8) */
-  int nvjpeg;  /* nvJPEG decodes it as PIL does (YCbCr or grey, complete) */
-  int engines; /* ... and the engines accept it (whole, or its region) */
+  int rgb8;     /* already decoded pixels (STK__GPU_RGB8) */
+  int cpu_file; /* the header says a CPU decodes it: not a JPEG, progressive
+                   (nvJPEG's hybrid decoder runs its scans one after another
+                   on the lane's thread, slower than a CPU worker), or
+                   neither grey nor 3 components */
+  int nvjpeg;   /* nvJPEG decodes it as PIL does (YCbCr or grey, complete) */
+  int engines;  /* ... and the engines accept it (whole, or its region) */
 } route_facts;
 
 /* Every choice of an item's decoder is made here: at planning, from what
@@ -103,8 +108,11 @@ typedef struct {
  * has failed with its decoder's reason). */
 static int route(const stk__gpu *g, int path, int why, const route_facts *f) {
   switch (why) {
+    case ROUTE_HEADER:
+      return f->cpu_file ? STK__GPU_PATH_CPU : STK__GPU_PATH_NONE;
     case ROUTE_PLAN:
       if (f->rgb8) return STK__GPU_PATH_HOST;
+      if (f->cpu_file) return STK__GPU_PATH_CPU;
       if (f->engines) return STK__GPU_PATH_HW;
       if (f->nvjpeg && g->hy_dec) return STK__GPU_PATH_CUDA;
       return STK__GPU_PATH_CPU;
@@ -115,6 +123,16 @@ static int route(const stk__gpu *g, int path, int why, const route_facts *f) {
       if (path == STK__GPU_PATH_CUDA) return STK__GPU_PATH_CPU;
       return STK__GPU_PATH_NONE;
   }
+}
+
+static int header_cpu_file(int jpeg, int progressive, int components) {
+  return !jpeg || progressive || (components != 1 && components != 3);
+}
+
+int stk__gpu_takes_header(const stk__image_info *in) {
+  route_facts f = {0, header_cpu_file(in->format == STK__FMT_JPEG, in->progressive,
+                                      in->components), 0, 0};
+  return route(NULL, STK__GPU_PATH_NONE, ROUTE_HEADER, &f) != STK__GPU_PATH_CPU;
 }
 
 /* Whether the engines accept the item whose header js holds, at the region
@@ -171,7 +189,7 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   p->roi = 0;
   p->have_src = 0;
   p->css = -1;
-  route_facts f = {it->kind == STK__GPU_RGB8, 0, 0};
+  route_facts f = {it->kind == STK__GPU_RGB8, 0, 0, 0};
   p->path = route(g, STK__GPU_PATH_NONE, ROUTE_PLAN, &f);
   if (f.rgb8 || !js) return;
   /* What nvJPEG would decode differently from PIL stays on the CPU: RGB-
@@ -180,6 +198,13 @@ static void plan_with(stk__gpu *g, nvjpegHandle_t jh, nvjpegJpegStream_t js,
   stk__jpeg_markers jm;
   if (!stk__jpeg_scan(it->data, it->len, &jm) || jm.rgb || !jm.eoi || (jm.comps != 1 && jm.comps != 3))
     return;
+  /* the header rule the loader's GPU sink applies before an item is made
+   * (stk__gpu_takes_header), here for items made without it (a device pack) */
+  int progressive = jm.sof == 0xC2 || jm.sof == 0xC6 || jm.sof == 0xCA || jm.sof == 0xCE;
+  if ((f.cpu_file = header_cpu_file(1, progressive, jm.comps))) {
+    p->path = route(g, STK__GPU_PATH_NONE, ROUTE_PLAN, &f);
+    return;
+  }
   if (stk__nj.JpegStreamParseHeader(jh, it->data, it->len, js) != NVJPEG_STATUS_SUCCESS)
     return;
   unsigned w = 0, h = 0, comps = 0;

@@ -257,6 +257,14 @@ int stk__gpu_open(int device, const stk__gpu_config *cfg, stk__gpu **out, char *
 /* Frees everything: waits for the gpu's own streams first. NULL is a no-op. */
 void stk__gpu_close(stk__gpu *g);
 
+/* Whether a file whose header is `in` goes to the GPU's decoders at all:
+ * the first rule of the one decision where a file is decoded (route() in
+ * decode.c). 0 for what a CPU decodes: not a JPEG, progressive, neither
+ * grey nor 3 components. The loader's GPU sink decodes those on its CPU
+ * workers; a device pack's items meet the same rule in the planning, and
+ * take the device's CPU path. */
+int stk__gpu_takes_header(const stk__image_info *in);
+
 /* Plans a JPEG item (reads its header with nvJPEG, chooses its decoder and
  * the region to decode) on the calling thread, before run_batch(): the
  * planning then leaves the lane, whose thread is what bounds the engines'

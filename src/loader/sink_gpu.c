@@ -101,9 +101,7 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
     it->geom = smp.geom;
     return STK_OK;
   }
-  if (!smp.raw &&
-      (in->format != STK__FMT_JPEG || in->progressive || (in->components != 1 && in->components != 3)))
-    on_cpu = 1;
+  if (!smp.raw && !stk__gpu_takes_header(in)) on_cpu = 1;
   if (!on_cpu) {
     it->kind = STK__GPU_JPEG;
     it->data = smp.data;
