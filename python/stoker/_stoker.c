@@ -140,7 +140,9 @@ static void capsule_destructor(PyObject *cap) {
 }
 
 /* The options table as Python data: one dict per field. */
-static PyObject *option_value(const stk_options *o, const stk__option *d) {
+/* The value of row d in o: a stk_options or a stk_pack_options, the struct of
+ * the row's table. */
+static PyObject *option_value(const void *o, const stk__option *d) {
   switch (d->type) {
     case STK__OPT_INT: return PyLong_FromLongLong(stk__option_get_int(o, d));
     case STK__OPT_BOOL: return PyBool_FromLong((long)stk__option_get_int(o, d));
@@ -182,13 +184,14 @@ static PyObject *option_bound(const stk__option *d, double b) {
   }
 }
 
-static PyObject *options_table(PyObject *m, PyObject *unused) {
-  stk_options def;
-  stk_options_init(&def);
+/* The rows of a table as Python data, each default read from `def` (the
+ * table's struct after its init): the one source of the Python layer's
+ * defaults and ranges. with_only: add each row's "only" (the pack table). */
+static PyObject *table_rows(const stk__option *rows, int n, const void *def, int with_only) {
   PyObject *list = PyList_New(0);
   if (!list) return NULL;
-  for (int i = 0; i < stk__num_options; i++) {
-    const stk__option *d = &stk__options[i];
+  for (int i = 0; i < n; i++) {
+    const stk__option *d = &rows[i];
     PyObject *choices = Py_None;
     Py_INCREF(Py_None);
     if (d->type == STK__OPT_ENUM) {
@@ -200,18 +203,34 @@ static PyObject *options_table(PyObject *m, PyObject *unused) {
     }
     PyObject *row = choices ? Py_BuildValue(
                                   "{s:s,s:s,s:N,s:N,s:N,s:N,s:z,s:z,s:s}", "name", d->name, "type",
-                                  stk__option_type_name(d->type), "default", option_value(&def, d),
+                                  stk__option_type_name(d->type), "default", option_value(def, d),
                                   "min", option_bound(d, d->min), "max", option_bound(d, d->max),
                                   "choices", choices, "cli", d->cli, "keyword", d->py, "doc", d->doc)
                             : NULL;
-    if (!row || PyList_Append(list, row) < 0) {
+    PyObject *only = row && with_only ? Py_BuildValue("z", d->only) : NULL;
+    if (!row || (with_only && (!only || PyDict_SetItemString(row, "only", only) < 0)) ||
+        PyList_Append(list, row) < 0) {
+      Py_XDECREF(only);
       Py_XDECREF(row);
       Py_DECREF(list);
       return NULL;
     }
+    Py_XDECREF(only);
     Py_DECREF(row);
   }
   return list;
+}
+
+static PyObject *options_table(PyObject *m, PyObject *unused) {
+  stk_options def;
+  stk_options_init(&def);
+  return table_rows(stk__options, stk__num_options, &def, 0);
+}
+
+static PyObject *pack_options_table(PyObject *m, PyObject *unused) {
+  stk_pack_options def;
+  stk_pack_options_init(&def);
+  return table_rows(stk__pack_options, stk__num_pack_options, &def, 1);
 }
 
 /* ---- the Loader type --------------------------------------------------------- */
@@ -996,6 +1015,9 @@ static PyMethodDef module_methods[] = {
     {"options", options_table, METH_NOARGS,
      "options() -> [dict]: the loader's options table, one dict per field (name, type,\n"
      "default, min, max, choices, cli, keyword, doc); Loader() takes the keywords."},
+    {"pack_options", pack_options_table, METH_NOARGS,
+     "pack_options() -> [dict]: the pack options table, as options() with \"only\" (the\n"
+     "format a row applies to, or None); pack() takes the keywords."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_VARARGS | METH_KEYWORDS,
      "pack(source, output, *, format='cache', encoding='raw', max_side=512, quality=90,\n"
      "shard_bytes=1<<30, threads=0, list_file=None, list_base=None, max_pixels=None,\n"
@@ -1037,6 +1059,9 @@ PyMODINIT_FUNC PyInit__stoker(void) {
   if (!type || PyModule_AddObjectRef(m, "Loader", type) < 0) goto fail;
   Py_CLEAR(type);
   if (PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0) goto fail;
+  /* the longest side a GPU decodes into (the bound of size, and of a device
+   * pack's max_side): the Python layer's checks read it from here */
+  if (PyModule_AddIntConstant(m, "GPU_MAX_SIDE", STK__GPU_MAX_SIDE) < 0) goto fail;
   /* the module's constants (_stoker.EINVAL, ...), one per row of errors.h */
   for (int i = 0; i < stk__num_errors; i++)
     if (PyModule_AddIntConstant(m, stk__errors[i].name, stk__errors[i].code) < 0) goto fail;

@@ -1,7 +1,6 @@
 """stoker.ImageLoader: the Python face of libstoker's loader."""
 import collections
 import inspect
-import numbers
 import os
 import sys
 import warnings
@@ -11,15 +10,16 @@ from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, NamedTupl
 
 from . import _stoker
 from . import transforms as _T
+from ._common import (DEFAULTS, GPU_MAX_SIDE, OPTIONS, PACK_DEFAULTS, StrPath, _check_list_file,
+                      _cpu_count, _default_threads, _device_index, _int, _number, _torch,
+                      choices_text)
+from .pack import pack as _pack
 
 if TYPE_CHECKING:
     from typing import Self
 
     import torch
     from torchvision.datasets import DatasetFolder
-
-# A file system path, as os.fspath() takes it.
-StrPath = Union[str, "os.PathLike[str]"]
 
 __all__ = ["ImageLoader", "Batch", "OPTIONS"]
 
@@ -32,18 +32,6 @@ class Batch(NamedTuple):
     epoch: int
     batch_index: int
     indices: List[int]  # dataset indices of the images (``loader.samples[i]``)
-
-
-def _torch():
-    try:
-        import torch  # deferred: `import stoker` works without torch
-    except ImportError as e:
-        # ModuleNotFoundError stays one (torch absent); a broken install stays an ImportError
-        cls = ModuleNotFoundError if isinstance(e, ModuleNotFoundError) else ImportError
-        raise cls("stoker.ImageLoader needs PyTorch (1.13 or later), which cannot be imported "
-                  f"here ({e}): install it, e.g. `pip install torch` (stoker.pack() and "
-                  "stoker.check_file() work without it)", name="torch") from e
-    return torch
 
 
 _DTYPE_NAMES = {
@@ -62,7 +50,7 @@ def _dtype_name(dtype):
         name = {torch.float32: "float32", torch.float16: "float16",
                 torch.bfloat16: "bfloat16", torch.uint8: "uint8"}.get(dtype)
     if name is None:
-        raise ValueError(f"dtype must be float32, float16, bfloat16 or uint8, got {dtype!r}")
+        raise ValueError(f"dtype must be {choices_text('dtype')}, got {dtype!r}")
     return name
 
 
@@ -120,19 +108,16 @@ def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction, 
     bad files: under on_error="raise" (or past max_skipped_fraction) the
     pack is removed and DecodeError names them; under "skip" they are listed
     in a warning."""
-    from . import _stoker as S
-    from .pack import pack
-
     # a pack on a device sizes its GPU output by the bound: full-size (0) or
     # larger bounds pack on the CPU
-    if not 1 <= max_side <= 8192:
+    if not 1 <= max_side <= GPU_MAX_SIDE:
         device = -1
     on = f"on cuda:{device}" if device >= 0 else "on the CPU"
     sys.stderr.write(f"stoker: packing {root} into the cache {cache} (max_side {max_side}, "
                      f"{on}); the loader reads the cache from then on\n")
     try:
-        r = pack(root, cache, max_side=max_side, threads=threads, progress=True,
-                 device=device if device >= 0 else None)
+        r = _pack(root, cache, max_side=max_side, threads=threads, progress=True,
+                  device=device if device >= 0 else None)
     except BaseException:
         # Ctrl-C during the pack stops it with nothing written; one that
         # comes after its last check between files is raised once the
@@ -145,15 +130,17 @@ def _pack_cache(root, cache, max_side, threads, on_error, max_skipped_fraction, 
     if not r.left_out:
         return
     total = r.packed + r.failed
-    limit = 0.1 if max_skipped_fraction is None else max_skipped_fraction
+    limit = DEFAULTS["max_skipped_fraction"] if max_skipped_fraction is None else \
+        max_skipped_fraction
     names = "; ".join(f"{p}: {why}" for p, why in r.left_out[:5])
     more = f" (and {len(r.left_out) - 5} more)" if len(r.left_out) > 5 else ""
     if on_error == "raise" or r.failed > limit * total:
         os.unlink(cache)
         why = ("on_error='raise'" if on_error == "raise" else
-               f"more than max_skipped_fraction={limit} of the files")
-        raise S.DecodeError(f"packing the cache {cache}: {r.failed} of {total} files cannot be "
-                            f"decoded ({why}), so no cache was kept: {names}{more}")
+               f"more than max_skipped_fraction={limit:g} of the files")
+        raise _stoker.DecodeError(f"packing the cache {cache}: {r.failed} of {total} files "
+                                  f"cannot be decoded ({why}), so no cache was kept: "
+                                  f"{names}{more}")
     warnings.warn(f"the cache {cache} leaves out {r.failed} of {total} files that cannot be "
                   f"decoded (on_error='skip'): {names}{more}", RuntimeWarning, stacklevel=4)
 
@@ -177,30 +164,6 @@ def _check_cache_source(c, cache, root):
     raise ValueError(f"cache {cache!r} was packed from another folder than root {root!r} (its "
                      f"first file is {src!r}): give another cache path, or remove it to pack "
                      "it again")
-
-
-def _device_index(device):
-    """-1 for the CPU, else the CUDA device index (the C library decides)."""
-    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        return int(device)
-    dev_type, index = None, None
-    if isinstance(device, str):
-        dev_type, colon, idx = device.partition(":")
-        # "cuda:-1" used to mean the CPU (-1 is its number in the C library)
-        if colon and not (idx.isdigit() and idx.isascii()):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N' with N >= 0, "
-                             f"got {device!r}")
-        index = int(idx) if idx else None
-    elif hasattr(device, "type"):  # torch.device
-        dev_type, index = device.type, device.index
-    if dev_type == "cpu":
-        return -1
-    if dev_type == "cuda":
-        if index is None:
-            torch = _torch()
-            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-        return index
-    raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
 
 
 def _dist_defaults(rank, world_size):
@@ -227,33 +190,8 @@ def _dist_defaults(rank, world_size):
             "is not initialised, so this loader does not know its shard: call "
             "torch.distributed.init_process_group() before creating the ImageLoader, or pass "
             "rank= and world_size= (world_size=1 reads the whole dataset)")
-    return (0 if rank is None else rank), (1 if world_size is None else world_size)
-
-
-# The C library's options table: name -> {type, default, min, max, choices, doc}.
-OPTIONS: Dict[str, Dict[str, Any]] = {d["name"]: d for d in _stoker.options()}
-
-
-def _int(name, v, lo=None):
-    """An integer option, within `lo` (when given) and the table's range."""
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-        raise ValueError(f"{name} must be an integer, got {v!r}")
-    v = int(v)
-    if lo is not None and v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v}")
-    row = OPTIONS.get(name)
-    if row is not None and row["type"] in ("int", "uint64"):
-        if (row["min"] is not None and v < row["min"]) or (row["max"] is not None
-                                                           and v > row["max"]):
-            raise ValueError(f"{name} must be in [{row['min']}, {row['max']}], got {v}")
-    return v
-
-
-def _cpu_count():
-    try:
-        return len(os.sched_getaffinity(0))  # the CPUs this process may use
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return ((DEFAULTS["rank"] if rank is None else rank),
+            (DEFAULTS["world_size"] if world_size is None else world_size))
 
 
 def _threads(threads):
@@ -261,10 +199,9 @@ def _threads(threads):
     counting those this process may use; None = _default_threads()."""
     if threads is None:
         return _default_threads()
-    threads = _int("threads", threads, 0)
+    threads = _int("threads", threads)
     if threads == 0:
-        hi = OPTIONS.get("threads", {}).get("max") or 1024
-        threads = min(_cpu_count(), hi)
+        threads = min(_cpu_count(), OPTIONS["threads"]["max"])
     return threads
 
 
@@ -316,18 +253,6 @@ def _dataset_folder(root, pipeline):
                              "too: give the transforms once")
         pipeline = tf
     return os.fspath(root.root), pipeline
-
-
-def _default_threads():
-    """The CPUs this process may use, shared among the processes that
-    torchrun started on this machine (LOCAL_WORLD_SIZE): eight ranks of a
-    128-core machine get 16 threads each, not 128 each."""
-    try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    except ValueError:
-        local = 1
-    return max(1, _cpu_count() // max(1, local))
-
 
 
 def _subset_list(subset, pipeline):
@@ -390,20 +315,6 @@ def _list_classes(path):
     return names or None
 
 
-def _check_list_file(path: str) -> None:
-    """A list file may be a regular file, a FIFO or a pipe (``/dev/fd/N``, as
-    ``<(command)`` gives): the library reads FIFOs and pipes within
-    ``read_timeout``. Anything else is refused here with what it is."""
-    import stat as _stat
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such list file: {path!r}") from None
-    if _stat.S_ISDIR(mode):
-        raise IsADirectoryError(f"list file {path!r} is a folder (give a folder as root)")
-    if not (_stat.S_ISREG(mode) or _stat.S_ISFIFO(mode)):
-        raise ValueError(f"list file {path!r} is not a regular file, a FIFO or a pipe")
-
 class ImageLoader:
     """Batches of decoded, augmented, normalised images from a folder, a list
     file, a pre-decoded cache or tar shards (``stoker.pack``).
@@ -428,27 +339,40 @@ class ImageLoader:
         _check_kwargs(kwargs)
         return super().__new__(cls)
 
-    def __init__(self, root: Union[StrPath, "DatasetFolder", None] = None, batch_size: int = 256, *,
+    # The defaults that are the C library's are read from its options table
+    # (DEFAULTS; cache_max_side is the pack table's max_side); None defaults
+    # leave the option to C, which fills it in. test_defaults_single_source.py
+    # holds each against C's.
+    def __init__(self, root: Union[StrPath, "DatasetFolder", None] = None,
+                 batch_size: int = DEFAULTS["batch_size"], *,
                  pipeline: Union[str, Sequence[Any], Any, None] = None,
                  size: Optional[int] = None, threads: Optional[int] = None,
                  device: Union[str, int, "torch.device"] = "cpu", seed: Optional[int] = None,
-                 shuffle: Optional[bool] = None, drop_last: bool = False,
+                 shuffle: Optional[bool] = None, drop_last: bool = DEFAULTS["drop_last"],
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 on_error: str = "raise", dtype: Union[str, "torch.dtype", None] = None,
-                 channels_last: bool = False, prefetch: int = 2,
+                 on_error: str = DEFAULTS["on_error"],
+                 dtype: Union[str, "torch.dtype", None] = None,
+                 channels_last: bool = DEFAULTS["layout"] == "nhwc",
+                 prefetch: int = DEFAULTS["prefetch"],
                  list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
-                 shard_drop_last: bool = False, dct_scaling: Optional[bool] = None,
+                 shard_drop_last: bool = DEFAULTS["shard_drop_last"],
+                 dct_scaling: Optional[bool] = None,
                  max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
-                 max_consecutive_failures: int = 100, max_device_bytes: Optional[int] = None,
+                 max_consecutive_failures: int = DEFAULTS["max_consecutive_failures"],
+                 max_device_bytes: Optional[int] = None,
                  max_decode_bytes: Optional[int] = None,
-                 max_skipped_fraction: Optional[float] = None, verify: bool = False,
+                 max_skipped_fraction: Optional[float] = None,
+                 verify: bool = DEFAULTS["verify"],
                  gpu_cpu_share: Optional[float] = None, index: Union[int, bool, None] = None,
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
-                 allow_stale_cache: bool = False, ra_reps: int = 0,
+                 allow_stale_cache: bool = DEFAULTS["allow_stale_cache"],
+                 ra_reps: int = DEFAULTS["ra_reps"],
                  read_timeout: Optional[float] = None, pin_memory: bool = False,
                  mix: Any = None, cache: Optional[StrPath] = None,
-                 cache_max_side: int = 512, cache_dir: Optional[StrPath] = None,
-                 cache_bytes: int = 0, remote_memory: int = 0) -> None:
+                 cache_max_side: int = PACK_DEFAULTS["max_side"],
+                 cache_dir: Optional[StrPath] = None,
+                 cache_bytes: int = DEFAULTS["cache_bytes"],
+                 remote_memory: int = DEFAULTS["remote_memory"]) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
         begin preparing the first epoch at once.
 
@@ -543,68 +467,47 @@ class ImageLoader:
         if dtype_name == "uint8" and normalised and not isinstance(pipeline, str):
             raise ValueError("dtype uint8 gives raw 0..255 values: remove Normalize from the "
                              "transforms or choose a float dtype")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         threads = _threads(threads)
-        if shuffle is None:
-            shuffle_i = -1  # the C default: shuffle for train, not for eval
-        else:
-            shuffle_i = 1 if shuffle else 0
+        # Python checks the types; the ranges are the C library's, checked by
+        # the extension with messages that name the argument. An argument
+        # left at None is left out: C's default applies.
         opts.update(
-            batch_size=_int("batch_size", batch_size, 1),
+            batch_size=_int("batch_size", batch_size),
             threads=threads,
             device=_device_index(device),
-            seed=_int("seed", seed, 0),
-            shuffle=shuffle_i,
+            seed=_int("seed", seed),
             drop_last=bool(drop_last),
-            rank=_int("rank", rank, 0),
-            world_size=_int("world_size", world_size, 1),
+            rank=_int("rank", rank),
+            world_size=_int("world_size", world_size),
             shard_drop_last=bool(shard_drop_last),
             on_error=on_error,
             dtype=dtype_name,
             layout="nhwc" if channels_last else "nchw",
-            prefetch=_int("prefetch", prefetch, 1),
-            max_consecutive_failures=_int("max_consecutive_failures",
-                                          max_consecutive_failures, 0),
-            ra_reps=_int("ra_reps", ra_reps, 0),
+            prefetch=_int("prefetch", prefetch),
+            max_consecutive_failures=_int("max_consecutive_failures", max_consecutive_failures),
+            ra_reps=_int("ra_reps", ra_reps),
+            verify=bool(verify),
+            remote_memory=_int("remote_memory", remote_memory),
         )
+        if shuffle is not None:  # None: C's default (shuffle for train, not for eval)
+            opts["shuffle"] = 1 if shuffle else 0
         if dct_scaling is not None:
             opts["dct_scaling"] = 1 if dct_scaling else 0
-        if max_pixels is not None:
-            opts["max_pixels"] = _int("max_pixels", max_pixels, 0)
-        if max_device_bytes is not None:
-            opts["max_device_bytes"] = _int("max_device_bytes", max_device_bytes, 0)
-        if max_file_bytes is not None:
-            opts["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
-        if max_decode_bytes is not None:
-            opts["max_decode_bytes"] = _int("max_decode_bytes", max_decode_bytes, 0)
-        if max_skipped_fraction is not None:
-            if (isinstance(max_skipped_fraction, bool)
-                    or not isinstance(max_skipped_fraction, (int, float))
-                    or not 0.0 <= max_skipped_fraction <= 1.0):
-                raise ValueError("max_skipped_fraction must be a number in [0, 1], "
-                                 f"got {max_skipped_fraction!r}")
-            opts["max_skipped_fraction"] = float(max_skipped_fraction)
-        if verify:
-            opts["verify"] = True
-        if gpu_cpu_share is not None:
-            if (isinstance(gpu_cpu_share, bool) or not isinstance(gpu_cpu_share, (int, float))
-                    or not 0.0 <= gpu_cpu_share <= 1.0):
-                raise ValueError("gpu_cpu_share must be None (adaptive) or a number in [0, 1], "
-                                 f"got {gpu_cpu_share!r}")
-            opts["gpu_cpu_share"] = float(gpu_cpu_share)
+        for name, value in (("max_pixels", max_pixels), ("max_device_bytes", max_device_bytes),
+                            ("max_file_bytes", max_file_bytes),
+                            ("max_decode_bytes", max_decode_bytes)):
+            if value is not None:
+                opts[name] = _int(name, value)
+        # read_timeout: seconds a file read may take (a hung mount) before its
+        # sample fails; gpu_cpu_share None: adaptive
+        for name, value in (("max_skipped_fraction", max_skipped_fraction),
+                            ("gpu_cpu_share", gpu_cpu_share), ("read_timeout", read_timeout)):
+            if value is not None:
+                opts[name] = _number(name, value)
         opts.update(self._source_options(index, index_dir, shuffle_buffer, allow_stale_cache))
         if cache_dir is not None:  # remote shards: local copies (docs/remote.md)
             opts["cache_dir"] = os.path.expanduser(os.fspath(cache_dir))
-            opts["cache_bytes"] = _int("cache_bytes", cache_bytes, 0)
-        if remote_memory:
-            opts["remote_memory"] = _int("remote_memory", remote_memory, 0)
-        if read_timeout is not None:
-            # seconds a file read may take (a hung mount) before its sample fails; 0 = no limit
-            if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))
-                    or not read_timeout >= 0):
-                raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
-            opts["read_timeout"] = float(read_timeout)
+            opts["cache_bytes"] = _int("cache_bytes", cache_bytes)
 
         if mix is not None:
             opts.update(self._mix_options(mix, opts["pipeline"], list_file))
@@ -711,20 +614,21 @@ class ImageLoader:
         if index_dir is not None:
             out["index_dir"] = os.fspath(index_dir)
         if shuffle_buffer is not None:
-            out["shuffle_buffer"] = _int("shuffle_buffer", shuffle_buffer, 0)
+            out["shuffle_buffer"] = _int("shuffle_buffer", shuffle_buffer)
         return out
 
     @staticmethod
     def _pipeline(pipeline, size):
         """C options of the pipeline, and whether it normalises."""
         if isinstance(pipeline, str):
-            if pipeline not in ("train", "eval"):
-                raise ValueError(f"pipeline must be 'train', 'eval' or a list of transforms, "
+            if pipeline not in OPTIONS["pipeline"]["choices"]:
+                names = ", ".join(repr(c) for c in OPTIONS["pipeline"]["choices"])
+                raise ValueError(f"pipeline must be {names} or a list of transforms, "
                                  f"got {pipeline!r}")
-            s = 224 if size is None else _int("size", size, 1)
+            s = DEFAULTS["size"] if size is None else _int("size", size)
             return {"pipeline": pipeline, "size": s}, True  # ImageNet mean/std (C defaults)
         opts = _T.pipeline_options(pipeline)
-        if size is not None and _int("size", size, 1) != opts["size"]:
+        if size is not None and _int("size", size) != opts["size"]:
             raise ValueError(f"size={size} contradicts the transforms' size {opts['size']}")
         normalised = "mean" in opts
         if not normalised:
@@ -901,7 +805,7 @@ class ImageLoader:
         except (KeyError, TypeError, ValueError):
             raise ValueError("not a stoker.ImageLoader state_dict") from None
         if isinstance(fp, Mapping) and "ra_reps" not in fp:
-            fp = {**fp, "ra_reps": 0}  # saved before ra_reps existed: off
+            fp = {**fp, "ra_reps": DEFAULTS["ra_reps"]}  # saved before ra_reps existed: off
         diff = [f"{k}: saved {fp.get(k)!r}, now {v!r}" for k, v in self._fingerprint.items()
                 if fp.get(k) != v]
         if self._seed_drawn and len(diff) == 1 and diff[0].startswith("seed:") and \
@@ -928,7 +832,7 @@ class ImageLoader:
         construction). The old one ends when its last batch is freed, as
         after close(); the reopened source is scanned again (from its
         index, for a folder)."""
-        seed = _int("seed", seed, 0)
+        seed = _int("seed", seed)
         self._pass = None
         self._unpin()
         self._c.close()

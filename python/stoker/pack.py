@@ -1,10 +1,11 @@
 """stoker.pack: an image folder (or list file) into a pre-decoded cache or tar shards."""
 import os
 import sys
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from . import _stoker
-from .loader import StrPath
+from ._common import (PACK_DEFAULTS, PACK_OPTIONS, StrPath, _check_list_file, _default_threads,
+                      _device_index, _int, _number)
 
 __all__ = ["pack", "PackResult"]
 
@@ -41,13 +42,35 @@ def _bar(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
-def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
-         encoding: str = "raw", max_side: int = 512, quality: int = 90,
-         shard_bytes: int = 1 << 30, threads: Optional[int] = None,
+def _format_rule(format: str, given: Dict[str, Any]) -> None:
+    """The keywords of one format only (the pack table's "only" column) given
+    with the other format: a ValueError that says why, as `stoker pack` refuses
+    them. An unknown format is left to the library's own message."""
+    if format not in PACK_OPTIONS["format"]["choices"]:
+        return
+    off = [kw for kw, v in given.items()
+           if PACK_OPTIONS[kw]["only"] not in (None, format) and v != PACK_DEFAULTS[kw]]
+    if not off:
+        return
+    other = PACK_OPTIONS[off[0]]["only"]
+    off = [kw for kw in off if PACK_OPTIONS[kw]["only"] == other]
+    why = ("tar shards keep each file's bytes as they are: nothing is decoded" if other == "cache"
+           else "a cache is one file, and decodes every image anyway")
+    names = ", ".join(off[:-1]) + " and " + off[-1] if len(off) > 1 else off[0]
+    verb = "apply" if len(off) > 1 else "applies"
+    raise ValueError(f"{names} {verb} to format={other!r} only ({why})")
+
+
+# The defaults are the C library's pack table's (PACK_DEFAULTS); None defaults
+# leave the option to C. test_defaults_single_source.py holds each against C's.
+def pack(source: Optional[StrPath], output: StrPath, *, format: str = PACK_DEFAULTS["format"],
+         encoding: str = PACK_DEFAULTS["encoding"], max_side: int = PACK_DEFAULTS["max_side"],
+         quality: int = PACK_DEFAULTS["quality"],
+         shard_bytes: int = PACK_DEFAULTS["shard_bytes"], threads: Optional[int] = None,
          list_file: Optional[StrPath] = None, list_base: Optional[StrPath] = None,
          max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
-         check: bool = False, read_timeout: Optional[float] = None,
-         device: Any = None, plain_chroma: bool = False,
+         check: bool = PACK_DEFAULTS["check"], read_timeout: Optional[float] = None,
+         device: Any = None, plain_chroma: bool = PACK_DEFAULTS["plain_chroma"],
          progress: Union[bool, Callable[[int, int], object], None] = False) -> PackResult:
     """Packs the images of ``source`` into ``output``; returns a PackResult.
 
@@ -92,11 +115,10 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
     runs signal handlers on the main thread only: a pack on another thread
     runs to its end.)
     """
-    from .loader import _check_list_file, _default_threads, _device_index, _int
-
-    if format == "tar" and (encoding != "raw" or max_side != 512 or quality != 90):
-        raise ValueError("encoding, max_side and quality apply to format='cache' only: tar "
-                         "shards keep each file's bytes as they are")
+    dev = -1 if device is None else _device_index(device)
+    _format_rule(format, dict(encoding=encoding, max_side=max_side, quality=quality,
+                              shard_bytes=shard_bytes, check=bool(check), device=dev,
+                              plain_chroma=bool(plain_chroma)))
     _stoker._source_check(source, list_file)  # the library's rule: exactly one of them
     if source is not None:
         source = os.fspath(source)
@@ -112,35 +134,20 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = "cache",
         progress = None
     elif not callable(progress):
         raise TypeError(f"progress must be a bool or a callable(done, total), got {progress!r}")
-    kw = dict(format=format, encoding=encoding, max_side=_int("max_side", max_side, 0),
-              quality=_int("quality", quality, 1),
-              shard_bytes=_int("shard_bytes", shard_bytes, 1),
-              threads=_default_threads() if threads is None else _int("threads", threads, 0),
+    # Python checks the types; the ranges and the rules between options
+    # (plain_chroma needs a device, a device pack's max_side) are the C
+    # library's, whose messages name the argument.
+    kw = dict(format=format, encoding=encoding, max_side=_int("max_side", max_side),
+              quality=_int("quality", quality), shard_bytes=_int("shard_bytes", shard_bytes),
+              threads=_default_threads() if threads is None else _int("threads", threads),
               list_file=list_file, list_base=None if list_base is None else os.fspath(list_base),
-              progress=progress)
+              check=bool(check), device=dev, plain_chroma=bool(plain_chroma), progress=progress)
     if max_pixels is not None:
-        kw["max_pixels"] = _int("max_pixels", max_pixels, 0)
+        kw["max_pixels"] = _int("max_pixels", max_pixels)
     if max_file_bytes is not None:
-        kw["max_file_bytes"] = _int("max_file_bytes", max_file_bytes, 0)
-    if check:
-        if format != "tar":
-            raise ValueError("check applies to format='tar' (a cache decodes every image anyway)")
-        kw["check"] = True
-    if device is not None:
-        index = _device_index(device)
-        if index >= 0:
-            if format != "cache":
-                raise ValueError("device applies to format='cache' (tar shards keep each "
-                                 "file's bytes: nothing is decoded)")
-            kw["device"] = index
-            kw["plain_chroma"] = bool(plain_chroma)
-    if plain_chroma and "device" not in kw:
-        raise ValueError("plain_chroma applies to a pack on a device (device='cuda[:N]')")
+        kw["max_file_bytes"] = _int("max_file_bytes", max_file_bytes)
     if read_timeout is not None:
-        if (isinstance(read_timeout, bool) or not isinstance(read_timeout, (int, float))
-                or not read_timeout >= 0):
-            raise ValueError(f"read_timeout must be a number of seconds >= 0, got {read_timeout!r}")
-        kw["read_timeout"] = float(read_timeout)
+        kw["read_timeout"] = _number("read_timeout", read_timeout)
     r = _stoker.pack(source, os.fspath(output), **kw)
     return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"],
                       r["device_packed"])

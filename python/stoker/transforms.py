@@ -41,6 +41,8 @@ import math
 import numbers
 from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple, Union
 
+from ._common import OPTIONS
+
 __all__ = [
     "Compose",
     "RandomResizedCrop",
@@ -282,6 +284,13 @@ class TimmRandAugment(_Transform):
         self.params = parse_timm_rand_augment(config_str, self.hparams)
 
 
+def _bounds(name: str) -> Tuple[Any, Any]:
+    """The range of a C option (min, max), for the checks of the values that
+    become it: the library owns the bound, this module only says which
+    section of a config string broke it."""
+    return OPTIONS[name]["min"], OPTIONS[name]["max"]
+
+
 def parse_timm_rand_augment(config_str: str,
                             hparams: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """timm's RandAugment config string (and hparams) as its parameters:
@@ -313,8 +322,9 @@ def parse_timm_rand_augment(config_str: str,
                 out["magnitude"] = int(val)
             elif key == "n":
                 out["num_ops"] = int(val)
-                if not 0 <= out["num_ops"] <= 16:
-                    raise bad("n must be in [0, 16]")
+                lo, hi = _bounds("ra_num_ops")
+                if not lo <= out["num_ops"] <= hi:
+                    raise bad(f"n must be in [{lo}, {hi}]")
             elif key == "mstd":
                 mstd = float(val)
                 if not mstd >= 0:
@@ -329,18 +339,21 @@ def parse_timm_rand_augment(config_str: str,
                 out["increasing"] = True
             elif key == "p":
                 out["prob"] = float(val)
-                if not 0 <= out["prob"] <= 1:
-                    raise bad("p must be in [0, 1]")
+                lo, hi = _bounds("timm_prob")
+                if not lo <= out["prob"] <= hi:
+                    raise bad(f"p must be in [{lo:g}, {hi:g}]")
             else:
                 raise bad(f"unknown key {key!r} (m, n, mstd, mmax, inc, p)")
         except ValueError as e:
             if "section" in str(e):
                 raise
             raise bad(f"{val!r} is not a number of the kind {key!r} takes") from None
-    if not 0 <= out["magnitude"] <= 1000:
-        raise ValueError(f"timm RandAugment {config_str!r}: m must be in [0, 1000]")
-    if not 0 <= out["mmax"] <= 1000:
-        raise ValueError(f"timm RandAugment {config_str!r}: mmax must be in [0, 1000]")
+    # the ranges of the C options they become (timm_magnitude, timm_mmax)
+    for key, field, name in (("magnitude", "timm_magnitude", "m"), ("mmax", "timm_mmax", "mmax")):
+        lo, hi = _bounds(field)
+        if not lo <= out[key] <= hi:
+            raise ValueError(f"timm RandAugment {config_str!r}: {name} must be in "
+                             f"[{lo:g}, {hi:g}]")
     known = {"img_mean", "translate_pct", "translate_const", "interpolation", "magnitude_std",
              "magnitude_max"}
     unknown = sorted(set(hparams) - known)

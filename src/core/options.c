@@ -441,10 +441,11 @@ int stk__pack_options_validate(const stk_pack_options *o, char *err, size_t errl
                      "plain_chroma applies to a pack on a device (the CPU pack decodes as "
                      "libjpeg-turbo does)");
   /* a GPU pack lands each image in a slot of max_side x max_side */
-  if (o->device >= 0 && o->format == STK_PACK_CACHE && (o->max_side < 1 || o->max_side > 8192))
+  if (o->device >= 0 && o->format == STK_PACK_CACHE &&
+      (o->max_side < 1 || o->max_side > STK__GPU_MAX_SIDE))
     return stk__fail(err, errlen, STK_EINVAL,
-                     "a pack on a device needs max_side in 1..8192 (it sizes the GPU's output), "
-                     "got %d", o->max_side);
+                     "a pack on a device needs max_side in 1..%d (it sizes the GPU's output), "
+                     "got %d", STK__GPU_MAX_SIDE, o->max_side);
   return STK_OK;
 }
 

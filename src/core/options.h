@@ -42,6 +42,10 @@
 #define STK__V(...) {__VA_ARGS__}
 /* the most batches prepared ahead: the loader's arrays of slots are sized by it */
 #define STK__PREFETCH_MAX 64
+/* the longest side a GPU produces: the bound of `size` (every loader's output
+ * must be one the GPU path can make: a tile of size x size pixels stays far
+ * below 2**31 bytes) and of a device pack's max_side (its slot) */
+#define STK__GPU_MAX_SIDE 8192
 #define STK__INF ((double)INFINITY)
 #define STK__INT_MAX 2147483647.0
 #define STK__U64_MAX 18446744073709551616.0 /* 2**64: a double above every uint64_t */
@@ -56,7 +60,7 @@
     "folder relative list paths start from (the list's folder)") \
   X(pipeline, ENUM, STK__V(STK_PIPELINE_TRAIN), 0, 1, "train|eval", "--pipeline", "pipeline", \
     "train: RandomResizedCrop + flip; eval: Resize + CenterCrop") \
-  X(size, INT, STK__V(224), 1, 8192, NULL, "--size", "size", \
+  X(size, INT, STK__V(224), 1, STK__GPU_MAX_SIDE, NULL, "--size", "size", \
     "output side in pixels") \
   X(resize_size, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--resize-size", "resize_size", \
     "eval: shorter side before the crop; 0 = size * 256 / 224") \

@@ -22,6 +22,7 @@
 #include "codecs/encode.h"
 #include "codecs/markers.h"
 #include "core/common.h"
+#include "core/options.h" /* STK__GPU_MAX_SIDE */
 
 #include "gpu/binding.h"
 #include "gpu/plan.h"
@@ -99,7 +100,7 @@ static int check_geom(const stk__gpu *g, const stk__gpu_item *it, char *msg, siz
 static int validate_cfg(const stk__gpu_config *c, char *msg, size_t msglen) {
   if (c->max_batch < 1 || c->max_batch > 65535)
     return stk__fail(msg, msglen, STK_EINVAL, "max_batch must be in 1..65535, got %d", c->max_batch);
-  if (c->out_w < 1 || c->out_h < 1 || c->out_w > 8192 || c->out_h > 8192)
+  if (c->out_w < 1 || c->out_h < 1 || c->out_w > STK__GPU_MAX_SIDE || c->out_h > STK__GPU_MAX_SIDE)
     return stk__fail(msg, msglen, STK_EINVAL, "output size %dx%d out of range", c->out_w, c->out_h);
   if (c->dtype < STK_DTYPE_FLOAT32 || c->dtype > STK_DTYPE_UINT8)
     return stk__fail(msg, msglen, STK_EINVAL, "unknown dtype %d", (int)c->dtype);
