@@ -300,6 +300,12 @@ grep -q -e "--threads zero" "$T/err" && ok || bad "--threads=zero message: $(cat
 expect 0 "--no-augmix-all-ops" -- "$STK" bench "$T/ds31" --size 32 --auto-augment augmix --no-augmix-all-ops
 expect 0 "--augmix-all-ops=0" -- "$STK" bench "$T/ds31" --size 32 --auto-augment augmix --augmix-all-ops=0
 expect 2 "--augmix-all-ops=2 is refused" -- "$STK" bench "$T/ds31" --size 32 --augmix-all-ops=2
+# MixUp/CutMix from the options table: the loader mixes, the eval pipeline refuses it
+expect 0 "--mixup-alpha --cutmix-alpha" -- "$STK" bench "$T/ds31" --size 32 --mixup-alpha 0.2 --cutmix-alpha 1
+expect 0 "--mix-mode timm" -- "$STK" bench "$T/ds31" --size 32 --mix-mode timm --cutmix-alpha 1 --mix-prob 0.5 --mix-label-smoothing 0.1
+expect 1 "MixUp on the eval pipeline" -- "$STK" bench "$T/ds31" --size 32 --pipeline eval --mixup-alpha 0.2
+grep -q "train pipeline" "$T/err" && ok || bad "eval --mixup-alpha message: $(cat "$T/err")"
+expect 2 "--mix-prob 2 is refused" -- "$STK" bench "$T/ds31" --size 32 --mix-prob 2
 expect 2 "--no- of a valued flag is unknown" -- "$STK" bench "$T/ds31" --no-threads
 grep -q "unknown option --no-threads" "$T/err" && ok || bad "--no-threads message: $(cat "$T/err")"
 # timm's RandAugment string, as examples/reference/train.py takes it
