@@ -133,7 +133,8 @@ site_of() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['p
 check_install() { # $1: venv
   local venv=$1 site
   site=$(site_of "$venv")
-  (cd "$tmp" && "$venv/bin/python" -c "import stoker, sys; sys.exit(0 if stoker.__file__.startswith('$site/') else 'stoker imported from ' + stoker.__file__)") \
+  # (stoker.functional: the private _stoker_ops module loads too)
+  (cd "$tmp" && "$venv/bin/python" -c "import stoker, stoker.functional, sys; sys.exit(0 if stoker.__file__.startswith('$site/') else 'stoker imported from ' + stoker.__file__)") \
     || fail "stoker is not imported from $site"
   # the private ops module links no image library: it needs only to load
   ldd "$site/stoker/_stoker_ops.abi3.so" >"$tmp/ldd.txt" || fail "ldd _stoker_ops"

@@ -1019,10 +1019,9 @@ static PyMethodDef module_methods[] = {
      "pack_options() -> [dict]: the pack options table, as options() with \"only\" (the\n"
      "format a row applies to, or None); pack() takes the keywords."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_VARARGS | METH_KEYWORDS,
-     "pack(source, output, *, format='cache', encoding='raw', max_side=512, quality=90,\n"
-     "shard_bytes=1<<30, threads=0, list_file=None, list_base=None, max_pixels=None,\n"
-     "max_file_bytes=None, device=-1, progress=None) -> dict of packed, failed, bytes,\n"
-     "shards, device_packed and left_out [(path, reason)]. See stoker.pack."},
+     "pack(source, output, *, progress=None, **keywords) -> dict of packed, failed, bytes,\n"
+     "shards, device_packed and left_out [(path, reason)]. The keywords, their defaults\n"
+     "and ranges are pack_options()'s. See stoker.pack."},
     {"strerror", strerror_, METH_O, "strerror(code) -> str: the name of an error code."},
     {"_source_check", source_check, METH_VARARGS,
      "_source_check(root, list_file): ValueError unless exactly one of them is given."},
