@@ -22,6 +22,7 @@ loader's is held by the arrays.
 """
 from typing import Any, Iterator, Optional, Tuple
 
+from ._common import DEFAULTS
 from .loader import ImageLoader
 
 __all__ = ["JaxLoader"]
@@ -46,8 +47,9 @@ class JaxLoader:
         devices: the devices to use (default ``jax.local_devices()``).
     """
 
-    def __init__(self, root: Any = None, batch_size: int = 256, *, sharded: Optional[bool] = None,
-                 devices: Optional[list] = None, **kwargs: Any) -> None:
+    def __init__(self, root: Any = None, batch_size: int = DEFAULTS["batch_size"], *,
+                 sharded: Optional[bool] = None, devices: Optional[list] = None,
+                 **kwargs: Any) -> None:
         jax = _jax()
         if kwargs.get("device", "cpu") not in ("cpu", None, -1):
             raise ValueError("stoker.jax: leave device= unset; batches go to JAX's devices "

@@ -181,6 +181,15 @@ def test_image_loader_choices_are_c_choices(small_folder):
                            pipeline="eval", dtype=choice).close()
 
 
+def test_jax_loader_defaults_are_image_loader_defaults():
+    """JaxLoader passes its other arguments to ImageLoader; the one it names
+    itself, batch_size, has the same (C's) default."""
+    from stoker.jax import JaxLoader
+
+    own = {p.name: p.default for p in params(JaxLoader.__init__)}
+    assert own["batch_size"] == C["batch_size"]
+
+
 # ---- pack ------------------------------------------------------------------------
 
 
