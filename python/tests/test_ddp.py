@@ -43,7 +43,7 @@ def torchrun_cmd(nproc):
 
 def env():
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (PKG_ROOT, e.get("PYTHONPATH")) if p)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (e.get("PYTHONPATH"), PKG_ROOT) if p)
     e.pop("WORLD_SIZE", None)
     return e
 
