@@ -397,7 +397,9 @@ typedef struct stk_batch {
    * own beside the unmixed slot; labels stay the class indices), and
    * these the soft labels, n rows of mix_classes floats: row i is
    * lambda * onehot(label i) + (1 - lambda) * onehot(label of its partner).
-   * Owned by the loader, valid until the batch is released (rule 3). */
+   * Owned by the loader, valid until the batch is released (rule 3). A
+   * program built against a header without these fields (its stk_options
+   * ends before the mix_ fields) has them neither written nor zeroed. */
   float *mix_labels;       /* host memory */
   float *mix_labels_device; /* device memory on a GPU loader, else NULL */
   int mix_classes;         /* columns of a row */

@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -283,10 +284,38 @@ static void test_flags(void) {
   CHECK(!strcmp(d.type, "float") && d.count == 1 && !strcmp(d.default_text, "0"));
 }
 
+/* A program built against a header without the mix_ fields: its
+ * stk_options ends before them and its stk_batch before mix_labels, and
+ * the loader writes nothing past that. */
+static void test_older_header(void) {
+  stk_options o;
+  memset(&o, 0, sizeof o);
+  stk_options_init_sized(&o, offsetof(stk_options, mix_mixup_alpha));
+  CHECK_EQ_INT(o.struct_size, offsetof(stk_options, mix_mixup_alpha));
+  o.root = g_root;
+  o.size = SIZE;
+  o.batch_size = B;
+  o.threads = 2;
+  char err[512] = "";
+  stk_loader *l = NULL;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &l, err, sizeof err), STK_OK);
+  stk_batch b;
+  memset(&b, 0xa5, sizeof b); /* what follows the old struct in the caller's memory */
+  CHECK_EQ_INT(stk_loader_next(l, &b), STK_OK);
+  const unsigned char *tail = (const unsigned char *)&b + offsetof(stk_batch, mix_labels);
+  int touched = 0;
+  for (size_t i = 0; i < sizeof b - offsetof(stk_batch, mix_labels); i++) touched += tail[i] != 0xa5;
+  CHECK_EQ_INT(touched, 0);
+  CHECK(b.n == B && b.labels != NULL);
+  CHECK_EQ_INT(stk_batch_release(l, &b), STK_OK);
+  stk_loader_destroy(l);
+}
+
 int main(void) {
   g_root = tu_tempdir();
   CHECK_EQ_INT(tu_make_folder(g_root, CLASSES, PER_CLASS, 40, 30), STK_OK);
   test_flags();
+  test_older_header();
   test_refused();
   test_torchvision_mode();
   test_timm_mode();

@@ -211,6 +211,11 @@ struct stk_loader {
   int mix_classes;
   float mix_on, mix_off; /* the soft labels' one-hot values */
   stk__buf mix_spare;
+  /* The bytes of stk_batch the caller's header has: a program built
+   * against a header without the mix_ fields (its stk_options ends before
+   * them) has the shorter stk_batch of then, and nothing may be written
+   * past it. */
+  size_t batch_bytes;
 
   char errmsg[MSG_LEN * 2];
 };
@@ -899,6 +904,9 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     o.threads = n > 0 ? (int)n : 1;
   }
   l->opt = o;
+  l->batch_bytes = opt->struct_size > offsetof(stk_options, mix_mixup_alpha)
+                       ? sizeof(stk_batch)
+                       : offsetof(stk_batch, mix_labels);
   pthread_mutex_init(&l->mu, NULL);
   /* timed waits (wait_until) count in stk__now()'s monotonic clock */
   pthread_condattr_t ca;
@@ -1219,7 +1227,7 @@ static int mix_batch(stk_loader *l, slot *s, stk_batch *out) {
 
 int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   if (!l || !out) return STK_EINVAL;
-  memset(out, 0, sizeof *out);
+  memset(out, 0, l->batch_bytes);
   double t_end = timeout_s >= 0 ? stk__now() + timeout_s : 1e300;
   /* The wait is cut into slices so that reads past read_timeout are found
    * while the consumer waits for them. */
@@ -1338,7 +1346,7 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
       stk_batch b = *out;
       b.data = s->lent;
       stk_batch_release(l, &b);
-      memset(out, 0, sizeof *out);
+      memset(out, 0, l->batch_bytes);
     }
   }
   return rc;
