@@ -14,22 +14,26 @@ import numbers
 import os
 from typing import Any, Dict, Union
 
-from . import _stoker
+# (from the module itself: without a built extension the error is "No module
+# named 'stoker._stoker'", not a circular-import message about the package)
+from ._stoker import GPU_MAX_SIDE as _GPU_MAX_SIDE
+from ._stoker import options as _options
+from ._stoker import pack_options as _pack_options
 
 # A file system path, as os.fspath() takes it.
 StrPath = Union[str, "os.PathLike[str]"]
 
 # The loader's options table: name -> {type, default, min, max, choices, cli,
 # keyword, doc}. Public as stoker.OPTIONS.
-OPTIONS: Dict[str, Dict[str, Any]] = {d["name"]: d for d in _stoker.options()}
+OPTIONS: Dict[str, Dict[str, Any]] = {d["name"]: d for d in _options()}
 # The pack options table, by pack()'s keyword ("source" is the row root), with
 # "only": the format a row applies to ("cache", "tar") or None.
-PACK_OPTIONS: Dict[str, Dict[str, Any]] = {d["keyword"]: d for d in _stoker.pack_options()}
+PACK_OPTIONS: Dict[str, Dict[str, Any]] = {d["keyword"]: d for d in _pack_options()}
 # The defaults alone, for the signatures: DEFAULTS["batch_size"] is 256 as C says.
 DEFAULTS: Dict[str, Any] = {name: row["default"] for name, row in OPTIONS.items()}
 PACK_DEFAULTS: Dict[str, Any] = {kw: row["default"] for kw, row in PACK_OPTIONS.items()}
 # The longest side a GPU decodes into: the bound of size and of a device pack's max_side.
-GPU_MAX_SIDE: int = _stoker.GPU_MAX_SIDE
+GPU_MAX_SIDE: int = _GPU_MAX_SIDE
 
 
 def choices_text(name: str, table: Dict[str, Dict[str, Any]] = OPTIONS) -> str:
