@@ -284,6 +284,46 @@ static void test_flags(void) {
   CHECK(!strcmp(d.type, "float") && d.count == 1 && !strcmp(d.default_text, "0"));
 }
 
+/* Under on_error=skip, files that fail leave holes that refills fill or
+ * that close up: the batch is mixed once complete, so the mixed batches
+ * are the unmixed ones (after the same skips) mixed. */
+static void test_skips_then_mix(void) {
+  char *root = tu_tempdir();
+  CHECK_EQ_INT(tu_make_folder(root, CLASSES, PER_CLASS, 40, 30), STK_OK);
+  char p[4096];
+  static const char junk[] = "\xff\xd8\xff not a JPEG";
+  for (int c = 0; c < 2; c++) { /* 22 files, 2 bad: 20 images in 4 batches */
+    snprintf(p, sizeof p, "%s/class%03d/bad.jpg", root, c);
+    CHECK_EQ_INT(tu_write_bytes(p, junk, sizeof junk - 1), STK_OK);
+  }
+  stk_options o;
+  base_opts(&o);
+  o.root = root;
+  o.on_error = STK_ON_ERROR_SKIP;
+  o.max_skipped_fraction = 1;
+  char err[512] = "";
+  stk_loader *lp = NULL, *lm = NULL;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &lp, err, sizeof err), STK_OK);
+  o.mix_mixup_alpha = 0.5;
+  o.mix_cutmix_alpha = 1.0;
+  o.threads = 3;
+  CHECK_EQ_INT(STK_LOADER_CREATE(&o, &lm, err, sizeof err), STK_OK);
+  static epoch_out plain, mixed;
+  for (uint64_t ep = 0; ep < 3; ep++) {
+    CHECK_EQ_INT(read_epoch(lp, ep, &plain), 4);
+    CHECK_EQ_INT(read_epoch(lm, ep, &mixed), 4);
+    CHECK_EQ_INT(plain.n[0] + plain.n[1] + plain.n[2] + plain.n[3], 20);
+    CHECK(plain.n[0] < B || plain.n[1] < B || plain.n[2] < B); /* a batch closed up */
+    for (int k = 0; k < 4; k++) check_batch(&plain, &mixed, k, 0, 0.0, CLASSES);
+  }
+  stk_stats st;
+  CHECK(stk_loader_stats(lm, &st) == STK_OK && st.skipped == 6);
+  stk_loader_destroy(lp);
+  stk_loader_destroy(lm);
+  tu_rmtree(root);
+  free(root);
+}
+
 /* A program built against a header without the mix_ fields: its
  * stk_options ends before them and its stk_batch before mix_labels, and
  * the loader writes nothing past that. */
@@ -320,6 +360,7 @@ int main(void) {
   test_torchvision_mode();
   test_timm_mode();
   test_uint8_nhwc_matches_the_draw();
+  test_skips_then_mix();
   tu_rmtree(g_root);
   free(g_root);
   return CHECK_DONE();

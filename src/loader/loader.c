@@ -108,6 +108,9 @@ typedef struct {
   uint8_t *lent;          /* HELD: the data pointer handed out (a GPU sink's
                              mixed copy under mix, else data) */
   float *soft;            /* mix: the soft labels, B x mix_classes */
+  stk__buf mix_spare;     /* mix, host sinks: one image of scratch */
+  int mix_kind;           /* mix: the batch's draw (stk__mix.mode, lam) */
+  double mix_lam;
   int64_t *labels, *indices;
   int32_t *codes;         /* per position: 0 or the failure code */
   char *msgs;             /* per position: MSG_LEN bytes of failure reason */
@@ -205,12 +208,11 @@ struct stk_loader {
   uint64_t skip_len, skip_cap;
   uint64_t skip_epoch;                /* the epoch they belong to */
 
-  /* MixUp/CutMix (the options' mix_ fields), on with mix_classes > 0: done
-   * by the consumer in stk_loader_next, once the batch is whole and its
-   * own; spare is its scratch (one image, host sinks) */
+  /* MixUp/CutMix (the options' mix_ fields), on with mix_classes > 0: of
+   * each complete batch, by the thread that submits it (host sinks) or
+   * when it is lent (the GPU sink) */
   int mix_classes;
   float mix_on, mix_off; /* the soft labels' one-hot values */
-  stk__buf mix_spare;
   /* The bytes of stk_batch the caller's header has: a program built
    * against a header without the mix_ fields (its stk_options ends before
    * them) has the shorter stk_batch of then, and nothing may be written
@@ -424,7 +426,80 @@ static int in_share(stk_loader *l, int j) {
 }
 
 /* Whether finalised batches go to the sink's submit before they are ready. */
-static int submits(const stk_loader *l) { return l->sink.ops->submit != NULL; }
+/* The soft labels of a batch of n with the draw m: row i is image i's
+ * one-hot (values on, off) times lambda plus its partner's times
+ * 1 - lambda, in the order of operations of torchvision's
+ * one_hot(y).roll(1).mul_(1 - lam).add_(one_hot(y).mul(lam)) and of timm's
+ * mixup_target (flip(0)), so that the floats are theirs. */
+static void soft_labels(const stk__mix *m, const int64_t *y, int64_t n, int classes, float on,
+                        float off, float *out) {
+  float a = (float)m->lam, b = (float)(1.0 - m->lam);
+  /* an element's value depends only on whether it is the label of the
+   * partner (p) and of image i itself (c): four values */
+  float v[2][2];
+  for (int p = 0; p < 2; p++)
+    for (int c = 0; c < 2; c++) {
+      float t = (p ? on : off) * b;
+      v[p][c] = t + (c ? on : off) * a;
+    }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t q = m->pair_flip ? n - 1 - i : i == 0 ? n - 1 : i - 1;
+    float *row = out + i * classes;
+    for (int k = 0; k < classes; k++) row[k] = v[0][0];
+    if (y[q] >= 0 && y[q] < classes) row[y[q]] = v[1][y[q] == y[i]];
+    if (y[i] >= 0 && y[i] < classes) row[y[i]] = v[y[q] == y[i]][1];
+  }
+}
+
+/* Whether the loader mixes its batches in host memory: then the thread
+ * that finalised a batch mixes it in place before it is ready (a sink
+ * with a mix operation, the GPU's, mixes when the batch is lent). */
+static int host_mix(const stk_loader *l) { return l->mix_classes && !l->sink.ops->mix; }
+
+/* The draw of slot s's batch, keyed by (seed, epoch, batch index), and
+ * its soft labels from the slot's labels. */
+static void mix_draw_slot(stk_loader *l, slot *s, stk__mix *m) {
+  const stk_options *o = &l->opt;
+  int sz = o->size;
+  if (o->mix_mode == STK_MIX_TIMM) {
+    stk__mix_timm t = {o->mix_mixup_alpha, o->mix_cutmix_alpha, o->mix_prob, o->mix_switch_prob,
+                       o->mix_correct_lam};
+    stk__mix_draw_timm(&t, o->seed, s->epoch, s->batch, sz, sz, m);
+  } else {
+    stk__mix_draw(o->mix_mixup_alpha, o->mix_cutmix_alpha, o->seed, s->epoch, s->batch, sz, sz, m);
+  }
+  soft_labels(m, s->labels, s->n, l->mix_classes, l->mix_on, l->mix_off, s->soft);
+  s->mix_kind = m->mode;
+  s->mix_lam = m->lam;
+}
+
+/* Host sinks: slot s's complete batch mixed in place, by the thread that
+ * submits it, without the mutex (a reset waits for submissions, and the
+ * slot is no one else's until it is ready). */
+static int mix_host(stk_loader *l, slot *s, char *msg, size_t msglen) {
+  stk__mix m;
+  mix_draw_slot(l, s, &m);
+  int rc = stk__mix_apply(&m, s->data, s->n, l->opt.dtype, l->opt.layout, l->opt.size, l->opt.size,
+                          &s->mix_spare);
+  if (rc) snprintf(msg, msglen, "out of memory for the batch mixing (one image)");
+  return rc;
+}
+
+/* A sink with a mix operation (the GPU's): the batch just lent from slot
+ * s into *out mixed by the sink, which points out->data at the mixed copy;
+ * by the consumer, without the mutex (the slot is the caller's now). */
+static int mix_lent(stk_loader *l, slot *s, stk_batch *out) {
+  stk__mix m;
+  mix_draw_slot(l, s, &m);
+  char msg[MSG_LEN];
+  int rc = l->sink.ops->mix(&l->sink, out->slot, &m, l->mix_on, l->mix_off, out, msg, sizeof msg);
+  if (rc) return loader_err(l, rc, "the batch mixing: %s", msg);
+  return STK_OK;
+}
+
+/* Whether finalised batches go through submit_batch before they are ready:
+ * a sink that submits (the GPU's), or mixing in host memory. */
+static int submits(const stk_loader *l) { return l->sink.ops->submit != NULL || host_mix(l); }
 
 /* A worker starts position j of slot s (a refill or not). Mutex held. */
 static void begin_position(stk_loader *l, worker_ctx *wc, slot *s, int j, int64_t idx, int refill) {
@@ -492,8 +567,13 @@ static int submit_batch(stk_loader *l, slot *s) {
   l->active++;
   pthread_mutex_unlock(&l->mu);
   double t0 = stk__now();
-  int rc = l->sink.ops->submit(&l->sink, i, s->n, s->codes, s->msgs, MSG_LEN, msg, sizeof msg);
+  int rc = l->sink.ops->submit
+               ? l->sink.ops->submit(&l->sink, i, s->n, s->codes, s->msgs, MSG_LEN, msg, sizeof msg)
+               : STK_OK;
   double dt = stk__now() - t0;
+  /* a host sink's batch is complete here (its holes were closed up when
+   * it was finalised, and no position fails later) */
+  if (rc == STK_OK && host_mix(l)) rc = mix_host(l, s, msg, sizeof msg);
   pthread_mutex_lock(&l->mu);
   l->submit_s += dt;
   l->active--;
@@ -1098,6 +1178,7 @@ static void free_loader(stk_loader *l) {
       free(l->slots[i].codes);
       free(l->slots[i].msgs);
       free(l->slots[i].soft);
+      stk__buf_free(&l->slots[i].mix_spare);
       slot_clear_failures(&l->slots[i]);
       free(l->slots[i].fidx);
       free(l->slots[i].fmsg);
@@ -1106,7 +1187,6 @@ static void free_loader(stk_loader *l) {
   stk__sink_close(&l->sink); /* after the workers: none is inside the sink */
   free(l->order);
   free(l->order_next);
-  stk__buf_free(&l->mix_spare);
   clear_skips(l);
   free(l->skip_paths);
   free(l->skip_reasons);
@@ -1167,63 +1247,6 @@ static int advance_epoch_locked(stk_loader *l) {
 }
 
 int stk_loader_next(stk_loader *l, stk_batch *out) { return stk_loader_next_timed(l, out, -1); }
-
-/* The soft labels of a batch of n with the draw m: row i is image i's
- * one-hot (values on, off) times lambda plus its partner's times
- * 1 - lambda, in the order of operations of torchvision's
- * one_hot(y).roll(1).mul_(1 - lam).add_(one_hot(y).mul(lam)) and of timm's
- * mixup_target (flip(0)), so that the floats are theirs. */
-static void soft_labels(const stk__mix *m, const int64_t *y, int64_t n, int classes, float on,
-                        float off, float *out) {
-  float a = (float)m->lam, b = (float)(1.0 - m->lam);
-  /* an element's value depends only on whether it is the label of the
-   * partner (p) and of image i itself (c): four values */
-  float v[2][2];
-  for (int p = 0; p < 2; p++)
-    for (int c = 0; c < 2; c++) {
-      float t = (p ? on : off) * b;
-      v[p][c] = t + (c ? on : off) * a;
-    }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t q = m->pair_flip ? n - 1 - i : i == 0 ? n - 1 : i - 1;
-    float *row = out + i * classes;
-    for (int k = 0; k < classes; k++) row[k] = v[0][0];
-    if (y[q] >= 0 && y[q] < classes) row[y[q]] = v[1][y[q] == y[i]];
-    if (y[i] >= 0 && y[i] < classes) row[y[i]] = v[y[q] == y[i]][1];
-  }
-}
-
-/* MixUp/CutMix of the batch just lent from slot s into *out, by the
- * consumer without the mutex: the slot is the caller's now (HELD), and the
- * next batches go on being made meanwhile. */
-static int mix_batch(stk_loader *l, slot *s, stk_batch *out) {
-  const stk_options *o = &l->opt;
-  stk__mix m;
-  int sz = o->size;
-  if (o->mix_mode == STK_MIX_TIMM) {
-    stk__mix_timm t = {o->mix_mixup_alpha, o->mix_cutmix_alpha, o->mix_prob, o->mix_switch_prob,
-                       o->mix_correct_lam};
-    stk__mix_draw_timm(&t, o->seed, out->epoch, out->batch_index, sz, sz, &m);
-  } else {
-    stk__mix_draw(o->mix_mixup_alpha, o->mix_cutmix_alpha, o->seed, out->epoch, out->batch_index,
-                  sz, sz, &m);
-  }
-  soft_labels(&m, out->labels, out->n, l->mix_classes, l->mix_on, l->mix_off, s->soft);
-  out->mix_labels = s->soft;
-  out->mix_classes = l->mix_classes;
-  out->mix_kind = m.mode;
-  out->mix_lambda = m.lam;
-  char msg[MSG_LEN];
-  int rc;
-  if (l->sink.ops->mix) {
-    rc = l->sink.ops->mix(&l->sink, out->slot, &m, l->mix_on, l->mix_off, out, msg, sizeof msg);
-    if (rc) return loader_err(l, rc, "the batch mixing: %s", msg);
-    return STK_OK;
-  }
-  rc = stk__mix_apply(&m, out->data, out->n, o->dtype, o->layout, sz, sz, &l->mix_spare);
-  if (rc) return loader_err(l, rc, "out of memory for the batch mixing (one image)");
-  return STK_OK;
-}
 
 int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   if (!l || !out) return STK_EINVAL;
@@ -1338,7 +1361,11 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   pthread_mutex_unlock(&l->mu);
   if (rc == STK_OK && l->mix_classes) {
     slot *s = &l->slots[out->slot];
-    rc = mix_batch(l, s, out);
+    rc = host_mix(l) ? STK_OK : mix_lent(l, s, out); /* host batches: mixed when submitted */
+    out->mix_labels = s->soft;
+    out->mix_classes = l->mix_classes;
+    out->mix_kind = s->mix_kind;
+    out->mix_lambda = s->mix_lam;
     if (rc == STK_OK) {
       s->lent = out->data; /* a GPU sink's mixed copy: what release is given */
     } else {
