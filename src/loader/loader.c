@@ -21,7 +21,8 @@
  * `nslots` batches ahead: every batch in between holds a slot), makes the
  * result independent of thread timing: the same seed gives the same batches
  * with 1 or N threads, failures included. A sink that submits batches (the
- * GPU's) gets each one once it is finalised, and only then is it ready.
+ * GPU's) gets each one once it is finalised, and only then is it ready;
+ * MixUp/CutMix of host batches runs in the same step, by the same thread.
  *
  * Every slot is allocated when the loader is built; a slot returns to the
  * ring only through stk_batch_release(), so the library never writes memory

@@ -119,7 +119,8 @@ typedef struct {
    * soft labels (one-hot values on and off, the options' mix_classes
    * columns); points out->data and out->mix_labels_device at them. NULL =
    * the sink's batches are host memory, which the loader mixes in place
-   * (stk__mix_apply). */
+   * (stk__mix_apply) after finalisation, in the submission step (after
+   * submit, when the sink has one), before the batch is ready. */
   int (*mix)(stk__sink *k, int slot, const stk__mix *m, float on, float off, stk_batch *out,
              char *msg, size_t msglen);
   /* Mutex held: a reset dropped every unfinished batch. NULL = nothing. */
