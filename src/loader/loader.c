@@ -426,7 +426,6 @@ static int in_share(stk_loader *l, int j) {
   return l->sink.ops->share ? l->sink.ops->share(&l->sink, j) : 0;
 }
 
-/* Whether finalised batches go to the sink's submit before they are ready. */
 /* The soft labels of a batch of n with the draw m: row i is image i's
  * one-hot (values on, off) times lambda plus its partner's times
  * 1 - lambda, in the order of operations of torchvision's
@@ -1367,9 +1366,13 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
     out->mix_classes = l->mix_classes;
     out->mix_kind = s->mix_kind;
     out->mix_lambda = s->mix_lam;
-    if (rc == STK_OK) {
-      s->lent = out->data; /* a GPU sink's mixed copy: what release is given */
-    } else {
+    if (rc == STK_OK && out->data != s->lent) {
+      /* a GPU sink's mixed copy: what release is given (under the mutex:
+       * a release on another thread reads it) */
+      pthread_mutex_lock(&l->mu);
+      s->lent = out->data;
+      pthread_mutex_unlock(&l->mu);
+    } else if (rc != STK_OK) {
       /* the batch is not handed out: its slot goes back */
       stk_batch b = *out;
       b.data = s->lent;
