@@ -416,35 +416,8 @@ class ImageLoader:
         docs/python.md, which also lists the exceptions.
         """
         torch = _torch()
-        self._subset_tmp = None
-        if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
-                hasattr(root, "dataset") and hasattr(root, "indices"):
-            # Subset(ImageFolder(...), idx), random_split(...)[k]: a list file of its
-            # samples, with the ImageFolder's class names (kept until the loader goes)
-            self._subset_tmp, list_file, pipeline = _subset_list(root, pipeline)
-            root = None
-        if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
-                hasattr(root, "root") and hasattr(root, "samples"):
-            imagefolder = root
-            root, pipeline = _dataset_folder(root, pipeline)
-        else:
-            imagefolder = None
-        if pipeline is None:
-            pipeline = "train"
-        _stoker._source_check(root, list_file)  # the library's rule: exactly one of them
-        if root is not None:
-            # "~/data" as a shell (and torchvision's ImageFolder) reads it
-            root = os.path.expanduser(os.fspath(root))
-            # a folder, a cache file or tar shards: the library tells them apart;
-            # s3:// and http(s):// roots are remote tar shards (docs/remote.md)
-            if not _is_url(root) and not os.path.exists(root):
-                raise FileNotFoundError(f"no such folder or file: {root!r}")
-        else:
-            # (not None: exactly one of root and list_file is given)
-            list_file = os.path.expanduser(os.fspath(list_file))  # type: ignore[arg-type]
-            _check_list_file(list_file)
-            if list_base is not None:
-                list_base = os.path.expanduser(os.fspath(list_base))
+        root, list_file, list_base, pipeline, imagefolder = self._resolve_source(
+            root, list_file, list_base, pipeline)
 
         # (before a cache= pack: a process group missing under torchrun is an
         # error that must not wait for the whole folder to be packed)
@@ -520,6 +493,46 @@ class ImageLoader:
         note = self._c.note()
         if note:
             warnings.warn(note, stacklevel=2)
+        counts = self._adopt_classes(list_file, imagefolder, root)
+        self._init_state(opts, counts, dtype_name, shuffle, pin_memory)
+
+    def _resolve_source(self, root, list_file, list_base, pipeline):
+        """(root, list_file, list_base, pipeline, imagefolder): paths expanded, and a
+        torchvision ImageFolder or Subset turned into its root or a list file (with its
+        transform as the pipeline)."""
+        self._subset_tmp = None
+        if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
+                hasattr(root, "dataset") and hasattr(root, "indices"):
+            # Subset(ImageFolder(...), idx), random_split(...)[k]: a list file of its
+            # samples, with the ImageFolder's class names (kept until the loader goes)
+            self._subset_tmp, list_file, pipeline = _subset_list(root, pipeline)
+            root = None
+        imagefolder = None
+        if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
+                hasattr(root, "root") and hasattr(root, "samples"):
+            imagefolder = root
+            root, pipeline = _dataset_folder(root, pipeline)
+        if pipeline is None:
+            pipeline = "train"
+        _stoker._source_check(root, list_file)  # the library's rule: exactly one of them
+        if root is not None:
+            # "~/data" as a shell (and torchvision's ImageFolder) reads it
+            root = os.path.expanduser(os.fspath(root))
+            # a folder, a cache file or tar shards: the library tells them apart;
+            # s3:// and http(s):// roots are remote tar shards (docs/remote.md)
+            if not _is_url(root) and not os.path.exists(root):
+                raise FileNotFoundError(f"no such folder or file: {root!r}")
+        else:
+            # (not None: exactly one of root and list_file is given)
+            list_file = os.path.expanduser(os.fspath(list_file))
+            _check_list_file(list_file)
+            if list_base is not None:
+                list_base = os.path.expanduser(os.fspath(list_base))
+        return root, list_file, list_base, pipeline, imagefolder
+
+    def _adopt_classes(self, list_file, imagefolder, root):
+        """The C loader's counts, with the class names a list file or an ImageFolder
+        gives (the loader is closed, and ValueError raised, where they disagree)."""
         counts = self._c.counts()
         self._classes = self._c.classes()
         names = _list_classes(list_file) if list_file is not None else None
@@ -542,6 +555,12 @@ class ImageLoader:
                 f"classes and {len(imagefolder.samples)} samples where ImageFolder's scan of "
                 f"{root!r} finds {len(self._classes)} and {counts['num_samples']}: the loader "
                 "reads the folder as ImageFolder does, pass a plain ImageFolder or its .root")
+        return counts
+
+    def _init_state(self, opts, counts, dtype_name, shuffle, pin_memory):
+        """What the Python side keeps of an open loader: its shape, its fingerprint
+        (state_dict), the epoch bookkeeping and the pinned-batch guard."""
+        torch = _torch()
         self._dtype_name = dtype_name
         self.batch_size = opts["batch_size"]
         self.pipeline = opts["pipeline"]
