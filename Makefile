@@ -9,7 +9,7 @@
 #   make test-neon  the resampler's NEON code (aarch64) against the portable code, cross-compiled and run
 #                under qemu-user (scripts/install-deps.sh --cross installs them); not part of make test
 #   make install [PREFIX=/usr/local]  the header, libstoker.so, stoker, stoker.pc, CMake package
-#   make fuzz SECONDS=N [FUZZ_TARGETS=...] [FUZZ_JOBS=J]  run the fuzz targets for N seconds each (clang, libFuzzer; J processes per target)
+#   make fuzz SECONDS=N [FUZZ_TARGETS=...] [FUZZ_JOBS=J] [FUZZ_RUNS=R]  run the fuzz targets for N seconds each (clang, libFuzzer; J processes per target, each stopped after R executions)
 #   make fuzz-corpus, make fuzz-msan  keep what fuzzing found in fuzz/corpus/; the targets under MemorySanitizer
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -148,8 +148,9 @@ clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(ASAN_CLANG_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-fuzz build-fuzz-sys build-fuzz-msan build-wheel
 
 # Fuzzing (fuzz/): builds the libFuzzer targets with clang under ASan and
-# UBSan in $(FUZZ_BUILD), linked with libjpeg-turbo, libspng and zlib built
-# from source under the same instrumentation (fuzz/build-deps.sh, into
+# UBSan in $(FUZZ_BUILD), linked with libjpeg-turbo, libspng, zlib, libwebp
+# and libtiff built from Debian's source packages under the same
+# instrumentation (fuzz/build-deps.sh, no deb-src lines needed; into
 # $(FUZZ_BUILD)/deps-asan/), then runs each for $(SECONDS) seconds, one at a
 # time, with the dictionaries fuzz/*.dict. The seeds are the minimised corpus
 # fuzz/corpus/<target>/; new inputs collect in $(FUZZ_BUILD)/corpus/ (minimised
@@ -168,7 +169,10 @@ FUZZ_TARGETS ?= jpeg png markers list tar cache bmp pnm webp tiff
 FUZZ_DEPS   = $(abspath $(FUZZ_BUILD))/deps-asan/install
 FUZZ_DEPS_CMAKE = $(if $(filter 1,$(FUZZ_SYSTEM_LIBS)),,-DJPEG_INCLUDE_DIR=$(FUZZ_DEPS)/include \
   -DJPEG_LIBRARY=$(FUZZ_DEPS)/lib/libjpeg.a -DSPNG_INCLUDE_DIR=$(FUZZ_DEPS)/include \
-  "-DSPNG_LIBRARY=$(FUZZ_DEPS)/lib/libspng.a;$(FUZZ_DEPS)/lib/libz.a")
+  "-DSPNG_LIBRARY=$(FUZZ_DEPS)/lib/libspng.a;$(FUZZ_DEPS)/lib/libz.a" \
+  -DWEBP_INCLUDE_DIR=$(FUZZ_DEPS)/include -DWEBP_LIBRARY=$(FUZZ_DEPS)/lib/libwebp.a \
+  -DWEBPDEMUX_LIBRARY=$(FUZZ_DEPS)/lib/libwebpdemux.a -DTIFF_INCLUDE_DIR=$(FUZZ_DEPS)/include \
+  "-DTIFF_LIBRARY=$(FUZZ_DEPS)/lib/libtiff.a;$(FUZZ_DEPS)/lib/libjpeg.a;$(FUZZ_DEPS)/lib/libz.a")
 .PHONY: fuzz fuzz-build fuzz-corpus fuzz-msan
 fuzz: fuzz-build
 	@fuzz/run.sh $(FUZZ_BUILD) $(SECONDS) $(FUZZ_TARGETS)

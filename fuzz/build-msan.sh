@@ -1,10 +1,11 @@
 #!/bin/sh
 # Builds the fuzz targets under MemorySanitizer (clang), in BUILD: stoker's
-# sources, the harnesses, and libjpeg-turbo, libspng and zlib built from
-# source under MSan too (fuzz/build-deps.sh BUILD msan). MSan needs every
-# line of C that touches the pixels instrumented, or it reports the bytes an
-# uninstrumented library wrote as uninitialised; stoker links no other
-# library but libc (which MSan's interceptors cover), so this is all of it.
+# sources, the harnesses, and libjpeg-turbo, libspng, zlib, libwebp and
+# libtiff built from source under MSan too (fuzz/build-deps.sh BUILD msan).
+# MSan needs every line of C that touches the pixels instrumented, or it
+# reports the bytes an uninstrumented library wrote as uninitialised; stoker
+# links no other library but libc (which MSan's interceptors cover), so this
+# is all of it.
 # `make fuzz-msan` calls it, then fuzz/run.sh.
 #
 # Not through CMake: STK_FUZZ builds everything under ASan and UBSan, which
@@ -35,6 +36,7 @@ ar rcs "$O/libstoker.a" "$O"/src_*.o
 $CC $CFLAGS $INC -c fuzz/fuzz_util.c -o "$O/fuzz_util.o"
 for t in "$@"; do
   $CC $CFLAGS -fsanitize=fuzzer $INC fuzz/fuzz_$t.c "$O/fuzz_util.o" "$O/libstoker.a" \
-    "$P/lib/libjpeg.a" "$P/lib/libspng.a" "$P/lib/libz.a" -lpthread -lm -ldl -o "$B/fuzz_$t"
+    "$P/lib/libspng.a" "$P/lib/libwebpdemux.a" "$P/lib/libwebp.a" "$P/lib/libtiff.a" \
+    "$P/lib/libjpeg.a" "$P/lib/libz.a" -lpthread -lm -ldl -o "$B/fuzz_$t"
 done
 echo "built the MSan fuzz targets in $B: $*"

@@ -17,7 +17,8 @@
 #
 # FUZZ_JOBS=N (default 1) runs N fuzzing processes per target at once, on one
 # shared corpus (libFuzzer's -jobs/-workers); the executions are the sum of
-# theirs and the rate their total per second.
+# theirs and the rate their total per second. FUZZ_RUNS=N stops each process
+# after N executions (libFuzzer's -runs=), SECONDS still bounding it.
 set -u
 JOBS=${FUZZ_JOBS:-1}
 B=$1
@@ -51,7 +52,8 @@ for t in "$@"; do
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   set -- -max_total_time="$SECS" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
-    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" ${dict:+"$dict"}
+    -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" ${dict:+"$dict"} \
+    ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"}
   if [ "$JOBS" -le 1 ]; then
     "$B/fuzz_$t" "$@" "$B/corpus/$t" $seeds >"$log" 2>&1
     rc=$?
