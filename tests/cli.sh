@@ -76,6 +76,8 @@ grep -q "$T/missing" "$T/err" && ok || bad "pack names the missing folder: $(cat
 
 expect 0 "info" -- "$STK" info
 grep -q "^simd: " "$T/out" && grep -q "^jpeg: " "$T/out" && ok || bad "info lists simd and jpeg"
+grep -q "^webp: libwebp [0-9]" "$T/out" && grep -q "^tiff: libtiff [0-9]" "$T/out" &&
+  grep -q "^bmp, ppm/pgm/pbm: " "$T/out" && ok || bad "info lists webp, tiff, bmp and netpbm"
 
 expect 0 "synth" -- "$STK" synth "$T/ds" --images 24 --classes 3 --seed 5
 [ "$(find "$T/ds" -name '*.JPEG' | wc -l)" -eq 24 ] && ok || bad "synth wrote 24 files"

@@ -90,5 +90,7 @@ size_t stk__decoder_scratch_bytes(const stk__decoder *d);
 int stk__jpeg_has_arith(void);
 const char *stk__jpeg_lib_version(void);
 const char *stk__png_lib_version(void);
+const char *stk__webp_lib_version(void);
+const char *stk__tiff_lib_version(void);
 
 #endif

@@ -338,3 +338,13 @@ int stk__tiff_decode(stk__fmtdec *f, char *msg, size_t msglen) {
 done:
   return rc;
 }
+
+const char *stk__tiff_lib_version(void) {
+  /* TIFFGetVersion() is a paragraph ("LIBTIFF, Version 4.5.0\n..."): the
+   * library's own, a run-time link may be newer than the headers */
+  static char buf[64];
+  const char *v = TIFFGetVersion(), *at = strstr(v, "Version ");
+  at = at ? at + 8 : v;
+  snprintf(buf, sizeof buf, "libtiff %.*s", (int)strcspn(at, " \n"), at);
+  return buf;
+}

@@ -12,6 +12,7 @@
  * upsampling, no dithering), which are Pillow's.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <webp/decode.h>
@@ -111,4 +112,12 @@ int stk__webp_decode(stk__fmtdec *f, char *msg, size_t msglen) {
   WebPDemuxDelete(dmx);
   if (st != VP8_STATUS_OK) return webp_failure(st, msg, msglen);
   return STK_OK;
+}
+
+const char *stk__webp_lib_version(void) {
+  /* the library's own (a run-time link may be newer than the headers) */
+  static char buf[32];
+  int v = WebPGetDecoderVersion();
+  snprintf(buf, sizeof buf, "libwebp %d.%d.%d", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff);
+  return buf;
 }

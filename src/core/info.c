@@ -40,10 +40,14 @@ const char *stk_build_info(void) {
            "jpeg: %s (baseline, progressive%s; greyscale, YCbCr, RGB, CMYK, YCCK; "
            "region decode, DCT scaling 1/2 1/4 1/8)\n"
            "png: %s (palette, greyscale, 16-bit, alpha -> 8-bit RGB)\n"
+           "webp: %s (lossy, lossless, alpha dropped; an animation's first frame)\n"
+           "tiff: %s (first page; strips, tiles; 1-16 bit grey, RGB, palette, CMYK, "
+           "JPEG-coded YCbCr)\n"
+           "bmp, ppm/pgm/pbm: built in (BMP 1-32 bit, no RLE; netpbm P1-P6)\n"
            "remote: %s (s3://, http://, https://)\n"
            "%s",
            stk_version_string(), stk_simd_level(), stk__jpeg_lib_version(),
-           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version(), stk__net_version(),
-           gpu);
+           stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version(),
+           stk__webp_lib_version(), stk__tiff_lib_version(), stk__net_version(), gpu);
   return buf;
 }
