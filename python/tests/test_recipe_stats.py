@@ -4,6 +4,8 @@ by their own code over the same photos: the statistics of the output batches
 seed-to-seed spread of the reference itself. Catches a transform accepted but
 applied differently (a wrong magnitude, a missing op, a wrong order) that
 per-op tests with fixed draws would not see."""
+import random
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ stoker = pytest.importorskip("stoker")
 
 from conftest import import_or_tools_venv, make_folder  # noqa: E402
 
-SEEDS = (0, 1, 2, 3)
+SEEDS = tuple(range(6))
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,12 @@ def stats(batches):
 def reference(folder, tf, seed):
     from torchvision.datasets import ImageFolder
 
+    # timm's RandAugment and RandomErasing draw from Python's and numpy's
+    # global generators, not torch's: all three are seeded, so that the
+    # reference (and so the test's verdict) is the same in every run
     torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
     ds = ImageFolder(folder, transform=tf)
     return stats([x for x, _ in torch.utils.data.DataLoader(ds, batch_size=16, num_workers=0)])
 
@@ -44,8 +51,10 @@ def ours(folder, tf, seed):
 def agree(folder, tf):
     ref = np.stack([reference(folder, tf, s) for s in SEEDS])
     got = np.stack([ours(folder, tf, s) for s in SEEDS])
-    spread = ref.std(0) + 1e-3
-    # the means of four runs each: 4 standard errors of their difference
+    # the seed-to-seed spread, pooled over both sides (a few runs of one side
+    # alone may understate it); the bound is 4 standard errors of the
+    # difference of the two means
+    spread = np.sqrt((ref.var(0, ddof=1) + got.var(0, ddof=1)) / 2) + 1e-3
     bound = 4 * spread * np.sqrt(2 / len(SEEDS))
     diff = np.abs(got.mean(0) - ref.mean(0))
     assert (diff <= bound).all(), f"|stoker - reference| {diff} over {bound}"
