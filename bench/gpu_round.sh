@@ -18,7 +18,7 @@ if [ "${1:-}" != --more ]; then
   make --no-print-directory test-gpu PYTHON="$PY" 2>&1 | tail -n 25
   echo "== GPU cases of the other Python tests"
   PYTHONPATH=python "$PY" -m pytest -q -rs python/tests/test_pinned_release.py python/tests/test_hostile_gpu.py \
-    python/tests/test_bicubic_warps.py python/tests/test_timm.py python/tests/test_formats.py -k "gpu or cuda or queued or device" 2>&1 | tail -n 15
+    python/tests/test_bicubic_warps.py python/tests/test_timm.py python/tests/test_formats.py python/tests/test_augment.py -k "gpu or cuda or queued or device" 2>&1 | tail -n 15
   exit 0
 fi
 FORMATS=${2:?usage: bench/gpu_round.sh --more FORMATS_DIR}

@@ -13,7 +13,8 @@
 # DALI is used where `import nvidia.dali` works (PYTHONPATH); otherwise its
 # rows say why they were skipped. Environment: STOKER_THREADS (default
 # "2 4 8 14"), DALI_THREADS ("4 8 12"), DALI_HW_LOADS ("0.65 0.9"),
-# TRAIN=0 to measure the loaders alone.
+# TRAIN=0 to measure the loaders alone, R18_REPEAT=N to run the ResNet-18
+# step fed by stoker (14 threads) N times (the must-reach holds in every run).
 set -u
 SRC=${1:?usage: bench/jpeg_suite.sh SRC [COPIES]}
 COPIES=${2:-34}
@@ -68,7 +69,9 @@ if [ "${TRAIN:-1}" = 1 ]; then
   TA="--epochs 3 --steps 110 --warmup-steps 30"
   record "r18 synthetic" $TR --arch resnet18 --synthetic --num-classes "$COPIES" --steps 80 --warmup-steps 20
   record "r18 stoker t4" $TR --arch resnet18 --data "$D" --loader stoker --workers 4 $TA
-  record "r18 stoker t14" $TR --arch resnet18 --data "$D" --loader stoker --workers 14 $TA
+  for r in $(seq 1 "${R18_REPEAT:-1}"); do
+    record "r18 stoker t14 run$r" $TR --arch resnet18 --data "$D" --loader stoker --workers 14 $TA
+  done
   record "r18 stoker t14 share0.3" $TR --arch resnet18 --data "$D" --loader stoker --workers 14 \
     --gpu-cpu-share 0.3 $TA
   record "r18 dali t12" $PY bench/dali_jpeg.py --train resnet18 --data "$D" --threads 12 \
