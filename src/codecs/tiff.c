@@ -159,7 +159,12 @@ int stk__tiff_header(stk__fmtdec *f, char *msg, size_t msglen) {
   int b = s->bits, p = s->photometric, spp = s->spp;
   int ok = s->planar == PLANARCONFIG_CONTIG && fmt == SAMPLEFORMAT_UINT;
   if (p == PHOTOMETRIC_MINISBLACK || p == PHOTOMETRIC_MINISWHITE)
-    ok = ok && spp >= 1 && spp <= 2 && (b == 1 || b == 2 || b == 4 || b == 8 || (b == 16 && spp == 1 && p == PHOTOMETRIC_MINISBLACK));
+    /* 16-bit grey of either photometric is read here, never by
+     * TIFFRGBAImage: its 16-bit grey tile writer steps over a clipped tile's
+     * skipped columns in bytes, not samples, and so misplaces (and
+     * misaligns) every row after the first of a tiled image whose width is
+     * not a whole number of tiles */
+    ok = ok && spp >= 1 && spp <= 2 && (b == 1 || b == 2 || b == 4 || b == 8 || b == 16);
   else if (p == PHOTOMETRIC_PALETTE)
     ok = ok && spp == 1 && (b == 1 || b == 2 || b == 4 || b == 8) &&
          TIFFGetField(tif, TIFFTAG_COLORMAP, &s->cmap[0], &s->cmap[1], &s->cmap[2]);
@@ -216,7 +221,8 @@ static void convert_row(const tiff_state *s, const uint8_t *in, uint8_t *out, in
       if (b == 16) g = clip8(v);
       else if (b == 8) g = (uint8_t)v;
       else g = (uint8_t)(v * 255 / max); /* Pillow's L;2, L;4 and 1 unpackers: exact multiples */
-      if (s->photometric == PHOTOMETRIC_MINISWHITE) g = (uint8_t)(255 - g);
+      /* Pillow reads 16-bit white-is-zero as I;16, not inverted */
+      if (s->photometric == PHOTOMETRIC_MINISWHITE && b != 16) g = (uint8_t)(255 - g);
       out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = g;
     }
     break;
