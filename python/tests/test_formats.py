@@ -248,7 +248,7 @@ def test_webp_limits_and_truncation(tmp_path):
 # ---- TIFF -------------------------------------------------------------------------
 
 
-def _tiff_bytes(a, tile=None, big_endian=False, photometric=None):
+def _tiff_bytes(a, tile=None, big_endian=False, photometric=None, tags=()):
     """An uncompressed TIFF of `a` (H x W [x C], uint8 or uint16) written
     here: tiled layouts and 16-bit RGB, which this Pillow does not write."""
     import struct
@@ -282,7 +282,7 @@ def _tiff_bytes(a, tile=None, big_endian=False, photometric=None):
     n = len(chunks)
     # arrays that do not fit in an entry go after the IFD
     entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, spp, [bits] * spp), (259, 3, 1, 1),
-               (262, 3, 1, photometric), (277, 3, 1, spp), (284, 3, 1, 1)]
+               (262, 3, 1, photometric), (277, 3, 1, spp), (284, 3, 1, 1)] + list(tags)
     if tile:
         entries += [(322, 4, 1, tile[0]), (323, 4, 1, tile[1]), (324, 4, n, offsets),
                     (325, 4, n, [len(c) for c in chunks])]
@@ -358,6 +358,24 @@ def test_tiff_truncated_and_limits(tmp_path):
                             max_decode_bytes=4 << 20)
     with pytest.raises(stoker.DecodeError, match="max_decode_bytes"):
         next(iter(ld))
+
+
+def test_tiff_16bit_grey_never_misplaced(tmp_path):
+    """16-bit grey with extra samples, in tiles that do not divide the width,
+    is read as its first sample clipped at 255 (Pillow opens none of these;
+    libtiff's RGBA reader misplaced their rows); 16-bit grey that stoker does
+    not read itself (signed samples) is refused, not misplaced."""
+    a = (np.stack([rgb(26)[..., 0], rgb(27)[..., 0], rgb(28)[..., 0]], -1).astype(np.uint16) * 1.2).astype(np.uint16)
+    items = [(f"grey16x3_{ph}.tif", lambda p, ph=ph: open(p, "wb").write(_tiff_bytes(a, tile=(32, 16), photometric=ph)))
+             for ph in (0, 1)]
+    paths = save_all(tmp_path, items)
+    want = np.repeat(np.minimum(a[..., :1], 255).astype(np.uint8), 3, axis=2)
+    for p, got in zip(paths, decoded(paths)):
+        assert np.array_equal(got, want), p
+    p = tmp_path / "signed16.tif"
+    p.write_bytes(_tiff_bytes(a[..., 0], tile=(32, 16), tags=[(339, 3, 1, 2)]))
+    with pytest.raises(stoker.DecodeError, match="16-bit greyscale other than unsigned"):
+        _stoker.check_file(str(p))
 
 
 # ---- pack: caches and tar shards take every format -------------------------------

@@ -157,14 +157,16 @@ int stk__tiff_header(stk__fmtdec *f, char *msg, size_t msglen) {
     s->photometric = PHOTOMETRIC_RGB;
   }
   int b = s->bits, p = s->photometric, spp = s->spp;
-  int ok = s->planar == PLANARCONFIG_CONTIG && fmt == SAMPLEFORMAT_UINT;
+  /* one sample a pixel is the same bytes in either planar layout */
+  int ok = (s->planar == PLANARCONFIG_CONTIG || spp == 1) && fmt == SAMPLEFORMAT_UINT;
   if (p == PHOTOMETRIC_MINISBLACK || p == PHOTOMETRIC_MINISWHITE)
-    /* 16-bit grey of either photometric is read here, never by
+    /* Grey with any number of extra samples is read here (the first sample,
+     * as TIFFRGBAImage reads it), so that 16-bit grey never reaches
      * TIFFRGBAImage: its 16-bit grey tile writer steps over a clipped tile's
      * skipped columns in bytes, not samples, and so misplaces (and
      * misaligns) every row after the first of a tiled image whose width is
-     * not a whole number of tiles */
-    ok = ok && spp >= 1 && spp <= 2 && (b == 1 || b == 2 || b == 4 || b == 8 || b == 16);
+     * not a whole number of tiles. decode_rgba refuses what is left. */
+    ok = ok && spp >= 1 && (b == 1 || b == 2 || b == 4 || b == 8 || b == 16);
   else if (p == PHOTOMETRIC_PALETTE)
     ok = ok && spp == 1 && (b == 1 || b == 2 || b == 4 || b == 8) &&
          TIFFGetField(tif, TIFFTAG_COLORMAP, &s->cmap[0], &s->cmap[1], &s->cmap[2]);
@@ -272,6 +274,14 @@ static int decode_rgba(stk__fmtdec *f, TIFF *tif, tiff_state *s, uint8_t *out, c
   TIFFRGBAImage img;
   char why[1024];
   int ok = TIFFRGBAImageBegin(&img, tif, 0, why);
+  if (ok && img.isContig && img.bitspersample == 16 &&
+      (img.photometric == PHOTOMETRIC_MINISBLACK || img.photometric == PHOTOMETRIC_MINISWHITE)) {
+    /* signed or floating 16-bit grey, or grey that libtiff's defaults call
+     * so: its 16-bit grey writer (above) would misplace the rows */
+    TIFFRGBAImageEnd(&img);
+    snprintf(s->err, sizeof s->err, "16-bit greyscale other than unsigned samples in one plane");
+    return tiff_failure(f, s, STK_EDECODE, "unsupported layout", msg, msglen);
+  }
   if (ok) {
     img.req_orientation = ORIENTATION_TOPLEFT;
     ok = TIFFRGBAImageGet(&img, f->scratch.p, (uint32_t)w, (uint32_t)h);
