@@ -14,7 +14,7 @@
 # rows say why they were skipped. Environment: STOKER_THREADS (default
 # "2 4 8 14"), DALI_THREADS ("4 8 12"), DALI_HW_LOADS ("0.65 0.9"),
 # TRAIN=0 to measure the loaders alone, R18_REPEAT=N to run the ResNet-18
-# step fed by stoker (14 threads) N times (the must-reach holds in every run).
+# step fed by stoker (14 threads) N times, to show its run-to-run spread.
 set -u
 SRC=${1:?usage: bench/jpeg_suite.sh SRC [COPIES]}
 COPIES=${2:-34}
