@@ -250,7 +250,8 @@ def test_webp_limits_and_truncation(tmp_path):
 
 def _tiff_bytes(a, tile=None, big_endian=False, photometric=None, tags=()):
     """An uncompressed TIFF of `a` (H x W [x C], uint8 or uint16) written
-    here: tiled layouts and 16-bit RGB, which this Pillow does not write."""
+    here: tiled layouts and 16-bit RGB, which this Pillow does not write.
+    photometric=False leaves the PhotometricInterpretation tag out."""
     import struct
 
     e = ">" if big_endian else "<"
@@ -283,6 +284,8 @@ def _tiff_bytes(a, tile=None, big_endian=False, photometric=None, tags=()):
     # arrays that do not fit in an entry go after the IFD
     entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, spp, [bits] * spp), (259, 3, 1, 1),
                (262, 3, 1, photometric), (277, 3, 1, spp), (284, 3, 1, 1)] + list(tags)
+    if photometric is False:
+        entries = [t for t in entries if t[0] != 262]
     if tile:
         entries += [(322, 4, 1, tile[0]), (323, 4, 1, tile[1]), (324, 4, n, offsets),
                     (325, 4, n, [len(c) for c in chunks])]
@@ -376,6 +379,48 @@ def test_tiff_16bit_grey_never_misplaced(tmp_path):
     p.write_bytes(_tiff_bytes(a[..., 0], tile=(32, 16), tags=[(339, 3, 1, 2)]))
     with pytest.raises(stoker.DecodeError, match="16-bit greyscale other than unsigned"):
         _stoker.check_file(str(p))
+
+
+def _without_photometric(save):
+    """A TIFF that `save(path)` writes with Pillow, its Photometric tag
+    (262) renamed Threshholding (263, which no reader here uses): the entry
+    keeps its place, so the directory stays sorted."""
+    def write(p):
+        save(p)
+        data = bytearray(open(p, "rb").read())
+        assert data[:4] == b"II*\0"
+        ifd = int.from_bytes(data[4:8], "little")
+        n = int.from_bytes(data[ifd:ifd + 2], "little")
+        for i in range(n):
+            e = ifd + 2 + 12 * i
+            if int.from_bytes(data[e:e + 2], "little") == 262:
+                data[e:e + 2] = (263).to_bytes(2, "little")
+                break
+        else:
+            raise AssertionError("no Photometric tag")
+        open(p, "wb").write(bytes(data))
+    return write
+
+
+def test_tiff_without_photometric_reads_as_pillow(tmp_path):
+    """PhotometricInterpretation is required, but files without it exist.
+    Pillow reads a missing tag as 0, white-is-zero: 1- and 8-bit grey come
+    out inverted (16-bit, read as I;16, does not invert), where libtiff's RGBA
+    reader would assume black-is-zero. stoker reads them as Pillow does."""
+    a = rgb(29)
+    g16 = (rgb(30)[..., 0].astype(np.uint16) * 1.2).astype(np.uint16)
+    items = [
+        ("grey_raw.tif", lambda p: open(p, "wb").write(_tiff_bytes(a[..., 0], photometric=False))),
+        ("grey_tiled.tif", lambda p: open(p, "wb").write(_tiff_bytes(a[..., 1], tile=(32, 16), photometric=False))),
+        ("grey16.tif", lambda p: open(p, "wb").write(_tiff_bytes(g16, photometric=False))),
+        ("grey_lzw.tif", _without_photometric(lambda p: im(a, "L").save(p, compression="tiff_lzw"))),
+        ("bilevel.tif", _without_photometric(lambda p: im(a, "1").save(p))),
+        ("bilevel_g4.tif", _without_photometric(lambda p: im(a, "1").save(p, compression="group4"))),
+    ]
+    paths = save_all(tmp_path, items)
+    # the reference is Pillow's, but make sure it is the inverted reading
+    assert np.array_equal(pillow(paths[0])[..., 0], 255 - a[..., 0])
+    check_exact(paths)
 
 
 # ---- pack: caches and tar shards take every format -------------------------------

@@ -146,8 +146,17 @@ int stk__tiff_header(stk__fmtdec *f, char *msg, size_t msglen) {
   TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &comp);
   TIFFGetFieldDefaulted(tif, TIFFTAG_EXTRASAMPLES, &nextra, &extra);
   TIFFGetFieldDefaulted(tif, TIFFTAG_INKSET, &inkset);
-  if (!TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &s->photometric))
-    s->photometric = s->spp >= 3 ? PHOTOMETRIC_RGB : PHOTOMETRIC_MINISBLACK;
+  if (!TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &s->photometric)) {
+    /* The tag is required, but files without it exist. Pillow reads a
+     * missing tag as 0, white-is-zero (so 1- and 8-bit grey are inverted;
+     * it opens nothing of three or more samples); libtiff's RGBA reader
+     * would assume black-is-zero for one sample. As Pillow for fewer than
+     * three samples, RGB (libtiff's guess) for more; the tag is set so that
+     * the RGBA reader, should it be used, reads the same. (libtiff sets
+     * YCbCr itself for old-style JPEG.) */
+    s->photometric = s->spp >= 3 ? PHOTOMETRIC_RGB : PHOTOMETRIC_MINISWHITE;
+    TIFFSetField(tif, TIFFTAG_PHOTOMETRIC, s->photometric);
+  }
   if (w > INT32_MAX || h > INT32_MAX)
     return tiff_failure(f, s, STK_EDECODE, "size out of range", msg, msglen);
   s->extra_assoc = nextra && extra && extra[0] == EXTRASAMPLE_ASSOCALPHA;
