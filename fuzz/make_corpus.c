@@ -17,6 +17,7 @@
 #include "codecs/encode.h"
 #include "core/common.h"
 #include "sources/cache_format.h"
+#include "sources/index.h"
 #include "synth/synth.h"
 
 static const char *g_out;
@@ -466,6 +467,43 @@ static void cache(const char *name, uint32_t enc, int n, int nclasses, const uin
   free(b.p);
 }
 
+/* ---- folder indexes ------------------------------------------------------- */
+
+/* An index as index.c lays it out (see its opening comment), for the root
+ * /data with classes a and b and the given sample paths (labels 0, 1),
+ * sealed with its checksum. */
+static void folder_index(const char *name, const char *path_a, const char *path_b) {
+  static const char root[] = "/data", classes[] = "a\0b", dirs[] = "\0a\0b";
+  uint64_t hd[12] = {0};
+  memcpy(hd, "STKINDEX", 8);
+  uint32_t ver[2] = {1, 0x01020304u};
+  memcpy(&hd[1], ver, 8);
+  hd[2] = 2; /* classes */
+  hd[3] = 2; /* samples */
+  hd[4] = 3; /* folders */
+  hd[5] = sizeof root;
+  hd[6] = sizeof classes;
+  hd[7] = sizeof dirs;
+  hd[8] = strlen(path_a) + strlen(path_b) + 2;
+  hd[9] = 1000000000; /* scan start: long after the folders' mtimes below */
+  bytes b = {0};
+  add(&b, hd, sizeof hd);
+  add(&b, root, sizeof root);
+  for (int i = 0; i < 3; i++) {
+    int64_t rec[3] = {900000000 + i, 0, (int64_t)(100 + i)};
+    add(&b, rec, sizeof rec);
+  }
+  int32_t lab[2] = {0, 1};
+  add(&b, lab, sizeof lab);
+  add(&b, classes, sizeof classes);
+  add(&b, dirs, sizeof dirs);
+  add(&b, path_a, strlen(path_a) + 1);
+  add(&b, path_b, strlen(path_b) + 1);
+  stk__index_seal(b.p, b.n);
+  put("index", name, b.p, b.n);
+  free(b.p);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: make_corpus OUT\n");
@@ -481,6 +519,8 @@ int main(int argc, char **argv) {
   tars(jpg, jl, png, pl);
   cache("raw_3", STK_CACHE_RAW, 3, 2, NULL, 0);
   cache("jpeg_2", STK_CACHE_JPEG, 2, 1, jpg, jl);
+  folder_index("two", "a/x.jpg", "b/sub/y.png");
+  folder_index("forged", "a/../../etc/hostname", "b/y.png");
   free(jpg);
   free(png);
   return 0;

@@ -556,6 +556,38 @@ int main(void) {
               "why: %s", st.why);
   }
 
+  /* ---- (4b) a forged index (checksum recomputed) never leads outside ---- */
+  {
+    /* Each forgery replaces one sample's path with one that leaves the root
+     * or its class, in an index otherwise sound and fresh: refused, and the
+     * table rebuilt from the tree. */
+    const char *forged[] = {"../outside/o1.jpg", "zebra/../../x.jpg", "A class/with space.webp",
+                            "zebra//a.jpg", "zebra/./a.jpg"};
+    char *real = realpath(g_root, NULL);
+    CHECK(real != NULL);
+    for (int k = 0; k < (int)(sizeof forged / sizeof forged[0]); k++) {
+      stk__dataset fds;
+      stk__dirsig sig = {0};
+      CHECK_EQ_INT(stk__folder_scan(&fds, g_root, 1, &sig, NULL, msg, sizeof msg), STK_OK);
+      int64_t victim = -1;
+      for (int64_t i = 0; i < fds.n; i++)
+        if (strstr(stk__dataset_path(&fds, i), "zebra/sub/deeper/z.TIFF")) victim = i;
+      CHECK(victim >= 0);
+      char *at = strstr((char *)stk__dataset_path(&fds, victim), "zebra/sub/deeper/z.TIFF");
+      memcpy(at, forged[k], strlen(forged[k]) + 1); /* never longer than what it replaces */
+      char why[512];
+      CHECK_EQ_INT(stk__index_write(idxfile, g_root, real, &fds, &sig, NULL, why, sizeof why),
+                   STK_OK);
+      stk__dataset_free(&fds);
+      stk__dirsig_free(&sig);
+      st = OPEN(1, g_idx); /* compares the table with the tree's */
+      CHECK_MSG(!st.from_index && st.index_state == STK__INDEX_CORRUPT &&
+                    strstr(st.why, "below the root") && strstr(st.why, idxfile),
+                "%s: %d %d %s", forged[k], st.from_index, st.index_state, st.why);
+    }
+    free(real);
+  }
+
   /* ---- (5) where, and when not ---- */
   char dir0[600];
   snprintf(dir0, sizeof dir0, "%s/never", g_tmp);

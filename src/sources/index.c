@@ -157,6 +157,49 @@ static int strings_ok(const char *b, uint64_t len, uint64_t count, int allow_emp
   return p == end;
 }
 
+/*
+ * An index is untrusted input (a shared index folder, or one synced from a
+ * bucket, is written by others), and its checksum is no signature: anyone
+ * can recompute it. So every relative path must stay below the root: no
+ * absolute path, no "." or ".." component, no empty one. A sample path must
+ * also begin with its class's folder, as the scan makes it, and a class name
+ * must be one folder name. Returns the first offending string, or NULL.
+ */
+static int component_ok(const char *c, size_t n) {
+  return n > 0 && !(n == 1 && c[0] == '.') && !(n == 2 && c[0] == '.' && c[1] == '.');
+}
+static int rel_ok(const char *p, int allow_empty) {
+  if (!*p) return allow_empty;
+  for (;;) {
+    const char *slash = strchr(p, '/');
+    size_t n = slash ? (size_t)(slash - p) : strlen(p);
+    if (!component_ok(p, n)) return 0;
+    if (!slash) return 1;
+    p = slash + 1;
+  }
+}
+static const char *outside_root(const char *cls, uint64_t nclasses, const char *dirs,
+                                uint64_t ndirs, const char *paths, uint64_t nsamples,
+                                const uint8_t *lab) {
+  const char **name = malloc((size_t)nclasses * sizeof *name);
+  if (!name) return "(out of memory)";
+  const char *bad = NULL, *p = cls;
+  for (uint64_t c = 0; c < nclasses && !bad; c++, p += strlen(p) + 1)
+    if (strchr(p, '/') || !rel_ok(p, 0)) bad = p;
+    else name[c] = p;
+  p = dirs;
+  for (uint64_t i = 0; i < ndirs && !bad; i++, p += strlen(p) + 1)
+    if (!rel_ok(p, 1)) bad = p;
+  p = paths;
+  for (uint64_t i = 0; i < nsamples && !bad; i++, p += strlen(p) + 1) {
+    const char *c = name[get32(lab + i * 4)]; /* labels were checked in range */
+    size_t cl = strlen(c);
+    if (!rel_ok(p, 0) || strncmp(p, c, cl) != 0 || p[cl] != '/') bad = p;
+  }
+  free(name);
+  return bad;
+}
+
 /* The folder checks: every recorded folder stat'ed, by a few threads when
  * there are many (on network storage each stat is a round trip). */
 typedef struct {
@@ -294,6 +337,8 @@ int stk__index_read(const char *path, const char *root, const char *real, stk__d
     if (l < prev || (uint64_t)l >= nclasses) BAD("index %s: labels out of order or range", path);
     prev = l;
   }
+  const char *bad = outside_root(cls, nclasses, dirp, ndirs, paths, nsamples, lab);
+  if (bad) BAD("index %s: path \"%.200s\" is not a folder or file below the root", path, bad);
   /* the file is sound; now, is it this tree's, unchanged? */
   if (strcmp(rootp, real) != 0) {
     rc = stk__fail(why, whylen, STK__INDEX_STALE, "index %s is for %s, not %s", path, rootp, real);
@@ -405,6 +450,11 @@ static int make_parent(const char *file) {
   return mkdir(d, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+void stk__index_seal(uint8_t *b, size_t n) {
+  if (n < HEADER) return;
+  put64(b + 88, stk__hash64(b + HEADER, n - HEADER, stk__hash64(b, 88, HASH_SEED)));
+}
+
 int stk__index_write(const char *path, const char *root, const char *real,
                      const stk__dataset *ds, const stk__dirsig *sig, int64_t *bytes, char *why,
                      size_t whylen) {
@@ -459,7 +509,7 @@ int stk__index_write(const char *path, const char *root, const char *real,
     memcpy(o, p, l);
     o += l;
   }
-  put64(b + 88, stk__hash64(b + HEADER, (size_t)body, stk__hash64(b, 88, HASH_SEED)));
+  stk__index_seal(b, (size_t)(HEADER + body));
   int rc = stk__write_file_atomic(path, b, (size_t)(HEADER + body), why, whylen);
   if (rc == STK_OK && bytes) *bytes = (int64_t)(HEADER + body);
   free(b);

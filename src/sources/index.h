@@ -89,6 +89,11 @@ int stk__index_write(const char *path, const char *root, const char *real,
                      const stk__dataset *ds, const stk__dirsig *sig, int64_t *bytes, char *why,
                      size_t whylen);
 
+/* Writes the checksum of the index image b[0..n) into its header (a no-op
+ * when n is shorter than the header). The checksum catches damage, not
+ * forgery: anyone can compute it, so the reader checks every field anyway. */
+void stk__index_seal(uint8_t *b, size_t n);
+
 /* True when a signature holds a folder whose mtime is too close to the
  * scan's start to be trusted (see index.c). */
 int stk__dirsig_racy(const stk__dirsig *g);
