@@ -131,11 +131,17 @@ tools_venv() {
       || { echo "install-deps: pip install timm into $venv failed" >&2; exit 1; }
   fi
   # JAX on the CPU, for the tests of stoker.jax; 0.4.38 is the last that
-  # accepts the numpy of Debian 12 (1.24), which the tests run with
-  if ! "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('jax'))" \
+  # accepts the numpy of Debian 12 (1.24), which the tests run with, and
+  # ml_dtypes (which jaxlib imports) must stay below 0.5: later ones are
+  # built for numpy 2 and fail to import beside 1.24. An ml_dtypes of 0.5 or
+  # later, left by an earlier install, is replaced.
+  if ! "$venv/bin/python" -c "import importlib.util as u, importlib.metadata as m, sys
+sys.exit(not u.find_spec('jax')
+         or tuple(int(x) for x in m.version('ml_dtypes').split('.')[:2]) >= (0, 5))" \
     >/dev/null 2>&1; then
     echo "install-deps: installing jax[cpu] into $venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "jax[cpu]==0.4.38" \
+      "ml_dtypes<0.5" \
       || { echo "install-deps: pip install jax[cpu] into $venv failed" >&2; exit 1; }
   fi
 }
