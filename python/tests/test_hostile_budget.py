@@ -144,31 +144,58 @@ def test_keywords_reach_the_loader(bombs, tmp_path):
             list(ld)
 
 
-@pytest.mark.skipif(not hasattr(os, "setuid"), reason="needs setuid")
+@pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "setuid"), reason="needs fork and setuid")
 def test_unreadable_folder_is_permission_error():
+    """A class folder the user cannot enter is a PermissionError naming it.
+
+    Root enters any folder, so under root the check runs in a forked child
+    that drops to nobody (65534) first. The child is this process, stoker
+    already imported: it needs nothing from the checkout, the interpreter's
+    or a virtualenv's folders (which a checkout in a private folder, as a
+    fresh clone in `mktemp -d`, would hide from nobody), only the dataset."""
     import pathlib
+    import select
     import shutil
+    import signal
     import tempfile
-    tmp_path = pathlib.Path(tempfile.mkdtemp())  # under /tmp: reachable for another user
+    tmp_path = pathlib.Path(tempfile.mkdtemp())  # 0700: reachable for root only, until chmod
     (tmp_path / "c0").mkdir()
     (tmp_path / "c0" / "a.jpg").write_bytes(_jpeg_bomb(8, 1))
     os.chmod(tmp_path, 0o755)
     os.chmod(tmp_path / "c0", 0)
-    code = ("import stoker, sys\n"
-            "try:\n    stoker.ImageLoader(sys.argv[1])\n"
-            "except PermissionError as e:\n    print('PermissionError', e); sys.exit(0)\n"
-            "except Exception as e:\n    print(type(e).__name__, e); sys.exit(1)\n")
-
-    def drop():
-        if os.geteuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return to pytest
+        status = 1
+        try:
+            os.close(rfd)
+            signal.alarm(60)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            os.environ["HOME"] = "/nonexistent"
+            try:
+                stoker.ImageLoader(str(tmp_path), threads=1)
+                out = "no error"
+            except PermissionError as e:
+                out, status = f"PermissionError {e}", 0
+            except BaseException as e:
+                out = f"{type(e).__name__} {e}"
+            os.write(wfd, out.encode()[:4000])
+        finally:
+            os._exit(status)
+    os.close(wfd)
     try:
-        r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                           text=True, preexec_fn=drop, timeout=60,
-                           env={**os.environ, "HOME": "/nonexistent"})
+        ready, _, _ = select.select([rfd], [], [], 90)
+        out = os.read(rfd, 4096).decode() if ready else "the child did not answer in 90 s"
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        _, wstatus = os.waitpid(pid, 0)
     finally:
+        os.close(rfd)
         os.chmod(tmp_path / "c0", 0o755)
         shutil.rmtree(tmp_path)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "Permission denied" in r.stdout and "c0" in r.stdout
+    assert os.waitstatus_to_exitcode(wstatus) == 0, out
+    assert out.startswith("PermissionError"), out
+    assert "Permission denied" in out and "c0" in out, out
