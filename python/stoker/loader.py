@@ -43,12 +43,15 @@ _DTYPE_NAMES = {
 
 
 def _dtype_name(dtype):
+    """dtype= as the C library names it: a name ("float16"), a torch dtype, or
+    a numpy or JAX one (np.float16, jnp.bfloat16; read by name, without torch)."""
     if isinstance(dtype, str):
-        name = _DTYPE_NAMES.get(dtype.lower().replace("torch.", ""))
+        key = dtype
     else:
-        torch = _torch()
-        name = {torch.float32: "float32", torch.float16: "float16",
-                torch.bfloat16: "bfloat16", torch.uint8: "uint8"}.get(dtype)
+        # torch.float16 prints as "torch.float16"; numpy and JAX scalar types
+        # (np.float16, jnp.bfloat16) have a __name__, np.dtype objects a name
+        key = getattr(dtype, "__name__", None) or getattr(dtype, "name", None) or str(dtype)
+    name = _DTYPE_NAMES.get(str(key).lower().replace("torch.", ""))
     if name is None:
         raise ValueError(f"dtype must be {choices_text('dtype')}, got {dtype!r}")
     return name
@@ -82,9 +85,12 @@ def _cache_for(root, list_file, cache, max_side, threads, on_error, max_skipped_
         raise ValueError(f"cache: root must be an image folder, and {root!r} is not one (a "
                          "cache or tar shards are read as root directly)")
     cache = os.fspath(cache)
-    torch = _torch()
-    dist = torch.distributed
-    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    try:
+        import torch.distributed as dist  # absent under stoker.jax without torch: one process
+    except ImportError:
+        dist = None
+    multi = dist is not None and dist.is_available() and dist.is_initialized() and \
+        dist.get_world_size() > 1
     local0 = int(os.environ.get("LOCAL_RANK", dist.get_rank() if multi else 0)) == 0
     err = None
     if local0 and not os.path.exists(cache):
@@ -323,10 +329,12 @@ class ImageLoader:
     shuffle=...)``: iterating yields ``(images, labels)``, images a
     ``[B, 3, size, size]`` tensor, labels int64 ``[B]``. See docs/python.md.
 
-    The tensors share memory with the loader (no copy). Each batch keeps its
-    slot until both tensors are freed; the loader has ``prefetch + 2`` slots,
-    so keeping more batches than that alive raises RuntimeError: keep
-    ``.clone()``\\ s of what must outlive the loop.
+    The images share memory with the loader (no copy). Each batch keeps its
+    slot until its images tensor is freed; the loader has ``prefetch + 2``
+    slots, so keeping more images tensors than that alive raises
+    RuntimeError: keep ``.clone()``\\ s of what must outlive the loop. The
+    labels are a copy of their own (they are small): keeping them costs no
+    slot.
     """
 
     batch_size: int
@@ -415,7 +423,7 @@ class ImageLoader:
         shuffling, caches, the GPU's CPU share, read timeouts) are described in
         docs/python.md, which also lists the exceptions.
         """
-        torch = _torch()
+        self._require_backend()
         root, list_file, list_base, pipeline, imagefolder = self._resolve_source(
             root, list_file, list_base, pipeline)
 
@@ -424,7 +432,7 @@ class ImageLoader:
         rank, world_size = _dist_defaults(rank, world_size)
         self._seed_drawn = seed is None
         if seed is None:
-            seed = _draw_seed(torch)
+            seed = self._default_seed()
         cache_from = None
         if cache is not None:
             cache_from, root = root, _cache_for(root, list_file, cache, cache_max_side, threads,
@@ -557,10 +565,30 @@ class ImageLoader:
                 "reads the folder as ImageFolder does, pass a plain ImageFolder or its .root")
         return counts
 
+    # ---- the array type of the batches ---------------------------------------
+    # ImageLoader hands out torch tensors. stoker.jax subclasses it with host
+    # numpy arrays instead, so that it runs where torch is not installed:
+    # these methods are the only places that need torch.
+
+    def _require_backend(self) -> None:
+        """Raises, naming what to install, when the batches' array library is absent."""
+        _torch()
+
+    def _default_seed(self) -> int:
+        """seed=None: drawn from torch's default generator (see _draw_seed)."""
+        return _draw_seed(_torch())
+
+    def _copy_labels(self, labels: Any) -> Any:
+        """The labels as a tensor of their own: they are small, and a copy does
+        not hold the batch slot, so keeping only the labels of each batch (a
+        list of targets for a confusion matrix) costs nothing, as with
+        DataLoader. (A device batch's copy is queued on the consumer's stream,
+        before the slot can go back: see Loader.next in _stoker.c.)"""
+        return labels.clone()
+
     def _init_state(self, opts, counts, dtype_name, shuffle, pin_memory):
         """What the Python side keeps of an open loader: its shape, its fingerprint
         (state_dict), the epoch bookkeeping and the pinned-batch guard."""
-        torch = _torch()
         self._dtype_name = dtype_name
         self.batch_size = opts["batch_size"]
         self.pipeline = opts["pipeline"]
@@ -585,8 +613,13 @@ class ImageLoader:
         self._partial: Optional[int] = None
         self._resume: Optional[Tuple[int, int]] = None  # (epoch, batch) set by load_state_dict
         self._pass: Optional["weakref.ReferenceType[_Pass]"] = None  # the live _Pass, if any
-        self._from_dlpack = torch.utils.dlpack.from_dlpack
         self._device = opts["device"]
+        self._init_arrays(pin_memory)
+
+    def _init_arrays(self, pin_memory: bool) -> None:
+        """The DLPack consumer of the batches (torch's) and the pinned-memory state."""
+        torch = _torch()
+        self._from_dlpack = torch.utils.dlpack.from_dlpack
         # pin_memory: CPU batch slots page-locked through the CUDA runtime,
         # each once, the first time it is handed out, so that
         # .cuda(non_blocking=True) is a true asynchronous copy
@@ -1074,7 +1107,9 @@ class _Pass:
             raise StopIteration
         cap_images, cap_labels, epoch, batch_index, indices = r
         images = ld._from_dlpack(cap_images)
-        labels = ld._from_dlpack(cap_labels)
+        # the labels are copied out: only the images hold the batch slot
+        labels = ld._copy_labels(ld._from_dlpack(cap_labels))
+        del cap_labels
         if ld._pin:
             ld._pin_slot(images)
             ld._guard_pinned(images)

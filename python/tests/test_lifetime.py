@@ -64,17 +64,35 @@ def test_holding_every_slot_raises_and_keeps_values(folder):
     assert sum(1 for _ in it) == len(ld) - 5
 
 
-def test_a_batch_is_released_only_when_both_tensors_are_gone(folder):
+def test_keeping_only_the_labels_holds_no_slot(folder):
+    # DataLoader's habit: targets.append(y) for a confusion matrix. The
+    # labels are copied out of the slot, so the loop keeps every batch's
+    # labels (16 batches, 4 slots) and each keeps its own values.
+    ld = loader(folder, seed=5)
+    kept, want = [], []
+    for b in ld.iter_batches():
+        kept.append(b.labels)
+        want.append([ld.samples[i][1] for i in b.indices])
+    assert len(kept) == len(ld) == 16 > ld.num_slots
+    assert [y.tolist() for y in kept] == want
+    # mix=: the soft labels are copied too
+    ld = loader(folder, seed=5, mix=stoker.transforms.MixUp(alpha=1.0))
+    kept = [y for _, y in ld]
+    assert len(kept) == 16 and all(y.shape == (2, 4) for y in kept)
+    assert all(torch.allclose(y.sum(1), torch.ones(2)) for y in kept)
+
+
+def test_a_batch_is_released_only_when_its_images_are_gone(folder):
     ld = loader(folder)
     it = iter(ld)
-    labels_only = []
+    images_only = []
     for _ in range(ld.num_slots):
         images, labels = next(it)
-        labels_only.append(labels)  # the images tensor is dropped, the labels kept
-        del images
+        images_only.append(images)  # the labels are dropped, the images kept
+        del labels
     with pytest.raises(RuntimeError, match="slot"):
         next(it)
-    labels_only.clear()
+    images_only.clear()
     assert next(it)[0].shape[0] == 2
 
 
