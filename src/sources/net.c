@@ -68,6 +68,7 @@ static struct {
   int (*easy_setopt)(CURL *, int, ...);
   int (*easy_getinfo)(CURL *, int, ...);
   void (*easy_cleanup)(CURL *);
+  int (*easy_perform)(CURL *);
   const char *(*easy_strerror)(int);
   CURLM *(*multi_init)(void);
   int (*multi_setopt)(CURLM *, int, ...);
@@ -105,6 +106,7 @@ static void cu_load(void) {
       {"curl_easy_setopt", (void **)&cu.easy_setopt},
       {"curl_easy_getinfo", (void **)&cu.easy_getinfo},
       {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
+      {"curl_easy_perform", (void **)&cu.easy_perform},
       {"curl_easy_strerror", (void **)&cu.easy_strerror},
       {"curl_multi_init", (void **)&cu.multi_init},
       {"curl_multi_setopt", (void **)&cu.multi_setopt},
@@ -146,6 +148,78 @@ const char *stk__net_version(void) {
   return cu_why[0] ? cu_why : cu_version;
 }
 
+/* ---- one blocking request, for the credential providers ------------------ */
+
+typedef struct {
+  char *data;
+  size_t len, max;
+} fetch_buf;
+
+static size_t fetch_body(char *p, size_t sz, size_t nm, void *ud) {
+  fetch_buf *b = ud;
+  size_t n = sz * nm;
+  if (b->len + n > b->max) return 0; /* over the bound: the transfer fails */
+  memcpy(b->data + b->len, p, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+  return n;
+}
+
+/* Outside any client and its I/O thread: the providers run it from the
+ * opening thread or their own renewal thread, so a slow metadata service
+ * never holds up a read. */
+int stk__http_fetch(const char *method, const char *url, const char *const *headers,
+                    const char *body, long timeout_ms, size_t max, char **out, long *status,
+                    char *msg, size_t msglen) {
+  *out = NULL;
+  *status = 0;
+  pthread_once(&cu_once, cu_load);
+  if (cu_why[0]) return stk__fail(msg, msglen, STK_EIO, "%s", cu_why);
+  fetch_buf b = {calloc(1, max + 1), 0, max};
+  CURL *e = b.data ? cu.easy_init() : NULL;
+  if (!e) {
+    free(b.data);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for a request");
+  }
+  struct curl_slist *hl = NULL;
+  for (int i = 0; headers && headers[i]; i++) {
+    struct curl_slist *s = cu.slist_append(hl, headers[i]);
+    if (s) hl = s;
+  }
+  char err[256] = "";
+  cu.easy_setopt(e, O_URL, url);
+  cu.easy_setopt(e, O_PROTOCOLS_STR, "http,https");
+  cu.easy_setopt(e, O_NOSIGNAL, 1L);
+  cu.easy_setopt(e, O_USERAGENT, "stoker");
+  cu.easy_setopt(e, O_HTTPHEADER, hl);
+  cu.easy_setopt(e, O_WRITEFUNCTION, fetch_body);
+  cu.easy_setopt(e, O_WRITEDATA, &b);
+  cu.easy_setopt(e, O_ERRORBUFFER, err);
+  cu.easy_setopt(e, O_CUSTOMREQUEST, method);
+  if (body) { /* an empty body is sent with its Content-Length: 0 */
+    cu.easy_setopt(e, O_POSTFIELDS, body);
+    cu.easy_setopt(e, O_POSTFIELDSIZE_LARGE, (int64_t)strlen(body));
+  }
+  const char *ca = getenv("AWS_CA_BUNDLE");
+  if (!ca || !*ca) ca = getenv("CURL_CA_BUNDLE");
+  if (ca && *ca) cu.easy_setopt(e, O_CAINFO, ca);
+  cu.easy_setopt(e, O_CONNECTTIMEOUT_MS, timeout_ms);
+  cu.easy_setopt(e, O_TIMEOUT_MS, timeout_ms);
+  int r = cu.easy_perform(e);
+  cu.easy_getinfo(e, I_RESPONSE_CODE, status);
+  cu.easy_cleanup(e);
+  cu.slist_free_all(hl);
+  if (r != E_OK) {
+    char u[512];
+    stk__url_redact(url, u, sizeof u);
+    memset(b.data, 0, b.len); /* a credential document may have come in part */
+    free(b.data);
+    return stk__fail(msg, msglen, STK_EIO, "%s: %s", u, err[0] ? err : cu.easy_strerror(r));
+  }
+  *out = b.data;
+  return STK_OK;
+}
+
 int stk__is_url(const char *name) {
   return name && (!strncmp(name, "s3://", 5) || !strncasecmp(name, "http://", 7) ||
                   !strncasecmp(name, "https://", 8));
@@ -169,7 +243,11 @@ void stk__url_redact(const char *url, char *out, size_t cap) {
 /* ---- requests ------------------------------------------------------------ */
 
 #define MAX_ACTIVE 32
-#define MAX_ATTEMPTS 12
+/* Attempts at a host name that does not resolve (most often a typo); other
+ * failures are retried until the request's deadline (read_timeout), however
+ * many attempts that takes: an outage of minutes must not fail a batch
+ * that read_timeout allows to wait. */
+#define DNS_ATTEMPTS 3
 
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
@@ -179,6 +257,7 @@ struct stk__net_req {
   char *url;               /* as given: for messages (redacted) and s3 names */
   uint64_t off, len, max;  /* the range; len 0 = to the end */
   int head;
+  int probe;               /* a probe that may 404 by design: not a failure */
   int state;
   int rc;
   int attempt;
@@ -249,7 +328,8 @@ static void finish(stk__net_req *q, int rc) {
   q->state = Q_DONE;
   stk__net *n = q->net;
   atomic_fetch_add(&n->micros, (uint64_t)((stk__now() - q->t0) * 1e6));
-  if (rc) atomic_fetch_add(&n->failures, 1);
+  /* a probe's 404 (classes.txt, an index beside a shard) is an answer */
+  if (rc && !(q->probe && q->status == 404)) atomic_fetch_add(&n->failures, 1);
   pthread_cond_broadcast(&n->done_cv);
 }
 
@@ -460,12 +540,13 @@ static void start(stk__net *n, stk__net_req *q) {
   if (ca && *ca) cu.easy_setopt(e, O_CAINFO, ca);
   /* A body that stalls (under 1 byte/s for this long) is retried; the
    * request's own deadline bounds the whole. */
-  double left = q->deadline - stk__now();
-  long stall = left < 30 ? (long)(left > 1 ? left : 1) : 30;
+  /* (no deadline: read_timeout=0, no limit; libcurl's 0 is none either) */
+  double left = q->deadline > 0 ? q->deadline - stk__now() : 0;
+  long stall = q->deadline > 0 && left < 30 ? (long)(left > 1 ? left : 1) : 30;
   cu.easy_setopt(e, O_LOW_SPEED_LIMIT, 1L);
   cu.easy_setopt(e, O_LOW_SPEED_TIME, stall);
   cu.easy_setopt(e, O_CONNECTTIMEOUT_MS, (long)(stall * 1000 < 10000 ? stall * 1000 : 10000));
-  cu.easy_setopt(e, O_TIMEOUT_MS, (long)(left > 0.05 ? left * 1000 : 50));
+  cu.easy_setopt(e, O_TIMEOUT_MS, q->deadline > 0 ? (long)(left > 0.05 ? left * 1000 : 50) : 0L);
   atomic_fetch_add(&n->requests, 1);
   if (cu.multi_add_handle(n->multi, e) != E_OK) {
     cu.easy_cleanup(e);
@@ -577,14 +658,14 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   }
   q->attempt++;
   /* a name that does not resolve is most often a typo: a few tries only */
-  int most = result == E_COULDNT_RESOLVE_HOST ? 3 : MAX_ATTEMPTS;
+  int most = result == E_COULDNT_RESOLVE_HOST ? DNS_ATTEMPTS : INT32_MAX;
   /* jittered exponential backoff: 50 ms, 100 ms, ... up to 5 s, times [0.5, 1) */
   double base = 0.05 * (double)(1u << (q->attempt < 7 ? q->attempt : 7));
   if (base > 5) base = 5;
   n->rng = stk__mix64(n->rng + 0x9e3779b97f4a7c15ULL);
   double wait = base * (0.5 + 0.5 * (double)(n->rng >> 11) * 0x1.0p-53);
   double now = stk__now();
-  if (q->attempt >= most || now + wait >= q->deadline) {
+  if (q->attempt >= most || (q->deadline > 0 && now + wait >= q->deadline)) {
     fail(q, STK_EIO, "%s; gave up after %d attempts in %.1f s", why, q->attempt, now - q->t0);
     return;
   }
@@ -654,7 +735,7 @@ int stk__net_open(stk__net **out, double timeout, char *msg, size_t msglen) {
   if (cu_why[0]) return stk__fail(msg, msglen, STK_EIO, "%s", cu_why);
   stk__net *n = calloc(1, sizeof *n);
   if (!n) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  n->timeout = timeout > 0 ? timeout : 300;
+  n->timeout = timeout > 0 ? timeout : 0; /* 0: no deadline */
   /* an S3 configuration error fails only s3:// requests */
   n->s3_ok = stk__s3_load(&n->s3, n->s3_err, sizeof n->s3_err) == STK_OK;
   n->rng = (uint64_t)(wall() * 1e6) ^ (uint64_t)(uintptr_t)n;
@@ -694,15 +775,19 @@ void stk__net_close(stk__net *n) {
 }
 
 static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t len,
-                            uint64_t max, int head, int fd);
+                            uint64_t max, int head, int fd, int probe);
 
 stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len, uint64_t max,
                            int head) {
-  return submit(n, url, off, len, max, head, -1);
+  return submit(n, url, off, len, max, head, -1, 0);
+}
+
+stk__net_req *stk__net_probe(stk__net *n, const char *url, uint64_t max, int head) {
+  return submit(n, url, 0, 0, max, head, -1, 1);
 }
 
 stk__net_req *stk__net_get_file(stk__net *n, const char *url, uint64_t len, int fd) {
-  return submit(n, url, 0, len, 0, 0, fd);
+  return submit(n, url, 0, len, 0, 0, fd, 0);
 }
 
 stk__net_req *stk__net_send(stk__net *n, const char *method, const char *url, const void *body,
@@ -720,7 +805,7 @@ stk__net_req *stk__net_send(stk__net *n, const char *method, const char *url, co
   stk__sha256_hex(body ? body : "", body ? len : 0, q->send_hash);
   q->max = 16u << 20; /* a response: XML of a few KiB */
   q->t0 = stk__now();
-  q->deadline = q->t0 + n->timeout;
+  q->deadline = n->timeout > 0 ? q->t0 + n->timeout : 0;
   pthread_mutex_lock(&n->mu);
   if (n->stop)
     fail(q, STK_EIO, "the client was closed before the transfer");
@@ -752,12 +837,13 @@ uint64_t stk__net_wait_bytes(stk__net_req *q, uint64_t want) {
 }
 
 static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t len,
-                            uint64_t max, int head, int fd) {
+                            uint64_t max, int head, int fd, int probe) {
   stk__net_req *q = calloc(1, sizeof *q);
   if (!q || !(q->url = strdup(url))) {
     free(q);
     return NULL;
   }
+  q->probe = probe;
   q->fd = fd;
   q->net = n;
   q->off = off;
@@ -771,7 +857,7 @@ static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t
   }
   q->cap = fd < 0 ? len : 0;
   q->t0 = stk__now();
-  q->deadline = q->t0 + n->timeout;
+  q->deadline = n->timeout > 0 ? q->t0 + n->timeout : 0;
   pthread_mutex_lock(&n->mu);
   if (n->stop) {
     fail(q, STK_EIO, "the loader was closed before the transfer");

@@ -15,7 +15,8 @@
  *
  * Faults: a 5xx, 429, 408, a connection reset, a refused connection or a
  * stalled body is retried with jittered exponential backoff until the
- * request's deadline (the loader's read_timeout); a body cut short resumes
+ * request's deadline (the loader's read_timeout; none when it is 0),
+ * however many attempts that takes; a body cut short resumes
  * with a Range request from the last byte received. A 401/403, a 404 and a
  * 416 fail at once, naming the URL and the status.
  *
@@ -34,7 +35,8 @@ typedef struct stk__net_req stk__net_req;
 int stk__is_url(const char *name);
 
 /* Starts a client. timeout: seconds a request may take, retries included
- * (<= 0: 300). STK_EIO when libcurl cannot be loaded, STK_EINVAL for a bad
+ * (<= 0: no limit; retries go on until the request succeeds or the client
+ * is closed). STK_EIO when libcurl cannot be loaded, STK_EINVAL for a bad
  * S3 configuration, with the reason. */
 int stk__net_open(stk__net **out, double timeout, char *msg, size_t msglen);
 /* Fails what is in flight ("the loader was closed") and stops the I/O
@@ -56,6 +58,10 @@ typedef struct {
  * 0 = no bound), or only its headers when head. Returns at once. */
 stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len,
                            uint64_t max, int head);
+/* A GET (or HEAD) of a whole object that may not exist by design
+ * (classes.txt, an index beside a shard): its 404 fails the request as
+ * any 404 does, but is not counted in the failures of the statistics. */
+stk__net_req *stk__net_probe(stk__net *n, const char *url, uint64_t max, int head);
 /* A request with a body: PUT, POST or DELETE of len bytes at body (NULL:
  * none), which must stay valid until the request is freed. Retried as a
  * GET is (the body is sent again). The response's body and ETag come back
@@ -100,6 +106,16 @@ void stk__net_get_stats(const stk__net *n, stk__net_stats *s);
 
 /* "libcurl 7.88.1 (OpenSSL/3.0.15)", or why it cannot be loaded. */
 const char *stk__net_version(void);
+
+/* One blocking request outside any client (the credential providers'):
+ * method, url, headers ("Name: value", NULL-terminated list or NULL), body
+ * (NULL: none). No retries; timeout_ms bounds it. STK_OK with the body in
+ * *out (malloc'ed, NUL-terminated, at most max bytes; the caller wipes and
+ * frees it) and the HTTP status in *status, whatever it is; STK_EIO when
+ * no response came, with the redacted URL and the reason. */
+int stk__http_fetch(const char *method, const char *url, const char *const *headers,
+                    const char *body, long timeout_ms, size_t max, char **out, long *status,
+                    char *msg, size_t msglen);
 
 /* url without credentials and query, for messages. */
 void stk__url_redact(const char *url, char *out, size_t cap);

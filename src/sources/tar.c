@@ -281,7 +281,7 @@ static int parse_classes(FILE *f, char *path, uint8_t *body, classlist *c, char 
 static FILE *remote_classes(stk__net *net, stk__net_req *early, const char *url, uint8_t **body,
                             int *rc, char *msg, size_t msglen) {
   char why[800];
-  stk__net_req *q = early ? early : stk__net_get(net, url, 0, 0, 64u << 20, 0);
+  stk__net_req *q = early ? early : stk__net_probe(net, url, 64u << 20, 0);
   stk__net_body b;
   *rc = stk__net_wait(q, &b, why, sizeof why);
   FILE *f = NULL;
@@ -1679,7 +1679,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   const char *slash = t->net ? strrchr(path, '/') : NULL;
   if (slash && slash > strstr(path, "://") + 2 && (early_dir = strndup(path, (size_t)(slash - path)))) {
     char *u = stk__path_join(early_dir, "classes.txt");
-    if (u) early = stk__net_get(t->net, u, 0, 0, 64u << 20, 0);
+    if (u) early = stk__net_probe(t->net, u, 64u << 20, 0); /* it may not exist */
     free(u);
   }
   int rc = list_shards(path, t, &dir, msg, msglen);
@@ -1716,7 +1716,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
     if (has_index(t, k, opt ? opt->index_dir : NULL)) continue;
     char u[4200];
     snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[k]);
-    stk__net_req *q = stk__net_get(t->net, u, 0, 0, 1u << 30, 1);
+    stk__net_req *q = stk__net_probe(t->net, u, 1u << 30, 1); /* a 404 is an answer */
     t->beside = stk__net_wait(q, NULL, NULL, 0) == STK_OK;
     stk__net_free(q);
     break;
@@ -1728,7 +1728,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
       if (t->beside) {
         char u[4200];
         snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[j]);
-        t->first[j] = stk__net_get(t->net, u, 0, 0, 1u << 30, 0);
+        t->first[j] = stk__net_probe(t->net, u, 1u << 30, 0);
       } else {
         t->first[j] = stk__net_get(t->net, t->shards[j], 0,
                                    t->size[j] < PART_SIZE ? t->size[j] : PART_SIZE, 0, 0);

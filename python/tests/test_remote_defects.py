@@ -1,0 +1,50 @@
+"""Remote datasets: the defects and traps found by reading them as users do.
+
+Each test failed before its fix: statistics that counted probes as failures,
+retries that gave up before read_timeout, URLs whose secrets reached messages,
+compressed shards skipped without a word, a stale index beside a shard, a
+root without its trailing slash that mixed sibling prefixes, and ranks that
+yielded different numbers of batches when a shard went missing.
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+from test_remote import (  # noqa: F401 - fixtures
+    N, OPTS, assert_same, dataset, epoch, local_epoch, proxy, s3env)
+from test_tar import stoker_cli
+
+torch = pytest.importorskip("torch")
+stoker = pytest.importorskip("stoker")
+
+
+# ---- statistics: a probe's 404 is an answer, not a failure -----------------------------
+
+def test_probes_that_404_are_not_failures(dataset, s3env, tmp_path):
+    """No classes.txt and no index beside the shards: the probes for them 404
+    by design, and remote_failures stays 0 (it counted 2 on every open)."""
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", index_dir=str(tmp_path / "i"),
+                            **OPTS) as ld:
+        epoch(ld)
+        st = ld.stats()
+    assert st["remote_failures"] == 0, st
+    assert st["remote_requests"] > 0
+
+
+# ---- retries last as long as read_timeout allows -----------------------------------------
+
+def test_outage_longer_than_twelve_attempts_is_ridden_out(dataset, proxy, tmp_path):
+    """13 answers of 503 in a row (about 30 s of backoff) on the listing: the
+    open waits them out within read_timeout, where it gave up after 12
+    attempts ("gave up after 12 attempts in 24.2 s")."""
+    proxy.fail_next(13, path="list-type")
+    t0 = time.monotonic()
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=120,
+                            index_dir=str(tmp_path / "i"), **OPTS) as ld:
+        assert ld.num_samples == N
+        st = ld.stats()
+    assert proxy.faults.get("status") == 13
+    assert st["remote_retries"] >= 13
+    assert time.monotonic() - t0 < 120
