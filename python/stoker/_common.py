@@ -49,8 +49,9 @@ def _torch():
         # ModuleNotFoundError stays one (torch absent); a broken install stays an ImportError
         cls = ModuleNotFoundError if isinstance(e, ModuleNotFoundError) else ImportError
         raise cls("stoker.ImageLoader needs PyTorch (1.13 or later), which cannot be imported "
-                  f"here ({e}): install it, e.g. `pip install torch` (stoker.pack() and "
-                  "stoker.check_file() work without it)", name="torch") from e
+                  f"here ({e}): install it, e.g. `pip install torch` (stoker.pack(), "
+                  "stoker.check_file() and, for JAX, stoker.jax.JaxLoader work without it)",
+                  name="torch") from e
     return torch
 
 
