@@ -48,3 +48,50 @@ def test_outage_longer_than_twelve_attempts_is_ridden_out(dataset, proxy, tmp_pa
     assert proxy.faults.get("status") == 13
     assert st["remote_retries"] >= 13
     assert time.monotonic() - t0 < 120
+
+
+# ---- no secret of a URL in any message, statistic or report ------------------------------
+
+SECRETS = ("hunter2pw", "SIGSECRET0123", "AKIDSECRET")
+
+
+def secret_list(dataset, tmp_path):
+    """A list of URLs with a user's password and a pre-signed URL's query,
+    one of them missing (404)."""
+    host = dataset["http"].url.replace("http://", "http://alice:hunter2pw@")
+    q = "?X-Amz-Credential=AKIDSECRET&X-Amz-Signature=SIGSECRET0123"
+    lines = [f"{host}/imgs/{p}{q} {lab}\n" for p, lab in dataset["lines"][:6]]
+    lines.insert(2, f"{host}/imgs/missing.jpg{q} 1\n")
+    p = tmp_path / "urls.txt"
+    p.write_text("".join(lines))
+    return str(p)
+
+
+def assert_clean(text, what):
+    for s in SECRETS:
+        assert s not in text, f"{what}: {s} in {text!r}"
+
+
+def test_list_url_secrets_never_shown(dataset, s3env, tmp_path):
+    lst = secret_list(dataset, tmp_path)
+    with stoker.ImageLoader(list_file=lst, pipeline="eval", **OPTS) as ld:
+        with pytest.raises(stoker.DecodeError) as e:
+            epoch(ld)
+    assert "missing.jpg" in str(e.value) and "404" in str(e.value), str(e.value)
+    assert_clean(str(e.value), "DecodeError")
+    assert_clean(repr(e.value.args), "DecodeError args")
+    with stoker.ImageLoader(list_file=lst, pipeline="eval", on_error="skip",
+                            max_skipped_fraction=1, **OPTS) as ld:
+        got = epoch(ld)
+        st = ld.stats()
+    assert sum(len(b[1]) for b in got) == 6
+    assert len(st["skipped_files"]) == 1 and "missing.jpg" in st["skipped_files"][0][0]
+    assert_clean(repr(st), "stats()")
+    cli = stoker_cli()
+    if cli:
+        for extra in ([], ["--json"]):
+            r = subprocess.run([cli, "check", "--list", lst, *extra], capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert "missing.jpg" in r.stdout + r.stderr
+            assert_clean(r.stdout + r.stderr, f"stoker check --list {extra}")

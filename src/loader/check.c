@@ -12,48 +12,88 @@
 #include "core/workers.h"
 #include "sources/object.h"
 #include "sources/bounded_read.h"
+#include "sources/redact.h"
 #include "loader/pipeline.h"
 #include "sources/source.h"
 
-/* Decodes `data` in full; its size goes to *w, *h. */
-static int check_bytes(stk__worker *wk, const uint8_t *data, size_t len, int *w, int *h, char *msg,
-                       size_t msglen) {
-  stk__image_info info;
-  int rc = stk__decoder_header(wk->dec, data, len, &info, msg, msglen);
+/* Decodes `data` in full, as the loader's plan `p` allows: refused where the
+ * loader would refuse it (its decode memory for the pipeline p is for), and
+ * otherwise decoded whole within p's budget, which check's threads share as
+ * the loader's do. Its size goes to *w, *h. */
+static int check_bytes(const stk__plan *p, stk__worker *wk, const uint8_t *data, size_t len,
+                       int *w, int *h, char *msg, size_t msglen) {
+  stk__sample s;
+  memset(&s, 0, sizeof s);
+  s.data = data;
+  s.len = len;
+  int rc = stk__decoder_header(wk->dec, data, len, &s.info, msg, msglen);
+  if (!rc) rc = stk__plan_refuses(p, wk, &s.info, msg, msglen);
+  /* A JPEG decoded at 1/8 reads every coefficient, as at 1/1 (the scale
+   * changes only the inverse DCT): what can fail in the file fails there,
+   * in a 64th of the pixels */
+  int denom = s.info.format == STK__FMT_JPEG ? 8 : 1;
   stk__region reg;
-  if (!rc) rc = stk__decoder_decode(wk->dec, data, len, NULL, 1, &reg, msg, msglen);
+  if (!rc) rc = stk__whole_decode(p, wk, &s, denom, &reg, msg, msglen);
+  stk__sample_release(p, wk); /* the budget's share, and an outsized image's buffers */
   if (!rc) {
-    if (w) *w = reg.image_w;
-    if (h) *h = reg.image_h;
+    if (w) *w = s.info.width;
+    if (h) *h = s.info.height;
   }
   return rc;
 }
 
-static int check_worker(stk__worker *wk, const stk_options *opt, char *msg, size_t msglen) {
-  stk__plan plan;
-  memset(&plan, 0, sizeof plan);
-  plan.max_pixels = opt->max_pixels;
-  plan.max_decode_bytes = opt->max_decode_bytes;
-  plan.max_decode_bytes_set = 1;
+/* The plan the loader would make of opt, for one sample's check. */
+static int check_plan(stk__plan *plan, stk__worker *wk, const stk_options *opt, char *msg,
+                      size_t msglen) {
   if (msg && msglen) msg[0] = '\0';
-  if (stk__worker_init(wk, &plan)) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  return STK_OK;
+  stk__plan_init(plan, opt);
+  if (stk__worker_init(wk, plan) == STK_OK) return STK_OK;
+  stk__worker_free(wk);
+  stk__plan_free(plan);
+  return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for decoder state");
 }
 
 int stk_check_file(const char *path, const stk_options *opt, int *w, int *h, char *msg,
                    size_t msglen) {
-  stk_options def;
+  stk_options o;
   if (!opt) {
-    stk_options_init(&def);
-    opt = &def;
+    stk_options_init(&o);
+  } else {
+    int rc = stk__options_adopt(opt, &o, msg, msglen);
+    if (rc) return rc;
+    /* the loader's rules on the fields (the source is the file itself) */
+    if (!o.root && !o.list_file) o.root = path;
+    rc = stk__options_validate(&o, msg, msglen);
+    if (rc) return rc;
   }
+  stk__plan plan;
   stk__worker wk;
-  int rc = check_worker(&wk, opt, msg, msglen);
+  int rc = check_plan(&plan, &wk, &o, msg, msglen);
   if (rc) return rc;
   stk__bytes b;
-  rc = stk__read_whole_file(path, &wk.file, opt->max_file_bytes, &b, msg, msglen);
-  if (!rc) rc = check_bytes(&wk, b.data, b.len, w, h, msg, msglen);
+  rc = stk__read_whole_file(path, &wk.file, o.max_file_bytes, &b, msg, msglen);
+  if (!rc) rc = check_bytes(&plan, &wk, b.data, b.len, w, h, msg, msglen);
   stk__worker_free(&wk);
+  stk__plan_free(&plan);
+  return rc;
+}
+
+/* Sample i with the plan and worker of the calling thread. */
+static int check_one(const stk__plan *p, stk__worker *wk, const stk__source *src, int64_t i,
+                     stk__bounded_reader *br, int *w, int *h, char *msg, size_t msglen) {
+  if (msg && msglen) msg[0] = '\0';
+  int rc = src->ops->verify ? src->ops->verify(src, i, msg, msglen) : STK_OK;
+  if (!rc && src->ops->pixels) {
+    stk__pixels px;
+    rc = src->ops->pixels(src, i, &px, msg, msglen);
+    if (!rc && w) *w = px.w;
+    if (!rc && h) *h = px.h;
+  } else if (!rc) {
+    stk__bytes b;
+    rc = br ? stk__bounded_read_sample(br, src, i, p->max_file_bytes, &b, msg, msglen)
+            : src->ops->read(src, i, &wk->file, p->max_file_bytes, &b, msg, msglen);
+    if (!rc) rc = check_bytes(p, wk, b.data, b.len, w, h, msg, msglen);
+  }
   return rc;
 }
 
@@ -64,22 +104,13 @@ int stk__check_sample(const stk__source *src, int64_t i, const stk_options *opt,
 
 int stk__check_sample_bounded(const stk__source *src, int64_t i, const stk_options *opt,
                               stk__bounded_reader *br, int *w, int *h, char *msg, size_t msglen) {
+  stk__plan plan;
   stk__worker wk;
-  int rc = check_worker(&wk, opt, msg, msglen);
+  int rc = check_plan(&plan, &wk, opt, msg, msglen);
   if (rc) return rc;
-  if (src->ops->verify) rc = src->ops->verify(src, i, msg, msglen);
-  if (!rc && src->ops->pixels) {
-    stk__pixels px;
-    rc = src->ops->pixels(src, i, &px, msg, msglen);
-    if (!rc && w) *w = px.w;
-    if (!rc && h) *h = px.h;
-  } else if (!rc) {
-    stk__bytes b;
-    rc = br ? stk__bounded_read_sample(br, src, i, opt->max_file_bytes, &b, msg, msglen)
-            : src->ops->read(src, i, &wk.file, opt->max_file_bytes, &b, msg, msglen);
-    if (!rc) rc = check_bytes(&wk, b.data, b.len, w, h, msg, msglen);
-  }
+  rc = check_one(&plan, &wk, src, i, br, w, h, msg, msglen);
   stk__worker_free(&wk);
+  stk__plan_free(&plan);
   return rc;
 }
 
@@ -88,6 +119,7 @@ int stk__check_sample_bounded(const stk__source *src, int64_t i, const stk_optio
 typedef struct {
   const stk__source *src;
   const stk_options *opt;
+  const stk__plan *plan; /* the loader's, its decode budget shared by the threads */
   int64_t next;
   pthread_mutex_t mu;
   int *codes;
@@ -98,15 +130,22 @@ static void check_main(void *arg) {
   check_job *j = arg;
   stk__bounded_reader br;
   stk__bounded_init(&br, j->opt->read_timeout);
+  stk__worker wk;
+  int ok = stk__worker_init(&wk, j->plan) == STK_OK;
   for (;;) {
     pthread_mutex_lock(&j->mu);
     int64_t i = j->next++;
     pthread_mutex_unlock(&j->mu);
     if (i >= j->src->ds.n) break;
     /* the read through a helper that is left behind past read_timeout */
-    j->codes[i] = stk__check_sample_bounded(j->src, i, j->opt, &br, NULL, NULL, j->msgs[i],
-                                            sizeof j->msgs[i]);
+    if (ok)
+      j->codes[i] = check_one(j->plan, &wk, j->src, i, &br, NULL, NULL, j->msgs[i],
+                              sizeof j->msgs[i]);
+    else
+      j->codes[i] = stk__fail(j->msgs[i], sizeof j->msgs[i], STK_ENOMEM,
+                              "out of memory for decoder state");
   }
+  stk__worker_free(&wk);
   stk__bounded_free(&br);
 }
 
@@ -136,7 +175,12 @@ int stk_check(const stk_options *opt, stk_check_result *res,
   int threads = o.threads;
   if (threads == 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
-  check_job job = {.src = &src, .opt = &o};
+  /* the loader's plan for these options and this thread count: its limits
+   * and its one decode budget */
+  o.threads = threads;
+  stk__plan plan;
+  stk__plan_init(&plan, &o);
+  check_job job = {.src = &src, .opt = &o, .plan = &plan};
   job.codes = calloc((size_t)n + 1, sizeof *job.codes);
   job.msgs = calloc((size_t)n + 1, sizeof *job.msgs);
   if (!job.codes || !job.msgs) {
@@ -151,13 +195,31 @@ int stk_check(const stk_options *opt, stk_check_result *res,
   for (int64_t i = 0; i < n; i++) {
     if (!job.codes[i]) continue;
     res->failed++;
-    if (bad) bad(user, i, stk__dataset_path(&src.ds, i), job.codes[i], job.msgs[i]);
+    if (bad) {
+      /* the report names URLs without user info or signatures */
+      char shown[4400];
+      stk__name_shown(stk__dataset_path(&src.ds, i), shown, sizeof shown);
+      stk__url_scrub(job.msgs[i]);
+      bad(user, i, shown, job.codes[i], job.msgs[i]);
+    }
   }
 done:
+  stk__plan_free(&plan);
   free(job.codes);
   free(job.msgs);
   /* a read left behind may still use the source: then it is left to the
    * process's exit, as the loader leaves a stuck worker its memory */
   if (stk__bounded_stuck() == 0) stk__source_close(&src);
   return rc;
+}
+
+uint64_t stk_pixel_ceiling(const stk_options *opt) {
+  stk_options o;
+  if (!opt) stk_options_init(&o);
+  else if (stk__options_adopt(opt, &o, NULL, 0)) return 0;
+  stk__plan plan;
+  stk__plan_init(&plan, &o);
+  uint64_t px = stk__plan_pixel_ceiling(&plan);
+  stk__plan_free(&plan);
+  return px;
 }

@@ -86,6 +86,7 @@
 #include "core/workers.h"
 #include "loader/pipeline.h"
 #include "loader/sink.h"
+#include "sources/redact.h"
 #include "sources/source.h"
 #include "sources/sampler.h"
 #include "stoker.h"
@@ -229,6 +230,8 @@ static int loader_err(stk_loader *l, int code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(l->errmsg, sizeof l->errmsg, fmt, ap);
   va_end(ap);
+  /* a sample's URL (a list of pre-signed URLs) without its secrets */
+  stk__url_scrub(l->errmsg);
   return code;
 }
 
@@ -349,8 +352,13 @@ static void record_skip(stk_loader *l, uint64_t epoch, int64_t index, const char
     l->skip_reasons = r;
     l->skip_cap = cap;
   }
-  l->skip_paths[l->skip_len] = STK__STRDUP(stk__dataset_path(&l->src.ds, index));
-  l->skip_reasons[l->skip_len] = STK__STRDUP(reason ? reason : "out of memory for the reason");
+  /* the statistics name URLs without user info or signatures */
+  char *p = STK__STRDUP(stk__dataset_path(&l->src.ds, index));
+  char *r = STK__STRDUP(reason ? reason : "out of memory for the reason");
+  if (p) stk__url_scrub(p);
+  if (r) stk__url_scrub(r);
+  l->skip_paths[l->skip_len] = p;
+  l->skip_reasons[l->skip_len] = r;
   l->skip_len++;
 }
 

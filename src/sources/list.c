@@ -305,8 +305,8 @@ static int url_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
   stk__net_body b;
   int rc = stk__net_wait_reason(q, &b, msg, msglen);
   if (rc == STK_OK && max_bytes && b.len > max_bytes)
-    rc = stk__fail(msg, msglen, STK_ELIMIT, "%s: %zu bytes, over the limit of %llu", name, b.len,
-                   (unsigned long long)max_bytes);
+    rc = stk__fail(msg, msglen, STK_ELIMIT, "%zu bytes, over the limit of %llu", b.len,
+                   (unsigned long long)max_bytes); /* (the message names the sample) */
   if (rc == STK_OK && stk__buf_reserve(buf, b.len + 1))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %zu bytes", b.len);
   if (rc == STK_OK) {

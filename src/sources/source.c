@@ -16,6 +16,7 @@
 #include "core/fault.h"
 #include "sources/net.h"
 #include "sources/cache_format.h"
+#include "sources/redact.h"
 
 static int has_suffix(const char *s, const char *suf) {
   size_t n = strlen(s), k = strlen(suf);
@@ -60,7 +61,18 @@ const char *stk__source_detect(const char *path) {
   return NULL;
 }
 
+static int source_open(stk__source *s, const stk_options *o, char *msg, size_t msglen);
+
+/* Opens the source; its error and its note name URLs without their user
+ * info or query (a pre-signed URL's signature). */
 int stk__source_open(stk__source *s, const stk_options *o, char *msg, size_t msglen) {
+  int rc = source_open(s, o, msg, msglen);
+  if (rc && msg && msglen) stk__url_scrub(msg);
+  stk__url_scrub(s->note);
+  return rc;
+}
+
+static int source_open(stk__source *s, const stk_options *o, char *msg, size_t msglen) {
   memset(s, 0, sizeof *s);
   s->shuffle_buffer = o->shuffle_buffer > 0 ? o->shuffle_buffer : 1000;
   if (o->list_file) return stk__list_open(s, o, msg, msglen);
