@@ -605,7 +605,8 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
     """
     if _name(spec) == "ImageClassification":
         return _preset_options(spec)
-    steps = list(getattr(spec, "transforms", spec))
+    _refuse_timm_separate(spec)
+    steps = _steps(spec)
     if not steps:
         raise ValueError("the transform list is empty")
     if len(steps) == 1 and _name(steps[0]) == "ImageClassification":
@@ -696,6 +697,68 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
             raise ValueError(f"{bad} is a batch transform: give it as ImageLoader(mix=...)")
         raise ValueError(f"{bad} is not supported yet")
     return opts
+
+
+# Transforms whose .transforms are choices or branches, not steps in order.
+_BRANCHING = ("RandomApply", "RandomChoice", "RandomOrder")
+
+
+def _is_container(t):
+    """A Compose, or an object that wraps one as its .transforms: torchvision's
+    reference presets (ClassificationPresetTrain/Eval in
+    references/classification/presets.py) and classes written like them."""
+    return (not isinstance(t, (str, bytes)) and _name(t) not in _BRANCHING and
+            hasattr(t, "transforms") and not isinstance(t.transforms, (str, bytes)))
+
+
+def _steps(spec):
+    """The transforms in order: a list, a Compose, or a preset object whose
+    .transforms is a Compose or a list; nested ones are flattened, as applying
+    them one after the other does."""
+    out = []
+
+    def walk(t, depth):
+        if depth > 50:
+            raise ValueError("the transforms nest too deeply (a .transforms cycle?)")
+        if not _is_container(t):
+            out.append(t)
+            return
+        inner = t.transforms
+        if isinstance(inner, (list, tuple)):
+            for x in inner:
+                walk(x, depth + 1)
+        elif _is_container(inner):
+            walk(inner, depth + 1)
+        else:
+            raise ValueError(f"{_name(t)}: its .transforms ({_name(inner)}) is not a Compose "
+                             "or a list of transforms")
+
+    if _is_container(spec):
+        walk(spec, 0)
+        return out
+    try:
+        items = list(spec)
+    except TypeError:
+        raise ValueError(f"pipeline: {_name(spec)} is not a list of transforms, a Compose or "
+                         "an object whose .transforms is one (as torchvision's "
+                         "ClassificationPresetTrain/Eval)") from None
+    for x in items:
+        walk(x, 1)
+    return out
+
+
+def _refuse_timm_separate(spec):
+    """timm's create_transform(..., separate=True): a tuple of Composes
+    (primary, secondary, final) for AugMix's split augmentation."""
+    if isinstance(spec, tuple) and len(spec) in (2, 3) and \
+            all(_name(t) == "Compose" for t in spec) and \
+            any(type(x).__module__.startswith("timm")
+                for t in spec for x in getattr(t, "transforms", [])):
+        raise ValueError(
+            "timm's create_transform(..., separate=True) is not supported: it returns the "
+            "(primary, secondary, final) stages for AugMix's split augmentation "
+            "(AugMixDataset, --aug-splits), which applies them to separate copies of each "
+            "image; the loader runs one pipeline per image: build it with separate=False")
 
 
 def _preset_options(t):

@@ -4,7 +4,8 @@
 a pipeline that ends there yields uint8, as torchvision does, never float.
 ``ConvertImageDtype(torch.float)`` / ``ToDtype(torch.float32, scale=True)``
 after it give ToTensor's [0, 1] floats. torchvision's reference presets
-(references/classification/presets.py) are accepted as written.
+(references/classification/presets.py) are accepted as written: the
+ClassificationPresetTrain/Eval objects, whose .transforms is a Compose.
 """
 import os
 
@@ -33,52 +34,77 @@ need_v2 = pytest.mark.skipif(v2 is None or not hasattr(v2, "ToPureTensor"),
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def preset_train(M, crop_size, *, use_v2=False, backend="pil", auto_augment_policy=None,
-                 random_erase_prob=0.0, interpolation=None):
-    """references/classification/presets.py's ClassificationPresetTrain, with
-    the transforms module M (torchvision.transforms or .v2)."""
-    interpolation = interpolation or M.InterpolationMode.BILINEAR
-    t = []
-    if backend == "tensor":
-        t.append(M.PILToTensor())
-    elif backend == "tv_tensor":
-        t.append(M.ToImage())
-    t.append(M.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True))
-    t.append(M.RandomHorizontalFlip(0.5))
-    if auto_augment_policy == "ta_wide":
-        t.append(M.TrivialAugmentWide(interpolation=interpolation))
-    elif auto_augment_policy == "ra":
-        t.append(M.RandAugment(interpolation=interpolation, magnitude=9))
-    elif auto_augment_policy is not None:
-        t.append(M.AutoAugment(policy=M.AutoAugmentPolicy(auto_augment_policy),
-                               interpolation=interpolation))
-    if backend == "pil":
-        t.append(M.PILToTensor())
-    t += [M.ToDtype(torch.float, scale=True) if use_v2 else M.ConvertImageDtype(torch.float),
-          M.Normalize(mean=MEAN, std=STD)]
-    if random_erase_prob > 0:
-        t.append(M.RandomErasing(p=random_erase_prob))
-    if use_v2:
-        t.append(M.ToPureTensor())
-    return M.Compose(t)
+def transforms_module(use_v2):
+    return v2 if use_v2 else T
 
 
-def preset_eval(M, crop_size, resize_size, *, use_v2=False, backend="pil"):
-    """references/classification/presets.py's ClassificationPresetEval."""
-    t = []
-    if backend == "tensor":
-        t.append(M.PILToTensor())
-    elif backend == "tv_tensor":
-        t.append(M.ToImage())
-    t += [M.Resize(resize_size, interpolation=M.InterpolationMode.BILINEAR, antialias=True),
-          M.CenterCrop(crop_size)]
-    if backend == "pil":
-        t.append(M.PILToTensor())
-    t += [M.ToDtype(torch.float, scale=True) if use_v2 else M.ConvertImageDtype(torch.float),
-          M.Normalize(mean=MEAN, std=STD)]
-    if use_v2:
-        t.append(M.ToPureTensor())
-    return M.Compose(t)
+class ClassificationPresetTrain:
+    """references/classification/presets.py's training preset, as recipes
+    write and use it: an object whose .transforms is a Compose (of
+    torchvision.transforms, or of .v2 with use_v2=True), called on each
+    image. Passed as it is, as pipeline= or as an ImageFolder's transform."""
+
+    def __init__(self, *, crop_size, mean=MEAN, std=STD, interpolation=None, hflip_prob=0.5,
+                 auto_augment_policy=None, ra_magnitude=9, augmix_severity=3,
+                 random_erase_prob=0.0, backend="pil", use_v2=False):
+        M = transforms_module(use_v2)
+        interpolation = interpolation or M.InterpolationMode.BILINEAR
+        t = []
+        if backend == "tensor":
+            t.append(M.PILToTensor())
+        elif backend == "tv_tensor":
+            t.append(M.ToImage())
+        t.append(M.RandomResizedCrop(crop_size, interpolation=interpolation, antialias=True))
+        if hflip_prob > 0:
+            t.append(M.RandomHorizontalFlip(hflip_prob))
+        if auto_augment_policy == "ta_wide":
+            t.append(M.TrivialAugmentWide(interpolation=interpolation))
+        elif auto_augment_policy == "ra":
+            t.append(M.RandAugment(interpolation=interpolation, magnitude=ra_magnitude))
+        elif auto_augment_policy == "augmix":
+            t.append(M.AugMix(interpolation=interpolation, severity=augmix_severity))
+        elif auto_augment_policy is not None:
+            t.append(M.AutoAugment(policy=M.AutoAugmentPolicy(auto_augment_policy),
+                                   interpolation=interpolation))
+        if backend == "pil":
+            t.append(M.PILToTensor())
+        t += [M.ToDtype(torch.float, scale=True) if use_v2 else M.ConvertImageDtype(torch.float),
+              M.Normalize(mean=mean, std=std)]
+        if random_erase_prob > 0:
+            t.append(M.RandomErasing(p=random_erase_prob))
+        if use_v2:
+            t.append(M.ToPureTensor())
+        self.transforms = M.Compose(t)
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+class ClassificationPresetEval:
+    """references/classification/presets.py's evaluation preset (an object
+    whose .transforms is a Compose)."""
+
+    def __init__(self, *, crop_size, resize_size=256, mean=MEAN, std=STD, interpolation=None,
+                 backend="pil", use_v2=False):
+        M = transforms_module(use_v2)
+        interpolation = interpolation or M.InterpolationMode.BILINEAR
+        t = []
+        if backend == "tensor":
+            t.append(M.PILToTensor())
+        elif backend == "tv_tensor":
+            t.append(M.ToImage())
+        t += [M.Resize(resize_size, interpolation=interpolation, antialias=True),
+              M.CenterCrop(crop_size)]
+        if backend == "pil":
+            t.append(M.PILToTensor())
+        t += [M.ToDtype(torch.float, scale=True) if use_v2 else M.ConvertImageDtype(torch.float),
+              M.Normalize(mean=mean, std=std)]
+        if use_v2:
+            t.append(M.ToPureTensor())
+        self.transforms = M.Compose(t)
+
+    def __call__(self, img):
+        return self.transforms(img)
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +178,7 @@ def test_normalize_on_uint8_is_refused():
 
 
 def test_v1_eval_preset_equals_torchvision(folder):
-    tf = preset_eval(T, 24, 28)
+    tf = ClassificationPresetEval(crop_size=24, resize_size=28)
     opts = pipeline_options(tf)
     assert opts == pipeline_options([ST.Resize(28), ST.CenterCrop(24), ST.ToTensor(),
                                      ST.Normalize(MEAN, STD)])
@@ -164,18 +190,54 @@ def test_v1_eval_preset_equals_torchvision(folder):
 
 @pytest.mark.parametrize("policy", [None, "ta_wide", "ra", "imagenet"])
 def test_v1_train_preset_is_accepted(folder, policy):
-    tf = preset_train(T, 24, auto_augment_policy=policy, random_erase_prob=0.25)
+    tf = ClassificationPresetTrain(crop_size=24, auto_augment_policy=policy,
+                                   random_erase_prob=0.25)
     opts = pipeline_options(tf)
     assert opts["pipeline"] == "train" and opts["mean"] == MEAN and opts["erase_prob"] == 0.25
     assert "dtype" not in opts
     assert first_batch(folder, tf).dtype == torch.float32
 
 
+def test_presets_as_objects_in_an_imagefolder_and_as_pipeline(folder):
+    """The preset objects as recipes pass them: as an ImageFolder's transform
+    (the dataset given as root) and as pipeline=, eval with the preset's own
+    pixels; the train preset's options are those of its Compose."""
+    from torchvision.datasets import ImageFolder
+
+    ev = ClassificationPresetEval(crop_size=24, resize_size=28, mean=(0.5, 0.4, 0.3))
+    want = reference(folder, ev)
+    for source, kw in ((ImageFolder(folder, transform=ev), {}), (folder, {"pipeline": ev})):
+        with stoker.ImageLoader(source, batch_size=4, shuffle=False, threads=2, **kw) as ld:
+            got = next(iter(ld))[0].clone()
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    tr = ClassificationPresetTrain(crop_size=24, auto_augment_policy="ta_wide",
+                                   random_erase_prob=0.1)
+    assert pipeline_options(tr) == pipeline_options(tr.transforms)
+    with stoker.ImageLoader(ImageFolder(folder, transform=tr), batch_size=2, threads=2,
+                            seed=0) as ld:
+        assert ld.pipeline == "train" and ld.size == 24
+        assert next(iter(ld))[0].shape == (2, 3, 24, 24)
+    # a preset inside a Compose, or a list: flattened, as applying them in turn does
+    assert pipeline_options(T.Compose([ev])) == pipeline_options(ev)
+    assert pipeline_options([tr]) == pipeline_options(tr)
+
+
+def test_a_pipeline_that_is_no_list_is_named():
+    class NotAPreset:
+        transforms = "resize then crop"
+
+    with pytest.raises(ValueError, match="not a list of transforms"):
+        pipeline_options(T.Resize(28))
+    with pytest.raises(ValueError, match="not a list of transforms"):
+        pipeline_options(NotAPreset())
+
+
 def test_v1_tensor_backend_preset_is_accepted():
-    a = pipeline_options(preset_train(T, 24, backend="tensor"))
-    assert a == pipeline_options(preset_train(T, 24))
-    b = pipeline_options(preset_eval(T, 24, 28, backend="tensor"))
-    assert b == pipeline_options(preset_eval(T, 24, 28))
+    a = pipeline_options(ClassificationPresetTrain(crop_size=24, backend="tensor"))
+    assert a == pipeline_options(ClassificationPresetTrain(crop_size=24))
+    b = pipeline_options(ClassificationPresetEval(crop_size=24, resize_size=28,
+                                                  backend="tensor"))
+    assert b == pipeline_options(ClassificationPresetEval(crop_size=24, resize_size=28))
 
 
 def test_color_jitter_with_factors_off():
@@ -195,12 +257,14 @@ def test_color_jitter_with_factors_off():
 @need_v2
 @pytest.mark.parametrize("backend", ["pil", "tensor", "tv_tensor"])
 def test_v2_presets_are_accepted(folder, backend):
-    tr = pipeline_options(preset_train(v2, 24, use_v2=True, backend=backend,
-                                       auto_augment_policy="ta_wide", random_erase_prob=0.1))
-    assert tr == pipeline_options(preset_train(T, 24, auto_augment_policy="ta_wide",
-                                               random_erase_prob=0.1))
-    ev = preset_eval(v2, 24, 28, use_v2=True, backend=backend)
-    assert pipeline_options(ev) == pipeline_options(preset_eval(T, 24, 28))
+    tr = pipeline_options(ClassificationPresetTrain(
+        crop_size=24, use_v2=True, backend=backend, auto_augment_policy="ta_wide",
+        random_erase_prob=0.1))
+    assert tr == pipeline_options(ClassificationPresetTrain(
+        crop_size=24, auto_augment_policy="ta_wide", random_erase_prob=0.1))
+    ev = ClassificationPresetEval(crop_size=24, resize_size=28, use_v2=True, backend=backend)
+    assert pipeline_options(ev) == pipeline_options(
+        ClassificationPresetEval(crop_size=24, resize_size=28))
     if backend == "pil":
         got = first_batch(folder, ev)
         want = reference(folder, ev)
