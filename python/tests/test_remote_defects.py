@@ -95,3 +95,30 @@ def test_list_url_secrets_never_shown(dataset, s3env, tmp_path):
             assert r.returncode == 1, r.stdout + r.stderr
             assert "missing.jpg" in r.stdout + r.stderr
             assert_clean(r.stdout + r.stderr, f"stoker check --list {extra}")
+
+
+# ---- compressed shards are refused by name, never skipped without a word -------------------
+
+def test_compressed_shard_is_refused_by_name(dataset, s3env, tmp_path):
+    import gzip
+    import shutil
+
+    d = tmp_path / "mixed"
+    shutil.copytree(dataset["shards"], d)
+    src = d / "shard-000004.tar"
+    with open(src, "rb") as f, gzip.open(str(src) + ".gz", "wb") as g:
+        g.write(f.read())
+    src.unlink()
+    with pytest.raises(Exception, match=r"shard-000004\.tar\.gz is a compressed shard") as e:
+        stoker.ImageLoader(str(d), **OPTS)
+    assert "gunzip" in str(e.value)
+    cli = stoker_cli()
+    if cli:
+        r = subprocess.run([cli, "check", str(d)], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert "shard-000004.tar.gz is a compressed shard" in r.stdout + r.stderr
+    s3env.put_tree(str(d), s3env.bucket, "mixed")
+    with pytest.raises(Exception, match=r"s3://stoker/mixed/shard-000004\.tar\.gz is a compressed"):
+        stoker.ImageLoader("s3://stoker/mixed/", **OPTS)
+    with pytest.raises(Exception, match=r"shard-000004\.tar\.gz is a compressed"):
+        stoker.ImageLoader("s3://stoker/mixed/shard-{000004..000005}.tar.gz", **OPTS)

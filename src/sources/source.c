@@ -17,6 +17,7 @@
 #include "sources/net.h"
 #include "sources/cache_format.h"
 #include "sources/redact.h"
+#include "sources/tar.h"
 
 static int has_suffix(const char *s, const char *suf) {
   size_t n = strlen(s), k = strlen(suf);
@@ -32,7 +33,9 @@ static int is_shard_folder(const char *path) {
   struct dirent *e;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
-    if (has_suffix(e->d_name, ".tar")) {
+    /* (a compressed shard makes it a shard folder too: the tar source
+     * refuses it by name, where an image folder would ignore it) */
+    if (has_suffix(e->d_name, ".tar") || stk__tar_compressed(e->d_name)) {
       tars++;
       continue;
     }
@@ -57,7 +60,7 @@ const char *stk__source_detect(const char *path) {
   ssize_t r = read(fd, magic, sizeof magic);
   close(fd);
   if (r == (ssize_t)sizeof magic && memcmp(magic, STK__CACHE_MAGIC, 8) == 0) return "cache";
-  if (has_suffix(path, ".tar")) return "tar";
+  if (has_suffix(path, ".tar") || stk__tar_compressed(path)) return "tar";
   return NULL;
 }
 

@@ -1176,6 +1176,34 @@ static int has_tar_suffix(const char *n) {
   return l > 4 && !strcasecmp(n + l - 4, ".tar");
 }
 
+const char *stk__tar_compressed(const char *name) {
+  static const char *const sfx[] = {".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tar.bz2",
+                                    ".tar.xz", ".tar.lz4"};
+  size_t l = strlen(name);
+  for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+    size_t k = strlen(sfx[i]);
+    if (l > k && !strcasecmp(name + l - k, sfx[i])) return sfx[i];
+  }
+  return NULL;
+}
+
+/* A compressed shard is refused by name: its members cannot be read in
+ * place by offset (a compressed stream has no random access), and leaving
+ * it out without a word lost its samples silently. */
+static int refuse_compressed(const char *name, char *msg, size_t msglen) {
+  const char *sfx = stk__tar_compressed(name);
+  return stk__fail(msg, msglen, STK_EFORMAT,
+                   "%s is a compressed shard (%s): stoker reads uncompressed .tar shards only, "
+                   "whose members it reads in place by offset, which a compressed stream does "
+                   "not allow; decompress it (%s) or move it away",
+                   name, sfx,
+                   !strcasecmp(sfx, ".tar.gz") || !strcasecmp(sfx, ".tgz") ? "gunzip -k"
+                   : !strncasecmp(sfx, ".tar.zst", 8)                      ? "zstd -d"
+                   : !strcasecmp(sfx, ".tar.bz2")                          ? "bunzip2 -k"
+                   : !strcasecmp(sfx, ".tar.xz")                           ? "unxz -k"
+                                                                           : "lz4 -d");
+}
+
 /* ---- remote shards ---------------------------------------------------------- */
 
 typedef struct {
@@ -1277,12 +1305,17 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
   int s3 = !strncmp(url, "s3://", 5);
   if (strchr(url, '{')) {
     rc = brace_expand(url, &nm, msg, msglen);
+    for (int i = 0; rc == STK_OK && i < nm.n; i++)
+      if (stk__tar_compressed(nm.v[i])) rc = refuse_compressed(nm.v[i], msg, msglen);
+  } else if (stk__tar_compressed(url)) {
+    rc = refuse_compressed(url, msg, msglen);
   } else if (s3 && !has_tar_suffix(url)) {
     stk__net_object *v = NULL;
     int n = 0;
     rc = stk__net_list(t->net, url, &v, &n, msg, msglen);
     for (int i = 0; rc == STK_OK && i < n; i++) {
-      if (!has_tar_suffix(v[i].url)) continue;
+      if (stk__tar_compressed(v[i].url)) rc = refuse_compressed(v[i].url, msg, msglen);
+      if (rc || !has_tar_suffix(v[i].url)) continue;
       if ((rc = names_add(&nm, strdup(v[i].url)))) break;
       uint64_t *sz = realloc(t->size, (size_t)nm.cap * sizeof *sz);
       if (!sz) {
@@ -1332,6 +1365,7 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
  * the one file. `dir` gets the folder that classes.txt is looked for in. */
 static int list_shards(const char *path, tar_impl *t, char **dir, char *msg, size_t msglen) {
   if (t->net) return list_remote(path, t, dir, msg, msglen);
+  if (stk__tar_compressed(path)) return refuse_compressed(path, msg, msglen);
   struct stat st;
   if (stat(path, &st) != 0)
     return stk__fail(msg, msglen, STK_EIO, "cannot open %s: %s", path, strerror(errno));
@@ -1350,10 +1384,16 @@ static int list_shards(const char *path, tar_impl *t, char **dir, char *msg, siz
   int rc = STK_OK, cap = 0;
   struct dirent *e;
   while (rc == STK_OK && (e = readdir(d))) {
-    if (e->d_name[0] == '.' || !has_tar_suffix(e->d_name)) continue;
+    int gz = stk__tar_compressed(e->d_name) != NULL;
+    if (e->d_name[0] == '.' || (!gz && !has_tar_suffix(e->d_name))) continue;
     char *full = stk__path_join(path, e->d_name);
     if (!full) {
       rc = STK_ENOMEM;
+      break;
+    }
+    if (gz) {
+      rc = refuse_compressed(full, msg, msglen);
+      free(full);
       break;
     }
     if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -1373,7 +1413,8 @@ static int list_shards(const char *path, tar_impl *t, char **dir, char *msg, siz
     t->shards[t->nshards++] = full;
   }
   closedir(d);
-  if (rc) return stk__fail(msg, msglen, rc, "out of memory");
+  if (rc == STK_ENOMEM) return stk__fail(msg, msglen, rc, "out of memory");
+  if (rc) return rc;
   /* Sorting full paths of one folder sorts their file names. */
   if (t->nshards > 1) qsort(t->shards, (size_t)t->nshards, sizeof *t->shards, cmp_str);
   return STK_OK;

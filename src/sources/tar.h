@@ -32,6 +32,10 @@
 #define STK__TAR_BLOCK 512            /* ustar's record */
 #define STK__TAR_INDEX_EXT ".stkidx"  /* the index beside a shard: SHARD.tar.stkidx */
 
+/* The compressed-tar suffix of name (".tar.gz", ".tgz", ".tar.zst", ...), or
+ * NULL: such shards are refused by name, never skipped silently. */
+const char *stk__tar_compressed(const char *name);
+
 /* The writer (tar_write.c) is the row stk__tar_writer of pack_writer.h. */
 
 /* Scans the shard at the local path `shard` as a reader would and writes
