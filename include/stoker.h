@@ -736,6 +736,11 @@ STK_API const char *stk_version_string(void);
 STK_API const char *stk_simd_level(void);    /* e.g. "avx2" */
 /* Human-readable lines: formats, SIMD, GPU status. Static storage. */
 STK_API const char *stk_build_info(void);
+/* Where the most recently opened s3:// client of this process took its AWS
+ * credentials ("environment (AWS_ACCESS_KEY_ID)", "instance metadata (role
+ * R at URL), temporary: ...", "no AWS credentials found (tried: ...)"),
+ * never a secret, into out. 1 when an s3:// client has opened, else 0. */
+STK_API int stk_remote_credentials(char *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -907,6 +907,10 @@ static int cmd_info(int argc, char **argv) {
   }
   printf("source: %s %s, %" PRId64 " samples, %d classes\n", stk_loader_source_kind(l),
          argv[1], stk_loader_num_samples(l), stk_loader_num_classes(l));
+  char cred[600];
+  /* which provider of the AWS chain signed the requests (never a secret) */
+  if (!strncmp(argv[1], "s3://", 5) && stk_remote_credentials(cred, sizeof cred))
+    printf("credentials: %s\n", cred);
   stk_loader_destroy(l);
   return 0;
 }

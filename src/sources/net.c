@@ -289,6 +289,8 @@ struct stk__net_req {
   char etag[96];
   char why[700];
   size_t why_at;      /* where the reason starts in why, after "URL: " */
+  uint64_t cred_gen;  /* the credentials' generation this attempt was signed with */
+  int renewed;        /* an ExpiredToken refusal renewed them once already */
   int bare;           /* the waiter wants the reason without the URL */
 };
 
@@ -432,6 +434,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
   return sz * nm; /* bytes past the range (a server that sent more) are dropped */
 }
 
+static void enqueue(stk__net *n, stk__net_req *q);
+
 /* The HTTP URL of a request, and for s3:// its signature headers. */
 static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
   char hdr[STK__S3_MAX_HEADERS][STK__S3_HEADER_LEN];
@@ -440,6 +444,13 @@ static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
     if (!n->s3_ok) {
       fail(q, STK_EINVAL, "%s", n->s3_err);
       return -1;
+    }
+    if (q->renewed && stk__s3_renewing(&n->s3, q->cred_gen) &&
+        (!q->deadline || stk__now() < q->deadline)) {
+      /* refused as expired: wait for the renewal, without holding up others */
+      q->not_before = stk__now() + 0.02;
+      enqueue(n, q);
+      return 1;
     }
     const char *b = q->url + 5, *slash = strchr(b, '/');
     char bucket[256];
@@ -465,9 +476,9 @@ static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
       fail(q, STK_EINVAL, "the URL is too long");
       return -1;
     }
-    stk__s3_sign(&n->s3, q->method ? q->method : q->head ? "HEAD" : "GET", host, cpath,
-                 query ? query + 1 : "", q->method ? q->send_hash : NULL, (int64_t)wall(), hdr,
-                 &nh);
+    q->cred_gen = stk__s3_sign(&n->s3, q->method ? q->method : q->head ? "HEAD" : "GET", host,
+                               cpath, query ? query + 1 : "", q->method ? q->send_hash : NULL,
+                               (int64_t)wall(), hdr, &nh);
   } else {
     snprintf(url, cap, "%s", q->url);
   }
@@ -618,11 +629,24 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   } else if (result == E_OK) {
     char code[80];
     s3_code(q, code, sizeof code);
-    if (status == 401 || status == 403) {
+    if ((status == 400 || status == 403) && !strcmp(code, " ExpiredToken") && !q->renewed &&
+        stk__s3_expired(&n->s3, q->cred_gen)) {
+      /* expired before their renewal (a clock off, a revoked session):
+       * renewed now, and the request sent once more with the new ones */
+      q->renewed = 1;
+      atomic_fetch_add(&n->retries, 1);
+      q->not_before = stk__now();
+      enqueue(n, q);
+      return;
+    }
+    if (status == 401 || status == 403 || !strcmp(code, " ExpiredToken")) {
+      char cred[700];
+      stk__s3_describe(&n->s3, cred, sizeof cred);
       fail(q, STK_EIO,
            "access denied (HTTP %ld%s): check the credentials (AWS_ACCESS_KEY_ID, "
-           "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE) and the object's permissions",
-           status, code);
+           "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE; these came from %s) and the "
+           "object's permissions",
+           status, code, cred);
       return;
     }
     if (status == 404) {
@@ -770,12 +794,19 @@ void stk__net_close(stk__net *n) {
   cu.multi_cleanup(n->multi);
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->done_cv);
-  memset(&n->s3, 0, sizeof n->s3); /* the secret */
+  stk__s3_free(&n->s3); /* the secret */
   free(n);
 }
 
 static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t len,
                             uint64_t max, int head, int fd, int probe);
+
+/* An s3:// request needs the credentials: found at the first one, by the
+ * thread that submits it (never the I/O thread, which reads meanwhile). */
+static int needs_creds(stk__net *n, const char *url, char *msg, size_t msglen) {
+  if (strncmp(url, "s3://", 5) || !n->s3_ok) return STK_OK;
+  return stk__s3_credentials(&n->s3, msg, msglen);
+}
 
 stk__net_req *stk__net_get(stk__net *n, const char *url, uint64_t off, uint64_t len, uint64_t max,
                            int head) {
@@ -806,8 +837,12 @@ stk__net_req *stk__net_send(stk__net *n, const char *method, const char *url, co
   q->max = 16u << 20; /* a response: XML of a few KiB */
   q->t0 = stk__now();
   q->deadline = n->timeout > 0 ? q->t0 + n->timeout : 0;
+  char cw[700];
+  int crc = needs_creds(n, q->url, cw, sizeof cw);
   pthread_mutex_lock(&n->mu);
-  if (n->stop)
+  if (crc)
+    fail(q, crc, "%s", cw);
+  else if (n->stop)
     fail(q, STK_EIO, "the client was closed before the transfer");
   else
     enqueue(n, q);
@@ -858,8 +893,12 @@ static stk__net_req *submit(stk__net *n, const char *url, uint64_t off, uint64_t
   q->cap = fd < 0 ? len : 0;
   q->t0 = stk__now();
   q->deadline = n->timeout > 0 ? q->t0 + n->timeout : 0;
+  char cw[700];
+  int crc = needs_creds(n, url, cw, sizeof cw);
   pthread_mutex_lock(&n->mu);
-  if (n->stop) {
+  if (crc) {
+    fail(q, crc, "%s", cw);
+  } else if (n->stop) {
     fail(q, STK_EIO, "the loader was closed before the transfer");
   } else {
     enqueue(n, q);

@@ -215,8 +215,7 @@ int stk__s3_load(stk__s3 *c, char *msg, size_t msglen) {
   const char *profile = env("AWS_PROFILE");
   if (!profile) profile = env("AWS_DEFAULT_PROFILE");
   if (!profile) profile = "default";
-  char credf[1024], conff[1024], csec[300];
-  aws_file(credf, sizeof credf, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  char conff[1024], csec[300];
   aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
   /* ~/.aws/config names profiles "[profile NAME]", except the default */
   if (strcmp(profile, "default"))
@@ -232,20 +231,11 @@ int stk__s3_load(stk__s3 *c, char *msg, size_t msglen) {
     copy(c->region, sizeof c->region, "us-east-1");
 
   const char *ns = env("AWS_NO_SIGN_REQUEST");
-  if (ns && (!strcmp(ns, "1") || !strcasecmp(ns, "true"))) {
-    c->anonymous = 1;
-  } else if (env("AWS_ACCESS_KEY_ID") && env("AWS_SECRET_ACCESS_KEY")) {
-    copy(c->key_id, sizeof c->key_id, env("AWS_ACCESS_KEY_ID"));
-    copy(c->secret, sizeof c->secret, env("AWS_SECRET_ACCESS_KEY"));
-    copy(c->token, sizeof c->token, env("AWS_SESSION_TOKEN"));
-  } else if (ini_get(credf, profile, "aws_access_key_id", c->key_id, sizeof c->key_id) &&
-             ini_get(credf, profile, "aws_secret_access_key", c->secret, sizeof c->secret)) {
-    ini_get(credf, profile, "aws_session_token", c->token, sizeof c->token);
-  } else if (ini_get(conff, csec, "aws_access_key_id", c->key_id, sizeof c->key_id) &&
-             ini_get(conff, csec, "aws_secret_access_key", c->secret, sizeof c->secret)) {
-    ini_get(conff, csec, "aws_session_token", c->token, sizeof c->token);
-  } else {
-    c->anonymous = 1; /* no credentials anywhere: public buckets only */
+  c->anonymous = ns && (!strcmp(ns, "1") || !strcasecmp(ns, "true"));
+  pthread_mutex_init(&c->creds_mu, NULL);
+  if (c->anonymous) {
+    c->creds_state = 1;
+    copy(c->creds_note, sizeof c->creds_note, "none: AWS_NO_SIGN_REQUEST (unsigned requests)");
   }
 
   char ep[512] = "";
@@ -335,42 +325,42 @@ int stk__s3_url(const stk__s3 *c, const char *bucket, const char *key, const cha
 /* The empty body's hash (GET, HEAD, DELETE). */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-void stk__s3_sign(const stk__s3 *c, const char *method, const char *host, const char *cpath,
-                  const char *query, const char *payload, int64_t now,
-                  char hdr[][STK__S3_HEADER_LEN], int *n) {
+void stk__sigv4(const stk__aws_creds *cr, const char *region, const char *service,
+                const char *method, const char *host, const char *cpath, const char *query,
+                const char *payload, int64_t now, char hdr[][STK__S3_HEADER_LEN], int *n) {
   *n = 0;
   if (!payload) payload = EMPTY_SHA256;
-  if (c->anonymous) return;
   time_t t = (time_t)now;
   struct tm tm;
   gmtime_r(&t, &tm);
   char amz[20], day[12];
   strftime(amz, sizeof amz, "%Y%m%dT%H%M%SZ", &tm);
   strftime(day, sizeof day, "%Y%m%d", &tm);
-  int tok = c->token[0] != '\0';
+  int tok = cr->token[0] != '\0';
   /* The canonical request (headers in sorted order, lowercase names). */
-  size_t cap = strlen(cpath) + (query ? strlen(query) : 0) + strlen(host) + strlen(c->token) + 512;
+  size_t cap = strlen(cpath) + (query ? strlen(query) : 0) + strlen(host) + strlen(cr->token) + 512;
   char *creq = malloc(cap);
   if (!creq) return; /* unsigned: the server refuses it with a clear 403 */
   snprintf(creq, cap,
            "%s\n%s\n%s\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\n%s%s%s\n"
            "host;x-amz-content-sha256;x-amz-date%s\n%s",
            method, cpath, query ? query : "", host, payload, amz,
-           tok ? "x-amz-security-token:" : "", tok ? c->token : "", tok ? "\n" : "",
+           tok ? "x-amz-security-token:" : "", tok ? cr->token : "", tok ? "\n" : "",
            tok ? ";x-amz-security-token" : "", payload);
   char chash[65];
   stk__sha256_hex(creq, strlen(creq), chash);
+  memset(creq, 0, cap); /* it holds the session token */
   free(creq);
-  char scope[128], sts[256];
-  snprintf(scope, sizeof scope, "%s/%s/s3/aws4_request", day, c->region);
+  char scope[160], sts[300];
+  snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", day, region, service);
   snprintf(sts, sizeof sts, "AWS4-HMAC-SHA256\n%s\n%s\n%s", amz, scope, chash);
   char k0[300];
-  snprintf(k0, sizeof k0, "AWS4%s", c->secret);
+  snprintf(k0, sizeof k0, "AWS4%s", cr->secret);
   uint8_t k[32];
   hmac(k0, strlen(k0), day, strlen(day), k);
   memset(k0, 0, sizeof k0);
-  hmac(k, 32, c->region, strlen(c->region), k);
-  hmac(k, 32, "s3", 2, k);
+  hmac(k, 32, region, strlen(region), k);
+  hmac(k, 32, service, strlen(service), k);
   hmac(k, 32, "aws4_request", 12, k);
   uint8_t sig[32];
   hmac(k, 32, sts, strlen(sts), sig);
@@ -380,8 +370,66 @@ void stk__s3_sign(const stk__s3 *c, const char *method, const char *host, const 
   snprintf(hdr[(*n)++], STK__S3_HEADER_LEN,
            "Authorization: AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=host;"
            "x-amz-content-sha256;x-amz-date%s, Signature=%s",
-           c->key_id, scope, tok ? ";x-amz-security-token" : "", sighex);
+           cr->key_id, scope, tok ? ";x-amz-security-token" : "", sighex);
   snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-content-sha256: %s", payload);
   snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-date: %s", amz);
-  if (tok) snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-security-token: %s", c->token);
+  if (tok) snprintf(hdr[(*n)++], STK__S3_HEADER_LEN, "x-amz-security-token: %s", cr->token);
+}
+
+uint64_t stk__s3_sign(stk__s3 *c, const char *method, const char *host, const char *cpath,
+                      const char *query, const char *payload, int64_t now,
+                      char hdr[][STK__S3_HEADER_LEN], int *n) {
+  *n = 0;
+  if (c->anonymous || !c->creds) return 0;
+  stk__aws_creds cr;
+  uint64_t gen = stk__creds_get(c->creds, &cr);
+  stk__sigv4(&cr, c->region, "s3", method, host, cpath, query, payload, now, hdr, n);
+  memset(&cr, 0, sizeof cr);
+  return gen;
+}
+
+/* ---- credentials ----------------------------------------------------------- */
+
+int stk__s3_credentials(stk__s3 *c, char *msg, size_t msglen) {
+  pthread_mutex_lock(&c->creds_mu);
+  if (!c->creds_state) {
+    int rc = stk__creds_open(&c->creds, c->region, c->creds_note, sizeof c->creds_note);
+    if (rc) {
+      c->creds_state = rc;
+    } else {
+      c->creds_state = 1;
+      if (c->creds)
+        stk__creds_describe(c->creds, c->creds_note, sizeof c->creds_note);
+      else
+        c->anonymous = 1; /* the note says which sources were tried */
+    }
+    stk__creds_set_last(c->creds_note);
+  }
+  int rc = c->creds_state < 0 ? c->creds_state : STK_OK;
+  if (rc) stk__fail(msg, msglen, rc, "%s", c->creds_note);
+  pthread_mutex_unlock(&c->creds_mu);
+  return rc;
+}
+
+void stk__s3_describe(stk__s3 *c, char *out, size_t cap) {
+  pthread_mutex_lock(&c->creds_mu);
+  if (c->creds)
+    stk__creds_describe(c->creds, out, cap);
+  else
+    copy(out, cap, c->creds_note[0] ? c->creds_note : "not looked for yet");
+  pthread_mutex_unlock(&c->creds_mu);
+}
+
+int stk__s3_expired(stk__s3 *c, uint64_t gen) {
+  return c->creds && gen ? stk__creds_stale(c->creds, gen) : 0;
+}
+
+int stk__s3_renewing(stk__s3 *c, uint64_t gen) {
+  return c->creds && gen ? stk__creds_renewing(c->creds, gen) : 0;
+}
+
+void stk__s3_free(stk__s3 *c) {
+  stk__creds_close(c->creds);
+  pthread_mutex_destroy(&c->creds_mu);
+  memset(c, 0, sizeof *c);
 }
