@@ -619,6 +619,7 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
     if _name(steps[-1]) == "ToPureTensor":
         steps = steps[:-1]
     _refuse_timm_tensor_steps(steps)
+    _refuse_timm_policies(steps)
     kind = None
     if steps and _name(steps[0]) in ("PILToTensor", "ToImage", "MaybePILToTensor"):
         kind = "uint8"
@@ -755,10 +756,10 @@ def _refuse_timm_separate(spec):
             any(type(x).__module__.startswith("timm")
                 for t in spec for x in getattr(t, "transforms", [])):
         raise ValueError(
-            "timm's create_transform(..., separate=True) is not supported: it returns the "
-            "(primary, secondary, final) stages for AugMix's split augmentation "
-            "(AugMixDataset, --aug-splits), which applies them to separate copies of each "
-            "image; the loader runs one pipeline per image: build it with separate=False")
+            "timm's create_transform(..., separate=True) is not supported: its three stages "
+            "are for timm's split augmentation (AugMixDataset, --aug-splits: several "
+            "augmented copies of each image, for the JSD loss), and the loader makes one "
+            "copy per image: build it with separate=False")
 
 
 def _preset_options(t):
@@ -861,6 +862,80 @@ def _policy_interp(t, what):
         return "bicubic"
     raise ValueError(f"{what}: interpolation {mode!r} is not supported (nearest, bilinear or "
                      "bicubic)")
+
+
+def _is_timm(t):
+    return type(t).__module__.startswith("timm")
+
+
+def _timm_policy_name(t):
+    """The auto_augment string timm's create_transform read to build this
+    AutoAugment ("original-mstd0.5"): its policy compared with each of timm's
+    named ones; None for a policy of one's own."""
+    import sys
+
+    mod = sys.modules.get(type(t).__module__)
+    make = getattr(mod, "auto_augment_policy", None)
+    try:
+        def shape(policy):
+            return [[(op.name, float(op.prob), float(op.magnitude)) for op in sub]
+                    for sub in policy]
+
+        have = shape(t.policy)
+        ops = [op for sub in t.policy for op in sub]
+        mstd = float(getattr(ops[0], "magnitude_std", 0) or 0) if ops else 0.0
+        for name in ("original", "originalr", "v0", "v0r", "3a"):
+            if make is not None and shape(make(name)) == have:
+                return name + (f"-mstd{mstd:g}" if mstd else "")
+    except Exception:  # noqa: BLE001 - another timm: the message names no string
+        pass
+    return None
+
+
+def _timm_augmix_name(t):
+    """The auto_augment string of timm's AugMixAugment ("augmix-m5-w4-d2"), as
+    timm's augment_and_mix_transform parses it."""
+    try:
+        ops = list(t.ops)
+        cfg = f"augmix-m{ops[0].magnitude:g}-w{int(t.width)}"
+        if int(t.depth) > 0:  # timm's default, -1 (1 to 3 at random), has no section
+            cfg += f"-d{int(t.depth)}"
+        if float(t.alpha) != 1.0:
+            cfg += f"-a{float(t.alpha):g}"
+        if bool(t.blended):
+            cfg += "-b1"
+        mstd = float(getattr(ops[0], "magnitude_std", float("inf")))
+        if mstd != float("inf"):
+            cfg += f"-mstd{mstd:g}"
+        return cfg, ops[0].magnitude
+    except Exception:  # noqa: BLE001
+        return None, None
+
+
+def _refuse_timm_policies(steps):
+    """timm's AutoAugment and AugMix (create_transform(auto_augment="original",
+    "v0", "augmix-...")) are timm's own op sets, which stoker does not run:
+    refused by the string that built them, with what stoker runs instead."""
+    instead = ("use timm's RandAugment ('rand-m9-mstd0.5-inc1') or a torchvision policy "
+               "(AutoAugment IMAGENET, TrivialAugmentWide, RandAugment, AugMix)")
+    for t in steps:
+        if not _is_timm(t):
+            continue
+        if _name(t) == "AutoAugment":
+            name = _timm_policy_name(t)
+            what = f"auto_augment={name!r}" if name else \
+                f"a policy of {len(list(t.policy))} sub-policies of its own"
+            raise ValueError(f"timm's AutoAugment ({what}) is not supported: {instead}")
+        if _name(t) == "AugMixAugment":
+            cfg, m = _timm_augmix_name(t)
+            what = f"auto_augment={cfg!r}" if cfg else "AugMixAugment"
+            near = ""
+            if cfg:
+                depth = int(t.depth)
+                near = (f"; the nearest: torchvision's AugMix(severity={m:g}, "
+                        f"mixture_width={int(t.width)}, chain_depth={depth}), whose ops "
+                        "differ from timm's")
+            raise ValueError(f"timm's AugMix ({what}) is not supported: {instead}{near}")
 
 
 def _refuse_timm_tensor_steps(steps):

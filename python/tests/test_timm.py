@@ -551,6 +551,46 @@ def test_timm_tensor_steps_that_keep_0_255_are_refused():
     assert T.pipeline_options(tf)["dtype"] == "uint8"
 
 
+@needs_timm
+@pytest.mark.parametrize("auto_augment, names", [
+    ("augmix-m5-w4-d2", ["'augmix-m5-w4-d2'", "AugMix(severity=5, mixture_width=4, "
+                         "chain_depth=2)"]),
+    ("augmix-m3-w3-a0.5-mstd0.5", ["'augmix-m3-w3-a0.5-mstd0.5'", "chain_depth=-1"]),
+    ("original-mstd0.5", ["'original-mstd0.5'", "rand-m9-mstd0.5-inc1"]),
+    ("v0", ["'v0'"]),
+    ("originalr", ["'originalr'"]),
+])
+def test_timm_policies_are_refused_by_their_string(auto_augment, names):
+    """timm's AugMix and AutoAugment, which stoker does not run, are refused
+    naming the string create_transform was given and what to use instead, in
+    a message of a line or two (not timm's policy written out)."""
+    tf = timm_data.create_transform(64, is_training=True, auto_augment=auto_augment)
+    with pytest.raises(ValueError) as e:
+        T.pipeline_options(tf)
+    msg = str(e.value)
+    assert "not supported" in msg and len(msg) < 400, msg
+    for n in names:
+        assert n in msg, msg
+    assert "AugmentOp" not in msg and "not supported yet" not in msg
+
+
+@needs_timm
+def test_timm_separate_is_refused_as_such(folder):
+    """create_transform(separate=True): its three stages are for timm's split
+    augmentation; the message says so, not "Compose as the first transform"."""
+    tf = timm_data.create_transform(64, is_training=True, separate=True)
+    assert isinstance(tf, tuple)
+    with pytest.raises(ValueError, match=r"separate=True\) is not supported") as e:
+        T.pipeline_options(tf)
+    assert "separate=False" in str(e.value) and "first transform" not in str(e.value)
+    with pytest.raises(ValueError, match=r"separate=True"):
+        stoker.ImageLoader(folder, 4, pipeline=tf)
+    # the same stages as one Compose, as separate=False builds them, are accepted
+    one = timm_data.create_transform(64, is_training=True)
+    assert T.pipeline_options(list(tf)) == T.pipeline_options(one)
+
+
+
 def _timm_box_counts(max_count, n, size, rng):
     """timm's RandomErasing._erase, written out with Python's random: how
     many boxes land (a box whose ten tries fail is not erased)."""
