@@ -122,3 +122,21 @@ def test_compressed_shard_is_refused_by_name(dataset, s3env, tmp_path):
         stoker.ImageLoader("s3://stoker/mixed/", **OPTS)
     with pytest.raises(Exception, match=r"shard-000004\.tar\.gz is a compressed"):
         stoker.ImageLoader("s3://stoker/mixed/shard-{000004..000005}.tar.gz", **OPTS)
+
+
+# ---- a root without its trailing slash never mixes sibling prefixes ------------------------
+
+def test_prefix_without_slash_is_the_folder_or_an_error(dataset, s3env, tmp_path):
+    """s3://stoker/ds read ds/ and ds-other/ together (43 samples, the first
+    shard twice); it is the folder ds/. s3://stoker/ds-o names no folder:
+    an error that lists what it matched."""
+    idx = str(tmp_path / "i")
+    with stoker.ImageLoader("s3://stoker/ds", pipeline="eval", index_dir=idx, **OPTS) as ld:
+        assert ld.num_samples == N
+        assert all(p.startswith("s3://stoker/ds/shard-") for p, _ in ld.samples)
+        got = epoch(ld)
+        assert ld.stats()["remote_failures"] == 0
+    assert_same(got, local_epoch(dataset, pipeline="eval"), "s3://stoker/ds")
+    with pytest.raises(Exception, match=r"s3://stoker/ds-o is no folder") as e:
+        stoker.ImageLoader("s3://stoker/ds-o", index_dir=idx, **OPTS)
+    assert "s3://stoker/ds-other/shard-000000.tar" in str(e.value)

@@ -1296,6 +1296,74 @@ static int head_all(tar_impl *t, char *msg, size_t msglen) {
   return rc;
 }
 
+/* Adds a listed shard (its URL, size and ETag) to nm and t. STK_ENOMEM. */
+static int add_listed(tar_impl *t, names *nm, const stk__net_object *o) {
+  if (names_add(nm, strdup(o->url))) return STK_ENOMEM;
+  uint64_t *sz = realloc(t->size, (size_t)nm->cap * sizeof *sz);
+  if (!sz) return STK_ENOMEM;
+  t->size = sz;
+  t->size[nm->n - 1] = o->size;
+  char(*et)[96] = realloc(t->etag, (size_t)nm->cap * sizeof *et);
+  if (!et) return STK_ENOMEM;
+  t->etag = et;
+  memcpy(t->etag[nm->n - 1], o->etag, sizeof *et);
+  return STK_OK;
+}
+
+/* A root without its trailing slash (s3://bucket/train) that is not a
+ * folder: S3 would list every key that starts with it (train/, train2/,
+ * train-old.tar...), sibling datasets mixed into one. Refused, naming what
+ * it matched. */
+static int refuse_loose_prefix(const char *url, const stk__net_object *v, int n, char *msg,
+                               size_t msglen) {
+  char some[600] = "";
+  size_t len = 0;
+  int shown = 0, tars = 0;
+  for (int i = 0; i < n; i++) {
+    if (!has_tar_suffix(v[i].url)) continue;
+    tars++;
+    if (shown < 3 && len < sizeof some) {
+      int w = snprintf(some + len, sizeof some - len, "%s%s", shown ? ", " : "", v[i].url);
+      if (w > 0) len += (size_t)w;
+      shown++;
+    }
+  }
+  if (!tars) return STK_OK; /* nothing matched: "holds no .tar shard" says it */
+  return stk__fail(msg, msglen, STK_EINVAL,
+                   "%s is no folder (no key starts with %s/), only the start of the names of %d "
+                   "shard%s (%s%s): end a folder's name with '/', or name the shards (a brace "
+                   "range)",
+                   url, url, tars, tars == 1 ? "" : "s", some, tars > shown ? ", ..." : "");
+}
+
+/* The .tar shards under an s3:// prefix, sorted by key, into nm (with
+ * their sizes and ETags into t). A root without a trailing slash is the
+ * folder of that name when one exists; *folder gets the prefix used. */
+static int list_prefix(const char *url, tar_impl *t, names *nm, char **folder, char *msg,
+                       size_t msglen) {
+  stk__net_object *v = NULL;
+  int n = 0;
+  int rc = stk__net_list(t->net, url, &v, &n, msg, msglen);
+  size_t ul = strlen(url);
+  /* s3://bucket and s3://bucket/prefix/ name a folder as they are */
+  int loose = rc == STK_OK && url[ul - 1] != '/' && strchr(url + 5, '/');
+  int in_folder = 0;
+  for (int i = 0; loose && i < n && !in_folder; i++)
+    in_folder = v[i].url[ul] == '/';
+  if (loose && !in_folder) rc = refuse_loose_prefix(url, v, n, msg, msglen);
+  *folder = rc == STK_OK ? malloc(ul + 2) : NULL;
+  if (*folder) snprintf(*folder, ul + 2, "%s%s", url, loose ? "/" : "");
+  if (rc == STK_OK && !*folder) rc = STK_ENOMEM;
+  for (int i = 0; rc == STK_OK && i < n; i++) {
+    if (loose && v[i].url[ul] != '/') continue; /* a sibling of the folder */
+    if (stk__tar_compressed(v[i].url)) rc = refuse_compressed(v[i].url, msg, msglen);
+    if (rc == STK_OK && has_tar_suffix(v[i].url)) rc = add_listed(t, nm, &v[i]);
+  }
+  if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
+  stk__net_objects_free(v, n);
+  return rc;
+}
+
 /* The shards a URL names: an s3:// prefix (every .tar under it, sorted by
  * key), a name with brace ranges, or one shard. `dir` gets where
  * classes.txt is looked for: the folder of the (first) name. */
@@ -1303,6 +1371,7 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
   names nm = {0};
   int rc = STK_OK, listed = 0;
   int s3 = !strncmp(url, "s3://", 5);
+  char *folder = NULL;
   if (strchr(url, '{')) {
     rc = brace_expand(url, &nm, msg, msglen);
     for (int i = 0; rc == STK_OK && i < nm.n; i++)
@@ -1310,30 +1379,7 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
   } else if (stk__tar_compressed(url)) {
     rc = refuse_compressed(url, msg, msglen);
   } else if (s3 && !has_tar_suffix(url)) {
-    stk__net_object *v = NULL;
-    int n = 0;
-    rc = stk__net_list(t->net, url, &v, &n, msg, msglen);
-    for (int i = 0; rc == STK_OK && i < n; i++) {
-      if (stk__tar_compressed(v[i].url)) rc = refuse_compressed(v[i].url, msg, msglen);
-      if (rc || !has_tar_suffix(v[i].url)) continue;
-      if ((rc = names_add(&nm, strdup(v[i].url)))) break;
-      uint64_t *sz = realloc(t->size, (size_t)nm.cap * sizeof *sz);
-      if (!sz) {
-        rc = STK_ENOMEM;
-        break;
-      }
-      t->size = sz;
-      t->size[nm.n - 1] = v[i].size;
-      char(*et)[96] = realloc(t->etag, (size_t)nm.cap * sizeof *et);
-      if (!et) {
-        rc = STK_ENOMEM;
-        break;
-      }
-      t->etag = et;
-      memcpy(t->etag[nm.n - 1], v[i].etag, sizeof *et);
-    }
-    if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
-    stk__net_objects_free(v, n);
+    rc = list_prefix(url, t, &nm, &folder, msg, msglen);
     listed = 1;
   } else if (!has_tar_suffix(url)) {
     rc = stk__fail(msg, msglen, STK_EINVAL,
@@ -1345,20 +1391,24 @@ static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size
   }
   t->shards = nm.v;
   t->nshards = nm.n;
-  if (rc) return rc;
+  if (rc) {
+    free(folder);
+    return rc;
+  }
   if (!listed) {
     if (!(t->size = calloc((size_t)(nm.n ? nm.n : 1), sizeof *t->size)) ||
         !(t->etag = calloc((size_t)(nm.n ? nm.n : 1), sizeof *t->etag)))
       return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     if ((rc = head_all(t, msg, msglen))) return rc;
   }
-  /* where classes.txt lives: the listed prefix's folder, or the name's */
-  const char *base = nm.n && !listed ? nm.v[0] : url;
+  /* where classes.txt lives: the listed folder, or the name's */
+  const char *base = nm.n && !listed ? nm.v[0] : folder ? folder : url;
   const char *slash = strrchr(base, '/');
   size_t scheme = (size_t)(strstr(base, "://") - base) + 3;
   size_t dl = slash && (size_t)(slash - base) >= scheme ? (size_t)(slash - base) : strlen(base);
-  if (!(*dir = strndup(base, dl))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  return STK_OK;
+  *dir = strndup(base, dl);
+  free(folder);
+  return *dir ? STK_OK : stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
 }
 
 /* The shards of `path`: the folder's *.tar files in sorted name order, or
@@ -1698,6 +1748,23 @@ static const stk__source_ops tar_ops = {.kind = "tar",
                                         .net_stats = tar_net_stats,
                                         .weight = tar_weight};
 
+/* Remote: classes.txt is asked for with the listing, in the folder the
+ * root names (where list_remote looks for it, but for braces in folders),
+ * so that opening costs one round trip less; *dir gets that folder. */
+static stk__net_req *early_classes(stk__net *net, const char *path, char **dir) {
+  const char *slash = strrchr(path, '/');
+  /* (s3://bucket/name without a '/' at the end names the folder name/) */
+  if (!strncmp(path, "s3://", 5) && !strchr(path, '{') && !has_tar_suffix(path) &&
+      !stk__tar_compressed(path))
+    slash = path + strlen(path);
+  if (!slash || slash <= strstr(path, "://") + 2 || !(*dir = strndup(path, (size_t)(slash - path))))
+    return NULL;
+  char *u = stk__path_join(*dir, "classes.txt");
+  stk__net_req *q = u ? stk__net_probe(net, u, 64u << 20, 0) : NULL; /* it may not exist */
+  free(u);
+  return q;
+}
+
 int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
                   size_t msglen) {
   tar_impl *t = calloc(1, sizeof *t);
@@ -1713,16 +1780,8 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   tally ta;
   memset(&ta, 0, sizeof ta);
   int32_t maxlabel = -1;
-  /* remote: classes.txt is asked for with the listing, in the folder the
-   * root names (where list_remote looks for it, but for braces in folders) */
-  stk__net_req *early = NULL;
   char *early_dir = NULL;
-  const char *slash = t->net ? strrchr(path, '/') : NULL;
-  if (slash && slash > strstr(path, "://") + 2 && (early_dir = strndup(path, (size_t)(slash - path)))) {
-    char *u = stk__path_join(early_dir, "classes.txt");
-    if (u) early = stk__net_probe(t->net, u, 64u << 20, 0); /* it may not exist */
-    free(u);
-  }
+  stk__net_req *early = t->net ? early_classes(t->net, path, &early_dir) : NULL;
   int rc = list_shards(path, t, &dir, msg, msglen);
   if (rc == STK_OK && t->nshards == 0)
     rc = stk__fail(msg, msglen, STK_EEMPTY, "%s holds no .tar shard", path);
