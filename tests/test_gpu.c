@@ -527,11 +527,12 @@ static void test_plan_ahead(const uint8_t *normal_eval) {
  * identical, which is counted); one the switch routed elsewhere must still
  * be a good decode (35 dB against the CPU). */
 static void test_engine_drives(const uint8_t *normal_eval) {
-  static const char *names[] = {"decoupled, 3 states", "in arrival order", "HW_DECODE_NO_PIPELINE"};
-  for (int v = 0; v < 3; v++) {
+  static const char *names[] = {"decoupled, 3 states", "in arrival order", "HW_DECODE_NO_PIPELINE",
+                                "batched, then decoupled (switched)"};
+  for (int v = 0; v < 4; v++) {
     stk__gpu_config c = base_cfg(nimg);
     c.dtype = STK_DTYPE_UINT8;
-    if (v == 0) c.hw_states = 3;
+    if (v == 0 || v == 3) c.hw_states = 3;
     if (v == 1) c.hw_sort = 0;
     if (v == 2) c.hw_flags = 1;
     char msg[512];
@@ -544,6 +545,8 @@ static void test_engine_drives(const uint8_t *normal_eval) {
     stk__gpu_item *items = calloc((size_t)nimg, sizeof *items);
     int same = 0, hw = 0, elsewhere = 0;
     for (int round = 0; round < 2; round++) {
+      /* the loader switches ways between batches (loader/share.h) */
+      if (v == 3) stk__gpu_set_engine_batched(g, round == 0);
       for (int i = 0; i < nimg; i++) {
         stk__geom ge;
         geom_eval(&imgs[i], &ge);
@@ -583,12 +586,13 @@ static void test_engine_drives(const uint8_t *normal_eval) {
            s.notes[0] ? "; notes: " : "", s.notes);
     if (s.hw_available) CHECK_MSG(hw > 0, "%s: no image on the engines", names[v]);
     /* the decoupled decoder ran, and took every image the plans gave it */
-    if (v == 0 && s.hw_available) {
+    if ((v == 0 || v == 3) && s.hw_available) {
       CHECK_EQ_INT(s.hw_states, 3);
+      CHECK(stk__gpu_engine_ways(g));
       CHECK_MSG(s.hw_batch_failures == 0, "decoupled: %llu images failed or refused",
                 (unsigned long long)s.hw_batch_failures);
     }
-    if (v != 0) CHECK_EQ_INT(s.hw_states, 0);
+    if (v == 1 || v == 2) CHECK_EQ_INT(s.hw_states, 0);
     free(got);
     free(ref);
     free(items);

@@ -6,7 +6,8 @@
  * loader's slots). The share must settle near the best one (it moves one step
  * either side of it, so the rate stays within a few percent of the best), follow the best one
  * when the GPU slows down (a model starts training), and stay near 0 when
- * the consumer is the bottleneck. */
+ * the consumer is the bottleneck. test_mode does the same for the choice of
+ * the engines' way. */
 #include <math.h>
 #include <stdio.h>
 
@@ -59,9 +60,60 @@ static void run(stk__share_ctl *c, const model *m, int n, stk__rng *rng, double 
   *eff = imgs / secs / best;
 }
 
+/* The engines' way (share.h's mode controller) against a model where each
+ * way has its own delivery rate (images/s) and a batch delivered now was
+ * submitted LAG batches ago. Runs n batches from time *t; returns the share
+ * of the last half's batches that were submitted the batched way. */
+static double run_mode(stk__mode_ctl *c, double r_batched, double r_decoupled, int n,
+                       stk__rng *rng, double *t) {
+  int way[LAG];
+  for (int k = 0; k < LAG; k++) way[k] = c->batched;
+  int batched = 0;
+  for (int i = 0; i < n; i++) {
+    int used = way[0];
+    for (int k = 0; k + 1 < LAG; k++) way[k] = way[k + 1];
+    way[LAG - 1] = c->batched;
+    double r = (used ? r_batched : r_decoupled) * (1 + 0.02 * (2 * stk__rng_uniform(rng) - 1));
+    *t += 256 / r;
+    if (i >= n / 2) batched += c->batched;
+    int trial;
+    stk__mode_batch(c, *t, &trial);
+  }
+  return (double)batched / (n - n / 2);
+}
+
+static void test_mode(stk__rng *rng) {
+  stk__mode_ctl c;
+  double t = 0;
+  /* the loader alone: the batched call is 25% faster; it is found and kept
+   * (but for the trials' windows, which shrink as they keep failing) */
+  stk__mode_init(&c, 0, LAG);
+  double f = run_mode(&c, 18000, 14400, 3000, rng, &t);
+  printf("alone: batched %.1f%% of the time, %d switches\n", 100 * f, c.switches);
+  CHECK_MSG(f > 0.95 && c.switches >= 1, "batched %.3f", f);
+  /* a model starts: the decoupled way delivers 12% more; it is followed */
+  f = run_mode(&c, 10000, 11200, 6000, rng, &t);
+  printf("beside a model: batched %.1f%% of the time\n", 100 * f);
+  CHECK_MSG(f < 0.05, "batched %.3f", f);
+  /* equal rates (the consumer is the bottleneck): the way in use stays,
+   * and the trials back off to one per STK__MODE_EVERY_MAX batches */
+  stk__mode_init(&c, 0, LAG);
+  f = run_mode(&c, 8000, 8000, 20000, rng, &t);
+  CHECK_MSG(c.switches == 0 && f < 0.01, "switches %d, batched %.3f", c.switches, f);
+  CHECK_EQ_INT(c.every, STK__MODE_EVERY_MAX);
+  /* a restart in the middle of a trial goes back to the first way */
+  stk__mode_init(&c, 0, LAG);
+  int trial = 0, guard = 0;
+  while (c.phase != 3 && guard++ < 1000) stk__mode_batch(&c, t += 0.01, &trial);
+  CHECK(trial && c.batched == 1);
+  CHECK_EQ_INT(stk__mode_restart(&c), 0);
+  CHECK(c.phase == 0 && c.batched == 0);
+}
+
 int main(void) {
   stk__rng rng;
   stk__rng_init(&rng, 3, 0, 0);
+  test_mode(&rng);
   stk__share_ctl c;
   double t = 0, p, eff;
 

@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "codecs/markers.h"
@@ -503,7 +504,8 @@ static int chunk_engines(stk__gpu *g, glane *L, gslot *s, stk__gpu_item *items, 
   int rc;
   int m = 0;
   chunk = engine_order(g, L, chunk, k);
-  if (L->nhs) return engines_one_by_one(g, L, items, chunk, k, msg, msglen);
+  if (L->nhs && !atomic_load_explicit(&g->hw_batched, memory_order_relaxed))
+    return engines_one_by_one(g, L, items, chunk, k, msg, msglen);
   for (int c = 0; c < k; c++) {
     iplan *p = &L->plan[chunk[c]];
     if (p->path != STK__GPU_PATH_HW) continue;

@@ -351,6 +351,13 @@ void stk__gpu_host_free(stk__gpu *g, void *p);
  * current to use the events and pointers above. */
 void *stk__gpu_context(stk__gpu *g);
 int stk__gpu_device(const stk__gpu *g);
+/* Whether the engines can be driven both ways (cfg.hw_states > 0 and the
+ * decoupled decoder opened): only then does the next call choose. */
+int stk__gpu_engine_ways(const stk__gpu *g);
+/* Drives the engines by the batched call (on = 1) or through the decoupled
+ * decoder (0) from the next chunk a lane decodes; the pixels are the same
+ * either way. Any thread may call it. */
+void stk__gpu_set_engine_batched(stk__gpu *g, int on);
 
 void stk__gpu_get_stats(stk__gpu *g, stk__gpu_stats *out);
 

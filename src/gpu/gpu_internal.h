@@ -138,6 +138,8 @@ struct stk__gpu {
   nvjpegHandle_t hw, gen;
   nvjpegJpegDecoder_t hy_dec;
   nvjpegJpegDecoder_t hw_dec; /* cfg.hw_states: the decoupled hardware decoder */
+  _Atomic int hw_batched;     /* with states: the batched call for now instead
+                                 (stk__gpu_set_engine_batched), read per chunk */
   int hw_dec_failed_noted;    /* the decoupled decoder's first failure is in the notes */
   /* the engines' regions are in use; read by workers planning ahead while a
    * lane may switch it off */

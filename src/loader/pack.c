@@ -3,15 +3,16 @@
  * pre-decoded cache, tar shards, or tar shards in object storage.
  *
  * Producers and a writer, around a reorder ring (pack.h):
- * - the producers are `threads` workers (pack_main here, or the device
- *   threads of pack_device.c for a cache packed on a GPU). Each claims the
- *   next sample, reads it (bounded by read_timeout, see bounded_read.h) and
+ * - the producers are `threads` workers (pack_main here; for a cache
+ *   packed on a GPU, the device threads of pack_device.c with CPU workers
+ *   beside them). Each claims the next sample (a device thread, a block), reads it (bounded by read_timeout, see bounded_read.h) and
  *   makes what the writer takes: decoded pixels bounded to max_side and
  *   encoded (a cache), or the file's own bytes, its header checked (tar);
  * - the calling thread runs the ordered loop: it hands each result to the
  *   writer (sources/pack_writer.h: cache, tar or store) strictly in sample
  *   order, reports progress and bad files, and frees the entry.
- * The output is the same whatever the thread count, memory stays bounded
+ * The output is the same whatever the thread count (a device pack's pixels
+ * within the chroma rule of docs/storage.md, whichever producer made them), memory stays bounded
  * by the ring (4 results per CPU worker), and a cache and a tar pack give a
  * bad file the same reason, as both come from here.
  */
@@ -171,10 +172,13 @@ static void pack_main(void *arg) {
   memset(&rs, 0, sizeof rs);
   stk__bounded_reader br;
   stk__bounded_init(&br, pk->o->read_timeout);
+  /* claim only within the ring: the loop is at most nring behind; beside
+   * device threads, short of the blocks they claim, or the CPU producers,
+   * claiming each entry as it frees, would leave them none */
+  int64_t window = pk->nring - (int64_t)pk->device_threads * STK__PACK_DEV_BLOCK;
   pthread_mutex_lock(&pk->mu);
   for (;;) {
-    /* claim only within the ring: the loop is at most nring behind */
-    while (!pk->stop && pk->next_claim < pk->ds->n && pk->next_claim >= pk->written + pk->nring)
+    while (!pk->stop && pk->next_claim < pk->ds->n && pk->next_claim >= pk->written + window)
       pthread_cond_wait(&pk->cv, &pk->mu);
     if (pk->stop || pk->next_claim >= pk->ds->n) break;
     int64_t i = pk->next_claim++;
@@ -182,6 +186,7 @@ static void pack_main(void *arg) {
     r->state = SLOT_CLAIMED;
     pthread_mutex_unlock(&pk->mu);
     r->data = NULL;
+    r->cpu = 1;
     if (ok)
       pack_one(pk, &w, &rs, &br, i, r);
     else
@@ -203,20 +208,24 @@ static int hand_over(stk__packer *pk, int dev, int64_t i, stk__pack_result *r,
   const stk_pack_options *o = pk->o;
   const char *path = stk__dataset_path(pk->ds, i);
   int rc = STK_OK;
+  /* a device thread's result is only placed (it writes its block itself);
+   * a CPU producer's is written here, in a device pack too */
+  int place = dev && !r->cpu;
   if (r->rc) {
     res->failed++;
     if (o->bad_file) o->bad_file(o->user, path, r->msg);
   } else {
-    stk__pack_item it = {i, path, pk->ds->labels[i], dev ? NULL : r->data, r->len, r->w, r->h,
+    stk__pack_item it = {i, path, pk->ds->labels[i], place ? NULL : r->data, r->len, r->w, r->h,
                          r->ext, r->hash, r->fst};
     rc = pk->wops->add(pk->writer, &it, &r->off, res, err, errlen);
   }
-  if (!dev) stk__pack_result_release(r);
+  if (!place) stk__pack_result_release(r);
   pthread_mutex_lock(&pk->mu);
   /* (when a device thread failed meanwhile, it may have freed this block
    * already: PLACED then stays, harmless, as stop is set and nothing claims
    * the entry again) */
-  r->state = dev ? SLOT_PLACED : SLOT_FREE;
+  r->state = place ? SLOT_PLACED : SLOT_FREE;
+  r->cpu = 0;
   pk->written = i + 1;
   pthread_cond_broadcast(&pk->cv);
   pthread_mutex_unlock(&pk->mu);
@@ -255,8 +264,14 @@ static int run_producers(stk__packer *pk, int dev, int threads, stk_pack_result 
   if (!th || !pool) rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   /* a decoder each, for the whole pack; those that cannot start are done
    * without, as long as one did */
+  /* a device pack: its device threads first, then CPU producers beside
+   * them, which claim files one at a time while the GPU runs blocks, so
+   * that the pack is never slower than the CPU's alone (each kind takes
+   * work as fast as it finishes it) */
   for (int t = 0; rc == STK_OK && t < threads; t++) {
-    if (stk__workers_spawn(pool, &th[t], dev ? stk__pack_device_main : pack_main, NULL, pk)) break;
+    int on_gpu = dev && t < pk->device_threads;
+    if (stk__workers_spawn(pool, &th[t], on_gpu ? stk__pack_device_main : pack_main, NULL, pk))
+      break;
     started++;
   }
   if (rc == STK_OK && !started) rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start a pack thread");
@@ -274,6 +289,19 @@ static int run_producers(stk__packer *pk, int dev, int threads, stk_pack_result 
   return rc;
 }
 
+/* The CPU producers beside a device pack's device threads: as many as the
+ * pack's threads (the device threads mostly wait on the GPU).
+ * STOKER_PACK_DEVICE_CPU=N sets N (0: the GPU alone), for benchmarks. */
+static int pack_device_cpu_threads(int threads) {
+  const char *e = getenv("STOKER_PACK_DEVICE_CPU");
+  if (e && *e) {
+    char *end = NULL;
+    long n = strtol(e, &end, 10);
+    if (!*end && n >= 0 && n <= 1024) return (int)n;
+  }
+  return threads;
+}
+
 /* Packs ds through writer wops (src describes it for a cache). */
 static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
                     const stk__pack_writer_ops *wops, const stk__pack_source *src,
@@ -289,21 +317,24 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   pk.o = o;
   pk.ds = ds;
   pk.wops = wops;
-  int rc = dev ? stk__pack_device_open(&pk, &threads, err, errlen) : STK_OK;
+  int cpu_threads = dev ? pack_device_cpu_threads(threads) : threads, dev_threads = threads;
+  int rc = dev ? stk__pack_device_open(&pk, &dev_threads, err, errlen) : STK_OK;
   if (rc) return rc;
+  pk.device_threads = dev ? dev_threads : 0;
   rc = wops->open(&pk.writer, o, ds, src, err, errlen);
   if (rc) {
-    stk__pack_device_close(&pk, threads);
+    stk__pack_device_close(&pk, dev_threads);
     return rc;
   }
-  /* a device thread claims a block at a time: room for two each */
-  pk.nring = dev ? (int64_t)threads * STK__PACK_DEV_BLOCK * 2 : (int64_t)threads * 4;
+  /* a device thread claims a block at a time: room for two each; a CPU
+   * producer, a few files */
+  pk.nring = (int64_t)pk.device_threads * STK__PACK_DEV_BLOCK * 2 + (int64_t)cpu_threads * 4;
   pk.ring = calloc((size_t)pk.nring, sizeof *pk.ring);
   pthread_mutex_init(&pk.mu, NULL);
   pthread_cond_init(&pk.cv, NULL);
-  rc = pk.ring ? run_producers(&pk, dev, threads, res, err, errlen)
+  rc = pk.ring ? run_producers(&pk, dev, pk.device_threads + cpu_threads, res, err, errlen)
                : stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-  stk__pack_device_close(&pk, threads);
+  stk__pack_device_close(&pk, dev_threads);
   res->device_packed = pk.device_items;
   rc = wops->finish(pk.writer, rc, ds, res, err, errlen);
   for (int64_t k = 0; pk.ring && k < pk.nring; k++) {

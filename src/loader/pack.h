@@ -39,6 +39,7 @@ typedef struct {
   uint8_t *data; /* malloc'd (jpeg), in buf (raw, tar) or, with `lent`, in
                     a device thread's pinned buffer until it writes it */
   int lent;
+  int cpu;       /* made by a CPU producer (a device pack has both kinds) */
   size_t len;
   stk__buf buf;
   int w, h;
@@ -67,6 +68,7 @@ typedef struct {
   char dev_msg[320];
   int64_t device_items;   /* decoded on the GPU (stk_pack_result.device_packed) */
   uint8_t **pinned;       /* a pinned buffer per device thread */
+  int device_threads;     /* of the producers, how many are device threads */
 } stk__packer;
 
 /* The cache's bytes of an image of nw x nh RGB8 pixels px (in r->buf or a

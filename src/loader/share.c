@@ -70,3 +70,80 @@ double stk__share_batch(stk__share_ctl *c, double now) {
   }
   return c->share;
 }
+
+/* ---- the engines' way (share.h) ---- */
+
+void stk__mode_init(stk__mode_ctl *c, int batched, int lag) {
+  c->batched = batched ? 1 : 0;
+  c->phase = 0;
+  c->n = 0;
+  c->t0 = 0;
+  c->rate = 0;
+  c->lag = lag > 0 ? lag : 0;
+  c->every = STK__MODE_FIRST;
+  c->switches = 0;
+}
+
+int stk__mode_restart(stk__mode_ctl *c) {
+  /* in phases 2-3 the other way is in use: back to the first */
+  if (c->phase == 2 || c->phase == 3) c->batched ^= 1;
+  c->phase = 0;
+  c->n = 0;
+  return c->batched;
+}
+
+/* The end of a measurement of STK__MODE_WINDOW batches begun at c->t0. */
+static double window_rate(const stk__mode_ctl *c, double now) {
+  double dt = now - c->t0;
+  return dt > 0 ? STK__MODE_WINDOW / dt : 0;
+}
+
+int stk__mode_batch(stk__mode_ctl *c, double now, int *trial) {
+  c->n++;
+  switch (c->phase) {
+  case 0: /* steady */
+    if (c->n >= c->every) {
+      c->phase = 1;
+      c->n = 0;
+      c->t0 = now;
+    }
+    break;
+  case 1: /* measuring the way in use */
+    if (c->n < STK__MODE_WINDOW) break;
+    c->rate = window_rate(c, now);
+    c->batched ^= 1;
+    c->phase = 2;
+    c->n = 0;
+    break;
+  case 2: /* the batches of the old way pass */
+    if (c->n < c->lag) break;
+    c->phase = 3;
+    c->n = 0;
+    c->t0 = now;
+    break;
+  case 3: { /* measuring the other way */
+    if (c->n < STK__MODE_WINDOW) break;
+    double r = window_rate(c, now);
+    c->n = 0;
+    if (r > c->rate * (1 + STK__SHARE_EPS)) { /* better: keep it */
+      c->switches++;
+      c->every = STK__MODE_EVERY;
+      c->phase = 0;
+    } else { /* back, and wait longer before the next trial */
+      c->batched ^= 1;
+      c->every = c->every < STK__MODE_EVERY ? STK__MODE_EVERY : c->every * 2;
+      if (c->every > STK__MODE_EVERY_MAX) c->every = STK__MODE_EVERY_MAX;
+      c->phase = 4;
+    }
+    break;
+  }
+  case 4: /* the other way's batches pass; then steady */
+    if (c->n >= c->lag) {
+      c->phase = 0;
+      c->n = 0;
+    }
+    break;
+  }
+  *trial = c->phase != 0;
+  return c->batched;
+}

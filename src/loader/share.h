@@ -50,4 +50,43 @@ double stk__share_batch(stk__share_ctl *c, double now);
 /* Forget the measurements (a reset: the next window starts afresh). */
 void stk__share_restart(stk__share_ctl *c);
 
+/*
+ * The way the engines are driven, chosen by the same measure. nvJPEG's
+ * batched call decodes fastest for a loader alone (its per-image work runs
+ * on nvJPEG's many streams); beside a training model the decoupled decoder,
+ * one image at a time on a few streams of ours, feeds the model better,
+ * since those many streams' small steps wait among the model's kernels
+ * (docs/gpu.md). Nothing but the delivery rate tells the two cases apart,
+ * so the controller runs trials: after `every` batches it measures a window
+ * in the current way, switches, lets the batches under way pass, measures
+ * a window in the other way, and keeps whichever delivered faster (by more
+ * than STK__SHARE_EPS; a tie keeps the current way). A trial that changes
+ * nothing doubles the wait before the next, up to STK__MODE_EVERY_MAX
+ * batches; one that changes the way resets it, so that a model starting or
+ * stopping is followed. While a trial runs, the share controller is paused.
+ */
+#define STK__MODE_WINDOW 16      /* batches per trial measurement */
+#define STK__MODE_FIRST 24       /* batches before the first trial (warm-up) */
+#define STK__MODE_EVERY 256      /* batches between trials, at first */
+#define STK__MODE_EVERY_MAX 4096 /* ... doubled after each trial that kept the way */
+
+typedef struct {
+  int batched;      /* the way in use: 1 = the batched call, 0 = decoupled */
+  int phase;        /* 0 steady, 1 measuring, 2 passing the lag, 3 measuring
+                       the other way, 4 passing the lag back */
+  int n;            /* batches in the current phase */
+  double t0;        /* start of the current measurement */
+  double rate;      /* the first measurement's batches/s */
+  int lag;          /* batches under way when the way changes */
+  int every;        /* steady batches before the next trial */
+  int switches;     /* trials that changed the way */
+} stk__mode_ctl;
+
+void stk__mode_init(stk__mode_ctl *c, int batched, int lag);
+/* A batch was delivered at time now; returns the way to use (1: batched).
+ * *trial is set while a trial runs. */
+int stk__mode_batch(stk__mode_ctl *c, double now, int *trial);
+/* A refill or reset: a trial under way is dropped (its first way kept). */
+int stk__mode_restart(stk__mode_ctl *c);
+
 #endif

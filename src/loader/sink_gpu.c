@@ -42,6 +42,12 @@ typedef struct {
    * delivers batches fastest (loader/share.h). Under the loader's mutex. */
   double share;
   stk__share_ctl share_ctl;
+  /* The way the engines are driven, chosen by trials of the delivery rate
+   * (loader/share.h) unless STOKER_GPU_ENGINE_STATES fixed it. Under the
+   * loader's mutex. */
+  int mode_auto;
+  int in_trial;
+  stk__mode_ctl mode_ctl;
 } gpu_sink;
 
 static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
@@ -211,13 +217,22 @@ static int gpu_submit(stk__sink *k, int slot, int n, int32_t *codes, char *msgs,
   return STK_OK;
 }
 
-/* Moves the adaptive share (see gpu_sink.share). */
+/* Moves the engines' way and the adaptive share (see gpu_sink). */
 static void gpu_finalised(stk__sink *k) {
   gpu_sink *g = k->impl;
+  double now = stk__now();
+  if (g->mode_auto) {
+    int trial = 0;
+    stk__gpu_set_engine_batched(g->gpu, stk__mode_batch(&g->mode_ctl, now, &trial));
+    /* the share waits out a trial, then measures afresh */
+    if (g->in_trial && !trial) stk__share_restart(&g->share_ctl);
+    g->in_trial = trial;
+    if (trial) return;
+  }
   /* Decoded pixels (a raw cache) cost the GPU a copy of the crop's rows and
    * the CPU a whole resample: the adaptive share stays at 0 for them. */
   if (g->opt->gpu_cpu_share >= 0 || g->src->ops->pixels) return;
-  g->share = stk__share_batch(&g->share_ctl, stk__now());
+  g->share = stk__share_batch(&g->share_ctl, now);
 }
 
 /* The batch is closed up on the device. */
@@ -272,6 +287,10 @@ static int gpu_mix(stk__sink *k, int slot, const stk__mix *m, float on, float of
 static void gpu_reset(stk__sink *k) {
   gpu_sink *g = k->impl;
   stk__share_restart(&g->share_ctl); /* a refill is no measure of the rate */
+  if (g->mode_auto) {
+    stk__gpu_set_engine_batched(g->gpu, stk__mode_restart(&g->mode_ctl));
+    g->in_trial = 0;
+  }
 }
 
 static void gpu_stats(stk__sink *k, stk_stats *o) {
@@ -300,12 +319,15 @@ static void gpu_finish(stk__sink *k) {
           "stoker gpu profile: %llu batches, cpu share %.3f; per batch, ms of host time: in "
           "run_batch %.2f = waiting for a lane %.2f + for the lane's previous decode %.2f + "
           "planning %.2f + the engines %.2f + CPU fallbacks %.2f + rest; the engines driven "
-          "%s, %d states per lane; items: engines %llu, cuda %llu, cpu %llu, host %llu, big "
-          "%llu\n",
+          "%s, %d states per lane (%s, %d trials changed it); items: engines %llu, cuda %llu, "
+          "cpu %llu, host %llu, big %llu\n",
           (unsigned long long)gs.batches, g->share, gs.host_seconds * b,
           gs.host_lane_wait_seconds * b, gs.host_sync_seconds * b, gs.host_plan_seconds * b,
           gs.host_hw_seconds * b, gs.host_cpu_seconds * b,
-          gs.hw_states ? "one by one (decoupled decoder)" : "by the batched call", gs.hw_states,
+          gs.hw_states && !(g->mode_auto && g->mode_ctl.batched)
+              ? "one by one (decoupled decoder)"
+              : "by the batched call",
+          gs.hw_states, g->mode_auto ? "chosen by trials" : "fixed", g->mode_ctl.switches,
           (unsigned long long)gs.path[STK__GPU_PATH_HW],
           (unsigned long long)gs.path[STK__GPU_PATH_CUDA],
           (unsigned long long)gs.path[STK__GPU_PATH_CPU],
@@ -392,17 +414,20 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
                        "STOKER_GPU_ENGINE_ORDER must be \"arrival\" or \"sorted\", got \"%s\"", eo);
     cfg.hw_sort = 0;
   }
-  /* The engines through the decoupled decoder, 4 states per lane: beside a
-   * model its per-image work runs on our few streams instead of the
-   * batched call's many, and on an H200 ResNet-18 trained at 86-90% of its
-   * synthetic rate (92% with a CPU share of 0.3) instead of 71-79%,
-   * ResNet-50 (4 threads) at 99.2-100%
-   * instead of 92% (docs/gpu.md). The loader alone is slower with it
-   * (14,600-15,100 against 18,000 img/s). STOKER_GPU_ENGINE_STATES=N (0-64)
-   * sets N, 0 for the batched call. */
+  /* The engines through the decoupled decoder, 4 states per lane, or the
+   * batched call, whichever delivers faster (trials, loader/share.h): beside
+   * a model the decoupled decoder's per-image work runs on our few streams
+   * instead of the batched call's many, and on an H200 ResNet-18 trained at
+   * 86-90% of its synthetic rate instead of 71-79%, ResNet-50 (4 threads) at
+   * 99.2-100% instead of 92%; the loader alone is faster with the batched
+   * call (18,000 against 14,600-15,100 img/s) (docs/gpu.md). It starts
+   * decoupled. STOKER_GPU_ENGINE_STATES=N (0-64) fixes the way: N states,
+   * or 0 for the batched call. */
   cfg.hw_states = 4;
+  g->mode_auto = 1;
   const char *es = getenv("STOKER_GPU_ENGINE_STATES");
   if (es && *es) {
+    g->mode_auto = 0;
     char *end = NULL;
     long ns = strtol(es, &end, 10);
     if (*end || ns < 0 || ns > 64)
@@ -424,5 +449,7 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
                      (unsigned long long)o->max_device_bytes);
   g->share = o->gpu_cpu_share < 0 ? 0 : o->gpu_cpu_share;
   stk__share_init(&g->share_ctl, g->share, g->nslots);
+  g->mode_auto = g->mode_auto && stk__gpu_engine_ways(g->gpu);
+  stk__mode_init(&g->mode_ctl, 0, g->nslots);
   return STK_OK;
 }
