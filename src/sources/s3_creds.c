@@ -424,7 +424,7 @@ static int load_profile(const char *name, stk__aws_profile *p, char *files, size
   char credf[1024], conff[1024], sec[300];
   aws_file(credf, sizeof credf, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
   aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
-  snprintf(files, fcap, "%s, %s", credf, conff);
+  snprintf(files, fcap, "%s nor %s", credf, conff);
   memset(p, 0, sizeof *p);
   int found = 0;
   size_t n = 0;
@@ -514,7 +514,7 @@ static int profile_creds(source *s, int depth, stk__aws_creds *out, char *msg, s
     copy(out->secret, sizeof out->secret, p->secret);
     copy(out->token, sizeof out->token, p->token);
     out->expires = 0;
-    snprintf(s->what, sizeof s->what, "profile %s (keys in %s)", name, files);
+    snprintf(s->what, sizeof s->what, "profile %s (static keys)", name);
   } else if (p->credential_process[0]) {
     rc = run_process(p->credential_process, out, msg, msglen);
     snprintf(s->what, sizeof s->what, "profile %s (credential_process)", name);
