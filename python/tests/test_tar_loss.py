@@ -109,3 +109,48 @@ def test_members_left_out_fail_check(tmp_path):
         r = subprocess.run([cli, "check", d], capture_output=True, text=True, timeout=120)
         assert r.returncode == 1, r.stdout + r.stderr
         assert "k9.jpg" in r.stdout + r.stderr and "a link" in r.stdout + r.stderr
+
+
+def test_empty_archive_shard_counts_its_samples(tmp_path):
+    """A shard replaced by a valid empty tar (10240 zero bytes, no member)
+    lost its 30 samples without a word; it is noted, its stand-in fails,
+    and stats()["skipped"] counts the samples lost, not 1."""
+    d = str(tmp_path / "shards")
+    write_shards(d, 4, 30)
+    with tarfile.open(os.path.join(d, "shard-000002.tar"), "w", format=tarfile.USTAR_FORMAT):
+        pass
+    with pytest.warns(UserWarning, match="1 empty shard"):
+        ld = stoker.ImageLoader(d, **OPTS)
+    with pytest.raises(stoker.DecodeError, match="empty tar archive"):
+        for _ in ld:
+            pass
+    ld.close()
+    with pytest.warns(UserWarning):
+        ld = stoker.ImageLoader(d, on_error="skip", max_skipped_fraction=1, **OPTS)
+    n = sum(len(y) for _, y in ld)
+    st = ld.stats()
+    ld.close()
+    assert n == 90
+    assert st["skipped"] == 30, st["skipped"]
+    [(path, why)] = st["skipped_files"]
+    assert path.endswith("shard-000002.tar:offset 0") and "about 30 samples lost" in why, (path, why)
+    cli = stoker_cli()
+    if cli:
+        r = subprocess.run([cli, "check", d], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "empty tar archive" in r.stdout + r.stderr
+
+
+def test_cut_shard_skips_count_the_samples_lost(tmp_path):
+    """stats()["skipped"] counted a shard cut after its first sample as 1."""
+    d = str(tmp_path / "shards")
+    cuts = write_shards(d, 4, 30)
+    with open(os.path.join(d, "shard-000001.tar"), "r+b") as f:
+        f.truncate(cuts[1])
+    with pytest.warns(UserWarning, match="1 shard truncated"):
+        ld = stoker.ImageLoader(d, on_error="skip", max_skipped_fraction=1, **OPTS)
+    n = sum(len(y) for _, y in ld)
+    st = ld.stats()
+    ld.close()
+    assert n == 91
+    assert st["skipped"] == 29, st["skipped"]

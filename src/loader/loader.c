@@ -337,7 +337,9 @@ static void clear_skips(stk_loader *l) {
 /* Lists a skipped file. The list holds the current epoch's files only (it
  * would grow without bound over a long run); l->skipped keeps the total. */
 static void record_skip(stk_loader *l, uint64_t epoch, int64_t index, const char *reason) {
-  l->skipped++;
+  /* a damaged shard's stand-in counts the samples the shard lost */
+  int64_t w = l->src.ops->weight ? l->src.ops->weight(&l->src, index) : 1;
+  l->skipped += (uint64_t)(w > 0 ? w : 1);
   if (epoch != l->skip_epoch) {
     clear_skips(l);
     l->skip_epoch = epoch;
@@ -1032,6 +1034,15 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
                      (long long)l->src.ds.n, o.world_size);
       goto fail;
     }
+  }
+  if (o.weights_file) {
+    if (l->src.ops->order) { /* tar shards stream shard by shard: no index to draw */
+      rc = stk__fail(err, errlen, STK_EINVAL,
+                     "weights: weighted sampling needs a folder, list or cache, not tar shards");
+      goto fail;
+    }
+    rc = stk__sampler_weights(&l->sampler, o.weights_file, err, errlen);
+    if (rc) goto fail;
   }
   if (l->sampler.num_samples == 0) {
     rc = stk__fail(err, errlen, STK_EEMPTY, "%lld samples leave rank %d of %d with none",

@@ -81,7 +81,7 @@ typedef struct {
 /* What was left out, for the note. */
 typedef struct {
   int64_t unsafe, link, special, other, dup, no_cls, bad_cls, no_img, bad_ext;
-  int64_t truncated, bad_header, zeroed; /* shards */
+  int64_t truncated, bad_header, zeroed, empty; /* shards */
   char first[200];               /* the first thing left out, with its reason */
 } tally;
 
@@ -91,7 +91,7 @@ static void tally_add(tally *t, const tally *u) {
   t->unsafe += u->unsafe, t->link += u->link, t->special += u->special, t->other += u->other;
   t->dup += u->dup, t->no_cls += u->no_cls, t->bad_cls += u->bad_cls, t->no_img += u->no_img;
   t->bad_ext += u->bad_ext, t->truncated += u->truncated, t->bad_header += u->bad_header;
-  t->zeroed += u->zeroed;
+  t->zeroed += u->zeroed, t->empty += u->empty;
   if (!t->first[0]) memcpy(t->first, u->first, sizeof t->first);
 }
 
@@ -587,6 +587,15 @@ static int scan_at_end(scan_state *st) {
   } else if (z < 0) {
     st->rc = stk__fail(st->msg, st->msglen, STK_EIO, "cannot read shard %s: %s", path,
                        st->fd->why);
+  } else if (off == 0 && (uint64_t)z == fsize) {
+    /* A valid empty archive, where a shard's samples were: replaced by an
+     * empty tar, or written by a job that failed. Its samples are lost, and
+     * a note and a failing stand-in say so, as for a shard cut short. */
+    left_out(ta, &ta->empty, path, where, "an empty archive");
+    DAMAGE(dm, where,
+           "the shard is an empty tar archive (%llu bytes, no member): its samples are lost "
+           "(replaced by an empty archive, or written by a job that failed?)",
+           (unsigned long long)fsize);
   } else if ((uint64_t)z < fsize) {
     left_out(ta, &ta->zeroed, path, where, "a zero-filled region with data after it");
     DAMAGE(dm, where,
@@ -905,7 +914,8 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
  * rewritten since has another ETag, hence another file. The file ends in a
  * checksum of its body, and names its key inside: one that does not
  * match is scanned again. */
-#define SIDX_MAGIC "STKTIDX2"
+#define SIDX_MAGIC "STKTIDX3"   /* 13 counters; 2 (12, no `empty`) is still read */
+#define SIDX_MAGIC2 "STKTIDX2"
 #define SIDX_EXT STK__TAR_INDEX_EXT
 
 static int shard_index_path(const tar_impl *t, int32_t shard, const char *index_dir, char *out,
@@ -959,8 +969,9 @@ static int save_scan(const char *path, const char *key, const shard_scan *sc) {
   w64(&w, 0); /* the body's checksum, below */
   wstr(&w, key);
   const tally *ta = &sc->ta;
-  int64_t cnt[12] = {ta->unsafe, ta->link,  ta->special, ta->other,     ta->dup,        ta->no_cls,
-                     ta->bad_cls, ta->no_img, ta->bad_ext, ta->truncated, ta->bad_header, ta->zeroed};
+  int64_t cnt[13] = {ta->unsafe,  ta->link,   ta->special, ta->other,     ta->dup,
+                     ta->no_cls,  ta->bad_cls, ta->no_img, ta->bad_ext,  ta->truncated,
+                     ta->bad_header, ta->zeroed, ta->empty};
   wput(&w, cnt, sizeof cnt);
   wput(&w, ta->first, sizeof ta->first);
   wstr(&w, sc->dm.name);
@@ -1037,17 +1048,19 @@ static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard
   stk__bytes by = {data, len, 0};
   rbuf r = {by.data, by.data + by.len, 0};
   uint64_t h;
-  int rc = memcmp(by.data, SIDX_MAGIC, 8) ? STK_EFORMAT : STK_OK;
+  int v2 = !memcmp(by.data, SIDX_MAGIC2, 8); /* written before empty shards were counted */
+  int rc = memcmp(by.data, SIDX_MAGIC, 8) && !v2 ? STK_EFORMAT : STK_OK;
   memcpy(&h, by.data + 8, 8);
   if (rc == STK_OK && h != stk__hash64(by.data + 16, by.len - 16, 0x5bd1e995)) rc = STK_EFORMAT;
   r.p += 16;
   if (rc == STK_OK && strcmp(rstr(&r), key)) rc = STK_ESTALE; /* a hash collision of names */
   tally *ta = &sc->ta;
-  int64_t cnt[12];
-  rget(&r, cnt, sizeof cnt);
+  int64_t cnt[13] = {0};
+  rget(&r, cnt, (v2 ? 12 : 13) * sizeof *cnt);
   ta->unsafe = cnt[0], ta->link = cnt[1], ta->special = cnt[2], ta->other = cnt[3];
   ta->dup = cnt[4], ta->no_cls = cnt[5], ta->bad_cls = cnt[6], ta->no_img = cnt[7];
   ta->bad_ext = cnt[8], ta->truncated = cnt[9], ta->bad_header = cnt[10], ta->zeroed = cnt[11];
+  ta->empty = cnt[12];
   rget(&r, ta->first, sizeof ta->first);
   ta->first[sizeof ta->first - 1] = '\0';
   snprintf(sc->dm.name, sizeof sc->dm.name, "%s", rstr(&r));
@@ -1083,6 +1096,20 @@ static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard
   }
   if (rc == STK_OK && (r.err || r.p != r.end)) rc = STK_EFORMAT;
   return rc;
+}
+
+/* Adds to stand-in k's reason how many samples it stands for (what
+ * stats()["skipped"] and max_skipped_fraction count); the reason stays as
+ * it was without memory for the longer one. */
+static void say_lost(tar_impl *t, int k) {
+  const char *w = t->why[k];
+  size_t n = strlen(w) + 96;
+  char *nw = malloc(n);
+  if (!nw) return;
+  snprintf(nw, n, "%s (about %lld sample%s lost, as many as the other shards hold)", w,
+           (long long)t->lost[k], t->lost[k] == 1 ? "" : "s");
+  free(t->why[k]);
+  t->why[k] = nw;
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -1124,6 +1151,7 @@ static int weigh_damage(tar_impl *t, int64_t n, char *msg, size_t msglen) {
     if (m->damage && t->lost[m->damage - 1] < 0) {
       int64_t w = median - real[m->shard];
       t->lost[m->damage - 1] = w > 1 ? w : 1;
+      say_lost(t, m->damage - 1);
     }
   }
   free(whole);
@@ -1489,7 +1517,7 @@ static void write_note(char *note, size_t cap, const tally *ta) {
   int64_t members = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) members += parts[i].n;
   note[0] = '\0';
-  if (!members && !ta->truncated && !ta->bad_header && !ta->zeroed) return;
+  if (!members && !ta->truncated && !ta->bad_header && !ta->zeroed && !ta->empty) return;
   size_t len = 0;
 #define PUT(...)                                                        \
   do {                                                                  \
@@ -1520,7 +1548,10 @@ static void write_note(char *note, size_t cap, const tally *ta) {
   if (ta->zeroed) {
     PUT("%s %lld shard%s with a zero-filled region (read up to it)", sep, (long long)ta->zeroed,
         ta->zeroed == 1 ? "" : "s");
+    sep = ";";
   }
+  if (ta->empty)
+    PUT("%s %lld empty shard%s (no member)", sep, (long long)ta->empty, ta->empty == 1 ? "" : "s");
   PUT("; first: %s", ta->first);
 #undef PUT
   /* trim the leading blank of the first part */
