@@ -602,6 +602,30 @@ static void s3_code(const stk__net_req *q, char *out, size_t cap) {
   snprintf(out, cap, " %.*s", (int)(l < 64 ? l : 64), c);
 }
 
+/* A 401/403, or S3's ExpiredToken (400 or 403): credentials that expired
+ * before their renewal (a clock off, a revoked session) are renewed now
+ * and the request sent once more; anything else fails, saying where the
+ * credentials came from. 1 when the request was dealt with. */
+static int refused(stk__net *n, stk__net_req *q, long status, const char *code) {
+  int expired = !strcmp(code, " ExpiredToken");
+  if (!expired && status != 401 && status != 403) return 0;
+  if (expired && !q->renewed && stk__s3_expired(&n->s3, q->cred_gen)) {
+    q->renewed = 1;
+    atomic_fetch_add(&n->retries, 1);
+    q->not_before = stk__now();
+    enqueue(n, q);
+    return 1;
+  }
+  char cred[700];
+  stk__s3_describe(&n->s3, cred, sizeof cred);
+  fail(q, STK_EIO,
+       "access denied (HTTP %ld%s): check the credentials (AWS_ACCESS_KEY_ID, "
+       "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE; these came from %s) and the "
+       "object's permissions",
+       status, code, cred);
+  return 1;
+}
+
 /* An attempt ended (I/O thread, mutex held): done, failed, or retried. */
 static void completed(stk__net *n, stk__net_req *q, int result) {
   long status = q->status;
@@ -629,26 +653,7 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   } else if (result == E_OK) {
     char code[80];
     s3_code(q, code, sizeof code);
-    if ((status == 400 || status == 403) && !strcmp(code, " ExpiredToken") && !q->renewed &&
-        stk__s3_expired(&n->s3, q->cred_gen)) {
-      /* expired before their renewal (a clock off, a revoked session):
-       * renewed now, and the request sent once more with the new ones */
-      q->renewed = 1;
-      atomic_fetch_add(&n->retries, 1);
-      q->not_before = stk__now();
-      enqueue(n, q);
-      return;
-    }
-    if (status == 401 || status == 403 || !strcmp(code, " ExpiredToken")) {
-      char cred[700];
-      stk__s3_describe(&n->s3, cred, sizeof cred);
-      fail(q, STK_EIO,
-           "access denied (HTTP %ld%s): check the credentials (AWS_ACCESS_KEY_ID, "
-           "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE; these came from %s) and the "
-           "object's permissions",
-           status, code, cred);
-      return;
-    }
+    if (refused(n, q, status, code)) return;
     if (status == 404) {
       fail(q, STK_EIO, "not found (HTTP 404%s)", code);
       return;
