@@ -154,3 +154,31 @@ def test_cut_shard_skips_count_the_samples_lost(tmp_path):
     ld.close()
     assert n == 91
     assert st["skipped"] == 29, st["skipped"]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_ranks_yield_len_batches_whatever_is_skipped(tmp_path, drop_last):
+    """Two ranks; a shard deleted after both opened. The rank that held it
+    yielded 30 batches where len() said 32 and the other rank yielded 32: under
+    torchrun both then wait in the collective for ever. Every rank now yields
+    len() batches, its holes filled with repeats of its epoch's samples."""
+    d = str(tmp_path / "shards")
+    write_shards(d, 8, 16)  # 128 samples: 64 a rank, 8 shards of 16
+    kw = dict(OPTS, batch_size=4, on_error="skip", max_skipped_fraction=1, shuffle=True, seed=3,
+              drop_last=drop_last)
+    lds = [stoker.ImageLoader(d, rank=r, world_size=2, **kw) for r in (0, 1)]
+    os.remove(os.path.join(d, "shard-000005.tar"))
+    counts, sizes, lost = [], [], 0
+    for ld in lds:
+        gone = {i for i, (p, _) in enumerate(ld.samples) if "shard-000005.tar:" in p}
+        got = [list(b.indices) for b in ld.iter_batches()]
+        counts.append(len(got))
+        sizes.append([len(b) for b in got])
+        # (the batches read ahead before the deletion have some of its samples)
+        read = len({i for b in got for i in b} & gone)
+        lost += ld.stats()["skipped"] + read
+    assert counts == [len(lds[0]), len(lds[1])] == [16, 16], (counts, sizes)
+    assert all(n == 4 for s in sizes for n in s), sizes
+    assert lost == 16
+    for ld in lds:
+        ld.close()

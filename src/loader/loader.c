@@ -193,6 +193,7 @@ struct stk_loader {
   uint64_t epoch, gen;
   int64_t next_batch, next_finalize, next_deliver;
   int64_t tail_end;
+  int64_t pad_pos;      /* ranks > 1, skip: the next position repeated into a hole */
   int finalizing, active;
   int resetting; /* a reset waits for workers: start and claim nothing */
   int consec_fail;
@@ -292,6 +293,7 @@ static void reset_locked(stk_loader *l, uint64_t epoch, int64_t batch) {
   l->need_finalize = 0;
   l->next_batch = l->next_finalize = l->next_deliver = batch;
   l->tail_end = l->sampler.num_samples;
+  l->pad_pos = 0;
   l->finalizing = 0;
   l->consec_fail = 0;
   l->epoch_err = 0;
@@ -533,14 +535,34 @@ static int end_position(stk_loader *l, worker_ctx *wc) {
   return ph;
 }
 
-/* Fills hole j of slot s from the end of the epoch. Returns 1 when filled,
+/* Whether holes are filled with repeats rather than from the end of the
+ * epoch: with several ranks, every rank must yield len() batches whatever
+ * it skips (a rank that yields fewer leaves the others waiting in the
+ * collective for ever), so a hole takes a repeat of a sample of this rank's
+ * epoch, from its start, as DistributedSampler pads. One rank has no one
+ * to wait for: its epoch is shorter by what was skipped instead. */
+static int pads(const stk_loader *l) { return l->sampler.world > 1; }
+
+/* The position of the epoch that fills the next hole, or -1 when none is
+ * left. Mutex held. */
+static int64_t refill_position(stk_loader *l, const slot *s) {
+  if (l->epoch_err) return -1;
+  if (pads(l)) {
+    /* every position twice at most: a run of failing repeats ends */
+    int64_t n = l->sampler.num_samples;
+    return l->pad_pos < 2 * n ? l->pad_pos++ % n : -1;
+  }
+  int64_t pool_lo = (s->batch + l->nslots) * (int64_t)l->B;
+  return l->tail_end > pool_lo ? --l->tail_end : -1;
+}
+
+/* Fills hole j of slot s (see refill_position). Returns 1 when filled,
  * 0 when no sample is left to take, -1 when a reset intervened. The mutex
  * is released while a sample is processed. */
 static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
   for (;;) {
-    int64_t pool_lo = (s->batch + l->nslots) * (int64_t)l->B;
-    if (l->tail_end <= pool_lo || l->epoch_err) return 0;
-    int64_t pos = --l->tail_end;
+    int64_t pos = refill_position(l, s);
+    if (pos < 0) return 0;
     int64_t idx = l->order[pos];
     uint64_t gen = l->gen, epoch = l->epoch; /* read under the mutex: a reset writes them */
     begin_position(l, wc, s, j, idx, 1);
@@ -561,7 +583,8 @@ static int refill_hole(stk_loader *l, worker_ctx *wc, slot *s, int j) {
        * resetting here let a block of deleted files run on for ever */
       return 1;
     }
-    note_failure(l, s, idx, rc, wc->reason);
+    /* a repeat that fails is counted where its own position fails */
+    if (!pads(l)) note_failure(l, s, idx, rc, wc->reason);
   }
 }
 
@@ -1252,6 +1275,7 @@ static int advance_epoch_locked(stk_loader *l) {
   l->next_started = l->next_finalized = 0;
   l->next_deliver = 0;
   l->tail_end = l->sampler.num_samples;
+  l->pad_pos = 0;
   l->consec_fail = 0;
   l->epoch_err = 0;
   l->epoch_images = l->epoch_failed = 0;
