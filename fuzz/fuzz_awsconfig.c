@@ -32,7 +32,11 @@ static void check_profile(const stk__aws_profile *p) {
   TERMINATED(p->role_session_name);
   TERMINATED(p->duration);
   TERMINATED(p->credential_process);
-  TERMINATED(p->sso);
+  TERMINATED(p->sso_session);
+  TERMINATED(p->sso_start_url);
+  TERMINATED(p->sso_region);
+  TERMINATED(p->sso_account_id);
+  TERMINATED(p->sso_role_name);
 }
 
 static void check_creds(int rc, const stk__aws_creds *c, const char *msg) {

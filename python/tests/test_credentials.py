@@ -223,6 +223,7 @@ class CredServer:
         self.container_token = "ContainerAuth-" + _rand(40, string.ascii_letters + string.digits)
         self.web_token = "eyJ" + _rand(200, string.ascii_letters + string.digits)
         self.sts_calls = []  # (action, form, authorization header)
+        self.sso_token = "aoaAAAAA" + _rand(120, string.ascii_letters + string.digits)
 
     def issue(self, via):
         key = "ASIA" + _rand(16, string.ascii_uppercase + string.digits)
@@ -237,7 +238,7 @@ class CredServer:
     def secrets(self):
         with self.lock:
             return [s for _, s, _, _ in self.issued] + [t for _, _, t, _ in self.issued] + [
-                self.container_token, self.web_token] + list(self.imds_tokens)
+                self.container_token, self.web_token, self.sso_token] + list(self.imds_tokens)
 
     def count(self, via):
         with self.lock:
@@ -283,6 +284,16 @@ class CredServer:
             if headers.get("authorization") != self.container_token:
                 return 403, "application/json", b'{"message": "bad token"}'
             return 200, "application/json", self._json("container")
+        if method == "GET" and path.startswith("/federation/credentials?"):
+            q = dict(urllib.parse.parse_qsl(path.split("?", 1)[1]))
+            if headers.get("x-amz-sso_bearer_token") != self.sso_token:
+                return 401, "application/json", b'{"message": "Session token not found or invalid"}'
+            if q != {"account_id": "123456789012", "role_name": "reader"}:
+                return 403, "application/json", b'{"message": "No access"}'
+            key, secret, token, exp = self.issue("sso")
+            return 200, "application/json", json.dumps({"roleCredentials": {
+                "accessKeyId": key, "secretAccessKey": secret, "sessionToken": token,
+                "expiration": int(exp * 1000)}}).encode()
         if method == "POST" and path == "/":
             form = dict(urllib.parse.parse_qsl(body.decode()))
             action = form.get("Action", "")
@@ -567,6 +578,48 @@ def test_stoker_info_names_the_provider(dataset, env, creds, monkeypatch, tmp_pa
     assert line.startswith(f"container endpoint ({creds.url}/container/creds), temporary"), r.stdout
     for s in creds.secrets():
         assert s not in r.stdout and s not in r.stderr
+
+
+def _sso_profile(home, creds, legacy, expires_in=3600):
+    import hashlib
+
+    start = "https://corp.awsapps.com/start"
+    if legacy:
+        cfg = (f"[profile sso]\nsso_start_url = {start}\nsso_region = us-east-1\n"
+               "sso_account_id = 123456789012\nsso_role_name = reader\n")
+        key = start
+    else:
+        cfg = ("[profile sso]\nsso_session = corp\nsso_account_id = 123456789012\n"
+               "sso_role_name = reader\nregion = us-east-1\n\n"
+               f"[sso-session corp]\nsso_start_url = {start}\nsso_region = us-east-1\n"
+               "sso_registration_scopes = sso:account:access\n")
+        key = "corp"
+    (home / ".aws" / "config").write_text(cfg)
+    cache = home / ".aws" / "sso" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / (hashlib.sha1(key.encode()).hexdigest() + ".json")).write_text(json.dumps({
+        "startUrl": start, "region": "us-east-1", "accessToken": creds.sso_token,
+        "expiresAt": _iso(time.time() + expires_in)}))
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_profile_sso_cached_token(dataset, env, creds, monkeypatch, tmp_path, legacy):
+    _sso_profile(env, creds, legacy)
+    monkeypatch.setenv("AWS_PROFILE", "sso")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSO", creds.url)
+    st, texts = read_equals_local(dataset, tmp_path)
+    assert creds.count("sso") == 1
+    no_secret(creds.secrets(), tmp_path, texts)
+
+
+def test_profile_sso_expired_token_says_login(dataset, env, creds, monkeypatch, tmp_path):
+    _sso_profile(env, creds, False, expires_in=-60)
+    monkeypatch.setenv("AWS_PROFILE", "sso")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSO", creds.url)
+    with pytest.raises((OSError, ValueError)) as e:
+        read_equals_local(dataset, tmp_path)
+    assert "aws sso login --profile sso" in str(e.value) and "expired" in str(e.value), str(e.value)
+    assert creds.sso_token not in str(e.value)
 
 
 # ---- renewal ------------------------------------------------------------------------

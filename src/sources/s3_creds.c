@@ -88,8 +88,11 @@ static char *profile_field(stk__aws_profile *p, const char *k, size_t *cap) {
   F("role_session_name", role_session_name)
   F("duration_seconds", duration)
   F("credential_process", credential_process)
-  F("sso_session", sso)
-  F("sso_start_url", sso)
+  F("sso_session", sso_session)
+  F("sso_start_url", sso_start_url)
+  F("sso_region", sso_region)
+  F("sso_account_id", sso_account_id)
+  F("sso_role_name", sso_role_name)
 #undef F
   return NULL;
 }
@@ -154,7 +157,9 @@ int64_t stk__aws_time(const char *iso) {
   const char *r = iso + used;
   if (*r == '.')
     for (r++; isdigit((unsigned char)*r);) r++;
-  if (*r != 'Z' && *r != 'z' && strncmp(r, "+00:00", 6) && strncmp(r, "+0000", 5)) return -1;
+  if (*r != 'Z' && *r != 'z' && strncmp(r, "+00:00", 6) && strncmp(r, "+0000", 5) &&
+      strcmp(r, "UTC")) /* "UTC": the SSO caches of AWS CLI v1 */
+    return -1;
   tm.tm_year = y - 1900;
   tm.tm_mon = mo - 1;
   tm.tm_mday = d;
@@ -441,6 +446,146 @@ static int load_profile(const char *name, stk__aws_profile *p, char *files, size
   return found;
 }
 
+/* ---- SSO: the role credentials of the token `aws sso login` cached -------- */
+
+/* SHA-1 (FIPS 180-4), only to name the token's cache file as the AWS CLI
+ * does: ~/.aws/sso/cache/<sha1 of the session name or start URL>.json. */
+static void sha1_hex(const char *s, char out[41]) {
+  uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+  size_t n = strlen(s), total = ((n + 8) / 64 + 1) * 64;
+  for (size_t blk = 0; blk < total; blk += 64) {
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++) {
+      w[i] = 0;
+      for (int k = 0; k < 4; k++) {
+        size_t at = blk + (size_t)(4 * i + k);
+        uint8_t b = at < n ? (uint8_t)s[at] : at == n ? 0x80 : 0;
+        if (at >= total - 8) b = (uint8_t)(((uint64_t)n * 8) >> (8 * (total - 1 - at)));
+        w[i] = w[i] << 8 | b;
+      }
+    }
+    for (int i = 16; i < 80; i++) {
+      uint32_t x = w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16];
+      w[i] = x << 1 | x >> 31;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+      uint32_t f = i < 20 ? (b & c) | (~b & d) : i < 40 ? b ^ c ^ d
+                   : i < 60 ? (b & c) | (b & d) | (c & d) : b ^ c ^ d;
+      uint32_t k = i < 20 ? 0x5A827999 : i < 40 ? 0x6ED9EBA1 : i < 60 ? 0x8F1BBCDC : 0xCA62C1D6;
+      uint32_t t = (a << 5 | a >> 27) + f + e + k + w[i];
+      e = d, d = c, c = b << 30 | b >> 2, b = a, a = t;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+  }
+  for (int i = 0; i < 5; i++) snprintf(out + 8 * i, 9, "%08x", h[i]);
+}
+
+/* The number value of "key" in a flat JSON document; 1 when found. */
+static int json_num(const char *doc, const char *end, const char *key, int64_t *v) {
+  char pat[64];
+  int pl = snprintf(pat, sizeof pat, "\"%s\"", key);
+  const char *a = memmem(doc, (size_t)(end - doc), pat, (size_t)pl);
+  if (!a) return 0;
+  const char *p = a + pl;
+  while (p < end && (isspace((unsigned char)*p) || *p == ':')) p++;
+  int64_t x = 0;
+  int digits = 0;
+  for (; p < end && isdigit((unsigned char)*p) && digits < 18; p++, digits++) x = x * 10 + (*p - '0');
+  *v = x;
+  return digits > 0;
+}
+
+/* The portal's GetRoleCredentials answer: {"roleCredentials": {accessKeyId,
+ * secretAccessKey, sessionToken, expiration (milliseconds)}}. */
+static int sso_answer(const char *doc, stk__aws_creds *c, char *msg, size_t msglen) {
+  const char *end = doc + strlen(doc);
+  memset(c, 0, sizeof *c);
+  json_str(doc, end, "accessKeyId", c->key_id, sizeof c->key_id);
+  json_str(doc, end, "secretAccessKey", c->secret, sizeof c->secret);
+  json_str(doc, end, "sessionToken", c->token, sizeof c->token);
+  int rc = creds_check(c, NULL, "the SSO portal's answer", msg, msglen);
+  int64_t ms = 0;
+  if (!rc && json_num(doc, end, "expiration", &ms)) c->expires = ms / 1000;
+  return rc;
+}
+
+/* The cached token of the profile's SSO session, into tok; STK_OK or why not. */
+static int sso_token(const char *name, const char *key, char *tok, size_t cap, char *msg,
+                     size_t msglen) {
+  const char *home = env("HOME");
+  char hash[41], path[1200], exp[64] = "";
+  sha1_hex(key, hash);
+  snprintf(path, sizeof path, "%s/.aws/sso/cache/%s.json", home ? home : "", hash);
+  size_t n = 0;
+  char *doc = read_small(path, HTTP_MAX, &n);
+  int found = doc && json_str(doc, doc + n, "accessToken", tok, cap);
+  if (doc) json_str(doc, doc + n, "expiresAt", exp, sizeof exp);
+  wipe_free(doc);
+  if (!found)
+    return stk__fail(msg, msglen, STK_EINVAL,
+                     "the AWS profile '%s' uses SSO and has no cached token (%s): run 'aws sso "
+                     "login --profile %s'",
+                     name, path, name);
+  int64_t t = stk__aws_time(exp);
+  if (t >= 0 && t <= (int64_t)time(NULL))
+    return stk__fail(msg, msglen, STK_EINVAL,
+                     "the SSO session of the AWS profile '%s' expired at %s: run 'aws sso login "
+                     "--profile %s'",
+                     name, exp, name);
+  return STK_OK;
+}
+
+/* SSO: the session's settings, its cached token, then GetRoleCredentials
+ * from the portal (AWS_ENDPOINT_URL_SSO, else portal.sso.REGION). The token
+ * itself is not refreshed here: `aws sso login` does that. */
+static int sso_creds(const char *name, stk__aws_profile *p, stk__aws_creds *out, char *msg,
+                     size_t msglen) {
+  if (p->sso_session[0]) { /* the [sso-session NAME] section of the config file */
+    char conff[1024], sec[200];
+    aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
+    snprintf(sec, sizeof sec, "sso-session %s", p->sso_session);
+    size_t n = 0;
+    char *t = read_small(conff, 1u << 20, &n);
+    int found = t && stk__aws_ini_parse(t, n, sec, p);
+    wipe_free(t);
+    if (!found)
+      return stk__fail(msg, msglen, STK_EINVAL, "the AWS profile '%s' names sso_session '%s', "
+                       "which %s has no [%s] section for", name, p->sso_session, conff, sec);
+  }
+  if (!p->sso_account_id[0] || !p->sso_role_name[0] || !p->sso_region[0])
+    return stk__fail(msg, msglen, STK_EINVAL, "the AWS profile '%s' lacks sso_account_id, "
+                     "sso_role_name or sso_region", name);
+  char tok[8192], hdr[8300], url[1200], acct[100], role[400];
+  int rc = sso_token(name, p->sso_session[0] ? p->sso_session : p->sso_start_url, tok,
+                     sizeof tok, msg, msglen);
+  if (rc) return rc;
+  const char *e = env("AWS_ENDPOINT_URL_SSO");
+  char base[600];
+  if (e)
+    copy(base, sizeof base, e);
+  else
+    snprintf(base, sizeof base, "https://portal.sso.%s.amazonaws.com", p->sso_region);
+  size_t bl = strlen(base);
+  while (bl && base[bl - 1] == '/') base[--bl] = '\0';
+  stk__uri_encode(p->sso_account_id, 0, acct, sizeof acct);
+  stk__uri_encode(p->sso_role_name, 0, role, sizeof role);
+  snprintf(url, sizeof url, "%s/federation/credentials?account_id=%s&role_name=%s", base, acct, role);
+  snprintf(hdr, sizeof hdr, "x-amz-sso_bearer_token: %s", tok);
+  const char *list[2] = {hdr, NULL};
+  char *doc = NULL;
+  long status = 0;
+  rc = stk__http_fetch("GET", url, list, NULL, 10000, HTTP_MAX, &doc, &status, msg, msglen);
+  memset(tok, 0, sizeof tok);
+  memset(hdr, 0, sizeof hdr);
+  if (!rc && status != 200)
+    rc = stk__fail(msg, msglen, STK_EIO, "the SSO portal %s refused the cached token (HTTP %ld): "
+                   "run 'aws sso login --profile %s'", base, status, name);
+  if (!rc) rc = sso_answer(doc, out, msg, msglen);
+  wipe_free(doc);
+  return rc;
+}
+
 static int provider(int kind, source *s, int depth, stk__aws_creds *out, char *msg, size_t msglen);
 
 /* The credentials a role_arn profile assumes the role with. */
@@ -518,12 +663,10 @@ static int profile_creds(source *s, int depth, stk__aws_creds *out, char *msg, s
   } else if (p->credential_process[0]) {
     rc = run_process(p->credential_process, out, msg, msglen);
     snprintf(s->what, sizeof s->what, "profile %s (credential_process)", name);
-  } else if (p->sso[0]) {
-    rc = stk__fail(msg, msglen, STK_EINVAL,
-                   "the AWS profile '%s' uses SSO (IAM Identity Center), which stoker does not "
-                   "read: run 'aws sso login --profile %s', then 'eval \"$(aws configure "
-                   "export-credentials --profile %s --format env)\"'",
-                   name, name, name);
+  } else if (p->sso_session[0] || p->sso_start_url[0]) {
+    rc = sso_creds(name, p, out, msg, msglen);
+    snprintf(s->what, sizeof s->what, "profile %s (SSO, role %s in account %s)", name,
+             p->sso_role_name, p->sso_account_id);
   }
   if (rc < 0 && depth == 0 && !strstr(msg, name)) {
     char m[512];

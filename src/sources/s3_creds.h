@@ -10,8 +10,8 @@
  *                    source_profile or credential_source (STS AssumeRole,
  *                    signed) or with web_identity_token_file (STS
  *                    AssumeRoleWithWebIdentity); static keys;
- *                    credential_process. An SSO profile is refused with a
- *                    message that says how to export its credentials. A
+ *                    credential_process; SSO (the role credentials of the
+ *                    token that `aws sso login` cached). A
  *                    profile named by AWS_PROFILE that exists in neither
  *                    file is an error that names it.
  *   3. web identity  AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN
@@ -58,7 +58,11 @@ typedef struct {
   char role_arn[256], source_profile[128], credential_source[64], external_id[256];
   char web_identity_token_file[1024], role_session_name[128], duration[16];
   char credential_process[1024];
-  char sso[256]; /* sso_session or sso_start_url: an SSO profile */
+  /* SSO (IAM Identity Center): a profile's sso_session names an
+   * [sso-session NAME] section with the start URL and region; a legacy
+   * profile has them itself */
+  char sso_session[128], sso_start_url[512], sso_region[64], sso_account_id[32];
+  char sso_role_name[128];
 } stk__aws_profile;
 
 /* Reads the keys of section `section` of an AWS config or credentials file
