@@ -358,6 +358,18 @@ typedef struct stk_options {
   int mix_classes;           /* columns of the soft labels, at least the
                                 source's classes; 0 = the source's number
                                 of classes. 0 */
+
+  /* Weighted sampling (a field added in 0.6): each epoch draws its samples
+   * with replacement, sample i with probability weights[i] / sum, as
+   * torch's WeightedRandomSampler (torch.multinomial with replacement from
+   * a generator seeded with seed + epoch, bit for bit). The ranks draw the
+   * same sequence of world_size * shard_size samples and take positions
+   * rank, rank + world_size, ... of it. Folders, lists and caches; not
+   * with ra_reps or tar shards. */
+  const char *weights_file;  /* a text file of the weights, one a sample in
+                                sample order (numbers separated by white
+                                space; finite, >= 0, not all 0); NULL =
+                                off */
 } stk_options;
 
 /* Fills `opt` with the defaults above. stk_options_init is a macro that

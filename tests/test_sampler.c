@@ -1,6 +1,10 @@
 /* The epoch sampler: DistributedSampler's index sets, exactly once per epoch;
  * with repetitions, RASampler's order. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "sources/sampler.h"
@@ -215,7 +219,75 @@ static void test_ra_sizes(void) {
   stk__sampler_free(&s);
 }
 
+/* Weighted sampling: torch.multinomial(w, 12, True,
+ * generator=torch.Generator().manual_seed(s)).tolist() for w = [1, 2, 3, 4, 0,
+ * 5] (float64), s = 0 and 5, as torch's CPU generator gives them. */
+static const int64_t k_weighted_seed0[12] = {5, 5, 3, 5, 3, 5, 1, 2, 3, 2, 3, 1};
+static const int64_t k_weighted_seed5[12] = {3, 2, 2, 2, 2, 5, 3, 5, 5, 3, 2, 2};
+
+static int write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+static void test_weighted(void) {
+  char path[] = "/tmp/stoker-weights-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  close(fd);
+  char err[256];
+  stk__sampler s;
+  /* the draws of one epoch, world 1: torch's, for seed + epoch */
+  CHECK(write_file(path, "1\n2\n3 4\n0\n5e0\n") == 0);
+  CHECK(stk__sampler_init(&s, 6, 0, 1, 1, 0, 0) == STK_OK);
+  CHECK(stk__sampler_weights(&s, path, err, sizeof err) == STK_OK);
+  int64_t out[12];
+  stk__sampler_epoch(&s, 0, out);
+  CHECK(memcmp(out, k_weighted_seed0, 6 * sizeof *out) == 0);
+  stk__sampler_epoch(&s, 5, out);
+  CHECK(memcmp(out, k_weighted_seed5, 6 * sizeof *out) == 0);
+  stk__sampler_free(&s);
+  /* world 2, n 6 padded to 6: rank r keeps positions r, r + 2, ... */
+  for (int rank = 0; rank < 2; rank++) {
+    CHECK(stk__sampler_init(&s, 6, rank, 2, 1, 0, 0) == STK_OK);
+    CHECK(stk__sampler_weights(&s, path, err, sizeof err) == STK_OK);
+    stk__sampler_epoch(&s, 0, out);
+    int ok = 1;
+    for (int j = 0; j < 3; j++) ok &= out[j] == k_weighted_seed0[rank + 2 * j];
+    CHECK_MSG(ok, "rank %d of 2 is not its slice of the global draw", rank);
+    stk__sampler_free(&s);
+  }
+  /* the draw alone, 12 of them */
+  double cum[6] = {1, 3, 6, 10, 10, 15};
+  for (int i = 0; i < 6; i++) cum[i] /= 15;
+  cum[5] = 1;
+  stk__weighted_draw(cum, 6, 0, 12, out);
+  CHECK(memcmp(out, k_weighted_seed0, sizeof out) == 0);
+  /* refusals, naming the file's problem */
+  const char *bad[] = {"1 2 3 4 0", "1 2 3 4 0 5 6", "1 2 -3 4 0 5", "1 2 x 4 0 5",
+                       "0 0 0 0 0 0", "1 2 nan 4 0 5", "1 2 inf 4 0 5"};
+  const char *why[] = {"holds 5 weights", "more than 6", "must be finite and >= 0",
+                       "not a number", "sum to 0", "must be finite", "must be finite"};
+  for (int k = 0; k < 7; k++) {
+    CHECK(write_file(path, bad[k]) == 0);
+    CHECK(stk__sampler_init(&s, 6, 0, 1, 1, 0, 0) == STK_OK);
+    err[0] = 0;
+    CHECK_MSG(stk__sampler_weights(&s, path, err, sizeof err) == STK_EINVAL && strstr(err, why[k]),
+              "weights '%s': %s", bad[k], err);
+    CHECK(s.cum == NULL);
+    stk__sampler_free(&s);
+  }
+  unlink(path);
+  CHECK(stk__sampler_init(&s, 6, 0, 1, 1, 0, 0) == STK_OK);
+  CHECK(stk__sampler_weights(&s, path, err, sizeof err) == STK_EIO);
+  stk__sampler_free(&s);
+}
+
 int main(void) {
+  test_weighted();
   test_randperm_is_permutation();
   test_randperm_matches_torch();
   int worlds[] = {1, 2, 3, 8};

@@ -219,7 +219,8 @@ _PORTING_HINTS = {
     "persistent_workers": "there are no worker processes: the threads live as long as the loader",
     "prefetch_factor": "use prefetch=N (batches prepared ahead, for the whole loader)",
     "sampler": "the loader shards and shuffles itself as DistributedSampler: use shuffle=, "
-               "seed=, rank=, world_size= and loader.set_epoch(epoch)",
+               "seed=, rank=, world_size= and loader.set_epoch(epoch); weights= samples with "
+               "replacement as WeightedRandomSampler",
     "transform": "give the transforms as pipeline= (or pass the ImageFolder itself as root)",
     "collate_fn": "batches are assembled in C: give MixUp/CutMix as mix=, and apply other "
                   "per-batch code to the (images, labels) the loop yields",
@@ -234,9 +235,25 @@ _PORTING_HINTS = {
 }
 
 
+# sampler= by the sampler's class: what ImageLoader takes instead.
+_SAMPLER_HINTS = {
+    "WeightedRandomSampler": "give its weights as weights= (one per sample, in "
+                             "loader.samples order): ImageLoader(..., weights=w) draws each epoch "
+                             "with replacement as WeightedRandomSampler(w, len(w)) does, from "
+                             "seed= and the epoch, the ranks taking slices of one draw",
+    "SubsetRandomSampler": "pass torch.utils.data.Subset(image_folder, indices) as root, with "
+                           "shuffle=True: the loader reads those samples in a new order each "
+                           "epoch",
+    "RandomSampler": "use shuffle=True (and seed=)",
+    "SequentialSampler": "use shuffle=False",
+}
+
+
 def _check_kwargs(kwargs):
     for name in kwargs:
         hint = _PORTING_HINTS.get(name)
+        if name == "sampler":
+            hint = _SAMPLER_HINTS.get(type(kwargs[name]).__name__, hint)
         if hint is not None:
             raise TypeError(f"ImageLoader() got an unexpected keyword argument {name!r}: {hint}")
 
@@ -292,6 +309,39 @@ def _subset_list(subset, pipeline):
             p, label = ds.samples[i]
             f.write(f"{os.path.abspath(p)} {int(label)}\n")
     return tmp, path, pipeline
+
+
+def _weights_file(weights):
+    """weights= as the C library reads it: (a temporary folder kept with the
+    loader, the path of a text file of the weights, one a line, each exact
+    (repr), and a digest of them for state_dict()'s fingerprint). The C
+    library checks the count against the samples and the values."""
+    import hashlib
+    import math
+    import tempfile
+
+    if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+        raise TypeError(f"weights must be a sequence of numbers (a list, a numpy array or a "
+                        f"tensor), one per sample, got {type(weights).__name__}")
+    if hasattr(weights, "detach"):  # a tensor
+        weights = weights.detach().cpu()
+    if hasattr(weights, "tolist"):
+        weights = weights.tolist()
+    try:
+        values = [float(w) for w in weights]
+    except (TypeError, ValueError):
+        raise TypeError("weights must be numbers, one per sample") from None
+    for i, w in enumerate(values):
+        if not (math.isfinite(w) and w >= 0):
+            raise ValueError(f"weights[{i}] is {w}: weights must be finite and >= 0")
+    if values and not sum(values) > 0:
+        raise ValueError("weights sum to 0: at least one sample needs a positive weight")
+    text = "".join(repr(w) + "\n" for w in values)
+    tmp = tempfile.TemporaryDirectory(prefix="stoker-weights-")
+    path = os.path.join(tmp.name, "weights.txt")
+    with open(path, "w", encoding="ascii") as f:
+        f.write(text)
+    return tmp, path, hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _class_header(names):
@@ -375,6 +425,7 @@ class ImageLoader:
                  index_dir: Optional[StrPath] = None, shuffle_buffer: Optional[int] = None,
                  allow_stale_cache: bool = DEFAULTS["allow_stale_cache"],
                  ra_reps: int = DEFAULTS["ra_reps"],
+                 weights: Optional[Sequence[float]] = None,
                  read_timeout: Optional[float] = None, pin_memory: bool = False,
                  mix: Any = None, cache: Optional[StrPath] = None,
                  cache_max_side: int = PACK_DEFAULTS["max_side"],
@@ -411,6 +462,10 @@ class ImageLoader:
             ra_reps: repeated augmentation: the order of torchvision's ``RASampler``
                 (``repetitions=ra_reps``; each sample that many times, its copies augmented
                 apart); 0 = off.
+            weights: weighted sampling with replacement, as ``WeightedRandomSampler(weights,
+                len(weights))``: one weight per sample, in ``loader.samples`` order; each
+                epoch draws its samples from (seed, epoch), torch's draws bit for bit, the
+                ranks taking their slices of one global sequence.
             mix: ``MixUp``, ``CutMix`` or ``RandomChoice([MixUp, CutMix])`` (stoker's or
                 torchvision v2's): each batch is mixed with itself rolled by one, and the
                 labels become float ``[B, num_classes]`` soft labels.
@@ -444,6 +499,13 @@ class ImageLoader:
             if imagefolder is None or pipeline is not imagefolder.transform:
                 raise
             raise ValueError(f"root: the ImageFolder's transform: {e}") from None
+        # what the ImageFolder's transform said, to notice it changed (in place too)
+        self._folder_options = None
+        if self._folder_dataset is not None and self._folder_transform is not None:
+            try:
+                self._folder_options = _T.pipeline_options(self._folder_transform)
+            except (TypeError, ValueError):  # pipeline= was used instead
+                pass
         dtype_name = self._output_dtype(dtype, opts.pop("dtype", None))
         if dtype_name == "uint8" and normalised and not isinstance(pipeline, str):
             raise ValueError("dtype uint8 gives raw 0..255 values: remove Normalize from the "
@@ -492,10 +554,24 @@ class ImageLoader:
 
         if mix is not None:
             opts.update(self._mix_options(mix, opts["pipeline"], list_file))
+        weights_id = None
+        if weights is not None:
+            if shuffle is not None and not shuffle:
+                raise ValueError("weights: weighted sampling draws at random; shuffle=False "
+                                 "does not go with it")
+            self._weights_tmp, opts["weights_file"], weights_id = _weights_file(weights)
 
         # kept for load_state_dict(), which reopens the C loader with a saved seed
         self._c_args = dict(opts, root=root, list_file=list_file, list_base=list_base)
-        self._c = _stoker.Loader(**self._c_args)
+        try:
+            self._c = _stoker.Loader(**self._c_args)
+        except ValueError as e:
+            path = opts.get("weights_file")
+            if path is None or path not in str(e):
+                raise
+            # the C library names the file, which is the loader's own copy of weights=
+            raise ValueError(str(e).replace(f"{path} holds", "weights= has")
+                             .replace(f"{path}: ", "")) from None
         if cache_from is not None:
             _check_cache_source(self._c, root, cache_from)
         note = self._c.note()
@@ -503,12 +579,22 @@ class ImageLoader:
             warnings.warn(note, stacklevel=2)
         counts = self._adopt_classes(list_file, imagefolder, root)
         self._init_state(opts, counts, dtype_name, shuffle, pin_memory)
+        self._fingerprint["weights"] = weights_id
 
     def _resolve_source(self, root, list_file, list_base, pipeline):
         """(root, list_file, list_base, pipeline, imagefolder): paths expanded, and a
         torchvision ImageFolder or Subset turned into its root or a list file (with its
         transform as the pipeline)."""
         self._subset_tmp = None
+        self._weights_tmp = None
+        self._folder_dataset = None  # an ImageFolder given as root (or under a Subset)
+        if root is not None and not isinstance(root, (str, bytes, os.PathLike)):
+            ds = root
+            while hasattr(ds, "dataset") and hasattr(ds, "indices"):
+                ds = ds.dataset
+            if hasattr(ds, "samples") and hasattr(ds, "transform"):
+                self._folder_dataset = ds
+                self._folder_transform = ds.transform
         if root is not None and not isinstance(root, (str, bytes, os.PathLike)) and \
                 hasattr(root, "dataset") and hasattr(root, "indices"):
             # Subset(ImageFolder(...), idx), random_split(...)[k]: a list file of its
@@ -802,9 +888,32 @@ class ImageLoader:
         """The epoch a new pass starts, no pass being live."""
         return self._epoch + 1 if self._partial == self._epoch else self._epoch
 
+    def _check_folder_transform(self) -> None:
+        """An ImageFolder given as root: its transform is read once, when the
+        loader is built. One changed since then (another object, or the same
+        Compose changed in place) would be ignored: refused instead."""
+        ds = self._folder_dataset
+        if ds is None:
+            return
+        tf, was = getattr(ds, "transform", None), self._folder_transform
+        changed = tf is not was
+        if not changed and tf is not None and self._folder_options is not None:
+            try:
+                changed = _T.pipeline_options(tf) != self._folder_options
+            except (TypeError, ValueError):
+                changed = True
+        if changed:
+            raise RuntimeError(
+                f"the {type(ds).__name__}'s transform changed after the loader was built "
+                "(now " + (f"{type(tf).__name__}" if tf is not None else "None") + "): the "
+                "loader reads its transforms once, at construction, in C; build another "
+                "ImageLoader for the new transform (one for training and one for evaluation, "
+                "say), or set the transform back")
+
     def _start(self, with_info: bool) -> "_Pass":
         if self._c.closed:
             raise ValueError("the loader is closed")
+        self._check_folder_transform()
         if self._resume is not None:
             epoch, batch = self._resume
             self._resume = None
@@ -858,6 +967,8 @@ class ImageLoader:
             raise ValueError("not a stoker.ImageLoader state_dict") from None
         if isinstance(fp, Mapping) and "ra_reps" not in fp:
             fp = {**fp, "ra_reps": DEFAULTS["ra_reps"]}  # saved before ra_reps existed: off
+        if isinstance(fp, Mapping) and "weights" not in fp:
+            fp = {**fp, "weights": None}  # saved before weights existed: none
         diff = [f"{k}: saved {fp.get(k)!r}, now {v!r}" for k, v in self._fingerprint.items()
                 if fp.get(k) != v]
         if self._seed_drawn and len(diff) == 1 and diff[0].startswith("seed:") and \

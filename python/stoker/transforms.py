@@ -694,6 +694,7 @@ def pipeline_options(spec: Any) -> Dict[str, Any]:
                              "RandomVerticalFlip, a policy, ColorJitter, RandomGrayscale, "
                              "GaussianBlur, ToTensor, Normalize, RandomErasing, "
                              "ToPureTensor)")
+        _refuse_reference_mix(rest[0])
         if bad in ("MixUp", "CutMix", "RandomChoice"):
             raise ValueError(f"{bad} is a batch transform: give it as ImageLoader(mix=...)")
         raise ValueError(f"{bad} is not supported yet")
@@ -1202,6 +1203,7 @@ def mix_options(spec: Any) -> Dict[str, Any]:
     out = {"mixup_alpha": 0.0, "cutmix_alpha": 0.0, "num_classes": None}
     for t in parts:
         n = _name(t)
+        _refuse_reference_mix(t)
         if n not in ("MixUp", "CutMix"):
             raise ValueError(f"mix: {n} is not a batch transform stoker runs (MixUp, CutMix, "
                              "RandomChoice of them)")
@@ -1218,6 +1220,32 @@ def mix_options(spec: Any) -> Dict[str, Any]:
                 raise ValueError("mix: MixUp and CutMix have different num_classes")
             out["num_classes"] = int(nc)
     return out
+
+
+def _refuse_reference_mix(t: Any) -> None:
+    """torchvision 0.14's RandomMixup and RandomCutmix (references/classification/
+    transforms.py, applied to whole batches in collate_fn): named, with the
+    stoker object to give instead."""
+    n = _name(t)
+    if n not in ("RandomMixup", "RandomCutmix"):
+        return
+    ours = "MixUp" if n == "RandomMixup" else "CutMix"
+    nc = getattr(t, "num_classes", None)
+    args = f"alpha={getattr(t, 'alpha', 1.0)!r}" + (f", num_classes={nc!r}" if nc else "")
+    p = getattr(t, "p", 1.0)
+    note = ""
+    if p != 1.0:
+        a = getattr(t, "alpha", 1.0)
+        alphas = (f"mixup_alpha={a!r}, cutmix_alpha=0.0" if ours == "MixUp" else
+                  f"mixup_alpha=0.0, cutmix_alpha={a!r}")
+        timm_args = f"{alphas}, prob={p!r}, label_smoothing=0.0" + \
+            (f", num_classes={nc!r}" if nc else "")
+        note = (f"; for its p={p!r} (MixUp and CutMix mix every batch), "
+                f"stoker.transforms.Mixup({timm_args}) mixes that share of the batches, "
+                "pairing images as timm does")
+    raise ValueError(f"mix: {n} (torchvision's references/classification/transforms.py) is not "
+                     f"read: give stoker.transforms.{ours}({args}) as mix=, which mixes each "
+                     f"batch with itself rolled by one, as {n} does{note}")
 
 
 def _timm_mix_options(spec: Any) -> Dict[str, Any]:

@@ -196,3 +196,124 @@ def test_ra_refusals(ra_list):
         ra_loader(ra_list, 300, 3, shard_drop_last=True)
     with pytest.raises(ValueError, match="ra_reps"):
         ra_loader(ra_list, 300, 65)
+
+
+# ---- weights=: torch's WeightedRandomSampler ------------------------------------------
+
+
+def weighted_orders(root, weights, world, rank, seed, epochs, drop_last=False, **kw):
+    args = dict(batch_size=4, size=8, threads=1, seed=seed, rank=rank, world_size=world,
+                shard_drop_last=drop_last, weights=weights)
+    args.update(kw)
+    with stoker.ImageLoader(root, **args) as ld:
+        out = {}
+        for e in epochs:
+            ld.set_epoch(e)
+            out[e] = [i for b in ld.iter_batches() for i in b.indices]
+        return out
+
+
+def torch_weighted(weights, count, seed):
+    """WeightedRandomSampler(weights, count) with a generator seeded seed (+ epoch)."""
+    from torch.utils.data import WeightedRandomSampler
+
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return list(WeightedRandomSampler(weights, count, replacement=True, generator=g))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_weighted_order_is_weighted_random_samplers_sliced_by_rank(folder23, world, drop_last):
+    """Each epoch is torch's WeightedRandomSampler draw from seed + epoch, bit for
+    bit, of DistributedSampler's total size; rank r takes positions r, r + world, ..."""
+    g = torch.Generator().manual_seed(11)
+    weights = (torch.rand(23, generator=g, dtype=torch.float64) ** 2).tolist()
+    weights[5] = 0.0  # never drawn
+    per_rank = (23 - world) // world + (23 % world != 0) if drop_last and 23 % world else \
+        -(-23 // world)
+    whole = {}
+    for rank in range(world):
+        got = weighted_orders(folder23, weights, world, rank, 9, (0, 4), drop_last)
+        for e in (0, 4):
+            want = torch_weighted(weights, per_rank * world, 9 + e)
+            assert got[e] == want[rank::world], (rank, e)
+            assert 5 not in got[e]
+            whole.setdefault(e, []).append(got[e])
+    # the ranks' slices are one sequence: interleaved back, the global draw
+    for e, parts in whole.items():
+        merged = [parts[k % world][k // world] for k in range(per_rank * world)]
+        assert merged == torch_weighted(weights, per_rank * world, 9 + e)
+
+
+def test_weighted_sampling_is_deterministic_and_resumes(folder23):
+    w = [1.0 + (i % 3) for i in range(23)]
+    a = weighted_orders(folder23, w, 1, 0, 3, (0, 1, 2))
+    assert a == weighted_orders(folder23, w, 1, 0, 3, (0, 1, 2), threads=3)
+    assert a[0] != a[1] != a[2]
+    assert a[0] != weighted_orders(folder23, w, 1, 0, 4, (0,))[0]
+    # numpy arrays and tensors are weights too
+    import numpy as np
+
+    assert weighted_orders(folder23, np.array(w), 1, 0, 3, (1,))[1] == a[1]
+    assert weighted_orders(folder23, torch.tensor(w), 1, 0, 3, (1,))[1] == a[1]
+    # a resume repeats the rest of the epoch; other weights are another run
+    ld = stoker.ImageLoader(folder23, batch_size=4, size=8, threads=1, seed=3, weights=w)
+    it = ld.iter_batches()
+    next(it)
+    state = ld.state_dict()
+    rest = [i for b in it for i in b.indices]
+    ld2 = stoker.ImageLoader(folder23, batch_size=4, size=8, threads=1, seed=3, weights=w)
+    ld2.load_state_dict(state)
+    assert [i for b in ld2.iter_batches() for i in b.indices] == rest
+    other = stoker.ImageLoader(folder23, batch_size=4, size=8, threads=1, seed=3,
+                               weights=w[::-1])
+    with pytest.raises(ValueError, match="weights"):
+        other.load_state_dict(state)
+
+
+def test_class_balanced_weights(tmp_path):
+    """The class-balanced recipe: weight 1 / (its class's count) for each
+    sample. 30 images of class 0 and 3 of class 1 are drawn about equally."""
+    from conftest import photo, save_jpeg
+
+    for c, k in ((0, 30), (1, 3)):
+        for i in range(k):
+            save_jpeg(str(tmp_path / f"c{c}" / f"{i}.jpg"), photo(12, 12, 10 * c + i))
+    with stoker.ImageLoader(str(tmp_path), batch_size=33, size=8, threads=2, seed=0) as probe:
+        targets = probe.dataset.targets
+    counts = [targets.count(c) for c in (0, 1)]
+    w = [1.0 / counts[t] for t in targets]
+    ones = 0
+    with stoker.ImageLoader(str(tmp_path), batch_size=33, size=8, threads=2, seed=0,
+                            weights=w) as ld:
+        for e in range(20):
+            ld.set_epoch(e)
+            for _, y in ld:
+                ones += int(y.sum())
+    assert 0.4 < ones / (20 * 33) < 0.6  # class 1 is 3 of 33 without weights
+
+
+@pytest.mark.parametrize("weights, match", [
+    ([1.0] * 22, "weights= has 22 weights for 23 samples"),
+    ([1.0] * 24, "more than 23 weights for 23 samples"),
+    ([1.0] * 22 + [-1.0], r"weights\[22\] is -1.0"),
+    ([1.0] * 22 + [float("nan")], r"weights\[22\] is nan"),
+    ([0.0] * 23, "sum to 0"),
+])
+def test_weighted_refusals(folder23, weights, match):
+    with pytest.raises(ValueError, match=match):
+        stoker.ImageLoader(folder23, batch_size=4, size=8, threads=1, weights=weights)
+
+
+def test_weighted_refusals_of_other_options(folder23, tmp_path):
+    with pytest.raises(ValueError, match="shuffle=False"):
+        stoker.ImageLoader(folder23, batch_size=4, size=8, weights=[1.0] * 23, shuffle=False)
+    with pytest.raises(ValueError, match="ra_reps and weights"):
+        stoker.ImageLoader(folder23, batch_size=4, size=8, weights=[1.0] * 23, ra_reps=2)
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        stoker.ImageLoader(folder23, batch_size=4, size=8, weights="1 2 3")
+    tar = str(tmp_path / "shards")
+    stoker.pack(folder23, tar, format="tar", threads=1)
+    with pytest.raises(ValueError, match="not tar shards"):
+        stoker.ImageLoader(tar, batch_size=4, size=8, weights=[1.0] * 23)

@@ -353,6 +353,9 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   }
   if (o->rank >= o->world_size)
     BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
+  if (o->ra_reps > 0 && o->weights_file)
+    BAD("ra_reps and weights do not go together: weighted sampling draws with replacement, "
+        "RASampler repeats each sample of a permutation");
   if (o->ra_reps > 0 && o->shard_drop_last)
     BAD("ra_reps and shard_drop_last do not go together: RASampler cuts every rank's share to "
         "the same length itself");

@@ -221,7 +221,9 @@
   X(mix_label_smoothing, DOUBLE, STK__V(0), 0, 1, NULL, "--mix-label-smoothing", \
     "mix_label_smoothing", "MixUp/CutMix soft labels' smoothing (off = eps / classes)") \
   X(mix_classes, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--mix-classes", "mix_classes", \
-    "MixUp/CutMix soft-label columns; 0 = the source's classes")
+    "MixUp/CutMix soft-label columns; 0 = the source's classes") \
+  X(weights_file, STR, STK__V(0), 0, 0, NULL, "--weights", "weights_file", \
+    "weighted sampling with replacement: a file of one weight a sample, in sample order")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *

@@ -1,8 +1,13 @@
 /* sampler.c: see sampler.h. */
 #include "sources/sampler.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/common.h"
 #include "stoker.h"
 
 /* The 32-bit Mersenne Twister (MT19937) that torch's CPU generator uses:
@@ -50,6 +55,91 @@ void stk__torch_randperm(uint64_t seed, int64_t n, int64_t *out) {
   }
 }
 
+/* torch's uniform_real_distribution<double>(0, 1) on the CPU generator:
+ * random64() (two 32-bit draws, the first the high half), its low 53 bits
+ * times 2^-53. */
+static double mt_uniform53(mt19937 *m) {
+  uint64_t hi = mt_next(m), lo = mt_next(m);
+  uint64_t v = (hi << 32) | lo;
+  return (double)(v & ((UINT64_C(1) << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+void stk__weighted_draw(const double *cum, int64_t n, uint64_t seed, int64_t count,
+                        int64_t *out) {
+  mt19937 m;
+  mt_seed(&m, (uint32_t)seed);
+  /* torch's multinomial_with_replacement: the first bucket whose cumulative
+   * probability is not below the draw (a binary search) */
+  for (int64_t k = 0; k < count; k++) {
+    double u = mt_uniform53(&m);
+    int64_t left = 0, right = n;
+    while (right - left > 0) {
+      int64_t mid = left + (right - left) / 2;
+      if (cum[mid] < u)
+        left = mid + 1;
+      else
+        right = mid;
+    }
+    out[k] = left;
+  }
+}
+
+int stk__sampler_weights(stk__sampler *s, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) return stk__fail(err, errlen, STK_EIO, "weights: cannot open %s: %s", path, strerror(errno));
+  double *cum = malloc((size_t)s->n * sizeof *cum);
+  if (!cum) {
+    fclose(f);
+    return stk__fail(err, errlen, STK_ENOMEM, "weights: out of memory");
+  }
+  int rc = STK_OK;
+  int64_t count = 0;
+  double sum = 0;
+  char tok[128];
+  /* numbers separated by white space; the sum as torch takes it (in
+   * order, in double), each cumulative value then divided by it */
+  while (fscanf(f, "%127s", tok) == 1) {
+    char *end;
+    errno = 0;
+    double w = strtod(tok, &end);
+    if (*end != '\0' || end == tok) {
+      rc = stk__fail(err, errlen, STK_EINVAL, "weights: %s: weight %lld is not a number: '%s'",
+                     path, (long long)count, tok);
+      break;
+    }
+    if (!isfinite(w) || w < 0) {
+      rc = stk__fail(err, errlen, STK_EINVAL,
+                     "weights: %s: weight %lld is %g: weights must be finite and >= 0", path,
+                     (long long)count, w);
+      break;
+    }
+    if (count == s->n) {
+      count++;
+      break;
+    }
+    sum += w;
+    cum[count++] = sum;
+  }
+  if (rc == STK_OK && ferror(f))
+    rc = stk__fail(err, errlen, STK_EIO, "weights: cannot read %s", path);
+  fclose(f);
+  if (rc == STK_OK && count != s->n)
+    rc = stk__fail(err, errlen, STK_EINVAL, "weights: %s holds %s%lld weights for %lld samples",
+                   path, count > s->n ? "more than " : "", (long long)(count > s->n ? s->n : count),
+                   (long long)s->n);
+  if (rc == STK_OK && !(sum > 0))
+    rc = stk__fail(err, errlen, STK_EINVAL, "weights: %s: the weights sum to 0", path);
+  if (rc != STK_OK) {
+    free(cum);
+    return rc;
+  }
+  for (int64_t i = 0; i < s->n; i++) cum[i] /= sum;
+  cum[s->n - 1] = 1; /* as torch makes sure of */
+  free(s->cum);
+  s->cum = cum;
+  return STK_OK;
+}
+
 /* DistributedSampler's num_samples and total_size. */
 static void distributed_sizes(stk__sampler *s) {
   int64_t n = s->n, world = s->world;
@@ -70,6 +160,7 @@ int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuff
   s->drop_last = drop_last;
   s->seed = seed;
   s->reps = 0;
+  s->cum = NULL;
   distributed_sizes(s);
   s->perm = malloc((size_t)n * sizeof(int64_t));
   return s->perm ? STK_OK : STK_ENOMEM;
@@ -78,6 +169,8 @@ int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuff
 void stk__sampler_free(stk__sampler *s) {
   free(s->perm);
   s->perm = NULL;
+  free(s->cum);
+  s->cum = NULL;
 }
 
 int stk__sampler_repeat(stk__sampler *s, int reps) {
@@ -111,7 +204,32 @@ int64_t stk__sampler_copy(const stk__sampler *s, int64_t j) {
   return p / len * s->reps + p % len % s->reps;
 }
 
+/* Weighted sampling: the draws of the whole epoch (total_size) in order,
+ * this rank keeping every world-th from its rank on. */
+static void weighted_epoch(const stk__sampler *s, uint64_t epoch, int64_t *out) {
+  mt19937 m;
+  mt_seed(&m, (uint32_t)(s->seed + epoch));
+  int64_t last = s->rank + (s->num_samples - 1) * s->world; /* the last position kept */
+  for (int64_t p = 0, j = 0; p <= last; p++) {
+    double u = mt_uniform53(&m);
+    if (p % s->world != s->rank) continue;
+    int64_t left = 0, right = s->n;
+    while (right - left > 0) {
+      int64_t mid = left + (right - left) / 2;
+      if (s->cum[mid] < u)
+        left = mid + 1;
+      else
+        right = mid;
+    }
+    out[j++] = left;
+  }
+}
+
 void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out) {
+  if (s->cum) {
+    weighted_epoch(s, epoch, out);
+    return;
+  }
   if (s->shuffle)
     stk__torch_randperm(s->seed + epoch, s->n, s->perm);
   else

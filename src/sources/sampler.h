@@ -16,6 +16,7 @@
 #ifndef STK_SAMPLER_H
 #define STK_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -28,6 +29,8 @@ typedef struct {
   int64_t total_size; /* num_samples * world */
   int64_t *perm;      /* scratch: n entries */
   int reps;           /* RASampler's repetitions; 0 = DistributedSampler's order */
+  double *cum;        /* weighted sampling: the normalised cumulative weights (n),
+                         or NULL */
 } stk__sampler;
 
 int stk__sampler_init(stk__sampler *s, int64_t n, int rank, int world, int shuffle, int drop_last,
@@ -44,6 +47,21 @@ int stk__sampler_repeat(stk__sampler *s, int reps);
  * without repetitions. The augmentation keys its draws with it, so that the
  * copies of an index differ. */
 int64_t stk__sampler_copy(const stk__sampler *s, int64_t j);
+
+/* Switches to weighted sampling with replacement (torch's WeightedRandomSampler):
+ * reads n weights from the text file `path` (numbers separated by white
+ * space, finite and >= 0, not all 0). Each epoch then draws total_size
+ * samples, torch.multinomial(weights, total_size, replacement=True,
+ * generator=torch.Generator().manual_seed(seed + epoch)) bit for bit, and
+ * this rank takes positions rank, rank + world, ... Fails with STK_EINVAL
+ * (or STK_EIO) and a message naming the file. */
+int stk__sampler_weights(stk__sampler *s, const char *path, char *err, size_t errlen);
+
+/* Weighted sampling from the cumulative weights `cum` (n entries, the last
+ * 1): draws `count` samples with the generator seeded with `seed`, writing
+ * draw k to out[k]; torch.multinomial's CPU kernel with replacement. */
+void stk__weighted_draw(const double *cum, int64_t n, uint64_t seed, int64_t count,
+                        int64_t *out);
 
 /* Writes this rank's num_samples indices for `epoch` into out. */
 void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out);
