@@ -140,3 +140,61 @@ def test_prefix_without_slash_is_the_folder_or_an_error(dataset, s3env, tmp_path
     with pytest.raises(Exception, match=r"s3://stoker/ds-o is no folder") as e:
         stoker.ImageLoader("s3://stoker/ds-o", index_dir=idx, **OPTS)
     assert "s3://stoker/ds-other/shard-000000.tar" in str(e.value)
+
+
+# ---- an index beside a shard is checked against the shard's ETag, not only its size --------
+
+def relabel(data):
+    """The shard's bytes with each .cls member's class moved on by one (of
+    3): the same size, the same member headers, other labels."""
+    import io
+    import tarfile
+
+    b = bytearray(data)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        for m in tf.getmembers():
+            if m.name.endswith(".cls"):
+                at = m.offset_data
+                b[at:at + m.size] = str((int(b[at:at + m.size]) + 1) % 3).encode()
+    return bytes(b)
+
+
+def test_stale_index_beside_a_rewritten_shard_is_not_used(s3env, tmp_path):
+    """A shard overwritten with one of the same size (other labels) beside
+    the index stoker pack wrote for the old one: the index was used (its
+    size matched), and the epoch had the old labels. The index records the
+    shard's ETags; the listed ETag no longer matches, and the shard is read."""
+    import hashlib
+    import shutil
+
+    from conftest import make_folder
+
+    src = make_folder(tmp_path / "src", classes=3, per_class=6)
+    out = tmp_path / "packed"
+    stoker.pack(src, str(out), format="tar")
+    shard = out / "shard-000000.tar"
+    data = shard.read_bytes()
+    raw = (out / "shard-000000.tar.stkidx").read_bytes()
+    key = raw[16:raw.index(b"\0", 16)].decode().split("\n")
+    assert key[:3] == ["beside", str(len(data)), hashlib.md5(data).hexdigest()], key
+    s3env.put_tree(str(out), s3env.bucket, "stale")
+    kw = dict(OPTS, pipeline="eval")
+    with stoker.ImageLoader("s3://stoker/stale/", index_dir=str(tmp_path / "i0"), **kw) as ld:
+        old = [lab for _, lab in ld.samples]
+        st = ld.stats()
+    # the index was read instead of the shard (a few KiB, not the shard's bytes)
+    assert st["remote_bytes"] < len(data) // 2, st["remote_bytes"]
+    variant = relabel(data)
+    assert len(variant) == len(data) and variant != data
+    s3env.put(s3env.bucket, "stale/shard-000000.tar", variant)
+    local = tmp_path / "variant"
+    shutil.copytree(out, local)
+    (local / "shard-000000.tar").write_bytes(variant)
+    with stoker.ImageLoader(str(local), **kw) as ld:
+        want_labels = [lab for _, lab in ld.samples]
+        want = epoch(ld)
+    assert want_labels != old
+    with stoker.ImageLoader("s3://stoker/stale/", index_dir=str(tmp_path / "i1"), **kw) as ld:
+        assert [lab for _, lab in ld.samples] == want_labels
+        got = epoch(ld)
+    assert_same(got, want, "the rewritten shard")

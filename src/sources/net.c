@@ -10,6 +10,7 @@
 #define _GNU_SOURCE /* strcasestr, memmem */
 #include "sources/net.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -982,11 +983,35 @@ static int xml_take(const char **p, const char *end, const char *tag, char *out,
   size_t o = 0;
   for (const char *c = a; c < b && o + 1 < cap; c++) {
     static const struct {
+/* A numeric character reference at c ("&#34;", "&#x22;"; SeaweedFS quotes
+ * ETags so) of an ASCII character, before end: its length, the character
+ * in *ch; 0 when there is none. */
+static size_t xml_char_ref(const char *c, const char *end, char *ch) {
+  if (end - c < 4 || c[0] != '&' || c[1] != '#') return 0;
+  int hex = c[2] == 'x' || c[2] == 'X';
+  unsigned v = 0;
+  const char *d = c + 2 + hex;
+  for (; d < end && d - c < 10 && isxdigit((unsigned char)*d); d++) {
+    if (!hex && !isdigit((unsigned char)*d)) return 0;
+    unsigned digit = (unsigned)(isdigit((unsigned char)*d) ? *d - '0' : (*d | 32) - 'a' + 10);
+    v = v * (hex ? 16u : 10u) + digit;
+  }
+  if (d == c + 2 + hex || d >= end || *d != ';' || v == 0 || v > 127) return 0;
+  *ch = (char)v;
+  return (size_t)(d - c) + 1;
+}
+
       const char *e;
       char c;
     } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
     int done = 0;
-    if (*c == '&')
+    size_t ref = xml_char_ref(c, b, &out[o]);
+    if (ref) {
+      o++;
+      c += ref - 1;
+      done = 1;
+    }
+    if (*c == '&' && !done)
       for (size_t k = 0; k < sizeof ents / sizeof *ents && !done; k++)
         if (!strncmp(c, ents[k].e, strlen(ents[k].e))) {
           out[o++] = ents[k].c;

@@ -33,6 +33,7 @@
 
 #include "codecs/codec.h"
 #include "sources/index.h"
+#include "sources/md5.h"
 #include "sources/net.h"
 #include "sources/object.h"
 #include "sources/shard_cache.h"
@@ -956,11 +957,53 @@ static void cache_key(const tar_impl *t, int32_t shard, char *key, size_t cap) {
            t->etag[shard]);
 }
 
-/* The key of an index beside its shard (stoker pack --tar): the shard's
- * size (its name is the file's own; its members' headers are checked at
- * every read, so a shard rewritten at the same size fails its reads). */
-static void beside_key(uint64_t size, char *key, size_t cap) {
-  snprintf(key, cap, "beside\n%llu", (unsigned long long)size);
+/* The key of an index beside its shard (stoker pack --tar), as written:
+ * the shard's size and the ETags S3 gives it (shard_etags), so that a shard
+ * rewritten since at the same size, whose member headers may all be the
+ * same (other labels, other pixels), is told by its listed ETag. Its name
+ * is the file's own. As looked for at open: the listed size and ETag
+ * (beside_matches compares them). */
+static void beside_key(uint64_t size, const char *etags, char *key, size_t cap) {
+  snprintf(key, cap, "beside\n%llu%s%s", (unsigned long long)size, etags[0] ? "\n" : "", etags);
+}
+
+/* Whether an ETag has the form of S3's: 32 hex digits (the MD5 of a PUT's
+ * bytes), maybe "-N" (a multipart upload of N parts). Other servers' ETags
+ * (a file's mtime and size) say nothing of the bytes. */
+static int s3_etag_form(const char *e) {
+  size_t i = 0;
+  while (i < 32 && isxdigit((unsigned char)e[i])) i++;
+  if (i != 32) return 0;
+  if (!e[32]) return 1;
+  if (e[32] != '-' || !e[33]) return 0;
+  for (i = 33; e[i]; i++)
+    if (!isdigit((unsigned char)e[i])) return 0;
+  return 1;
+}
+
+/* Whether an index beside its shard, of key `stored`, is the shard's whose
+ * listing gave `want` ("beside\nSIZE\nETAG"): the same size, and the ETag one
+ * of those the index records. An index without ETags (written before they
+ * were recorded), a server without ETags, or one whose ETags are not S3's
+ * leave the size alone to tell. */
+static int beside_matches(const char *stored, const char *want) {
+  if (strncmp(stored, "beside\n", 7)) return 0;
+  const char *ws = want + 7, *ss = stored + 7;
+  size_t wl = strcspn(ws, "\n"), sl = strcspn(ss, "\n");
+  if (wl != sl || memcmp(ws, ss, wl)) return 0; /* another size */
+  const char *etag = ws[wl] ? ws + wl + 1 : "";
+  if (!ss[sl] || !s3_etag_form(etag)) return 1;
+  size_t el = strlen(etag);
+  for (const char *p = ss + sl + 1; *p;) {
+    size_t l = strcspn(p, "\n");
+    if (l == el && !strncasecmp(p, etag, l)) return 1;
+    p += l + (p[l] != '\0');
+  }
+  return 0;
+}
+
+static int key_matches(const char *stored, const char *want) {
+  return strncmp(want, "beside\n", 7) ? !strcmp(stored, want) : beside_matches(stored, want);
 }
 
 static int save_scan(const char *path, const char *key, const shard_scan *sc) {
@@ -1053,7 +1096,8 @@ static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard
   memcpy(&h, by.data + 8, 8);
   if (rc == STK_OK && h != stk__hash64(by.data + 16, by.len - 16, 0x5bd1e995)) rc = STK_EFORMAT;
   r.p += 16;
-  if (rc == STK_OK && strcmp(rstr(&r), key)) rc = STK_ESTALE; /* a hash collision of names */
+  /* another shard's (a hash collision of names), or a shard rewritten since */
+  if (rc == STK_OK && !key_matches(rstr(&r), key)) rc = STK_ESTALE;
   tally *ta = &sc->ta;
   int64_t cnt[13] = {0};
   rget(&r, cnt, (v2 ? 12 : 13) * sizeof *cnt);
@@ -1096,6 +1140,56 @@ static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard
   }
   if (rc == STK_OK && (r.err || r.p != r.end)) rc = STK_EFORMAT;
   return rc;
+}
+
+void stk__tar_index_seal(uint8_t *data, size_t len) {
+  if (len < 16) return;
+  uint64_t h = stk__hash64(data + 16, len - 16, 0x5bd1e995);
+  memcpy(data + 8, &h, 8);
+}
+
+int stk__tar_index_load(const uint8_t *data, size_t len, const char *key, const char *shard,
+                        int nclasses, stk__dataset *ds, uint64_t **span, char *msg,
+                        size_t msglen) {
+  memset(ds, 0, sizeof *ds);
+  *span = NULL;
+  shard_scan sc;
+  memset(&sc, 0, sizeof sc);
+  int rc = load_scan_mem(data, len, key, &sc);
+  if (rc) {
+    shard_scan_free(&sc);
+    return stk__fail(msg, msglen, rc, "the saved scan is refused");
+  }
+  char *one[1] = {(char *)shard};
+  tar_impl t;
+  memset(&t, 0, sizeof t);
+  t.shards = one;
+  t.nshards = 1;
+  stk__source s;
+  memset(&s, 0, sizeof s);
+  classlist cl = {NULL, nclasses, nclasses > 0};
+  tally ta;
+  memset(&ta, 0, sizeof ta);
+  int32_t maxlabel = -1;
+  rc = add_scan(&s, &t, 0, &sc, &cl, &ta, &maxlabel, msg, msglen);
+  shard_scan_free(&sc);
+  uint64_t *sp = rc == STK_OK ? malloc(2 * (size_t)(s.ds.n ? s.ds.n : 1) * sizeof *sp) : NULL;
+  if (rc == STK_OK && !sp) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  for (int64_t i = 0; sp && i < s.ds.n; i++) {
+    sp[2 * i] = t.m[i].off;
+    sp[2 * i + 1] = t.m[i].size;
+  }
+  free(t.m);
+  for (int i = 0; i < t.nwhy; i++) free(t.why[i]);
+  free(t.why);
+  free(t.lost);
+  if (rc) {
+    stk__dataset_free(&s.ds);
+    return rc;
+  }
+  *ds = s.ds;
+  *span = sp;
+  return STK_OK;
 }
 
 /* Adds to stand-in k's reason how many samples it stands for (what
@@ -1175,8 +1269,8 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
     shard_scan_free(&sc);
     memset(&sc, 0, sizeof sc);
     stk__net_body b;
-    char bkey[64];
-    beside_key(t->size[shard], bkey, sizeof bkey);
+    char bkey[200];
+    beside_key(t->size[shard], t->etag[shard], bkey, sizeof bkey);
     if (stk__net_wait(t->first[shard], &b, NULL, 0) == STK_OK)
       rc = load_scan_mem(b.data, b.len, bkey, &sc);
     stk__net_free(t->first[shard]);
@@ -1896,8 +1990,60 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
 
 /* ---- the index beside a written shard (tar_write.c) ----------------------- */
 
+/* The ETags S3 gives the local shard at `path` once uploaded: the MD5 of
+ * its bytes (one PUT), and for a multipart upload in parts of 8 MiB (the
+ * AWS CLI's default) and of 16 MiB (stoker pack's) the MD5 of the parts'
+ * MD5s, "-N"; as "MD5\nE8\nE16" into out. One pass over the file. */
+static int shard_etags(const char *path, char *out, size_t cap, char *err, size_t errlen) {
+  static const uint64_t part[2] = {8u << 20, 16u << 20};
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t *b = fd >= 0 ? malloc(1u << 20) : NULL;
+  if (!b) {
+    if (fd >= 0) close(fd);
+    return stk__fail(err, errlen, fd < 0 ? STK_EIO : STK_ENOMEM, "cannot hash %s: %s", path,
+                     fd < 0 ? strerror(errno) : "out of memory");
+  }
+  stk__md5 all, cur[2], outer[2];
+  uint64_t off = 0, nparts[2] = {0, 0};
+  stk__md5_init(&all);
+  for (int k = 0; k < 2; k++) stk__md5_init(&cur[k]), stk__md5_init(&outer[k]);
+  ssize_t r;
+  uint8_t d[16];
+  /* (1 MiB reads: a part boundary, a multiple of 1 MiB, never falls inside one) */
+  while ((r = pread(fd, b, 1u << 20, (off_t)off)) > 0 || (r < 0 && errno == EINTR)) {
+    if (r < 0) continue;
+    stk__md5_update(&all, b, (size_t)r);
+    off += (uint64_t)r;
+    for (int k = 0; k < 2; k++) {
+      stk__md5_update(&cur[k], b, (size_t)r);
+      if (off % part[k]) continue;
+      stk__md5_final(&cur[k], d);
+      stk__md5_update(&outer[k], d, 16);
+      stk__md5_init(&cur[k]);
+      nparts[k]++;
+    }
+  }
+  int e = errno;
+  free(b);
+  close(fd);
+  if (r < 0) return stk__fail(err, errlen, STK_EIO, "cannot hash %s: %s", path, strerror(e));
+  size_t len = 0;
+  for (int k = -1; k < 2; k++) {
+    if (k >= 0 && off % part[k]) { /* the last part, shorter */
+      stk__md5_final(&cur[k], d);
+      stk__md5_update(&outer[k], d, 16);
+      nparts[k]++;
+    }
+    stk__md5_final(k < 0 ? &all : &outer[k], d);
+    for (int i = 0; i < 16 && len + 3 < cap; i++) len += (size_t)snprintf(out + len, cap - len, "%02x", d[i]);
+    if (k >= 0) len += (size_t)snprintf(out + len, cap - len, "-%llu", (unsigned long long)nparts[k]);
+    if (k < 1) len += (size_t)snprintf(out + len, cap - len, "\n");
+  }
+  return STK_OK;
+}
+
 int stk__tar_write_index(const char *shard, char *err, size_t errlen) {
-  char idx[4400], key[64];
+  char idx[4400], key[200], etags[160];
   if (snprintf(idx, sizeof idx, "%s" SIDX_EXT, shard) >= (int)sizeof idx)
     return stk__fail(err, errlen, STK_EINVAL, "path too long: %s", shard);
   char *one_name[1] = {(char *)shard};
@@ -1911,8 +2057,9 @@ int stk__tar_write_index(const char *shard, char *err, size_t errlen) {
   struct stat st;
   if (rc == STK_OK && stat(shard, &st) != 0)
     rc = stk__fail(err, errlen, STK_EIO, "cannot stat %s: %s", shard, strerror(errno));
+  if (rc == STK_OK) rc = shard_etags(shard, etags, sizeof etags, err, errlen);
   if (rc == STK_OK) {
-    beside_key((uint64_t)st.st_size, key, sizeof key);
+    beside_key((uint64_t)st.st_size, etags, key, sizeof key);
     rc = save_scan(idx, key, &sc);
     if (rc) stk__fail(err, errlen, rc, "cannot write %s", idx);
   }

@@ -1,0 +1,25 @@
+/*
+ * md5.h: MD5 (RFC 1321), for one purpose: S3's ETag of an object uploaded
+ * in one PUT is the MD5 of its bytes, and of a multipart upload the MD5 of
+ * its parts' MD5s, "-N". An index beside a shard records these, so that a
+ * shard rewritten since (at the same size) is told by its listed ETag.
+ * Not for security: MD5 is broken as a cryptographic hash.
+ */
+#ifndef STK_MD5_H
+#define STK_MD5_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  uint32_t h[4];
+  uint64_t len;     /* bytes hashed */
+  uint8_t buf[64];  /* a partial block */
+} stk__md5;
+
+void stk__md5_init(stk__md5 *m);
+void stk__md5_update(stk__md5 *m, const void *p, size_t n);
+/* The digest, 16 bytes. */
+void stk__md5_final(stk__md5 *m, uint8_t out[16]);
+
+#endif
