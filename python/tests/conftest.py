@@ -13,6 +13,13 @@ if importlib.util.find_spec("stoker") is None:
     sys.path.insert(0, PKG_ROOT)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: a test of 5 s or more on 2 busy cores (pytest --durations); `make test` leaves "
+        "them out (-m 'not slow'), `make test-all` (CI) runs them")
+
+
 def import_or_tools_venv(name):
     """`name` imported, from the interpreter's packages or else from the
     tools' virtualenv (.venv-tools, or $STOKER_TOOLS_VENV), where

@@ -452,6 +452,7 @@ print("caught", caught)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["faulthandler", "signal", "many"])
 def test_guard_survives_other_handlers(tmp_path, mode):
     """The SIGBUS guard holds with faulthandler enabled, or a Python SIGBUS

@@ -145,6 +145,7 @@ def copy_context(dest):
         shutil.copy2(src, os.path.join(dest, f))
 
 
+@pytest.mark.slow
 def test_build_steps_in_a_fresh_virtualenv(tmp_path):
     steps = build_steps()
     assert [s[1][0] for s in steps] == ["system", "install"]

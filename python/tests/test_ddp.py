@@ -48,6 +48,7 @@ def env():
     return e
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_ddp_shards_steps_and_weights(dataset, tmp_path, nproc):
     log = str(tmp_path / "idx")

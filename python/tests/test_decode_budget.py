@@ -90,6 +90,7 @@ def mixed(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [2, 8, 16])
 def test_decode_memory_is_one_bound(mixed, threads):
     r = subprocess.run([sys.executable, "-c", CHILD, str(mixed), str(threads)],

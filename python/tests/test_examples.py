@@ -33,6 +33,7 @@ def run_example(args, cwd):
     return [LINE.match(ln) for ln in r.stdout.splitlines() if ln.startswith("epoch ")]
 
 
+@pytest.mark.slow
 def test_example_trains_on_the_synthetic_dataset(tmp_path):
     cli = stoker_cli()
     if cli is None:

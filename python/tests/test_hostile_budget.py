@@ -110,6 +110,7 @@ def _run_child(root, **kw):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_bombs_stay_under_512_mb(bombs):
     assert os.path.getsize(bombs / "b" / "ztxt.png") < 2 << 20
     assert os.path.getsize(bombs / "b" / "prog444.jpg") < 300

@@ -50,6 +50,7 @@ def tiny200(tmp_path_factory):
     return root, broken
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [False, True])
 def test_rss_flat_over_20_epochs(tiny200, broken):
     root = tiny200[1] if broken else tiny200[0]
@@ -84,6 +85,7 @@ def _cuda():
     return torch.cuda.is_available()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", pytest.param(
     "cuda", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA device"))])
 def test_early_breaks_leave_nothing(tiny200, device):

@@ -182,6 +182,7 @@ class _Stop(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["cache", "tar"])
 def test_ctrl_c_stops_a_pack_and_leaves_nothing(tmp_path, fmt):
     """A signal during stoker.pack on the main thread (Ctrl-C's SIGINT; here

@@ -496,6 +496,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_two_nodes_torchrun(dataset, s3env, tmp_path):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)

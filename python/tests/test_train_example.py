@@ -43,6 +43,7 @@ def base(dataset):
             "--device", "cpu", "-j", "1", "--json"]
 
 
+@pytest.mark.slow
 def test_validation_checkpoint_and_exact_resume(dataset, tmp_path):
     straight, lines = run(sys.executable, base(dataset) + ["-p", "2", "--checkpoint-dir",
                                                            str(tmp_path / "a")], tmp_path)
@@ -143,6 +144,7 @@ def tensorboard_python():
     return py
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars(dataset, tmp_path):
     py = tensorboard_python()
     logdir = tmp_path / "tb"
