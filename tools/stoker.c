@@ -90,6 +90,16 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* Under --json, a source that cannot be opened still gives one JSON line
+ * (a script reads the last line whatever happened). */
+static void json_open_failure(const char *err, int rc) {
+  printf("{\"ok\": false, \"error\": ");
+  json_string(stdout, err);
+  printf(", \"error_code\": ");
+  json_string(stdout, stk_strerror(rc));
+  printf("}\n");
+}
+
 /* The library names options by their field (allow_stale_cache); a CLI
  * user sets them by flag, so a message that tells what to pass names the
  * flag. */
@@ -297,6 +307,114 @@ static void usage_bench(FILE *f) {
   print_option_flags(f, STK_OPTIONS_LOADER, NULL);
 }
 
+/* What a bench run measured. */
+typedef struct {
+  int epochs, failed;
+  int64_t images;
+  double secs, build_s;
+} bench_run;
+
+/* Reads r->epochs epochs, counting the images; r->failed on an error. */
+static void bench_epochs(stk_loader *l, int tty, bench_run *r) {
+  int64_t per_epoch = stk_loader_shard_size(l);
+  double t0 = now();
+  for (int e = 0; e < r->epochs && !r->failed; e++) {
+    stk_loader_set_epoch(l, (uint64_t)e);
+    for (;;) {
+      stk_batch b;
+      int rc = stk_loader_next(l, &b);
+      if (rc == STK_EEND) break;
+      if (rc) {
+        if (tty) fputc('\n', stderr);
+        { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", stk_loader_error(l), code_words(rc, cw, sizeof cw)); }
+        r->failed = 1;
+        break;
+      }
+      /* a device batch counts once its data is written */
+      rc = stk_batch_wait(l, &b);
+      if (rc) {
+        fprintf(stderr, "stoker bench: waiting for batch %lld: %s\n", (long long)b.batch_index,
+                stk_strerror(rc));
+        r->failed = 1;
+        stk_batch_release(l, &b);
+        break;
+      }
+      r->images += b.n;
+      stk_batch_release(l, &b);
+      if (tty) progress_bar(r->images, per_epoch * r->epochs, now() - t0, "images");
+    }
+  }
+  r->secs = now() - t0;
+  if (tty) fputc('\n', stderr);
+}
+
+/* The report's text. Remote sources add their requests, retries, failures
+ * and bytes: what an epoch costs the store, and whether it was healthy. */
+static void bench_print(stk_loader *l, const stk_options *o, const char *dir, const bench_run *r) {
+  stk_stats st;
+  stk_loader_stats(l, &st);
+  char dtype[32];
+  choice_name("dtype", (int)o->dtype, dtype, sizeof dtype);
+  int64_t images = r->images;
+  double secs = r->secs;
+  printf("source: %s %s, %" PRId64 " samples, %d classes\n", stk_loader_source_kind(l),
+         dir ? dir : o->list_file, stk_loader_num_samples(l), stk_loader_num_classes(l));
+  printf("%s pipeline, %d threads, batch %d, size %d, %s %s: %" PRId64
+         " images in %.3f s = %.1f images/s (%" PRIu64 " skipped; loader built in %.3f s)\n",
+         o->pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", st.threads, o->batch_size, o->size,
+         dtype, o->layout == STK_LAYOUT_NCHW ? "NCHW" : "NHWC", images, secs,
+         secs > 0 ? images / secs : 0.0, st.skipped, r->build_s);
+  printf("per image: read %.3f ms, decode %.3f ms, augment %.3f ms (thread time); consumer waited "
+         "%.3f s\n",
+         images ? 1e3 * st.read_seconds / images : 0, images ? 1e3 * st.decode_seconds / images : 0,
+         images ? 1e3 * st.augment_seconds / images : 0, st.wait_seconds);
+  if (st.remote_requests)
+    printf("remote: %" PRIu64 " requests (%" PRIu64 " retried, %" PRIu64 " failed), %.1f MB in, "
+           "%.3f s per request on average; parts in memory %.1f MB (peak %.1f MB); %.1f MB from "
+           "local copies\n",
+           st.remote_requests, st.remote_retries, st.remote_failures, st.remote_bytes / 1e6,
+           st.remote_seconds / (double)st.remote_requests, st.remote_part_bytes / 1e6,
+           st.remote_part_peak / 1e6, st.remote_cache_bytes / 1e6);
+  if (o->device >= 0)
+    printf("gpu %d: %" PRIu64 " images decoded by the hardware engines, %" PRIu64
+           " by nvJPEG CUDA, %" PRIu64 " on the CPU (share now %.3f); %.1f MB of device memory; "
+           "%.2f ms per batch queuing work on the GPU\n",
+           o->device, st.decoded_hw, st.decoded_cuda, st.decoded_cpu, st.cpu_share,
+           st.device_bytes / 1e6, st.batches ? 1e3 * st.submit_seconds / st.batches : 0.0);
+  const char *p, *why;
+  for (uint64_t i = 0; stk_loader_skipped(l, i, &p, &why) == STK_OK; i++)
+    printf("skipped: %s: %s\n", p, why);
+}
+
+/* The report as one JSON object, the last line. */
+static void bench_json(stk_loader *l, const stk_options *o, const bench_run *r) {
+  stk_stats st;
+  stk_loader_stats(l, &st);
+  int64_t images = r->images;
+  double secs = r->secs;
+  printf("{\"images\": %" PRId64 ", \"seconds\": %.6f, \"images_per_s\": %.3f, \"skipped\": %" PRIu64
+         ", \"threads\": %d, \"batch\": %d, \"size\": %d, \"pipeline\": \"%s\", \"epochs\": %d, "
+         "\"read_s\": %.6f, \"decode_s\": %.6f, \"augment_s\": %.6f, \"wait_s\": %.6f, "
+         "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"device\": %d, \"device_bytes\": %" PRIu64
+         ", \"decoded_hw\": %" PRIu64 ", \"decoded_cuda\": %" PRIu64 ", \"decoded_cpu\": %" PRIu64
+         ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"late_allocs\": %" PRIu64,
+         images, secs, secs > 0 ? images / secs : 0.0, st.skipped, st.threads, o->batch_size,
+         o->size, o->pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", r->epochs, st.read_seconds,
+         st.decode_seconds, st.augment_seconds, st.wait_seconds, r->build_s, st.host_bytes,
+         o->device, st.device_bytes, st.decoded_hw, st.decoded_cuda, st.decoded_cpu,
+         st.cpu_share, st.submit_seconds, st.late_allocs);
+  printf(", \"remote_bytes\": %" PRIu64 ", \"remote_requests\": %" PRIu64
+         ", \"remote_retries\": %" PRIu64 ", \"remote_failures\": %" PRIu64
+         ", \"remote_seconds\": %.6f, \"remote_part_bytes\": %" PRIu64
+         ", \"remote_part_peak\": %" PRIu64 ", \"remote_cache_bytes\": %" PRIu64 ", \"source\": ",
+         st.remote_bytes, st.remote_requests, st.remote_retries, st.remote_failures,
+         st.remote_seconds, st.remote_part_bytes, st.remote_part_peak, st.remote_cache_bytes);
+  json_string(stdout, stk_loader_source_kind(l));
+  printf(", \"samples\": %" PRId64 ", \"note\": ", stk_loader_num_samples(l));
+  json_string(stdout, stk_loader_note(l));
+  printf(", \"ok\": %s}\n", r->failed ? "false" : "true");
+}
+
 static int cmd_bench(int argc, char **argv) {
   if (wants_help(argc, argv)) {
     usage_bench(stdout);
@@ -342,87 +460,18 @@ static int cmd_bench(int argc, char **argv) {
   int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
   if (rc) {
     { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
+    if (json) json_open_failure(err, rc);
     return 1;
   }
   t_build = now() - t_build;
-  const char *kind = stk_loader_source_kind(l), *note = stk_loader_note(l);
+  const char *note = stk_loader_note(l);
   if (note[0]) fprintf(stderr, "stoker bench: note: %s\n", note);
-  int tty = isatty(STDERR_FILENO) && !json;
-  int64_t per_epoch = stk_loader_shard_size(l), images = 0;
-  double t0 = now();
-  int failed = 0;
-  for (int e = 0; e < epochs && !failed; e++) {
-    stk_loader_set_epoch(l, (uint64_t)e);
-    for (;;) {
-      stk_batch b;
-      rc = stk_loader_next(l, &b);
-      if (rc == STK_EEND) break;
-      if (rc) {
-        if (tty) fputc('\n', stderr);
-        { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", stk_loader_error(l), code_words(rc, cw, sizeof cw)); }
-        failed = 1;
-        break;
-      }
-      /* a device batch counts once its data is written */
-      rc = stk_batch_wait(l, &b);
-      if (rc) {
-        fprintf(stderr, "stoker bench: waiting for batch %lld: %s\n", (long long)b.batch_index,
-                stk_strerror(rc));
-        failed = 1;
-        stk_batch_release(l, &b);
-        break;
-      }
-      images += b.n;
-      stk_batch_release(l, &b);
-      if (tty) progress_bar(images, per_epoch * epochs, now() - t0, "images");
-    }
-  }
-  double secs = now() - t0;
-  if (tty) fputc('\n', stderr);
-  stk_stats st;
-  stk_loader_stats(l, &st);
-  char dtype[32];
-  choice_name("dtype", (int)o.dtype, dtype, sizeof dtype);
-  printf("source: %s %s, %" PRId64 " samples, %d classes\n", kind, dir ? dir : o.list_file,
-         stk_loader_num_samples(l), stk_loader_num_classes(l));
-  printf("%s pipeline, %d threads, batch %d, size %d, %s %s: %" PRId64
-         " images in %.3f s = %.1f images/s (%" PRIu64 " skipped; loader built in %.3f s)\n",
-         o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", st.threads, o.batch_size, o.size,
-         dtype, o.layout == STK_LAYOUT_NCHW ? "NCHW" : "NHWC", images, secs,
-         secs > 0 ? images / secs : 0.0, st.skipped, t_build);
-  printf("per image: read %.3f ms, decode %.3f ms, augment %.3f ms (thread time); consumer waited "
-         "%.3f s\n",
-         images ? 1e3 * st.read_seconds / images : 0, images ? 1e3 * st.decode_seconds / images : 0,
-         images ? 1e3 * st.augment_seconds / images : 0, st.wait_seconds);
-  if (o.device >= 0)
-    printf("gpu %d: %" PRIu64 " images decoded by the hardware engines, %" PRIu64
-           " by nvJPEG CUDA, %" PRIu64 " on the CPU (share now %.3f); %.1f MB of device memory; "
-           "%.2f ms per batch queuing work on the GPU\n",
-           o.device, st.decoded_hw, st.decoded_cuda, st.decoded_cpu, st.cpu_share,
-           st.device_bytes / 1e6, st.batches ? 1e3 * st.submit_seconds / st.batches : 0.0);
-  for (uint64_t i = 0; i < st.skipped; i++) {
-    const char *p, *r;
-    if (stk_loader_skipped(l, i, &p, &r) == STK_OK) printf("skipped: %s: %s\n", p, r);
-  }
-  if (json) {
-    printf("{\"images\": %" PRId64 ", \"seconds\": %.6f, \"images_per_s\": %.3f, \"skipped\": %" PRIu64
-           ", \"threads\": %d, \"batch\": %d, \"size\": %d, \"pipeline\": \"%s\", \"epochs\": %d, "
-           "\"read_s\": %.6f, \"decode_s\": %.6f, \"augment_s\": %.6f, \"wait_s\": %.6f, "
-           "\"build_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"device\": %d, \"device_bytes\": %" PRIu64
-           ", \"decoded_hw\": %" PRIu64 ", \"decoded_cuda\": %" PRIu64 ", \"decoded_cpu\": %" PRIu64
-           ", \"cpu_share\": %.4f, \"submit_s\": %.6f, \"late_allocs\": %" PRIu64 ", \"source\": ",
-           images, secs, secs > 0 ? images / secs : 0.0, st.skipped, st.threads, o.batch_size,
-           o.size, o.pipeline == STK_PIPELINE_TRAIN ? "train" : "eval", epochs, st.read_seconds,
-           st.decode_seconds, st.augment_seconds, st.wait_seconds, t_build, st.host_bytes,
-           o.device, st.device_bytes, st.decoded_hw, st.decoded_cuda, st.decoded_cpu,
-           st.cpu_share, st.submit_seconds, st.late_allocs);
-    json_string(stdout, kind);
-    printf(", \"samples\": %" PRId64 ", \"note\": ", stk_loader_num_samples(l));
-    json_string(stdout, note);
-    printf(", \"ok\": %s}\n", failed ? "false" : "true");
-  }
+  bench_run r = {.epochs = epochs, .build_s = t_build};
+  bench_epochs(l, isatty(STDERR_FILENO) && !json, &r);
+  bench_print(l, &o, dir, &r);
+  if (json) bench_json(l, &o, &r);
   stk_loader_destroy(l);
-  return failed ? 1 : 0;
+  return r.failed ? 1 : 0;
 }
 
 /* ---- check ------------------------------------------------------------- */
@@ -521,6 +570,7 @@ static int cmd_check(int argc, char **argv) {
   int rc = stk_check(&o, &res, add_failure, &fl, err, sizeof err);
   if (rc) {
     { char cw[64]; fprintf(stderr, "stoker check: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
+    if (json) json_open_failure(err, rc);
     return 2;
   }
   if (res.note[0]) fprintf(stderr, "stoker check: note: %s\n", res.note);

@@ -198,3 +198,29 @@ def test_stale_index_beside_a_rewritten_shard_is_not_used(s3env, tmp_path):
         assert [lab for _, lab in ld.samples] == want_labels
         got = epoch(ld)
     assert_same(got, want, "the rewritten shard")
+
+
+# ---- stoker bench reports the remote statistics; --json always ends in one JSON line -------
+
+def test_bench_reports_remote_statistics(dataset, s3env, tmp_path):
+    import json
+
+    cli = stoker_cli()
+    if not cli:
+        pytest.skip("no stoker command in this build")
+    args = [cli, "bench", "s3://stoker/ds/", "--size", "32", "--batch", "4", "--threads", "2",
+            "--index-dir", str(tmp_path / "i")]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "remote: " in r.stdout and " requests (0 retried, 0 failed)" in r.stdout, r.stdout
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ok"] and out["images"] == N
+    assert out["remote_requests"] > 0 and out["remote_bytes"] > 0 and out["remote_failures"] == 0
+    for cmd in ("bench", "check"):
+        r = subprocess.run([cli, cmd, "s3://stoker/nothing-here/", "--json"], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode != 0
+        last = json.loads(r.stdout.strip().splitlines()[-1])
+        assert last["ok"] is False and "s3://stoker/nothing-here/" in last["error"], r.stdout
