@@ -376,8 +376,10 @@ def env(monkeypatch, tmp_path, gateway, s3_server):
 
 
 def read_equals_local(dataset, tmp_path, url="s3://stoker/ds/"):  # noqa: F811
-    """One epoch from S3 equals the local one; returns (stats, note, samples repr)."""
-    with stoker.ImageLoader(url, pipeline="eval", index_dir=str(tmp_path / "idx"), **OPTS) as ld:
+    """One epoch from S3 equals the local one, with an index folder and local
+    copies under tmp_path (which no_secret searches); returns (stats, texts)."""
+    with stoker.ImageLoader(url, pipeline="eval", index_dir=str(tmp_path / "idx"),
+                            cache_dir=str(tmp_path / "copies"), **OPTS) as ld:
         got = epoch(ld)
         st = ld.stats()
         texts = [repr(st), ld.note, repr(ld.samples)]
