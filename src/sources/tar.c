@@ -1071,22 +1071,26 @@ static const char *rstr(rbuf *r) {
   return s;
 }
 
-static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard_scan *sc);
+static int load_scan_mem(const uint8_t *data, size_t len, const char *key, uint64_t shard_size,
+                         shard_scan *sc);
 
-static int load_scan(const char *path, const char *key, shard_scan *sc) {
+static int load_scan(const char *path, const char *key, uint64_t shard_size, shard_scan *sc) {
   stk__buf b = {0};
   stk__bytes by;
   char why[256];
   int rc = stk__read_whole_file(path, &b, 1u << 30, &by, why, sizeof why)
                ? STK_EIO
-               : load_scan_mem(by.data, by.len, key, sc);
+               : load_scan_mem(by.data, by.len, key, shard_size, sc);
   stk__buf_free(&b);
   return rc;
 }
 
 /* A saved scan (untrusted: a damaged or foreign file is refused, and the
- * shard is scanned instead). */
-static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard_scan *sc) {
+ * shard is scanned instead) of a shard of shard_size bytes: every image
+ * member it lists lies after a header inside the shard, and a label it
+ * says is valid is one a .cls can hold. */
+static int load_scan_mem(const uint8_t *data, size_t len, const char *key, uint64_t shard_size,
+                         shard_scan *sc) {
   if (len < 16) return STK_EFORMAT;
   stk__bytes by = {data, len, 0};
   rbuf r = {by.data, by.data + by.len, 0};
@@ -1120,7 +1124,17 @@ static int load_scan_mem(const uint8_t *data, size_t len, const char *key, shard
     rget(&r, &hh, 8);
     const char *k = rstr(&r), *img = rstr(&r);
     if (r.err) break;
+    if (((f[0] & 1) && (off < BLOCK || off > shard_size || size > shard_size - off)) ||
+        ((f[0] & 4) && f[1] < 0)) {
+      rc = STK_EFORMAT;
+      break;
+    }
+    size_t had = sc->ks.n;
     rec *kr = keyset_get(&sc->ks, k, strlen(k));
+    if (kr && sc->ks.n == had) { /* a key twice: the scan writes each once */
+      rc = STK_EFORMAT;
+      break;
+    }
     if (!kr || ((f[0] & 1) && !(kr->img_name = strdup(img)))) {
       rc = STK_ENOMEM;
       break;
@@ -1149,13 +1163,13 @@ void stk__tar_index_seal(uint8_t *data, size_t len) {
 }
 
 int stk__tar_index_load(const uint8_t *data, size_t len, const char *key, const char *shard,
-                        int nclasses, stk__dataset *ds, uint64_t **span, char *msg,
-                        size_t msglen) {
+                        uint64_t shard_size, int nclasses, stk__dataset *ds, uint64_t **span,
+                        char *msg, size_t msglen) {
   memset(ds, 0, sizeof *ds);
   *span = NULL;
   shard_scan sc;
   memset(&sc, 0, sizeof sc);
-  int rc = load_scan_mem(data, len, key, &sc);
+  int rc = load_scan_mem(data, len, key, shard_size, &sc);
   if (rc) {
     shard_scan_free(&sc);
     return stk__fail(msg, msglen, rc, "the saved scan is refused");
@@ -1263,7 +1277,7 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
   int rc = STK_EIO;
   if (t->net) cache_key(t, shard, key, sizeof key);
   if (t->net && shard_index_path(t, shard, index_dir, ipath, sizeof ipath) == STK_OK)
-    rc = load_scan(ipath, key, &sc);
+    rc = load_scan(ipath, key, t->size[shard], &sc);
   if (rc && t->beside && t->first && t->first[shard]) {
     /* the index stoker pack wrote beside the shard, requested ahead */
     shard_scan_free(&sc);
@@ -1272,7 +1286,7 @@ static int scan_shard(stk__source *s, tar_impl *t, int32_t shard, const classlis
     char bkey[200];
     beside_key(t->size[shard], t->etag[shard], bkey, sizeof bkey);
     if (stk__net_wait(t->first[shard], &b, NULL, 0) == STK_OK)
-      rc = load_scan_mem(b.data, b.len, bkey, &sc);
+      rc = load_scan_mem(b.data, b.len, bkey, t->size[shard], &sc);
     stk__net_free(t->first[shard]);
     t->first[shard] = NULL;
     if (rc == STK_OK && ipath[0]) save_scan(ipath, key, &sc);
@@ -1873,6 +1887,38 @@ static const stk__source_ops tar_ops = {.kind = "tar",
                                         .net_stats = tar_net_stats,
                                         .weight = tar_weight};
 
+/* Indexes beside remote shards (stoker pack --tar wrote them): asked for
+ * the first shard that has no local index; if it has one, the others are
+ * taken to have theirs, and the shards are not read to open them. */
+static void probe_beside(tar_impl *t, const char *index_dir) {
+  for (int k = 0; k < t->nshards; k++) {
+    if (has_index(t, k, index_dir)) continue;
+    char u[4200];
+    snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[k]);
+    stk__net_req *q = stk__net_probe(t->net, u, 1u << 30, 1); /* a 404 is an answer */
+    t->beside = stk__net_wait(q, NULL, NULL, 0) == STK_OK;
+    stk__net_free(q);
+    return;
+  }
+}
+
+/* While shard k is scanned, what the next few need is requested: their
+ * indexes beside them, or their first parts, so that opening costs
+ * transfers, not a round trip per shard. */
+static void request_ahead(tar_impl *t, int k, const char *index_dir) {
+  for (int j = k; j < t->nshards && j < k + SCAN_AHEAD; j++) {
+    if (t->first[j] || !t->size[j] || has_index(t, j, index_dir)) continue;
+    if (t->beside) {
+      char u[4200];
+      snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[j]);
+      t->first[j] = stk__net_probe(t->net, u, 1u << 30, 0);
+    } else {
+      t->first[j] = stk__net_get(t->net, t->shards[j], 0,
+                                 t->size[j] < PART_SIZE ? t->size[j] : PART_SIZE, 0, 0);
+    }
+  }
+}
+
 /* Remote: classes.txt is asked for with the listing, in the folder the
  * root names (where list_remote looks for it, but for braces in folders),
  * so that opening costs one round trip less; *dir gets that folder. */
@@ -1934,31 +1980,10 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
    * per shard. */
   if (rc == STK_OK && t->net && !(t->first = calloc((size_t)t->nshards, sizeof *t->first)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  /* Indexes beside the shards (stoker pack --tar wrote them): asked for the
-   * first shard that has no local index; if it has one, the others are
-   * taken to have theirs, and the shards are not read to open them. */
-  for (int k = 0; rc == STK_OK && t->first && k < t->nshards; k++) {
-    if (has_index(t, k, opt ? opt->index_dir : NULL)) continue;
-    char u[4200];
-    snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[k]);
-    stk__net_req *q = stk__net_probe(t->net, u, 1u << 30, 1); /* a 404 is an answer */
-    t->beside = stk__net_wait(q, NULL, NULL, 0) == STK_OK;
-    stk__net_free(q);
-    break;
-  }
+  if (rc == STK_OK && t->first) probe_beside(t, opt ? opt->index_dir : NULL);
   for (int k = 0; rc == STK_OK && k < t->nshards; k++) {
     int64_t before = s->ds.n;
-    for (int j = k; t->first && j < t->nshards && j < k + SCAN_AHEAD; j++) {
-      if (t->first[j] || !t->size[j] || has_index(t, j, opt ? opt->index_dir : NULL)) continue;
-      if (t->beside) {
-        char u[4200];
-        snprintf(u, sizeof u, "%s" SIDX_EXT, t->shards[j]);
-        t->first[j] = stk__net_probe(t->net, u, 1u << 30, 0);
-      } else {
-        t->first[j] = stk__net_get(t->net, t->shards[j], 0,
-                                   t->size[j] < PART_SIZE ? t->size[j] : PART_SIZE, 0, 0);
-      }
-    }
+    if (t->first) request_ahead(t, k, opt ? opt->index_dir : NULL);
     rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, opt ? opt->index_dir : NULL, msg, msglen);
     if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
   }
