@@ -13,11 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "codecs/encode.h"
 #include "core/common.h"
 #include "sources/cache_format.h"
 #include "sources/index.h"
+#include "sources/object.h"
+#include "sources/tar.h"
 #include "synth/synth.h"
 
 static const char *g_out;
@@ -504,6 +507,99 @@ static void folder_index(const char *name, const char *path_a, const char *path_
   free(b.p);
 }
 
+/* ---- what comes from the network ------------------------------------------ */
+
+/* ListObjectsV2 pages (fuzz_s3_list's input: a control byte, the body). */
+static void s3_lists(void) {
+  static const char *const k[][2] = {
+      {"two",
+       "\x00<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult "
+       "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>b</Name><Prefix>train/</Prefix>"
+       "<KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
+       "<Contents><Key>train/shard-000000.tar</Key><LastModified>2026-01-01T00:00:00.000Z"
+       "</LastModified><ETag>&quot;9b2cf535f27731c974343645a3985328&quot;</ETag>"
+       "<Size>1048576</Size><StorageClass>STANDARD</StorageClass></Contents>"
+       "<Contents><Key>train/shard-000001.tar</Key><ETag>\"5d41402abc4b2a76b9719d911017c592-3\""
+       "</ETag><Size>524288</Size></Contents></ListBucketResult>"},
+      {"truncated",
+       "\x02<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>a &amp; b/c&lt;d&gt;"
+       ".tar</Key><Size>0</Size></Contents><NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2"
+       "J/wm36Hy4vbOwM=</NextContinuationToken></ListBucketResult>"},
+      {"odd",
+       "\x01<ListBucketResult><Contents><Key></Key></Contents><Contents><Size>12</Size>"
+       "<Key>k</Key><Size>-1</Size></Contents><Contents><Key>big</Key><Size>"
+       "99999999999999999999</Size><ETag>W/\"x\"</ETag></Contents><Contents><Key>open"
+       "</Contents></ListBucketResult>"},
+      {"error", "\x00<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>Access "
+                "Denied</Message></Error>"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    put("s3_list", k[i][0], k[i][1], strlen(k[i][1] + 1) + 1);
+}
+
+/* Response headers (fuzz_http_header's input: the lines, '\n'-ended). */
+static void http_headers(void) {
+  static const char *const k[][2] = {
+      {"range", "HTTP/1.1 206 Partial Content\r\nContent-Length: 100\r\nContent-Range: bytes "
+                "0-99/1234\r\nETag: \"9b2cf535f27731c974343645a3985328\"\r\n\r\n"},
+      {"whole", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 4096\r\n"
+                "etag: W/\"abc-2\"\r\nx-amz-request-id: 1\r\n\r\n"},
+      {"unknown_total", "HTTP/2 206\r\ncontent-range: bytes 0-99/*\r\n\r\n"},
+      {"errors", "HTTP/1.1 503 Slow Down\r\nRetry-After: 1\r\n\r\nHTTP/1.0 404\r\n"},
+      {"odd", "HTTP/1.1 -200 x\r\nContent-Length: -1\r\nContent-Range: bytes 1-2/-5\r\n"
+              "Content-Range: bytes 1-2/18446744073709551615\r\nETag: \"\"\"\r\n"},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    put("http_header", k[i][0], k[i][1], strlen(k[i][1]));
+}
+
+/* A tar shard's saved scan as `stoker pack --tar` writes it beside the
+ * shard (fuzz_shard_index's input: a control byte, classes.txt's count, then
+ * the .stkidx), from a shard laid out here. */
+static void shard_index(const char *name, int nclasses, bytes *shard) {
+  char dir[] = "/tmp/stoker-corpus-XXXXXX", path[256], idx[300], err[512];
+  if (!mkdtemp(dir)) die("mkdtemp");
+  snprintf(path, sizeof path, "%s/shard.tar", dir);
+  snprintf(idx, sizeof idx, "%s%s", path, STK__TAR_INDEX_EXT);
+  if (stk__write_file(path, shard->p, shard->n) != STK_OK) die(path);
+  if (stk__tar_write_index(path, err, sizeof err) != STK_OK) die(err);
+  stk__buf b = {0};
+  stk__bytes by;
+  if (stk__read_whole_file(idx, &b, 1u << 20, &by, err, sizeof err) != STK_OK) die(err);
+  bytes in = {0};
+  uint8_t c = (uint8_t)nclasses;
+  add(&in, &c, 1);
+  add(&in, by.data, by.len);
+  put("shard_index", name, in.p, in.n);
+  free(in.p);
+  stk__buf_free(&b);
+  unlink(idx);
+  unlink(path);
+  rmdir(dir);
+  free(shard->p);
+  memset(shard, 0, sizeof *shard);
+}
+
+static void shard_indexes(const uint8_t *jpg, size_t jl, const uint8_t *png, size_t pl) {
+  bytes s = {0};
+  member(&s, "k0.jpg", '0', jpg, jl, 0);
+  member(&s, "k0.cls", '0', "0", 1, 0);
+  member(&s, "k1.png", '0', png, pl, 0);
+  member(&s, "k1.cls", '0', "1", 1, 0);
+  add_zeros(&s, 1024);
+  shard_index("plain", 2, &s);
+
+  member(&s, "a.jpg", '0', jpg, jl, 0);
+  member(&s, "a.cls", '0', "5", 1, 0);
+  member(&s, "link.jpg", '2', NULL, 0, 0);
+  member(&s, "nocls.jpg", '0', jpg, jl, 0);
+  member(&s, "onlycls.cls", '0', "1", 1, 0);
+  member(&s, "a.jpg", '0', jpg, jl, 0);
+  member(&s, "t.jpg", '0', jpg, jl, 0);
+  s.n -= jl / 2; /* the shard ends inside the last member: damage */
+  shard_index("left_out", 0, &s);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: make_corpus OUT\n");
@@ -521,6 +617,9 @@ int main(int argc, char **argv) {
   cache("jpeg_2", STK_CACHE_JPEG, 2, 1, jpg, jl);
   folder_index("two", "a/x.jpg", "b/sub/y.png");
   folder_index("forged", "a/../../etc/hostname", "b/y.png");
+  s3_lists();
+  http_headers();
+  shard_indexes(jpg, jl, png, pl);
   free(jpg);
   free(png);
   return 0;

@@ -11,6 +11,7 @@
 #include "sources/net.h"
 
 #include <ctype.h>
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -349,35 +350,74 @@ static void fail(stk__net_req *q, int rc, const char *fmt, ...) {
   finish(q, rc);
 }
 
-static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
-  stk__net_req *q = ud;
-  size_t n = sz * nm;
-  if (n >= 5 && !strncmp(p, "HTTP/", 5)) {
-    /* a new status line (after a 100 Continue, say): what came before is moot */
-    const char *sp = memchr(p, ' ', n);
-    q->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-    /* a 200 to a Range request is the whole object: what precedes the
-     * bytes asked for is dropped as it comes */
-    q->skip = q->status == 200 && !q->method ? q->att_from : 0;
-    return n;
+/* A decimal count (a size, an offset) of at most 2^63 - 1 bytes, digits
+ * only after blanks: STK_OK, or STK_EFORMAT for a sign, a blank, no digit,
+ * or an overflow, where strtoull took "-1" for 2^64 - 1. */
+static int parse_count(const char *s, const char *end, uint64_t *out) {
+  while (s < end && (*s == ' ' || *s == '\t')) s++;
+  uint64_t v = 0;
+  const char *d = s;
+  for (; s < end && *s >= '0' && *s <= '9'; s++) {
+    if (v > ((UINT64_MAX >> 1) - (uint64_t)(*s - '0')) / 10) return STK_EFORMAT;
+    v = v * 10 + (uint64_t)(*s - '0');
   }
+  while (s < end && (*s == ' ' || *s == '\t')) s++;
+  if (s == d || s != end) return STK_EFORMAT;
+  *out = v;
+  return STK_OK;
+}
+
+int stk__http_header(stk__http_head *h, const char *p, size_t n) {
+  /* libcurl's line is not NUL-terminated: it is read from a copy */
   char line[256];
   size_t l = n < sizeof line - 1 ? n : sizeof line - 1;
   memcpy(line, p, l);
   line[l] = '\0';
   line[strcspn(line, "\r\n")] = '\0';
-  if (!strncasecmp(line, "content-range:", 14)) {
-    const char *s = strchr(line, '/');
-    if (s && s[1] != '*') q->size = strtoull(s + 1, NULL, 10);
-  } else if (!strncasecmp(line, "content-length:", 15) && q->status == 200 && !q->size) {
-    q->size = strtoull(line + 15, NULL, 10);
-  } else if (!strncasecmp(line, "etag:", 5)) {
-    const char *v = line + 5;
-    while (*v == ' ' || *v == '"' || (v[0] == 'W' && v[1] == '/')) v += (*v == 'W') ? 2 : 1;
-    scopy(q->etag, sizeof q->etag, v);
-    size_t el = strlen(q->etag);
-    while (el && q->etag[el - 1] == '"') q->etag[--el] = '\0';
+  char *end = line + strlen(line);
+  uint64_t v;
+  if (n >= 5 && !strncmp(line, "HTTP/", 5)) {
+    /* "HTTP/1.1 206 Partial Content": three digits after the version */
+    const char *sp = strchr(line, ' ');
+    h->status = 0;
+    if (sp && sp[1] >= '1' && sp[1] <= '5' && isdigit((unsigned char)sp[2]) &&
+        isdigit((unsigned char)sp[3]) && (!sp[4] || sp[4] == ' '))
+      h->status = (sp[1] - '0') * 100 + (sp[2] - '0') * 10 + (sp[3] - '0');
+    return 1;
   }
+  if (!strncasecmp(line, "content-range:", 14)) {
+    /* "bytes 0-99/1234": the total; "*" (unknown) or garbage say nothing */
+    const char *s = strchr(line, '/');
+    if (s && parse_count(s + 1, end, &v) == STK_OK) h->size = v;
+  } else if (!strncasecmp(line, "content-length:", 15) && h->status == 200 && !h->size) {
+    if (parse_count(line + 15, end, &v) == STK_OK) h->size = v;
+  } else if (!strncasecmp(line, "etag:", 5)) {
+    const char *e = line + 5;
+    while (*e == ' ' || *e == '"' || (e[0] == 'W' && e[1] == '/')) e += (*e == 'W') ? 2 : 1;
+    scopy(h->etag, sizeof h->etag, e);
+    size_t el = strlen(h->etag);
+    while (el && (h->etag[el - 1] == '"' || h->etag[el - 1] == ' ')) h->etag[--el] = '\0';
+  }
+  return 0;
+}
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
+  stk__net_req *q = ud;
+  size_t n = sz * nm;
+  stk__http_head h;
+  h.status = q->status;
+  h.size = q->size;
+  memcpy(h.etag, q->etag, sizeof h.etag);
+  if (stk__http_header(&h, p, n)) {
+    /* a new status line (after a 100 Continue, say): what came before is moot */
+    q->status = h.status;
+    /* a 200 to a Range request is the whole object: what precedes the
+     * bytes asked for is dropped as it comes */
+    q->skip = q->status == 200 && !q->method ? q->att_from : 0;
+    return n;
+  }
+  q->size = h.size;
+  memcpy(q->etag, h.etag, sizeof q->etag);
   return n;
 }
 
@@ -969,20 +1009,6 @@ void stk__net_get_stats(const stk__net *n, stk__net_stats *s) {
 
 /* ---- S3 listings --------------------------------------------------------- */
 
-/* The text of <tag>...</tag> after *p, XML entities decoded, into out;
- * advances *p past it. 0 when there is none before `end`. */
-static int xml_take(const char **p, const char *end, const char *tag, char *out, size_t cap) {
-  char open[64], close[64];
-  snprintf(open, sizeof open, "<%s>", tag);
-  snprintf(close, sizeof close, "</%s>", tag);
-  const char *a = memmem(*p, (size_t)(end - *p), open, strlen(open));
-  if (!a) return 0;
-  a += strlen(open);
-  const char *b = memmem(a, (size_t)(end - a), close, strlen(close));
-  if (!b) return 0;
-  size_t o = 0;
-  for (const char *c = a; c < b && o + 1 < cap; c++) {
-    static const struct {
 /* A numeric character reference at c ("&#34;", "&#x22;"; SeaweedFS quotes
  * ETags so) of an ASCII character, before end: its length, the character
  * in *ch; 0 when there is none. */
@@ -1001,6 +1027,20 @@ static size_t xml_char_ref(const char *c, const char *end, char *ch) {
   return (size_t)(d - c) + 1;
 }
 
+/* The text of <tag>...</tag> after *p, XML entities decoded, into out;
+ * advances *p past it. 0 when there is none before `end`. */
+static int xml_take(const char **p, const char *end, const char *tag, char *out, size_t cap) {
+  char open[64], close[64];
+  snprintf(open, sizeof open, "<%s>", tag);
+  snprintf(close, sizeof close, "</%s>", tag);
+  const char *a = memmem(*p, (size_t)(end - *p), open, strlen(open));
+  if (!a) return 0;
+  a += strlen(open);
+  const char *b = memmem(a, (size_t)(end - a), close, strlen(close));
+  if (!b) return 0;
+  size_t o = 0;
+  for (const char *c = a; c < b && o + 1 < cap; c++) {
+    static const struct {
       const char *e;
       char c;
     } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
@@ -1028,6 +1068,74 @@ static size_t xml_char_ref(const char *c, const char *end, char *ch) {
 void stk__net_objects_free(stk__net_object *v, int count) {
   for (int i = 0; v && i < count; i++) free(v[i].url);
   free(v);
+}
+
+int stk__s3_list_page(const char *body, size_t len, const char *bucket, stk__net_object **objs,
+                      int *count, int *cap, char *token, size_t token_cap, int *more, char *msg,
+                      size_t msglen) {
+  const char *p = body, *end = p + len;
+  stk__net_object *v = *objs;
+  int rc = STK_OK;
+  *more = 0;
+  /* body is not NUL-terminated: every search is bounded by end */
+  for (;;) {
+    const char *c = memmem(p, (size_t)(end - p), "<Contents>", 10);
+    if (!c) break;
+    const char *ce = memmem(c, (size_t)(end - c), "</Contents>", 11);
+    if (!ce) break;
+    char key[2048], size[32], etag[96] = "";
+    const char *k = c;
+    if (!xml_take(&k, ce, "Key", key, sizeof key)) break;
+    k = c;
+    uint64_t bytes = 0; /* no <Size>: 0, as before; one that is no count: refused */
+    if (xml_take(&k, ce, "Size", size, sizeof size) &&
+        parse_count(size, size + strlen(size), &bytes) != STK_OK) {
+      rc = stk__fail(msg, msglen, STK_EFORMAT,
+                     "the listing is malformed: the <Size> of %.200s is no byte count", key);
+      break;
+    }
+    k = c;
+    xml_take(&k, ce, "ETag", etag, sizeof etag);
+    p = ce + 11;
+    if (*count == *cap) {
+      int nc = *cap ? *cap * 2 : 256;
+      stk__net_object *nv = realloc(v, (size_t)nc * sizeof *nv);
+      if (!nv) {
+        rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+        break;
+      }
+      v = nv;
+      *cap = nc;
+    }
+    stk__net_object *o = &v[*count];
+    size_t ul = strlen(bucket) + strlen(key) + 7;
+    if (!(o->url = malloc(ul))) {
+      rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+      break;
+    }
+    snprintf(o->url, ul, "s3://%s/%s", bucket, key);
+    o->size = bytes;
+    const char *e = etag;
+    while (*e == '"') e++;
+    snprintf(o->etag, sizeof o->etag, "%s", e);
+    size_t el = strlen(o->etag);
+    while (el && o->etag[el - 1] == '"') o->etag[--el] = '\0';
+    (*count)++;
+  }
+  *objs = v;
+  if (rc) return rc;
+  const char *t = body;
+  char trunc[16] = "";
+  xml_take(&t, end, "IsTruncated", trunc, sizeof trunc);
+  t = body;
+  if (strcmp(trunc, "true")) return STK_OK;
+  /* more follow: without a token to ask for them, the next request would
+   * be this page again, and again */
+  if (!xml_take(&t, end, "NextContinuationToken", token, token_cap) || !token[0])
+    return stk__fail(msg, msglen, STK_EFORMAT,
+                     "the listing is malformed: it is truncated without a NextContinuationToken");
+  *more = 1;
+  return STK_OK;
 }
 
 int stk__net_list(stk__net *n, const char *url, stk__net_object **out, int *count, char *msg,
@@ -1065,53 +1173,16 @@ int stk__net_list(stk__net *n, const char *url, stk__net_object **out, int *coun
       stk__net_free(q);
       break;
     }
-    const char *p = (const char *)body.data, *end = p + body.len;
-    /* body.data is not NUL-terminated: every search is bounded by end */
-    for (;;) {
-      const char *c = memmem(p, (size_t)(end - p), "<Contents>", 10);
-      if (!c) break;
-      const char *ce = memmem(c, (size_t)(end - c), "</Contents>", 11);
-      if (!ce) break;
-      char key[2048], size[32], etag[96] = "";
-      const char *k = c;
-      if (!xml_take(&k, ce, "Key", key, sizeof key)) break;
-      k = c;
-      if (!xml_take(&k, ce, "Size", size, sizeof size)) size[0] = '\0';
-      k = c;
-      xml_take(&k, ce, "ETag", etag, sizeof etag);
-      p = ce + 11;
-      if (*count == cap) {
-        cap = cap ? cap * 2 : 256;
-        stk__net_object *nv = realloc(v, (size_t)cap * sizeof *nv);
-        if (!nv) {
-          rc = STK_ENOMEM;
-          break;
-        }
-        v = nv;
-      }
-      stk__net_object *o = &v[*count];
-      size_t ul = strlen(bucket) + strlen(key) + 7;
-      if (!(o->url = malloc(ul))) {
-        rc = STK_ENOMEM;
-        break;
-      }
-      snprintf(o->url, ul, "s3://%s/%s", bucket, key);
-      o->size = strtoull(size, NULL, 10);
-      const char *e = etag;
-      while (*e == '"') e++;
-      snprintf(o->etag, sizeof o->etag, "%s", e);
-      size_t el = strlen(o->etag);
-      while (el && o->etag[el - 1] == '"') o->etag[--el] = '\0';
-      (*count)++;
-    }
-    const char *t = (const char *)body.data;
-    char trunc[16] = "";
-    xml_take(&t, end, "IsTruncated", trunc, sizeof trunc);
-    t = (const char *)body.data;
-    int more = !strcmp(trunc, "true") &&
-               xml_take(&t, end, "NextContinuationToken", token, sizeof token);
+    int more = 0;
+    char why2[400], last[sizeof token];
+    memcpy(last, token, sizeof token);
+    rc = stk__s3_list_page((const char *)body.data, body.len, bucket, &v, count, &cap, token,
+                           sizeof token, &more, why2, sizeof why2);
     stk__net_free(q);
-    if (rc == STK_ENOMEM) stk__fail(msg, msglen, rc, "out of memory");
+    if (rc == STK_OK && more && !strcmp(token, last))
+      rc = stk__fail(why2, sizeof why2, STK_EFORMAT,
+                     "the listing is malformed: it gave the same continuation token twice");
+    if (rc) stk__fail(msg, msglen, rc, "cannot list s3://%s/%s: %s", bucket, prefix, why2);
     if (!more) break;
   }
   if (rc) {

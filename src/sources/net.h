@@ -96,6 +96,31 @@ typedef struct {
 int stk__net_list(stk__net *n, const char *url, stk__net_object **out, int *count, char *msg,
                   size_t msglen);
 void stk__net_objects_free(stk__net_object *v, int count);
+/* One page of a ListObjectsV2 response (body, len bytes, not NUL-
+ * terminated, from the server: untrusted): its objects are appended to
+ * (*objs, *count, *cap), a realloc'ed array, as s3://bucket/KEY; *more is
+ * 1 when the page says more follow, with the NextContinuationToken in
+ * token. STK_OK; STK_EFORMAT for a <Size> that is no byte count (of at
+ * most 2^63 - 1); STK_ENOMEM: with the reason in msg, and what was appended
+ * stays, for the caller to free. stk__net_list's parser, apart for
+ * fuzz/fuzz_s3_list.c. */
+int stk__s3_list_page(const char *body, size_t len, const char *bucket, stk__net_object **objs,
+                      int *count, int *cap, char *token, size_t token_cap, int *more, char *msg,
+                      size_t msglen);
+
+/* What the header lines of an HTTP response say, read one line at a time
+ * as libcurl hands them over (p[0..n), not NUL-terminated, from the server:
+ * untrusted). A status line ("HTTP/1.1 206 Partial Content") sets status
+ * and returns 1; Content-Range's total ("bytes 0-99/1234"), or a 200's
+ * Content-Length when no total came first, sets size; ETag sets etag,
+ * without W/ and quotes. Other lines: 0, h unchanged. The request's header
+ * callback, apart for fuzz/fuzz_http_header.c. */
+typedef struct {
+  long status;   /* the last status line's code */
+  uint64_t size; /* the object's size; 0 when not said */
+  char etag[96];
+} stk__http_head;
+int stk__http_header(stk__http_head *h, const char *p, size_t n);
 
 /* Counters since the client opened (the loader's statistics). */
 typedef struct {

@@ -43,4 +43,22 @@ const char *stk__tar_compressed(const char *name);
  * of the shard. */
 int stk__tar_write_index(const char *shard, char *err, size_t errlen);
 
+/* A shard's saved scan (STK__TAR_INDEX_EXT beside it, or the index
+ * folder's copy) read back as stk__tar_open reads a remote shard's: data
+ * (len bytes, untrusted) must name `key` ("beside\nSIZE" for an index
+ * beside a shard of SIZE bytes), and every member it lists must lie in the
+ * shard's shard_size bytes. STK_OK with the shard's samples in ds
+ * (SHARD:NAME and label, then the stand-ins of what was left out, label
+ * 0) and in *span (malloc'ed) each sample's offset and size in the shard,
+ * two numbers a sample ((0, 0) for a stand-in); STK_EFORMAT or STK_ESTALE
+ * when the file is refused (stk__tar_open then scans the shard), or
+ * STK_ENOMEM. nclasses: classes.txt's count, 0 without one. For
+ * fuzz/fuzz_shard_index.c. */
+int stk__tar_index_load(const uint8_t *data, size_t len, const char *key, const char *shard,
+                        uint64_t shard_size, int nclasses, stk__dataset *ds, uint64_t **span,
+                        char *msg, size_t msglen);
+/* Writes the checksum of a saved scan into its header (as the writer does),
+ * so that a fuzzer's mutations reach the fields behind it. */
+void stk__tar_index_seal(uint8_t *data, size_t len);
+
 #endif
