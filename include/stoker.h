@@ -137,7 +137,9 @@ typedef struct stk_options {
                                 shard. NULL */
   const char *list_file;     /* lines "relative/or/absolute/path label". NULL */
   const char *list_base;     /* folder that relative list paths start from;
-                                NULL = the list file's own folder */
+                                NULL = the list file's own folder (a pipe
+                                under /dev or /proc, as a shell's <(...)
+                                gives: the current folder) */
 
   /* pipeline */
   stk_pipeline pipeline;     /* STK_PIPELINE_TRAIN */
@@ -554,11 +556,22 @@ STK_API int stk_loader_skipped(const stk_loader *l, uint64_t i,
                                const char **path, const char **reason);
 
 /* ---- single-image helpers (used by `stoker check` and tests) ------------ */
-/* Decodes a whole file to 8-bit RGB to check that it is valid. Returns
- * STK_OK or an error, with the reason in msg[0..msglen). Applies the limits
- * of `opt` (NULL = defaults). Dimensions go to *w, *h when not NULL. */
+/* Decodes a whole file to 8-bit RGB to check that it is valid, and refuses
+ * it (STK_ELIMIT) where a loader of the same options would: the limits of
+ * `opt` (NULL = defaults), and the decode memory (max_decode_bytes) that
+ * its pipeline's decodes of this image take (eval: its one geometry;
+ * train: the most any crop can take). Returns STK_OK or an error, with the
+ * reason in msg[0..msglen). Dimensions go to *w, *h when not NULL. */
 STK_API int stk_check_file(const char *path, const stk_options *opt,
                            int *w, int *h, char *msg, size_t msglen);
+
+/* The largest image, in pixels, that a loader of `opt` (NULL = defaults)
+ * decodes whole in any format: max_pixels, or fewer where max_decode_bytes
+ * holds fewer (3 bytes a pixel and a MiB for the libraries: 133,868,202
+ * with the defaults; a format's own buffers, such as a progressive JPEG's
+ * coefficients, lower it further; a JPEG the train pipeline shrinks while
+ * decoding may be larger). 0 = no bound (or opt of another struct_size). */
+STK_API uint64_t stk_pixel_ceiling(const stk_options *opt);
 
 /* ---- packing: pre-decoded caches and tar shards ----------------------- */
 typedef enum { STK_PACK_CACHE = 0, STK_PACK_TAR = 1 } stk_pack_format;
@@ -671,8 +684,12 @@ typedef struct stk_check_result {
 
 /* Decodes every sample of the source of `opt` in full, with its limits and
  * read_timeout, on opt->threads threads (0 = online CPUs); a cache's
- * checksums are verified too. Of the other options only those that open a
- * source (list_base, index, index_dir, allow_stale_cache) matter. Once all
+ * checksums are verified too. A sample is refused where a loader of the
+ * same options would refuse it (stk_check_file); the threads share one
+ * decode budget (max_decode_bytes), as a loader's do. Of the other options
+ * those that open a source (list_base, index, index_dir, allow_stale_cache)
+ * and those of the pipeline's geometry (pipeline, size, resize_size,
+ * scale, ratio, dct_scaling, interpolation) matter. Once all
  * are checked, calls bad(user, index, path, code, reason) from the calling
  * thread for each sample that failed, in sample order (`bad` may be NULL;
  * the strings are valid during the call). Returns STK_OK when the source

@@ -352,5 +352,12 @@ expect 1 "pack of a missing source" -- "$STK" pack "$T/missing" "$T/m.stkc" --ca
 grep -q "No such file or directory" "$T/err" && ! grep -q "input/output error" "$T/err" && ok \
   || bad "pack missing source message: $(cat "$T/err")"
 
+# out of memory is said once: "out of memory for 4 batch slots ... (out of memory)" doubled it
+"$STK" synth "$T/oom" --images 4 --classes 2 >/dev/null 2>&1
+(ulimit -v 400000 && exec "$STK" bench "$T/oom" --batch 100000 --threads 1) >"$T/out" 2>"$T/err"
+if ! grep -q -e AddressSanitizer -e ThreadSanitizer "$T/err"; then # sanitizers need the address space
+  [ "$(grep -o "out of memory" "$T/err" | wc -l)" -eq 1 ] && ok || bad "out of memory once: $(cat "$T/err")"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

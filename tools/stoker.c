@@ -43,6 +43,21 @@ static const char *code_words(int rc, char *buf, size_t len) {
   return buf;
 }
 
+/* "stoker CMD: MSG (CODE'S WORDS)" on stderr: the code's words once, alone
+ * when the message is empty, and left out when the message says them
+ * already ("out of memory for 4 batch slots" was followed by "(out of
+ * memory)") or says why itself (code_words). */
+static void print_failure(const char *cmd, const char *msg, int rc) {
+  const char *words = stk_strerror(rc);
+  char cw[64];
+  if (!msg || !*msg)
+    fprintf(stderr, "stoker %s: %s\n", cmd, words);
+  else if (strstr(msg, words))
+    fprintf(stderr, "stoker %s: %s\n", cmd, msg);
+  else
+    fprintf(stderr, "stoker %s: %s%s\n", cmd, msg, code_words(rc, cw, sizeof cw));
+}
+
 static int wants_help(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
@@ -326,7 +341,7 @@ static void bench_epochs(stk_loader *l, int tty, bench_run *r) {
       if (rc == STK_EEND) break;
       if (rc) {
         if (tty) fputc('\n', stderr);
-        { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", stk_loader_error(l), code_words(rc, cw, sizeof cw)); }
+        print_failure("bench", stk_loader_error(l), rc);
         r->failed = 1;
         break;
       }
@@ -459,7 +474,7 @@ static int cmd_bench(int argc, char **argv) {
   double t_build = now();
   int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
   if (rc) {
-    { char cw[64]; fprintf(stderr, "stoker bench: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
+    print_failure("bench", cli_words(err), rc);
     if (json) json_open_failure(err, rc);
     return 1;
   }
@@ -477,11 +492,16 @@ static int cmd_bench(int argc, char **argv) {
 /* ---- check ------------------------------------------------------------- */
 
 /* The loader flags that mean something to check: where the samples are,
- * how a source is opened, the limits, and the thread count. */
+ * how a source is opened, the limits, the thread count, and the pipeline
+ * whose decodes the limits are checked for (what the loader refuses
+ * depends on it: eval decodes more of a large JPEG than train). */
 static int check_flag(const stk_option_desc *d) {
-  static const char *const names[] = {"list_file", "list_base", "index", "index_dir",
-                                      "allow_stale_cache", "max_pixels", "max_file_bytes",
-                                      "threads", "read_timeout"};
+  static const char *const names[] = {"list_file",      "list_base",        "index",
+                                      "index_dir",      "allow_stale_cache", "max_pixels",
+                                      "max_file_bytes", "max_decode_bytes", "threads",
+                                      "read_timeout",   "pipeline",         "size",
+                                      "resize_size",    "scale",            "ratio",
+                                      "dct_scaling",    "interpolation"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(d->name, names[i])) return 1;
   return 0;
@@ -492,7 +512,10 @@ static void usage_check(FILE *f) {
           "usage: stoker check SOURCE [--json] [options]\n"
           "       stoker check --list FILE [--list-base DIR] [--json] [options]\n\n"
           "Decodes every sample of SOURCE in full with the loader's limits, and lists\n"
-          "each one that fails with the reason. SOURCE is an image folder\n"
+          "each one that fails with the reason, and each one a loader of the same\n"
+          "options (--pipeline, default train, --size, --max-decode-bytes...) would\n"
+          "refuse; says the largest image, in pixels, that every format decodes within\n"
+          "those limits. SOURCE is an image folder\n"
           "(SOURCE/<class>/<image>), a cache file (its checksums are verified too) or a\n"
           "folder of tar shards. Exits 1 if any sample fails, 2 if the source cannot be\n"
           "opened, 0 otherwise.\n\n"
@@ -535,6 +558,20 @@ static void add_failure(void *user, int64_t index, const char *path, int code,
   fl->codes[fl->n++] = code;
 }
 
+/* The count, then the pixel ceiling of these options: max_pixels alone
+ * overstates what decodes (a 150 MP PNG is under it but over the decode
+ * memory). */
+static void print_check_summary(const stk_options *o, int64_t files, int64_t bad,
+                                const char *kind) {
+  printf("%" PRId64 " files checked, %" PRId64 " failed (%s)\n", files, bad, kind);
+  uint64_t px = stk_pixel_ceiling(o);
+  if (px)
+    printf("images up to %" PRIu64 " pixels decode in every format (--max-pixels %" PRIu64
+           ", --max-decode-bytes %" PRIu64 " MiB, %s pipeline)\n",
+           px, o->max_pixels, o->max_decode_bytes >> 20,
+           o->pipeline == STK_PIPELINE_EVAL ? "eval" : "train");
+}
+
 static int cmd_check(int argc, char **argv) {
   if (wants_help(argc, argv)) {
     usage_check(stdout);
@@ -569,7 +606,7 @@ static int cmd_check(int argc, char **argv) {
   stk_check_result res;
   int rc = stk_check(&o, &res, add_failure, &fl, err, sizeof err);
   if (rc) {
-    { char cw[64]; fprintf(stderr, "stoker check: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw)); }
+    print_failure("check", cli_words(err), rc);
     if (json) json_open_failure(err, rc);
     return 2;
   }
@@ -578,7 +615,8 @@ static int cmd_check(int argc, char **argv) {
   if (json) {
     printf("{\"source\": ");
     json_string(stdout, res.kind);
-    printf(", \"files\": %" PRId64 ", \"failures\": [", res.files);
+    printf(", \"files\": %" PRId64 ", \"pixel_ceiling\": %" PRIu64 ", \"failures\": [",
+           res.files, stk_pixel_ceiling(&o));
   }
   for (int64_t i = 0; i < fl.n; i++) {
     if (json) {
@@ -602,7 +640,7 @@ static int cmd_check(int argc, char **argv) {
   if (json)
     printf("], \"failed\": %" PRId64 ", \"ok\": %" PRId64 "}\n", bad, res.files - bad);
   else
-    printf("%" PRId64 " files checked, %" PRId64 " failed (%s)\n", res.files, bad, res.kind);
+    print_check_summary(&o, res.files, bad, res.kind);
   return bad ? 1 : 0;
 }
 
@@ -817,9 +855,8 @@ static int cmd_pack(int argc, char **argv) {
   for (int64_t i = 0; i < ui.n; i++) printf("left out: %s: %s\n", ui.paths[i], ui.reasons[i]);
   if (ui.oom) fprintf(stderr, "stoker pack: out of memory: not every file left out is listed\n");
   if (rc) {
-    char cw[64];
     if (err[0])
-      fprintf(stderr, "stoker pack: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw));
+      print_failure("pack", cli_words(err), rc);
     else
       fprintf(stderr, "stoker pack: packing failed (%s)\n", stk_strerror(rc));
   }
@@ -915,8 +952,7 @@ static int cmd_synth(int argc, char **argv) {
                      sizeof err);
   if (tty) fputc('\n', stderr);
   if (rc) {
-    char cw[64];
-    fprintf(stderr, "stoker synth: %s%s\n", err, code_words(rc, cw, sizeof cw));
+    print_failure("synth", err, rc);
     return 1;
   }
   printf("wrote %lld images in %lld classes to %s in %.1f s\n", images, classes, dir,
@@ -951,8 +987,7 @@ static int cmd_info(int argc, char **argv) {
   stk_loader *l = NULL;
   int rc = STK_LOADER_CREATE(&o, &l, err, sizeof err);
   if (rc) {
-    char cw[64];
-    fprintf(stderr, "stoker info: %s%s\n", cli_words(err), code_words(rc, cw, sizeof cw));
+    print_failure("info", cli_words(err), rc);
     return 1;
   }
   printf("source: %s %s, %" PRId64 " samples, %d classes\n", stk_loader_source_kind(l),

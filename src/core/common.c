@@ -1,4 +1,5 @@
 /* common.c: see common.h. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #define _POSIX_C_SOURCE 200809L
 #include "core/common.h"
 #include "core/errors.h"
@@ -6,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 int stk__fail(char *msg, size_t len, int code, const char *fmt, ...) {
   if (msg && len) {
@@ -24,19 +27,48 @@ double stk__now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Buffers from this size up are mapped, not taken from malloc: glibc
+ * keeps freed heap memory below its mmap threshold (which rises to 32 MiB
+ * after the first large free) at the top of each thread's arena, where
+ * malloc_trim does not reach, so a decode's pixels stayed resident after
+ * their buffer was freed, and after their loader closed. A mapping goes
+ * back to the system when it is unmapped. */
+#define BUF_MAPPED ((size_t)1 << 20)
+
+/* A mapping of cap bytes holding the first `keep` bytes of old. */
+static void *map_copy(const void *old, size_t keep, size_t cap) {
+  void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  if (keep) memcpy(p, old, keep);
+  return p;
+}
+
 int stk__buf_reserve(stk__buf *b, size_t n) {
   if (n <= b->cap) return STK_OK;
   size_t cap = b->cap ? b->cap : 4096;
   while (cap < n) cap = cap / 2 * 3 + 4096; /* grow by 1.5x: few reallocations */
-  void *p = realloc(b->p, cap);
+  if (cap < BUF_MAPPED) {
+    void *p = realloc(b->p, cap);
+    if (!p) return STK_ENOMEM;
+    b->p = p;
+    b->cap = cap;
+    return STK_OK;
+  }
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  cap = (cap + page - 1) / page * page;
+  void *p = map_copy(b->p, b->cap, cap);
   if (!p) return STK_ENOMEM;
+  stk__buf_free(b);
   b->p = p;
   b->cap = cap;
   return STK_OK;
 }
 
 void stk__buf_free(stk__buf *b) {
-  free(b->p);
+  if (b->cap >= BUF_MAPPED)
+    munmap(b->p, b->cap);
+  else
+    free(b->p);
   b->p = NULL;
   b->cap = 0;
 }

@@ -57,7 +57,7 @@
   X(list_file, STR, STK__V(0), 0, 0, NULL, "--list", "list_file", \
     "instead of a folder: a file of 'path label' lines (a pipe or FIFO too)") \
   X(list_base, STR, STK__V(0), 0, 0, NULL, "--list-base", "list_base", \
-    "folder relative list paths start from (the list's folder)") \
+    "folder relative list paths start from (the list's folder; for a pipe, the current one)") \
   X(pipeline, ENUM, STK__V(STK_PIPELINE_TRAIN), 0, 1, "train|eval", "--pipeline", "pipeline", \
     "train: RandomResizedCrop + flip; eval: Resize + CenterCrop") \
   X(size, INT, STK__V(224), 1, STK__GPU_MAX_SIDE, NULL, "--size", "size", \
@@ -243,7 +243,7 @@
   X(list_file, STR, STK__V(0), 0, 0, NULL, "--list", "list_file", NULL, \
     "instead of a folder: a file of 'path label' lines (a pipe or FIFO too)") \
   X(list_base, STR, STK__V(0), 0, 0, NULL, "--list-base", "list_base", NULL, \
-    "folder relative list paths start from (the list's folder)") \
+    "folder relative list paths start from (the list's folder; for a pipe, the current one)") \
   X(output, STR, STK__V(0), 0, 0, NULL, NULL, "output", NULL, \
     "the cache file, or the folder of tar shards, to write") \
   X(format, ENUM, STK__V(STK_PACK_CACHE), 0, 1, "cache|tar", NULL, "format", NULL, \

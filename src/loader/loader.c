@@ -1243,6 +1243,7 @@ static void free_loader(stk_loader *l) {
   pthread_cond_destroy(&l->idle_cv);
   pthread_mutex_destroy(&l->mu);
   free(l);
+  stk__trim_heap(); /* what the workers, slots and source held goes back */
 }
 
 /* ---- consumer ----------------------------------------------------------- */

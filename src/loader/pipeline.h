@@ -118,6 +118,11 @@ int stk__sample_decode(const stk__plan *p, stk__worker *w, const stk__sample *s,
  * a caller of stk__sample_decode calls it itself. Safe to call twice. */
 void stk__sample_release(const stk__plan *p, stk__worker *w);
 
+/* Gives the heap's free memory back to the system (glibc keeps what is
+ * freed below its mmap threshold): after an outsized image, and once a
+ * loader, a check or a pack has freed its buffers. */
+void stk__trim_heap(void);
+
 /* Frees what stk__plan_init set up. */
 void stk__plan_free(stk__plan *p);
 
@@ -136,6 +141,28 @@ int stk__sample_finish_cpu(const stk__plan *p, stk__worker *w, const stk__sample
  * (plan->image_bytes), through the worker's own file buffer. */
 int stk__process_sample(const stk__plan *p, stk__worker *w, const stk__source *src,
                         uint64_t epoch, int64_t index, void *dst, char *msg, size_t msglen);
+
+/* What check and pack share with the loader (one set of limits):
+ *
+ * stk__plan_refuses: STK_ELIMIT, with the loader's own message, when the
+ * loader of plan p would refuse an image of this header for its decode
+ * memory (eval: the decode its one geometry takes; train: the most any
+ * crop RandomResizedCrop draws can take, which bounds each DCT scale's
+ * tallest crop); STK_OK otherwise, or a resampler failure. */
+int stk__plan_refuses(const stk__plan *p, stk__worker *w, const stk__image_info *info, char *msg,
+                      size_t msglen);
+
+/* The whole image of s (its data, len and info) decoded at 1/denom into
+ * *reg, its share of p's budget taken first (its need, at most the whole
+ * budget: a decode the loader never makes is not refused for its size) and
+ * held until stk__sample_release. */
+int stk__whole_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, int denom,
+                      stk__region *reg, char *msg, size_t msglen);
+
+/* The largest image, in pixels, that plan p decodes whole in any format:
+ * max_pixels, or fewer where max_decode_bytes holds fewer (3 bytes a pixel,
+ * and a MiB for the libraries; a format's own buffers lower it further). */
+uint64_t stk__plan_pixel_ceiling(const stk__plan *p);
 
 /* stoker check: sample i of a source decoded in full (and its checksum
  * verified, where the source keeps one). Size to *w, *h when not NULL. */

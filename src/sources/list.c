@@ -37,13 +37,14 @@ static int ms_until(double t) {
  * then read within wait_s seconds (0: no limit) as a whole: a writer that
  * never comes, or that sends some lines and stalls, fails with a message
  * naming the list instead of hanging whoever opens it. */
-static int read_list(const char *list, double wait_s, char **out, size_t *outlen, char *msg,
-                     size_t msglen) {
+static int read_list(const char *list, double wait_s, char **out, size_t *outlen, int *fifo_out,
+                     char *msg, size_t msglen) {
   struct stat st;
   char why[256];
   int fd = stk__open_input(list, 1, &st, why, sizeof why);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "list file %s: %s", list, why);
   int fifo = S_ISFIFO(st.st_mode);
+  *fifo_out = fifo;
   double deadline = fifo && wait_s > 0 ? stk__now() + wait_s : 0;
   char *b = NULL;
   size_t len = 0, cap = 0, lines = 0;
@@ -106,8 +107,14 @@ int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base,
   memset(ds, 0, sizeof *ds);
   char *text = NULL;
   size_t n = 0;
-  int rc = read_list(list, wait_s, &text, &n, msg, msglen);
+  int fifo = 0;
+  int rc = read_list(list, wait_s, &text, &n, &fifo, msg, msglen);
   if (rc) return rc;
+  /* A pipe the shell made (a process substitution's /dev/fd/N, /dev/stdin)
+   * has no folder of its own: its relative paths are the current
+   * directory's, as the command that wrote them meant them, not /dev/fd's.
+   * A named FIFO elsewhere keeps its folder, as a file does. */
+  if (!base && fifo && (!strncmp(list, "/dev/", 5) || !strncmp(list, "/proc/", 6))) base = ".";
   rc = stk__dataset_from_list_buffer(ds, text, n, list, base, msg, msglen);
   free(text);
   return rc;
