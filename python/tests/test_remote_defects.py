@@ -224,3 +224,18 @@ def test_bench_reports_remote_statistics(dataset, s3env, tmp_path):
         assert r.returncode != 0
         last = json.loads(r.stdout.strip().splitlines()[-1])
         assert last["ok"] is False and "s3://stoker/nothing-here/" in last["error"], r.stdout
+
+
+def test_pack_report_shows_no_url_secret(tmp_path):
+    """stoker pack of a list naming a URL (which it cannot pack) listed it
+    with its password and signature."""
+    cli = stoker_cli()
+    if not cli:
+        pytest.skip("no stoker command in this build")
+    lst = tmp_path / "u.txt"
+    lst.write_text("https://alice:hunter2pw@127.0.0.1:9/x.jpg?X-Amz-Signature=SIGSECRET0123 0\n")
+    for extra in ([], ["--json"]):
+        r = subprocess.run([cli, "pack", "--list", str(lst), str(tmp_path / f"out{len(extra)}"),
+                            "--tar", *extra], capture_output=True, text=True, timeout=120)
+        assert "127.0.0.1:9/x.jpg" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert_clean(r.stdout + r.stderr, f"stoker pack {extra}")
