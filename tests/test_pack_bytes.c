@@ -158,7 +158,9 @@ int main(void) {
   } runs[] = {
       {"raw cache", STK_PACK_CACHE, STK_CACHE_RAW, 3, 0x6f2bf256a717ab53ULL},
       {"jpeg cache", STK_PACK_CACHE, STK_CACHE_JPEG, 2, 0xc5d7630c5864ab57ULL},
-      {"tar shards", STK_PACK_TAR, STK_CACHE_RAW, 2, 0x0f44d82cd4cddd75ULL},
+      /* (the shards' bytes as before; the index beside each, STKTIDX3 since
+       * it records the shard's ETags, is part of the digest) */
+      {"tar shards", STK_PACK_TAR, STK_CACHE_RAW, 2, 0xba935ff748beb94fULL},
   };
   for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
     char out[4200], err[1024] = "";
