@@ -205,17 +205,18 @@ static int json_str(const char *doc, const char *end, const char *key, char *out
   return 0;
 }
 
+/* A parsed credential is whole, or wiped: a half one (a secret without its
+ * key) never outlives its error. */
 static int creds_check(stk__aws_creds *c, const char *exp, const char *what, char *msg,
                        size_t msglen) {
-  if (!c->key_id[0] || !c->secret[0])
-    return stk__fail(msg, msglen, STK_EINVAL, "%s has no AccessKeyId or SecretAccessKey", what);
+  int rc = STK_OK;
   c->expires = 0;
-  if (exp && exp[0]) {
-    c->expires = stk__aws_time(exp);
-    if (c->expires < 0)
-      return stk__fail(msg, msglen, STK_EINVAL, "%s has a malformed Expiration", what);
-  }
-  return STK_OK;
+  if (!c->key_id[0] || !c->secret[0])
+    rc = stk__fail(msg, msglen, STK_EINVAL, "%s has no AccessKeyId or SecretAccessKey", what);
+  else if (exp && exp[0] && (c->expires = stk__aws_time(exp)) < 0)
+    rc = stk__fail(msg, msglen, STK_EINVAL, "%s has a malformed Expiration", what);
+  if (rc) memset(c, 0, sizeof *c);
+  return rc;
 }
 
 int stk__aws_json_creds(const char *doc, size_t len, stk__aws_creds *c, char *msg, size_t msglen) {
