@@ -689,3 +689,15 @@ def test_long_run_short_credentials(dataset, env, creds, gateway, monkeypatch, t
     assert creds.count("sts") >= 100, creds.count("sts")
     assert gateway.counts["expired"] == expired0 and st["remote_failures"] == 0
     no_secret(creds.secrets(), tmp_path, [repr(st)])
+
+
+@pytest.mark.parametrize("uri", ["http://127.evil.example:80/creds", "http://localhost.evil.example/creds",
+                                 "http://169.254.170.2.evil.example/creds", "http://10.0.0.1/creds"])
+def test_container_full_uri_plain_http_only_to_local_hosts(dataset, env, monkeypatch, tmp_path, uri):
+    """The authorization token is not sent in clear to other hosts, as the SDKs refuse."""
+    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", uri)
+    monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "secret-container-token-xyz")
+    with pytest.raises((OSError, ValueError)) as e:
+        read_equals_local(dataset, tmp_path)
+    assert "plain http only to loopback" in str(e.value), str(e.value)
+    assert "secret-container-token-xyz" not in str(e.value)

@@ -689,11 +689,18 @@ static int container_host_ok(const char *url) {
   const char *h = url + 7;
   static const char *const ok[] = {"127.", "localhost", "[::1]", "169.254.170.2",
                                    "169.254.170.23", "[fd00:ec2::23]"};
+  size_t hl = strcspn(h, "/?#");
+  if (memchr(h, '@', hl)) return 0; /* user info: the host is after it */
   for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
     size_t l = strlen(ok[i]);
-    if (!strncasecmp(h, ok[i], l) &&
-        (ok[i][l - 1] == '.' || h[l] == '\0' || h[l] == ':' || h[l] == '/'))
+    if (strncasecmp(h, ok[i], l)) continue;
+    if (ok[i][l - 1] == '.') { /* 127.x.y.z: digits and dots up to the port */
+      size_t k = l;
+      while (k < hl && (isdigit((unsigned char)h[k]) || h[k] == '.')) k++;
+      if (k == hl || h[k] == ':') return 1;
+    } else if (h[l] == '\0' || h[l] == ':' || h[l] == '/' || h[l] == '?') {
       return 1;
+    }
   }
   return 0;
 }
