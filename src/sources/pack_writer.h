@@ -75,6 +75,23 @@ typedef struct {
 
 extern const stk__pack_writer_ops stk__cache_writer, stk__tar_writer, stk__store_writer;
 
+/* The tar writer's shards as they grow, for the store writer (upload.c),
+ * which uploads them while the pack goes on. On the writer's thread,
+ * grown(ctx, shard, path, bytes, done, ...) says that the first `bytes`
+ * bytes of shard number `shard` (its file at path) are on disk: each time
+ * at least `step` more are (done 0), and once at its end (done 1: the
+ * shard is complete and closed, its index written beside it). A failure
+ * it returns (message in err) fails the pack. A watched writer does not
+ * fsync its shards: they are a staging copy, removed once uploaded. */
+typedef struct {
+  uint64_t step;
+  int (*grown)(void *ctx, int shard, const char *path, uint64_t bytes, int done, char *err,
+               size_t errlen);
+  void *ctx;
+} stk__tar_watch;
+/* Watches the shards of w, a writer of stk__tar_writer.open. */
+void stk__tar_writer_watch(void *w, const stk__tar_watch *watch);
+
 /* The writer of o's output, or NULL with the reason in err. */
 const stk__pack_writer_ops *stk__pack_writer_for(const stk_pack_options *o, char *err,
                                                  size_t errlen);

@@ -2,7 +2,9 @@
  *
  * SHA-256 and HMAC are here rather than taken from a TLS library: libcurl
  * is loaded at run time (net.c), and linking OpenSSL only for a hash would
- * put a hard dependency back into the library and the wheel. */
+ * put a hard dependency back into the library and the wheel. A body's hash
+ * uses libcrypto's SHA-256 when it can be loaded (sha256.h); this one is
+ * the fallback, and HMAC's (a few hundred bytes per signature). */
 #define _POSIX_C_SOURCE 200809L
 #include "sources/s3.h"
 
@@ -14,6 +16,7 @@
 #include <time.h>
 
 #include "core/common.h"
+#include "sources/sha256.h"
 
 /* ---- SHA-256 (FIPS 180-4) and HMAC (RFC 2104) ---------------------------- */
 
@@ -116,12 +119,17 @@ static void hex(const uint8_t *d, size_t n, char *out) {
   out[2 * n] = '\0';
 }
 
-void stk__sha256_hex(const void *data, size_t n, char out[65]) {
+void stk__sha256_portable(const void *data, size_t n, uint8_t out[32]) {
   sha256 s;
-  uint8_t d[32];
   sha_init(&s);
   sha_update(&s, data, n);
-  sha_final(&s, d);
+  sha_final(&s, out);
+}
+
+/* A body's hash: libcrypto's when loaded (sha256.h), this file's else. */
+void stk__sha256_hex(const void *data, size_t n, char out[65]) {
+  uint8_t d[32];
+  stk__sha256(data, n, d);
   hex(d, 32, out);
 }
 

@@ -76,12 +76,13 @@ static void put_member(shard_out *o, const char *name, const void *data, uint64_
   put_bytes(o, zeros, (size_t)((STK__TAR_BLOCK - size % STK__TAR_BLOCK) % STK__TAR_BLOCK));
 }
 
-/* Ends a shard with its two zero blocks, syncs and closes it. */
-static int close_shard(shard_out *o) {
+/* Ends a shard with its two zero blocks, syncs (unless a staging copy)
+ * and closes it. */
+static int close_shard(shard_out *o, int sync) {
   static const unsigned char zeros[2 * STK__TAR_BLOCK];
   put_bytes(o, zeros, sizeof zeros);
   if (fflush(o->f) != 0 && !o->err) o->err = errno;
-  if (!o->err && fsync(fileno(o->f)) != 0) o->err = errno;
+  if (!o->err && sync && fsync(fileno(o->f)) != 0) o->err = errno;
   if (fclose(o->f) != 0 && !o->err) o->err = errno;
   o->f = NULL;
   return o->err;
@@ -149,7 +150,35 @@ typedef struct {
   uint64_t shard_bytes;
   shard_out so;
   int shards;
+  stk__tar_watch watch; /* grown NULL: none */
+  uint64_t told;        /* the bytes of the open shard the watcher knows of */
 } tar_w;
+
+void stk__tar_writer_watch(void *w, const stk__tar_watch *watch) { ((tar_w *)w)->watch = *watch; }
+
+/* Completes the open shard: the end blocks, the index beside it (written
+ * as each shard ends, so that a watcher can upload it with its shard), and
+ * the watcher told. */
+static int end_shard(tar_w *tw, stk_pack_result *res, char *err, size_t errlen) {
+  uint64_t before = tw->so.bytes;
+  if (close_shard(&tw->so, !tw->watch.grown))
+    return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(tw->so.err));
+  res->bytes += before + 2 * STK__TAR_BLOCK;
+  int rc = stk__tar_write_index(tw->path, err, errlen);
+  if (rc == STK_OK && tw->watch.grown)
+    rc = tw->watch.grown(tw->watch.ctx, tw->shards - 1, tw->path, tw->so.bytes, 1, err, errlen);
+  return rc;
+}
+
+/* Tells the watcher of the open shard's bytes, once `step` more are
+ * written (flushed first: it reads them from the file). */
+static int tell_watcher(tar_w *tw, char *err, size_t errlen) {
+  if (!tw->watch.grown || tw->so.bytes < tw->told + tw->watch.step) return STK_OK;
+  if (fflush(tw->so.f) != 0)
+    return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(errno));
+  tw->told = tw->so.bytes;
+  return tw->watch.grown(tw->watch.ctx, tw->shards - 1, tw->path, tw->so.bytes, 0, err, errlen);
+}
 
 static int tar_open(tar_w **twp, const stk_pack_options *o, char *err,
                          size_t errlen) {
@@ -196,6 +225,7 @@ static int tar_add(tar_w *tw, int64_t i, const char *file, const char *ext,
       return stk__fail(err, errlen, STK_EIO, "cannot create %s: %s", tw->path, strerror(errno));
     tw->shards++;
     tw->so.bytes = 0;
+    tw->told = 0;
   }
   make_key(key, sizeof key, i, file, tw->o->root);
   snprintf(member, sizeof member, "%s.%s", key, ext);
@@ -207,25 +237,15 @@ static int tar_add(tar_w *tw, int64_t i, const char *file, const char *ext,
   res->packed++;
   if (tw->so.err)
     return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(tw->so.err));
-  if (tw->so.bytes >= tw->shard_bytes) {
-    uint64_t before = tw->so.bytes;
-    if (close_shard(&tw->so))
-      return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path,
-                       strerror(tw->so.err));
-    res->bytes += before + 2 * STK__TAR_BLOCK;
-  }
-  return STK_OK;
+  if (tw->so.bytes >= tw->shard_bytes) return end_shard(tw, res, err, errlen);
+  return tell_watcher(tw, err, errlen);
 }
 
 static int tar_finish(tar_w *tw, int rc, const stk__dataset *ds,
                            stk_pack_result *res, char *err, size_t errlen) {
   if (tw->so.f) {
     if (rc == STK_OK) {
-      uint64_t before = tw->so.bytes;
-      if (close_shard(&tw->so))
-        rc = stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path,
-                       strerror(tw->so.err));
-      res->bytes += before + 2 * STK__TAR_BLOCK;
+      rc = end_shard(tw, res, err, errlen);
     } else {
       fclose(tw->so.f);
     }
@@ -233,13 +253,6 @@ static int tar_finish(tar_w *tw, int rc, const stk__dataset *ds,
   if (rc == STK_OK && res->packed == 0)
     rc = stk__fail(err, errlen, STK_EEMPTY, "none of the %lld files could be packed",
                    (long long)ds->n);
-  /* each shard's index beside it: a remote reader opens the dataset from
-   * them instead of reading every shard */
-  for (int k = 0; rc == STK_OK && k < tw->shards; k++) {
-    char shard[4300];
-    snprintf(shard, sizeof shard, "%s/shard-%06d.tar", tw->tmp, k);
-    rc = stk__tar_write_index(shard, err, errlen);
-  }
   if (rc == STK_OK) {
     /* class i on line i; a line break inside a name would shift the rest */
     snprintf(tw->path, sizeof tw->path, "%s/classes.txt", tw->tmp);

@@ -1,37 +1,82 @@
-/* upload.c: a folder of files to an s3:// prefix (stoker pack ... s3://).
- * See upload.h. */
+/* upload.c: the store writer of stk_pack: tar shards uploaded to an s3://
+ * prefix while the pack goes on. See upload.h.
+ *
+ * Who does what. The pack's writer thread runs the tar writer, which tells
+ * sw_grown() as a shard grows; that thread starts a shard's multipart
+ * upload (one small POST) and queues its parts, and waits when too many
+ * complete shards are staged. The uploader threads take the queue in
+ * order: a part (read back from the staging file, which the page cache
+ * still holds), a single PUT, or the completion of an upload whose parts
+ * are all done (queued by whoever finished the last of them). finish()
+ * waits for the queue, uploads classes.txt, and on a failure undoes what
+ * the pack uploaded. */
 #define _POSIX_C_SOURCE 200809L
 #include "sources/upload.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/workers.h"
 #include "sources/net.h"
-#include "sources/pack_writer.h"
 #include "sources/s3.h"
+#include "sources/tar.h"
 
-/* Parts of a multipart upload, and how many go at once. S3 takes 5 MiB to
- * 5 GiB per part and 10,000 parts: 16 MiB parts carry 160 GB. */
+/* Parts of a multipart upload: S3 takes 5 MiB to 5 GiB per part (but the
+ * last) and 10,000 parts: 16 MiB parts carry 160 GB per shard. */
 #define PART (16u << 20)
-#define IN_FLIGHT 4
+#define MAX_PARTS 10000
+/* Uploader threads, each with one request and one PART buffer: 4 keep a
+ * store's connection busy while one part is being hashed or read. */
+#define UPLOADERS 4
+/* Complete shards that may wait for their upload on local disk. */
+#define STAGED 2
 
-static int read_at(int fd, uint8_t *p, size_t n, uint64_t off) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    got += (size_t)r;
-  }
-  return 0;
-}
+enum { JOB_PUT = 0, JOB_COMPLETE = -1 }; /* else a part number (1-based) */
+
+/* One object of the prefix. */
+typedef struct {
+  char url[4400];
+  char path[4400]; /* its staging file */
+  int fd;          /* open from the start: the staging folder is renamed at the end */
+  char id[1024], eid[3200]; /* the multipart upload's id ("": none), URL-encoded */
+  uint64_t sent;   /* bytes handed to parts */
+  int nparts, pending, last, shard, done;
+  char (*etag)[96];
+  int etag_cap;
+} up_obj;
+
+typedef struct {
+  up_obj *o;
+  int part; /* JOB_PUT, JOB_COMPLETE or a part number */
+  uint64_t off, len;
+} up_job;
+
+typedef struct {
+  stk_pack_options local; /* o with the staging folder as its output */
+  char base[4096];        /* the prefix without its trailing '/' */
+  char dir[4096], out[4200];
+  void *tar;
+  stk__net *net;
+  stk__workers *pool;
+  stk__work work[UPLOADERS];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  up_job *q;
+  int qhead, qlen, qcap;
+  up_obj **objs;
+  int nobjs, objs_cap, open_objs, staged, stop;
+  int rc; /* the first failure, its message in msg */
+  char msg[1200];
+} store_w;
 
 /* The text between <tag> and </tag> in body (not NUL-terminated). */
 static int xml_value(const stk__net_body *b, const char *tag, char *out, size_t cap) {
@@ -55,187 +100,327 @@ static int xml_value(const stk__net_body *b, const char *tag, char *out, size_t 
   return 0;
 }
 
-/* One file to url: a single PUT up to PART bytes, else a multipart upload
- * (aborted on a failure, so that the store keeps no half object). */
-static int upload_file(stk__net *net, const char *path, const char *url, char *msg,
-                       size_t msglen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    int e = errno;
-    if (fd >= 0) close(fd);
-    return stk__fail(msg, msglen, STK_EIO, "cannot read %s: %s", path, strerror(e));
+static int read_at(int fd, uint8_t *p, size_t n, uint64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    got += (size_t)r;
   }
-  uint64_t size = (uint64_t)st.st_size;
-  int rc = STK_OK;
-  if (size <= PART) {
-    uint8_t *b = malloc(size ? size : 1);
-    if (!b) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-    if (rc == STK_OK && read_at(fd, b, size, 0))
-      rc = stk__fail(msg, msglen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
-    if (rc == STK_OK) {
-      stk__net_req *q = stk__net_send(net, "PUT", url, b, size);
-      rc = stk__net_wait(q, NULL, msg, msglen);
-      stk__net_free(q);
-    }
-    free(b);
-    close(fd);
-    return rc;
-  }
-  char u[8800], id[1024] = "", eid[3200];
-  snprintf(u, sizeof u, "%s?uploads=", url);
-  stk__net_req *q = stk__net_send(net, "POST", u, NULL, 0);
+  return 0;
+}
+
+/* One request, waited for; body filled when not NULL (free q after). */
+static int request(stk__net *net, const char *method, const char *url, const void *body,
+                   size_t len, stk__net_req **qp, stk__net_body *out, char *msg, size_t msglen) {
+  stk__net_req *q = stk__net_send(net, method, url, body, len);
+  if (!q) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  stk__net_body b;
+  int rc = stk__net_wait(q, out ? out : &b, msg, msglen);
+  if (qp)
+    *qp = q;
+  else
+    stk__net_free(q);
+  return rc;
+}
+
+/* ---- the uploader threads -------------------------------------------------- */
+
+/* Completes o's multipart upload from its parts' ETags. */
+static int complete(store_w *w, up_obj *o, char *msg, size_t msglen) {
+  size_t cap = (size_t)o->nparts * 160 + 128, len = 0;
+  char *x = malloc(cap), u[8800];
+  if (!x) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  len += (size_t)snprintf(x, cap, "<CompleteMultipartUpload>");
+  for (int p = 0; p < o->nparts; p++)
+    len += (size_t)snprintf(x + len, cap - len,
+                            "<Part><PartNumber>%d</PartNumber><ETag>\"%s\"</ETag></Part>", p + 1,
+                            o->etag[p]);
+  len += (size_t)snprintf(x + len, cap - len, "</CompleteMultipartUpload>");
+  snprintf(u, sizeof u, "%s?uploadId=%s", o->url, o->eid);
+  stk__net_req *q = NULL;
   stk__net_body body;
-  rc = stk__net_wait(q, &body, msg, msglen);
-  if (rc == STK_OK && !xml_value(&body, "UploadId", id, sizeof id))
-    rc = stk__fail(msg, msglen, STK_EIO, "%s: the store gave no UploadId", url);
+  int rc = request(w->net, "POST", u, x, len, &q, &body, msg, msglen);
+  /* S3 may answer 200 with an error document */
+  char code[128];
+  if (rc == STK_OK && xml_value(&body, "Code", code, sizeof code))
+    rc = stk__fail(msg, msglen, STK_EIO, "%s: completing the upload failed: %s", o->url, code);
   stk__net_free(q);
-  if (rc == STK_OK && stk__uri_encode(id, 0, eid, sizeof eid))
-    rc = stk__fail(msg, msglen, STK_EINVAL, "%s: UploadId too long", url);
-  int nparts = (int)((size + PART - 1) / PART);
-  char (*etag)[96] = rc == STK_OK ? calloc((size_t)nparts, sizeof *etag) : NULL;
-  uint8_t *buf[IN_FLIGHT] = {0};
-  stk__net_req *fly[IN_FLIGHT] = {0};
-  int part_of[IN_FLIGHT];
-  if (rc == STK_OK && !etag) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  for (int k = 0; rc == STK_OK && k < IN_FLIGHT; k++)
-    if (!(buf[k] = malloc(PART))) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  /* parts k, k + IN_FLIGHT, ... go through slot k % IN_FLIGHT */
-  for (int p = 0; rc == STK_OK && p < nparts + IN_FLIGHT; p++) {
-    int slot = p % IN_FLIGHT;
-    if (fly[slot]) {
-      stk__net_body b;
-      int r = stk__net_wait(fly[slot], &b, msg, msglen);
-      if (r == STK_OK && !b.etag[0]) r = stk__fail(msg, msglen, STK_EIO, "%s: a part without ETag", url);
-      if (r == STK_OK) memcpy(etag[part_of[slot]], b.etag, sizeof b.etag);
-      stk__net_free(fly[slot]);
-      fly[slot] = NULL;
-      if (r) {
-        rc = r;
-        break;
-      }
+  free(x);
+  return rc;
+}
+
+/* Runs job j with buf (PART bytes); a part's ETag into etag. */
+static int run_job(store_w *w, const up_job *j, uint8_t *buf, char etag[96], char *msg,
+                   size_t msglen) {
+  up_obj *o = j->o;
+  if (j->part == JOB_COMPLETE) return complete(w, o, msg, msglen);
+  if (!buf) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  if (read_at(o->fd, buf, (size_t)j->len, j->off))
+    return stk__fail(msg, msglen, STK_EIO, "cannot read %s: %s", o->path,
+                     errno ? strerror(errno) : "cut short");
+  char u[8800];
+  if (j->part == JOB_PUT)
+    snprintf(u, sizeof u, "%s", o->url);
+  else
+    snprintf(u, sizeof u, "%s?partNumber=%d&uploadId=%s", o->url, j->part, o->eid);
+  stk__net_req *q = NULL;
+  stk__net_body body;
+  int rc = request(w->net, "PUT", u, buf, (size_t)j->len, &q, &body, msg, msglen);
+  if (rc == STK_OK && j->part != JOB_PUT && !body.etag[0])
+    rc = stk__fail(msg, msglen, STK_EIO, "%s: a part without ETag", o->url);
+  if (rc == STK_OK) memcpy(etag, body.etag, 96);
+  stk__net_free(q);
+  return rc;
+}
+
+static int enqueue(store_w *w, up_obj *o, int part, uint64_t off, uint64_t len);
+
+/* An object is uploaded: its staging file goes (the bound on local disk). */
+static void obj_done(store_w *w, up_obj *o) {
+  o->done = 1;
+  w->open_objs--;
+  if (o->shard) w->staged--;
+  if (o->fd >= 0) close(o->fd);
+  o->fd = -1;
+  unlink(o->path); /* (gone with its folder when the pack renamed it) */
+}
+
+/* Job j ended with rc (under w->mu). */
+static void job_ended(store_w *w, const up_job *j, int rc, const char etag[96], const char *msg) {
+  up_obj *o = j->o;
+  if (rc) {
+    if (!w->rc) {
+      w->rc = rc;
+      snprintf(w->msg, sizeof w->msg, "%s", msg);
     }
-    if (p >= nparts) continue;
-    uint64_t off = (uint64_t)p * PART, len = size - off < PART ? size - off : PART;
-    if (read_at(fd, buf[slot], (size_t)len, off)) {
-      rc = stk__fail(msg, msglen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
+    return;
+  }
+  if (j->part == JOB_COMPLETE || j->part == JOB_PUT) {
+    obj_done(w, o);
+    return;
+  }
+  memcpy(o->etag[j->part - 1], etag, 96);
+  if (--o->pending == 0 && o->last && enqueue(w, o, JOB_COMPLETE, 0, 0) && !w->rc) {
+    w->rc = STK_ENOMEM;
+    snprintf(w->msg, sizeof w->msg, "out of memory");
+  }
+}
+
+/* An uploader thread: jobs in order until stopped; after a failure the
+ * queue is drained without sending. */
+static void uploader(void *arg) {
+  store_w *w = arg;
+  uint8_t *buf = malloc(PART);
+  char msg[1200], etag[96];
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->qlen && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+    if (!w->qlen) break;
+    up_job j = w->q[w->qhead];
+    w->qhead = (w->qhead + 1) % w->qcap;
+    w->qlen--;
+    int skip = w->rc != 0;
+    pthread_mutex_unlock(&w->mu);
+    int rc = skip ? STK_ECANCELED : run_job(w, &j, buf, etag, msg, sizeof msg);
+    pthread_mutex_lock(&w->mu);
+    if (!skip) job_ended(w, &j, rc, etag, msg);
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  free(buf);
+}
+
+/* ---- the writer's side --------------------------------------------------------- */
+
+/* Queues a job (under w->mu); 0, or -1 when out of memory. */
+static int enqueue(store_w *w, up_obj *o, int part, uint64_t off, uint64_t len) {
+  if (w->qlen == w->qcap) {
+    int cap = w->qcap ? w->qcap * 2 : 64;
+    up_job *q = malloc((size_t)cap * sizeof *q);
+    if (!q) return -1;
+    for (int k = 0; k < w->qlen; k++) q[k] = w->q[(w->qhead + k) % w->qcap];
+    free(w->q);
+    w->q = q;
+    w->qcap = cap;
+    w->qhead = 0;
+  }
+  w->q[(w->qhead + w->qlen) % w->qcap] = (up_job){o, part, off, len};
+  w->qlen++;
+  if (part > 0) o->pending++;
+  pthread_cond_broadcast(&w->cv);
+  return 0;
+}
+
+/* A new object `name` of the prefix, uploaded from the file at path. */
+static up_obj *obj_new(store_w *w, const char *name, const char *path, int shard, char *err,
+                       size_t errlen) {
+  up_obj *o = calloc(1, sizeof *o);
+  up_obj **v = w->nobjs == w->objs_cap
+                   ? realloc(w->objs, (size_t)(w->objs_cap ? w->objs_cap * 2 : 16) * sizeof *v)
+                   : w->objs;
+  if (!o || !v) {
+    free(o);
+    stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (v != w->objs) w->objs_cap = w->objs_cap ? w->objs_cap * 2 : 16;
+  w->objs = v;
+  snprintf(o->url, sizeof o->url, "%s/%s", w->base, name);
+  snprintf(o->path, sizeof o->path, "%s", path);
+  o->shard = shard;
+  o->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (o->fd < 0) {
+    stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
+    free(o);
+    return NULL;
+  }
+  pthread_mutex_lock(&w->mu);
+  w->objs[w->nobjs++] = o;
+  w->open_objs++;
+  pthread_mutex_unlock(&w->mu);
+  return o;
+}
+
+/* Starts o's multipart upload (on the writer's thread: one small POST). */
+static int start_multipart(store_w *w, up_obj *o, char *err, size_t errlen) {
+  char u[4500];
+  snprintf(u, sizeof u, "%s?uploads=", o->url);
+  stk__net_req *q = NULL;
+  stk__net_body body;
+  int rc = request(w->net, "POST", u, NULL, 0, &q, &body, err, errlen);
+  if (rc == STK_OK && !xml_value(&body, "UploadId", o->id, sizeof o->id))
+    rc = stk__fail(err, errlen, STK_EIO, "%s: the store gave no UploadId", o->url);
+  stk__net_free(q);
+  if (rc == STK_OK && stk__uri_encode(o->id, 0, o->eid, sizeof o->eid))
+    rc = stk__fail(err, errlen, STK_EINVAL, "%s: UploadId too long", o->url);
+  if (rc) o->id[0] = '\0';
+  return rc;
+}
+
+/* o's file has `bytes` bytes (complete when last): queues the parts that
+ * are whole (all when last), or one PUT for a complete file of <= PART. */
+static int feed(store_w *w, up_obj *o, uint64_t bytes, int last, char *err, size_t errlen) {
+  int rc = STK_OK;
+  if (!o->id[0] && (bytes > PART || (!last && bytes >= PART)))
+    rc = start_multipart(w, o, err, errlen);
+  pthread_mutex_lock(&w->mu);
+  while (rc == STK_OK && o->id[0] && (o->sent + PART <= bytes || (last && o->sent < bytes))) {
+    uint64_t len = bytes - o->sent < PART ? bytes - o->sent : PART;
+    if (o->nparts == MAX_PARTS) {
+      rc = stk__fail(err, errlen, STK_ELIMIT, "%s: over %d parts of %u bytes: make shards smaller",
+                     o->url, MAX_PARTS, PART);
       break;
     }
-    snprintf(u, sizeof u, "%s?partNumber=%d&uploadId=%s", url, p + 1, eid);
-    fly[slot] = stk__net_send(net, "PUT", u, buf[slot], (size_t)len);
-    part_of[slot] = p;
-  }
-  for (int k = 0; k < IN_FLIGHT; k++)
-    if (fly[k]) { /* after a failure: wait, the buffers are theirs */
-      stk__net_wait(fly[k], NULL, NULL, 0);
-      stk__net_free(fly[k]);
-    }
-  if (rc == STK_OK) {
-    size_t cap = (size_t)nparts * 160 + 128, len = 0;
-    char *x = malloc(cap);
-    if (!x) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-    if (x) len += (size_t)snprintf(x, cap, "<CompleteMultipartUpload>");
-    for (int p = 0; x && p < nparts; p++)
-      len += (size_t)snprintf(x + len, cap - len,
-                              "<Part><PartNumber>%d</PartNumber><ETag>\"%s\"</ETag></Part>", p + 1,
-                              etag[p]);
-    if (x) len += (size_t)snprintf(x + len, cap - len, "</CompleteMultipartUpload>");
-    if (x) {
-      snprintf(u, sizeof u, "%s?uploadId=%s", url, eid);
-      q = stk__net_send(net, "POST", u, x, len);
-      rc = stk__net_wait(q, &body, msg, msglen);
-      /* S3 may answer 200 with an error document */
-      char code[128];
-      if (rc == STK_OK && xml_value(&body, "Code", code, sizeof code))
-        rc = stk__fail(msg, msglen, STK_EIO, "%s: completing the upload failed: %s", url, code);
-      stk__net_free(q);
-    }
-    free(x);
-  }
-  if (rc && id[0]) { /* no half object left behind */
-    snprintf(u, sizeof u, "%s?uploadId=%s", url, eid);
-    q = stk__net_send(net, "DELETE", u, NULL, 0);
-    stk__net_wait(q, NULL, NULL, 0);
-    stk__net_free(q);
-  }
-  for (int k = 0; k < IN_FLIGHT; k++) free(buf[k]);
-  free(etag);
-  close(fd);
-  return rc;
-}
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-int stk__upload_folder(const char *dir, const char *prefix, double timeout, char *msg,
-                       size_t msglen) {
-  if (strncmp(prefix, "s3://", 5))
-    return stk__fail(msg, msglen, STK_EINVAL,
-                     "%s: packing to a URL writes to s3:// only (HTTP has no standard upload)",
-                     prefix);
-  stk__net *net = NULL;
-  int rc = stk__net_open(&net, timeout, msg, msglen);
-  if (rc) return rc;
-  char base[4096];
-  size_t pl = strlen(prefix);
-  snprintf(base, sizeof base, "%.*s", (int)(pl && prefix[pl - 1] == '/' ? pl - 1 : pl), prefix);
-  /* as a local pack refuses a folder that is not empty */
-  stk__net_object *v = NULL;
-  int nv = 0;
-  char lp[4200];
-  snprintf(lp, sizeof lp, "%s/", base);
-  rc = stk__net_list(net, lp, &v, &nv, msg, msglen);
-  stk__net_objects_free(v, nv);
-  if (rc == STK_OK && nv)
-    rc = stk__fail(msg, msglen, STK_EINVAL, "%s already holds %d object%s: pack into an empty prefix",
-                   lp, nv, nv == 1 ? "" : "s");
-  char **names = NULL;
-  int n = 0, cap = 0;
-  DIR *d = rc == STK_OK ? opendir(dir) : NULL;
-  if (rc == STK_OK && !d) rc = stk__fail(msg, msglen, STK_EIO, "cannot read %s: %s", dir, strerror(errno));
-  struct dirent *e;
-  while (d && rc == STK_OK && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      char **nn = realloc(names, (size_t)cap * sizeof *nn);
-      if (!nn) {
-        rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+    if (o->nparts == o->etag_cap) {
+      int cap = o->etag_cap ? o->etag_cap * 2 : 16;
+      char(*e)[96] = realloc(o->etag, (size_t)cap * sizeof *e);
+      if (!e) {
+        rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
         break;
       }
-      names = nn;
+      o->etag = e;
+      o->etag_cap = cap;
     }
-    if (!(names[n] = strdup(e->d_name))) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-    else n++;
+    if (enqueue(w, o, o->nparts + 1, o->sent, len)) {
+      rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+      break;
+    }
+    o->nparts++;
+    o->sent += len;
   }
-  if (d) closedir(d);
-  if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_str);
-  /* the shards first, classes.txt last: a pack that fails midway leaves no
-   * classes.txt naming the dataset as complete */
-  for (int pass = 0; rc == STK_OK && pass < 2; pass++)
-    for (int i = 0; rc == STK_OK && i < n; i++) {
-      if ((strcmp(names[i], "classes.txt") == 0) != pass) continue;
-      char path[4400], url[4400];
-      snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-      snprintf(url, sizeof url, "%s/%s", base, names[i]);
-      rc = upload_file(net, path, url, msg, msglen);
-    }
-  for (int i = 0; i < n; i++) free(names[i]);
-  free(names);
-  stk__net_close(net);
+  if (rc == STK_OK && last) {
+    o->last = 1;
+    if (o->shard) w->staged++;
+    int e = 0;
+    if (!o->id[0])
+      e = enqueue(w, o, JOB_PUT, 0, bytes);
+    else if (!o->pending) /* its parts are all done already */
+      e = enqueue(w, o, JOB_COMPLETE, 0, 0);
+    if (e) rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  }
+  pthread_mutex_unlock(&w->mu);
   return rc;
 }
 
-/* ---- the store writer of stk_pack (pack_writer.h) ---------------------------
- * Tar shards written by the tar writer into a local temporary folder, then
- * uploaded by stk__upload_folder, and the folder removed, whatever happened. */
-typedef struct {
-  stk_pack_options local; /* o with the temporary folder as its output */
-  const char *prefix;
-  char dir[4096], out[4200];
-  void *tar;
-} store_w;
+/* Waits until every object is uploaded (all), or at most STAGED complete
+ * shards wait for their upload; the first failure, or STK_ECANCELED when
+ * the pack's cancel says so (asked every 100 ms). */
+static int wait_uploads(store_w *w, int all, char *err, size_t errlen) {
+  const stk_pack_options *o = &w->local;
+  int rc = STK_OK;
+  pthread_mutex_lock(&w->mu);
+  while (!w->rc && (all ? w->open_objs > 0 : w->staged > STAGED)) {
+    if (o->cancel && o->cancel(o->user)) {
+      rc = stk__fail(err, errlen, STK_ECANCELED, "cancelled while uploading to %s/", w->base);
+      break;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+  if (w->rc) rc = stk__fail(err, errlen, w->rc, "%s", w->msg);
+  pthread_mutex_unlock(&w->mu);
+  return rc;
+}
+
+/* The tar writer's watcher: the shard's parts as it grows; once complete,
+ * its last parts and its index, and the wait that bounds the staging. */
+static int sw_grown(void *ctx, int shard, const char *path, uint64_t bytes, int done, char *err,
+                    size_t errlen) {
+  store_w *w = ctx;
+  const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  up_obj *o = w->nobjs ? w->objs[w->nobjs - 1] : NULL;
+  if (!o || !o->shard || o->shard - 1 != shard) o = obj_new(w, name, path, shard + 1, err, errlen);
+  if (!o) return STK_ENOMEM;
+  pthread_mutex_lock(&w->mu);
+  int rc = w->rc ? stk__fail(err, errlen, w->rc, "%s", w->msg) : STK_OK;
+  pthread_mutex_unlock(&w->mu);
+  if (rc == STK_OK) rc = feed(w, o, bytes, done, err, errlen);
+  if (rc || !done) return rc;
+  char idx[4500], iname[4500];
+  struct stat st;
+  snprintf(idx, sizeof idx, "%s" STK__TAR_INDEX_EXT, path);
+  snprintf(iname, sizeof iname, "%s" STK__TAR_INDEX_EXT, name);
+  if (stat(idx, &st) != 0)
+    return stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", idx, strerror(errno));
+  up_obj *io = obj_new(w, iname, idx, 0, err, errlen);
+  if (!io) return STK_EIO;
+  rc = feed(w, io, (uint64_t)st.st_size, 1, err, errlen);
+  return rc ? rc : wait_uploads(w, 0, err, errlen);
+}
+
+/* ---- the row -------------------------------------------------------------------- */
+
+/* After a failure: the multipart uploads under way aborted, the objects
+ * this pack completed deleted (the prefix was empty), all at once so that
+ * an unreachable store costs one read_timeout, not one per object. */
+static void undo(store_w *w) {
+  stk__net_req **q = calloc((size_t)w->nobjs * 2 + 1, sizeof *q);
+  int n = 0;
+  for (int i = 0; q && i < w->nobjs; i++) {
+    up_obj *o = w->objs[i];
+    char u[8800];
+    if (o->id[0] && !o->done) {
+      snprintf(u, sizeof u, "%s?uploadId=%s", o->url, o->eid);
+      q[n++] = stk__net_send(w->net, "DELETE", u, NULL, 0);
+    }
+    /* a completion whose answer was lost may have made the object */
+    if (o->done || o->id[0]) q[n++] = stk__net_send(w->net, "DELETE", o->url, NULL, 0);
+  }
+  for (int i = 0; i < n; i++)
+    if (q[i]) {
+      stk__net_wait(q[i], NULL, NULL, 0);
+      stk__net_free(q[i]);
+    }
+  free(q);
+}
 
 static void remove_folder(const char *out, const char *dir) {
   DIR *d = opendir(out);
@@ -251,28 +436,95 @@ static void remove_folder(const char *out, const char *dir) {
   rmdir(dir);
 }
 
+/* Stops the uploaders (after the queue, or at once after a failure), frees
+ * w and what it holds. */
+static void store_free(store_w *w) {
+  if (w->pool) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    stk__workers_destroy(w->pool);
+  }
+  for (int i = 0; i < w->nobjs; i++) {
+    if (w->objs[i]->fd >= 0) close(w->objs[i]->fd);
+    free(w->objs[i]->etag);
+    free(w->objs[i]);
+  }
+  free(w->objs);
+  free(w->q);
+  if (w->net) stk__net_close(w->net);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+}
+
+/* The client, and the prefix checked empty, as a local pack refuses a
+ * folder that is not. */
+static int open_prefix(store_w *w, const char *prefix, char *err, size_t errlen) {
+  if (strncmp(prefix, "s3://", 5))
+    return stk__fail(err, errlen, STK_EINVAL,
+                     "%s: packing to a URL writes to s3:// only (HTTP has no standard upload)",
+                     prefix);
+  size_t pl = strlen(prefix);
+  if (pl >= sizeof w->base) return stk__fail(err, errlen, STK_EINVAL, "%s: too long", prefix);
+  snprintf(w->base, sizeof w->base, "%.*s", (int)(pl > 5 && prefix[pl - 1] == '/' ? pl - 1 : pl),
+           prefix);
+  int rc = stk__net_open(&w->net, w->local.read_timeout, err, errlen);
+  if (rc) return rc;
+  stk__net_object *v = NULL;
+  int nv = 0;
+  char lp[4200];
+  snprintf(lp, sizeof lp, "%s/", w->base);
+  rc = stk__net_list(w->net, lp, &v, &nv, err, errlen);
+  stk__net_objects_free(v, nv);
+  if (rc == STK_OK && nv)
+    rc = stk__fail(err, errlen, STK_EINVAL, "%s already holds %d object%s: pack into an empty prefix",
+                   lp, nv, nv == 1 ? "" : "s");
+  return rc;
+}
+
+/* The staging folder, the tar writer into it, watched, and the uploaders. */
+static int open_staging(store_w *w, const stk__dataset *ds, const stk__pack_source *src,
+                        char *err, size_t errlen) {
+  const char *tmpdir = getenv("TMPDIR");
+  if (!tmpdir || !*tmpdir) tmpdir = "/tmp";
+  snprintf(w->dir, sizeof w->dir, "%s/stoker-pack-XXXXXX", tmpdir);
+  if (!mkdtemp(w->dir)) {
+    w->dir[0] = '\0';
+    return stk__fail(err, errlen, STK_EIO, "cannot make a temporary folder in %s: %s", tmpdir,
+                     strerror(errno));
+  }
+  snprintf(w->out, sizeof w->out, "%s/shards", w->dir);
+  w->local.output = w->out;
+  int rc = stk__tar_writer.open(&w->tar, &w->local, ds, src, err, errlen);
+  if (rc) return rc;
+  stk__tar_watch watch = {PART, sw_grown, w};
+  stk__tar_writer_watch(w->tar, &watch);
+  if (!(w->pool = stk__workers_create(0, "stk-upload", NULL, 0)))
+    return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  for (int k = 0; k < UPLOADERS; k++)
+    if (stk__workers_spawn(w->pool, &w->work[k], uploader, NULL, w) && k == 0)
+      return stk__fail(err, errlen, STK_ENOMEM, "cannot start an upload thread");
+  return STK_OK;
+}
+
 static int sw_open(void **wp, const stk_pack_options *o, const stk__dataset *ds,
                    const stk__pack_source *src, char *err, size_t errlen) {
   *wp = NULL;
   store_w *w = calloc(1, sizeof *w);
   if (!w) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-  const char *tmpdir = getenv("TMPDIR");
-  if (!tmpdir || !*tmpdir) tmpdir = "/tmp";
-  snprintf(w->dir, sizeof w->dir, "%s/stoker-pack-XXXXXX", tmpdir);
-  if (!mkdtemp(w->dir)) {
-    int rc = stk__fail(err, errlen, STK_EIO, "cannot make a temporary folder in %s: %s", tmpdir,
-                       strerror(errno));
-    free(w);
-    return rc;
-  }
-  snprintf(w->out, sizeof w->out, "%s/shards", w->dir);
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
   w->local = *o;
-  w->local.output = w->out;
-  w->prefix = o->output;
-  int rc = stk__tar_writer.open(&w->tar, &w->local, ds, src, err, errlen);
+  int rc = open_prefix(w, o->output, err, errlen);
+  if (rc == STK_OK) rc = open_staging(w, ds, src, err, errlen);
   if (rc) {
-    rmdir(w->dir);
-    free(w);
+    stk_pack_result none;
+    memset(&none, 0, sizeof none);
+    if (w->tar) stk__tar_writer.finish(w->tar, rc, ds, &none, NULL, 0);
+    if (w->dir[0]) rmdir(w->dir);
+    store_free(w);
     return rc;
   }
   *wp = w;
@@ -286,14 +538,42 @@ static int sw_add(void *wp, const stk__pack_item *it, uint64_t *off, stk_pack_re
 
 static const char *sw_temp_name(void *wp) { return ((store_w *)wp)->out; }
 
+/* The last shard (the tar writer's finish), every upload waited for, then
+ * classes.txt; on a failure, undo. */
 static int sw_finish(void *wp, int rc, const stk__dataset *ds, stk_pack_result *res, char *err,
                      size_t errlen) {
   store_w *w = wp;
   rc = stk__tar_writer.finish(w->tar, rc, ds, res, err, errlen);
-  if (rc == STK_OK)
-    rc = stk__upload_folder(w->out, w->prefix, w->local.read_timeout, err, errlen);
+  if (rc == STK_OK) rc = wait_uploads(w, 1, err, errlen);
+  if (rc == STK_OK) {
+    /* last: a prefix with classes.txt names a complete dataset */
+    char path[4300];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/classes.txt", w->out);
+    up_obj *o = NULL;
+    if (stat(path, &st) != 0)
+      rc = stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
+    else if (!(o = obj_new(w, "classes.txt", path, 0, err, errlen)))
+      rc = STK_EIO;
+    if (rc == STK_OK) rc = feed(w, o, (uint64_t)st.st_size, 1, err, errlen);
+    if (rc == STK_OK) rc = wait_uploads(w, 1, err, errlen);
+  }
+  if (rc) {
+    /* the uploaders first: nothing is sent after the undo */
+    pthread_mutex_lock(&w->mu);
+    if (!w->rc) w->rc = rc;
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    stk__workers_destroy(w->pool);
+    w->pool = NULL;
+    undo(w);
+    res->packed = 0;
+    res->bytes = 0;
+    res->shards = 0;
+  }
   remove_folder(w->out, w->dir);
-  free(w);
+  store_free(w);
   return rc;
 }
 

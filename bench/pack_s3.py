@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""`stoker pack DIR s3://... --tar`: two builds side by side against a local
+SeaweedFS (python/tests/servers.py: 127.0.0.1 only, with credentials).
+
+Each round packs the same folder once with every binary given (in turn,
+the order alternating between rounds), each into a prefix of its own, and
+times the whole command (listing, packing, uploading, classes.txt). The
+table gives each binary's median over the rounds and the ratio to the
+first binary. The uploaded objects are checked to be the same bytes for
+every binary (their sizes and ETags of the single-PUT objects; the shards
+by a GET and SHA-256 of each).
+
+usage: bench/pack_s3.py DIR BIN [BIN ...] [--rounds 3] [--shard-size S]
+  DIR  an image folder, e.g. made by
+       build/stoker synth DIR --images 4000 --classes 40 --seed 0
+  BIN  a stoker CLI: the first is the baseline (e.g. a build of the commit
+       before a change, from a git worktree), the others are compared to it
+`weed` comes from scripts/install-deps.sh --python (.venv-tools), or $STOKER_WEED.
+"""
+import argparse
+import hashlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "python", "tests"))
+
+import servers  # noqa: E402
+
+
+def digests(srv, prefix):
+    """{name: sha256} of every object under prefix."""
+    out = {}
+    for key in srv.list(srv.bucket, prefix):
+        out[key[len(prefix):]] = hashlib.sha256(srv.get(srv.bucket, key)).hexdigest()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("bins", nargs="+")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shard-size", default=None, help="--shard-size of stoker pack (its default)")
+    a = ap.parse_args()
+    srv = servers.S3Server().start()
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in servers.S3Server.CLEARED}
+        env.update(srv.env())
+        times = {b: [] for b in a.bins}
+        first = {}
+        for r in range(a.rounds):
+            order = a.bins if r % 2 == 0 else list(reversed(a.bins))
+            for i, b in enumerate(order):
+                prefix = f"bench-r{r}-b{a.bins.index(b)}/"
+                cmd = [b, "pack", a.dir, f"s3://{srv.bucket}/{prefix}", "--tar"]
+                if a.shard_size:
+                    cmd += ["--shard-size", a.shard_size]
+                t0 = time.perf_counter()
+                p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                dt = time.perf_counter() - t0
+                if p.returncode:
+                    sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr.decode()[-2000:]}")
+                times[b].append(dt)
+                print(f"round {r + 1}  {b}: {dt:.2f} s", flush=True)
+                if r == 0:
+                    first[b] = digests(srv, prefix)
+        ref = first[a.bins[0]]
+        for b in a.bins[1:]:
+            if first[b] != ref:
+                sys.exit(f"{b} uploaded other bytes than {a.bins[0]}: {first[b]} vs {ref}")
+        print(f"\nsame objects from every binary: {sorted(ref)}")
+        base = statistics.median(times[a.bins[0]])
+        print(f"\n{'binary':60s} {'median s':>9s} {'rounds':>24s} {'speedup':>8s}")
+        for b in a.bins:
+            m = statistics.median(times[b])
+            rounds = " ".join(f"{t:.2f}" for t in times[b])
+            print(f"{b:60s} {m:9.2f} {rounds:>24s} {base / m:7.2f}x")
+    finally:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()
