@@ -633,6 +633,13 @@ typedef struct stk_pack_options {
                                 more than 1 level (up to 40) from the CPU
                                 pack's. 0: interpolated, as libjpeg-turbo, no
                                 value more than 1 level off */
+  /* field added in 0.6: keep it last */
+  uint64_t max_decode_bytes; /* as stk_options: the memory the CPU
+                                producers' whole decodes take together; one
+                                larger than all of it waits for the others
+                                and runs alone (a cache keeps it at
+                                max_side, which every loader takes). 384
+                                MiB; 0 = none */
 } stk_pack_options;
 
 typedef struct stk_pack_result {

@@ -5,8 +5,9 @@
  *   same options refuses for its decode memory, per pipeline (eval decodes
  *   more of a large JPEG than train's DCT-shrunk crops), and
  *   stk_pixel_ceiling says the largest image every format decodes;
- * - stk_check's threads share one decode budget, as a loader's do: its
- *   peak memory stays near max_decode_bytes however many threads;
+ * - stk_check's and stk_pack's threads share one decode budget, as a
+ *   loader's do: their peak memory stays near max_decode_bytes however
+ *   many threads; a cache pack leaves out a decode over all of it;
  * - a closed loader's memory goes back to the system;
  * - a resampler that cannot get its tables says out of memory, not that
  *   the image cannot be resampled;
@@ -309,6 +310,59 @@ static void test_pipe_list_paths(void) {
   CHECK(chdir(cwd) == 0);
 }
 
+static void on_pack_bad(void *user, const char *path, const char *reason) {
+  *(int *)user |= name_bit(path);
+  fprintf(stderr, "pack left out %s: %s\n", path, reason);
+}
+
+/* stk_pack's threads share a decode budget (before, it had none): 8
+ * threads over the 8 flat 2000x2000 PNGs stay near one decode of 11.4 MiB.
+ * A decode over the whole budget waits and runs alone: it is not left out
+ * (the cache keeps it at max_side, which every loader takes). */
+static void test_pack_shares_budget(void) {
+  char root[4200], out[4300];
+  snprintf(root, sizeof root, "%s/agree", g_tmp);
+  snprintf(out, sizeof out, "%s/agree.stkc", g_tmp);
+  stk_pack_options po;
+  stk_pack_options_init(&po);
+  po.root = root;
+  po.output = out;
+  po.threads = 2;
+  po.max_decode_bytes = BUDGET;
+  int left = 0;
+  po.bad_file = on_pack_bad;
+  po.user = &left;
+  stk_pack_result res;
+  char err[512];
+  CHECK_MSG(STK_PACK(&po, &res, err, sizeof err) == STK_OK, "%s", err);
+  CHECK_MSG(left == 0, "pack left out %#x", left);
+  CHECK_EQ_INT(res.packed, 3);
+  if (STK_SANITIZED || getenv("STK_TEST_VALGRIND")) return;
+  snprintf(root, sizeof root, "%s/budget", g_tmp);
+  snprintf(out, sizeof out, "%s/budget.stkc", g_tmp);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) fputs("5", f), fclose(f);
+    long base = status_kb("VmRSS:");
+    stk_pack_options_init(&po);
+    po.root = root;
+    po.output = out;
+    po.threads = 8;
+    po.max_decode_bytes = (uint64_t)16 << 20;
+    int rc = STK_PACK(&po, &res, err, sizeof err);
+    long peak = status_kb("VmHWM:");
+    printf("pack, 8 threads, 8 decodes of 11.4 MiB, a budget of 16 MiB: %ld KiB over %ld\n",
+           peak - base, base);
+    fflush(stdout);
+    _exit(rc == STK_OK && res.packed == 8 && peak - base < (40L << 10) ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pack's peak went past its budget");
+}
+
 static void test_resampler_oom_message(void) {
   stk_options o;
   stk_options_init(&o);
@@ -343,6 +397,7 @@ int main(void) {
   test_resampler_oom_message();
   test_check_agrees_with_loader();
   test_check_shares_budget();
+  test_pack_shares_budget();
   test_close_returns_memory();
   test_pipe_list_paths();
   tu_rmtree(g_tmp);

@@ -281,7 +281,8 @@ static void test_pack_table(void) {
   static const char *const fields[] = {"root", "list_file", "list_base", "output", "format",
                                        "encoding", "max_side", "quality", "shard_bytes",
                                        "threads", "max_pixels", "max_file_bytes", "check",
-                                       "read_timeout", "device", "plain_chroma"};
+                                       "read_timeout", "device", "plain_chroma",
+                                       "max_decode_bytes"};
   int n = (int)(sizeof fields / sizeof fields[0]);
   CHECK_EQ_INT(stk__num_pack_options, n);
   for (int i = 0; i < n && i < stk__num_pack_options; i++)

@@ -808,15 +808,41 @@ static PyObject *mix_params_timm(PyObject *m, PyObject *args) {
   return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
 }
 
-static PyObject *check_file(PyObject *m, PyObject *arg) {
-  PyObject *path;
-  if (!PyUnicode_FSConverter(arg, &path)) return NULL;
+/* check_file(path, **keywords): the keywords are the loader's (its options
+ * table), so that the file is refused exactly where a loader of the same
+ * options would refuse it (pipeline="eval" decodes more of a large JPEG
+ * than train does). */
+static PyObject *check_file(PyObject *m, PyObject *args, PyObject *kwds) {
+  PyObject *arg, *path, *keep = NULL;
+  if (!PyArg_ParseTuple(args, "O:check_file", &arg)) return NULL;
+  stk_options o;
+  stk_options_init(&o);
+  if (kwds && PyDict_Size(kwds) > 0) {
+    if (!(keep = PyList_New(0))) return NULL;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kwds, &pos, &key, &value)) {
+      const char *k = PyUnicode_AsUTF8AndSize(key, NULL);
+      const stk__option *d = k ? stk__option_by_py(k) : NULL;
+      if (k && !d)
+        PyErr_Format(PyExc_TypeError, "check_file() got an unexpected keyword argument '%s'", k);
+      if (!d || set_option(&o, d, value, keep)) {
+        Py_DECREF(keep);
+        return NULL;
+      }
+    }
+  }
+  if (!PyUnicode_FSConverter(arg, &path)) {
+    Py_XDECREF(keep);
+    return NULL;
+  }
   int w = 0, h = 0, rc;
   char msg[1024] = "";
   const char *p = PyBytes_AsString(path);
   Py_BEGIN_ALLOW_THREADS
-  rc = stk_check_file(p, NULL, &w, &h, msg, sizeof msg);
+  rc = stk_check_file(p, &o, &w, &h, msg, sizeof msg);
   Py_END_ALLOW_THREADS
+  Py_XDECREF(keep);
   if (rc != STK_OK) {
     char full[2048];
     snprintf(full, sizeof full, "%s: %s", p, msg);
@@ -1009,8 +1035,10 @@ static PyMethodDef module_methods[] = {
      "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode)."},
     {"_mix_params", mix_params, METH_VARARGS,
      "_mix_params(seed, epoch, batch, mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, box)."},
-    {"check_file", check_file, METH_O,
-     "check_file(path) -> (width, height); raises DecodeError when the file cannot be decoded."},
+    {"check_file", (PyCFunction)(void (*)(void))check_file, METH_VARARGS | METH_KEYWORDS,
+     "check_file(path, **options) -> (width, height); raises DecodeError when the file cannot "
+     "be decoded, and where a loader of the same options (pipeline=, size=, max_decode_bytes=, "
+     "...) would refuse it."},
     {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},
     {"options", options_table, METH_NOARGS,
      "options() -> [dict]: the loader's options table, one dict per field (name, type,\n"

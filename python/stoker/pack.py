@@ -71,7 +71,8 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = PACK_DEFAU
          max_pixels: Optional[int] = None, max_file_bytes: Optional[int] = None,
          check: bool = PACK_DEFAULTS["check"], read_timeout: Optional[float] = None,
          device: Any = None, plain_chroma: bool = PACK_DEFAULTS["plain_chroma"],
-         progress: Union[bool, Callable[[int, int], object], None] = False) -> PackResult:
+         progress: Union[bool, Callable[[int, int], object], None] = False,
+         max_decode_bytes: Optional[int] = None) -> PackResult:
     """Packs the images of ``source`` into ``output``; returns a PackResult.
 
     ``source`` is an ImageFolder tree (or None with ``list_file``, a file of
@@ -90,6 +91,9 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = PACK_DEFAU
     ``check=True`` (tar) decodes every image in full and leaves out those that
     fail; without it tar shards read only each file's header. ``read_timeout``
     (seconds, default 300, 0 = none) bounds each file read and a FIFO list.
+    ``max_decode_bytes`` (default 384 MiB, the loader's) is the memory the
+    pack's decodes take together, shared by its threads; a larger decode
+    waits for the others and runs alone.
 
     ``device`` (a cache only): ``None`` or ``"cpu"`` packs on the CPU;
     ``"cuda[:N]"``, an index or a ``torch.device`` decodes the JPEGs with
@@ -148,6 +152,8 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = PACK_DEFAU
         kw["max_file_bytes"] = _int("max_file_bytes", max_file_bytes)
     if read_timeout is not None:
         kw["read_timeout"] = _number("read_timeout", read_timeout)
+    if max_decode_bytes is not None:
+        kw["max_decode_bytes"] = _int("max_decode_bytes", max_decode_bytes)
     r = _stoker.pack(source, os.fspath(output), **kw)
     return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"],
                       r["device_packed"])

@@ -272,7 +272,11 @@
     "cache: decode (nvJPEG) and resize on CUDA device N, then write; -1 = the CPU") \
   X(plain_chroma, BOOL, STK__V(0), 0, 1, NULL, "--plain-chroma", "plain_chroma", "cache", \
     "cache, --device: the engines' plain chroma upsampling: up to 2.3x faster, but some " \
-    "values more than 1 level from the CPU pack's (docs/storage.md)")
+    "values more than 1 level from the CPU pack's (docs/storage.md)") \
+  X(max_decode_bytes, U64, STK__V(384.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
+    "--max-decode-bytes", "max_decode_bytes", NULL, \
+    "memory the pack's decodes take together, shared by its threads (a larger one waits to " \
+    "run alone); 0 = none")
 /* clang-format on */
 
 typedef enum {

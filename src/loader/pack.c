@@ -151,13 +151,22 @@ static void pack_one(const stk__packer *pk, stk__worker *w, stk__resampler *rs,
     r->rc = stk__fail(r->msg, sizeof r->msg, STK_ELIMIT, "file is %zu bytes, too large for a tar "
                       "member", b.len);
   stk__region reg;
-  if (!r->rc && (pixels || o->check))
-    r->rc = stk__decoder_decode(w->dec, b.data, b.len, NULL, 1, &reg, r->msg, sizeof r->msg);
-  if (r->rc) return;
-  if (pixels)
+  stk__sample s = {.data = b.data, .len = b.len, .info = info};
+  /* Within the decode budget the producers share; a decode larger than
+   * all of it waits to run alone rather than be left out: the cache keeps
+   * the image at max_side, which every loader takes. tar's --check only
+   * vets the file, as stoker check does (a JPEG at 1/8 reads every
+   * coefficient). */
+  if (!r->rc && pixels)
+    r->rc = stk__whole_decode(pk->plan, w, &s, 1, &reg, r->msg, sizeof r->msg);
+  else if (!r->rc && o->check)
+    r->rc = stk__whole_decode(pk->plan, w, &s, info.format == STK__FMT_JPEG ? 8 : 1, &reg, r->msg,
+                              sizeof r->msg);
+  if (!r->rc && pixels)
     keep_pixels(o, rs, &reg, r);
-  else
+  else if (!r->rc)
     keep_file(&b, r);
+  stk__sample_release(pk->plan, w); /* the share, and an outsized image's buffers */
 }
 
 /* A CPU producer: claims samples within the ring, fills them, marks them
@@ -165,10 +174,7 @@ static void pack_one(const stk__packer *pk, stk__worker *w, stk__resampler *rs,
 static void pack_main(void *arg) {
   stk__packer *pk = arg;
   stk__worker w;
-  stk__plan plan;
-  memset(&plan, 0, sizeof plan);
-  plan.max_pixels = pk->o->max_pixels;
-  int ok = stk__worker_init(&w, &plan) == STK_OK;
+  int ok = stk__worker_init(&w, pk->plan) == STK_OK;
   stk__resampler rs;
   memset(&rs, 0, sizeof rs);
   stk__bounded_reader br;
@@ -309,6 +315,19 @@ static int pack_device_cpu_threads(int threads) {
   return threads;
 }
 
+/* The plan of a loader with the pack's limits and thread count: its decode
+ * budget, shared by the CPU producers, and the buffers they keep. */
+static void pack_plan(stk__plan *plan, const stk_pack_options *o, int threads) {
+  stk_options lo;
+  stk_options_init(&lo);
+  lo.max_pixels = o->max_pixels;
+  lo.max_file_bytes = o->max_file_bytes;
+  lo.max_decode_bytes = o->max_decode_bytes;
+  lo.threads = threads;
+  lo.pipeline = STK_PIPELINE_EVAL; /* no augmentation plan: pack has none */
+  stk__plan_init(plan, &lo);
+}
+
 /* Packs ds through writer wops (src describes it for a cache). */
 static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
                     const stk__pack_writer_ops *wops, const stk__pack_source *src,
@@ -337,6 +356,9 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
    * producer, a few files */
   pk.nring = (int64_t)pk.device_threads * STK__PACK_DEV_BLOCK * 2 + (int64_t)cpu_threads * 4;
   pk.ring = calloc((size_t)pk.nring, sizeof *pk.ring);
+  stk__plan plan;
+  pack_plan(&plan, o, cpu_threads);
+  pk.plan = &plan;
   pthread_mutex_init(&pk.mu, NULL);
   pthread_cond_init(&pk.cv, NULL);
   rc = pk.ring ? run_producers(&pk, dev, pk.device_threads + cpu_threads, res, err, errlen)
@@ -353,6 +375,8 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   free(pk.ring);
   pthread_mutex_destroy(&pk.mu);
   pthread_cond_destroy(&pk.cv);
+  stk__plan_free(&plan);
+  stk__trim_heap(); /* the producers' buffers go back to the system */
   return rc;
 }
 

@@ -25,6 +25,7 @@
 
 #include "core/common.h"
 #include "sources/dataset.h"
+#include "loader/pipeline.h"
 #include "sources/pack_writer.h"
 #include "stoker.h"
 
@@ -52,6 +53,8 @@ typedef struct stk__gpu stk__gpu;
 
 typedef struct {
   const stk_pack_options *o;
+  const stk__plan *plan;  /* the limits and the decode budget the CPU
+                             producers share, as a loader's workers do */
   const stk__dataset *ds;
   const stk__pack_writer_ops *wops;
   void *writer;

@@ -394,7 +394,7 @@ int stk__whole_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, 
   stk__rect all = {0, 0, s->info.width, s->info.height};
   uint64_t need = decode_need(s, &all, denom);
   /* a whole decode the loader never makes (it decodes a region) is not
-   * refused for its size: it waits for the whole budget instead */
+   * refused for its size: it waits for the whole budget and runs alone */
   if (p->budget.on && p->budget.total && need > p->budget.total) need = p->budget.total;
   budget_give(p, w);
   int rc = budget_take(p, w, s, need, msg, msglen);

@@ -153,9 +153,11 @@ int stk__plan_refuses(const stk__plan *p, stk__worker *w, const stk__image_info 
                       size_t msglen);
 
 /* The whole image of s (its data, len and info) decoded at 1/denom into
- * *reg, its share of p's budget taken first (its need, at most the whole
- * budget: a decode the loader never makes is not refused for its size) and
- * held until stk__sample_release. */
+ * *reg, its share of p's budget taken first and held until
+ * stk__sample_release. A decode larger than the whole budget waits for all
+ * of it and runs alone (check's and pack's whole decodes are not the
+ * loader's, which decodes a region: stk__plan_refuses says what it
+ * refuses). */
 int stk__whole_decode(const stk__plan *p, stk__worker *w, const stk__sample *s, int denom,
                       stk__region *reg, char *msg, size_t msglen);
 
