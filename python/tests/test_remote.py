@@ -779,6 +779,91 @@ def test_failed_pack_to_s3_leaves_no_classes_txt(proxy, s3_server, tmp_path):
     assert not any(k.endswith("classes.txt") for k in s3_server.list(s3_server.bucket, "failed/"))
 
 
+def multipart_uploads(srv, prefix):
+    """The keys under prefix with a multipart upload begun and neither
+    completed nor aborted (ListMultipartUploads)."""
+    import xml.etree.ElementTree as ET
+
+    st, _, body = srv.request("GET", f"/{srv.bucket}", query={"uploads": "", "prefix": prefix})
+    assert st == 200, (st, body[:300])
+    root = ET.fromstring(body)
+    ns = root.tag.split("}")[0] + "}" if root.tag.startswith("{") else ""
+    return [u.findtext(ns + "Key") for u in root.findall(ns + "Upload")]
+
+
+def test_pack_to_s3_uploads_while_packing(s3env, tmp_path, monkeypatch):
+    """The upload overlaps the pack: the first shard is on the store while the
+    pack is still producing (the progress callback, on the pack's thread,
+    waits for it), and the staging folder never holds more than the shard
+    being written and two complete ones. The bytes are a local pack's."""
+    src = noise_folder(tmp_path, n=320, w=200, h=150)  # about 90 KB each
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setenv("TMPDIR", str(staging))
+    seen = {"found_at": None, "most_staged": 0, "calls": 0}
+
+    def progress(done, total):
+        seen["calls"] += 1
+        staged = glob.glob(str(staging / "stoker-pack-*" / "*" / "shard-*.tar"))
+        seen["most_staged"] = max(seen["most_staged"], len(staged))
+        if seen["found_at"] is not None:
+            return
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if "early/shard-000000.tar" in s3env.list(s3env.bucket, "early/"):
+                seen["found_at"] = (done, total)
+                return
+            time.sleep(0.05)
+
+    shard = 1 << 20
+    r = stoker.pack(src, "s3://stoker/early/", format="tar", shard_bytes=shard, progress=progress)
+    assert r.shards >= 10, r.shards
+    done, total = seen["found_at"]
+    assert done < total, seen  # there before the last file was packed
+    assert seen["most_staged"] <= 3, seen
+    local = str(tmp_path / "local")
+    stoker.pack(src, local, format="tar", shard_bytes=shard)
+    names = sorted(os.listdir(local))
+    assert s3env.list(s3env.bucket, "early/") == [f"early/{n}" for n in names]
+    for n in names:
+        assert s3env.get(s3env.bucket, f"early/{n}") == open(os.path.join(local, n), "rb").read()
+    assert not os.listdir(staging)
+
+
+def test_cancelled_pack_to_s3_aborts_its_uploads(s3env, tmp_path):
+    """A pack cancelled while its shard's multipart upload is under way (an
+    exception from progress) raises, aborts that upload and deletes the
+    objects it had completed: the prefix is empty, as before the pack, and
+    the same pack then runs."""
+    src = noise_folder(tmp_path, n=6)  # about 35 MB: one shard, three parts
+
+    def progress(done, total):
+        if done == total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        stoker.pack(src, "s3://stoker/cancelled/", format="tar", shard_bytes=1 << 30,
+                    progress=progress)
+    assert s3env.list(s3env.bucket, "cancelled/") == []
+    assert multipart_uploads(s3env, "cancelled/") == []
+    r = stoker.pack(src, "s3://stoker/cancelled/", format="tar")
+    assert r.packed == 6
+
+
+def test_failed_part_names_the_object(proxy, s3_server, tmp_path):
+    """A refused part fails the pack naming the object's URL (without the
+    upload id or any secret), aborts the upload and leaves nothing."""
+    src = noise_folder(tmp_path, n=4)  # one shard past 16 MiB: a multipart upload
+    proxy.spoil_auth_next(1, method="PUT")
+    with pytest.raises(Exception) as e:
+        stoker.pack(src, "s3://stoker/refused/", format="tar")
+    msg = str(e.value)
+    assert "s3://stoker/refused/shard-000000.tar" in msg and "403" in msg, msg
+    assert "uploadId" not in msg and s3_server.secret_key not in msg, msg
+    assert s3_server.list(s3_server.bucket, "refused/") == []
+    assert multipart_uploads(s3_server, "refused/") == []
+
+
 def test_http_server_without_ranges(tmp_path):
     """A server that ignores Range (Python's own http.server answers 200 with
     the whole file): the bytes before the range asked for are dropped. A
