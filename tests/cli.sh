@@ -352,8 +352,13 @@ expect 1 "pack of a missing source" -- "$STK" pack "$T/missing" "$T/m.stkc" --ca
 grep -q "No such file or directory" "$T/err" && ! grep -q "input/output error" "$T/err" && ok \
   || bad "pack missing source message: $(cat "$T/err")"
 
-# out of memory is said once: "out of memory for 4 batch slots ... (out of memory)" doubled it
 "$STK" synth "$T/oom" --images 4 --classes 2 >/dev/null 2>&1
+# check says the pixel ceiling of its options, and takes the pipeline whose limits it applies
+expect 0 "check --pipeline eval" -- "$STK" check "$T/oom" --pipeline eval --max-decode-bytes 7M
+grep -q "images up to 2097152 pixels decode in every format" "$T/out" && ok \
+  || bad "check's pixel ceiling: $(cat "$T/out")"
+
+# out of memory is said once: "out of memory for 4 batch slots ... (out of memory)" doubled it
 (ulimit -v 400000 && exec "$STK" bench "$T/oom" --batch 100000 --threads 1) >"$T/out" 2>"$T/err"
 if ! grep -q -e AddressSanitizer -e ThreadSanitizer "$T/err"; then # sanitizers need the address space
   [ "$(grep -o "out of memory" "$T/err" | wc -l)" -eq 1 ] && ok || bad "out of memory once: $(cat "$T/err")"
