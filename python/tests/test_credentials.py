@@ -639,21 +639,39 @@ def _read_for(dataset, tmp_path, seconds):
         return ld.stats(), n
 
 
-def test_renewal_before_expiry_mid_epoch(dataset, env, creds, gateway, monkeypatch, tmp_path):
+def _use_provider(via, creds, monkeypatch, tmp_path, env):
+    """Points the chain at one temporary-credential provider of creds."""
+    if via == "imds":
+        monkeypatch.delenv("AWS_EC2_METADATA_DISABLED")
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", creds.url)
+    elif via == "container":
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", creds.url + "/container/creds")
+        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", creds.container_token)
+    elif via == "sts":
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(_token_file(tmp_path, creds)))
+        monkeypatch.setenv("AWS_ROLE_ARN", CredServer.ROLE_ARN)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", creds.url)
+    elif via == "sso":
+        _sso_profile(env, creds, False)
+        monkeypatch.setenv("AWS_PROFILE", "sso")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SSO", creds.url)
+
+
+@pytest.mark.parametrize("via", ["imds", "container", "sts", "sso"])
+def test_renewal_before_expiry_mid_epoch(dataset, env, creds, gateway, monkeypatch, tmp_path, via):
     """Credentials of 4 s: renewed at half their life while epochs go on; no
-    request is ever refused as expired."""
+    request is ever refused as expired, and the reads use the new ones."""
     creds.ttl = 4
-    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED")
-    monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", creds.url)
+    _use_provider(via, creds, monkeypatch, tmp_path, env)
     expired0 = gateway.counts["expired"]
     ok0 = gateway.counts["ok"]
-    st, n = _read_for(dataset, tmp_path, 12)
-    assert creds.count("imds") >= 4, creds.count("imds")
+    st, n = _read_for(dataset, tmp_path, 9)
+    assert creds.count(via) >= 4, creds.count(via)
     assert gateway.counts["expired"] == expired0
+    assert st["remote_failures"] == 0 and n >= 3
     # the epochs' reads went out signed with the renewed credentials
     assert gateway.counts["ok"] - ok0 >= 3 * n, (gateway.counts["ok"] - ok0, n)
-    assert len(gateway.keys_used & {k for k, _, _, via in creds.issued if via == "imds"}) >= 4
-    assert st["remote_failures"] == 0 and n >= 3
+    assert len(gateway.keys_used & {k for k, _, _, v in creds.issued if v == via}) >= 3
     no_secret(creds.secrets(), tmp_path, [repr(st)])
 
 
