@@ -84,6 +84,7 @@
 #include "core/common.h"
 #include "core/fault.h"
 #include "core/workers.h"
+#include "loader/mix.h"
 #include "loader/pipeline.h"
 #include "loader/sink.h"
 #include "sources/redact.h"
@@ -214,8 +215,7 @@ struct stk_loader {
   /* MixUp/CutMix (the options' mix_ fields), on with mix_classes > 0: of
    * each complete batch, by the thread that submits it (host sinks) or
    * when it is lent (the GPU sink) */
-  int mix_classes;
-  float mix_on, mix_off; /* the soft labels' one-hot values */
+  stk__mix_labels mix;
   /* The bytes of stk_batch the caller's header has: a program built
    * against a header without the mix_ fields (its stk_options ends before
    * them) has the shorter stk_batch of then, and nothing may be written
@@ -438,49 +438,15 @@ static int in_share(stk_loader *l, int j) {
   return l->sink.ops->share ? l->sink.ops->share(&l->sink, j) : 0;
 }
 
-/* The soft labels of a batch of n with the draw m: row i is image i's
- * one-hot (values on, off) times lambda plus its partner's times
- * 1 - lambda, in the order of operations of torchvision's
- * one_hot(y).roll(1).mul_(1 - lam).add_(one_hot(y).mul(lam)) and of timm's
- * mixup_target (flip(0)), so that the floats are theirs. */
-static void soft_labels(const stk__mix *m, const int64_t *y, int64_t n, int classes, float on,
-                        float off, float *out) {
-  float a = (float)m->lam, b = (float)(1.0 - m->lam);
-  /* an element's value depends only on whether it is the label of the
-   * partner (p) and of image i itself (c): four values */
-  float v[2][2];
-  for (int p = 0; p < 2; p++)
-    for (int c = 0; c < 2; c++) {
-      float t = (p ? on : off) * b;
-      v[p][c] = t + (c ? on : off) * a;
-    }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t q = m->pair_flip ? n - 1 - i : i == 0 ? n - 1 : i - 1;
-    float *row = out + i * classes;
-    for (int k = 0; k < classes; k++) row[k] = v[0][0];
-    if (y[q] >= 0 && y[q] < classes) row[y[q]] = v[1][y[q] == y[i]];
-    if (y[i] >= 0 && y[i] < classes) row[y[i]] = v[y[q] == y[i]][1];
-  }
-}
-
 /* Whether the loader mixes its batches in host memory: then the thread
  * that finalised a batch mixes it in place before it is ready (a sink
  * with a mix operation, the GPU's, mixes when the batch is lent). */
-static int host_mix(const stk_loader *l) { return l->mix_classes && !l->sink.ops->mix; }
+static int host_mix(const stk_loader *l) { return l->mix.classes && !l->sink.ops->mix; }
 
 /* The draw of slot s's batch, keyed by (seed, epoch, batch index), and
  * its soft labels from the slot's labels. */
 static void mix_draw_slot(stk_loader *l, slot *s, stk__mix *m) {
-  const stk_options *o = &l->opt;
-  int sz = o->size;
-  if (o->mix_mode == STK_MIX_TIMM) {
-    stk__mix_timm t = {o->mix_mixup_alpha, o->mix_cutmix_alpha, o->mix_prob, o->mix_switch_prob,
-                       o->mix_correct_lam};
-    stk__mix_draw_timm(&t, o->seed, s->epoch, s->batch, sz, sz, m);
-  } else {
-    stk__mix_draw(o->mix_mixup_alpha, o->mix_cutmix_alpha, o->seed, s->epoch, s->batch, sz, sz, m);
-  }
-  soft_labels(m, s->labels, s->n, l->mix_classes, l->mix_on, l->mix_off, s->soft);
+  stk__mix_labels_draw(&l->mix, &l->opt, s->epoch, s->batch, s->labels, s->n, m, s->soft);
   s->mix_kind = m->mode;
   s->mix_lam = m->lam;
 }
@@ -504,7 +470,7 @@ static int mix_lent(stk_loader *l, slot *s, stk_batch *out) {
   stk__mix m;
   mix_draw_slot(l, s, &m);
   char msg[MSG_LEN];
-  int rc = l->sink.ops->mix(&l->sink, out->slot, &m, l->mix_on, l->mix_off, out, msg, sizeof msg);
+  int rc = l->sink.ops->mix(&l->sink, out->slot, &m, l->mix.on, l->mix.off, out, msg, sizeof msg);
   if (rc) return loader_err(l, rc, "the batch mixing: %s", msg);
   return STK_OK;
 }
@@ -988,20 +954,10 @@ static char *dup_or_null(const char *s, int *oom) {
   return d;
 }
 
-int stk_loader_create(const stk_options *opt, int header_version, stk_loader **out, char *err,
+/* The loader's options, its own copies of their strings and their "0 =
+ * default" values resolved, and its mutex and condition variables. */
+static int init_state(stk_loader *l, const stk_options *opt, stk_options o, char *err,
                       size_t errlen) {
-  if (out) *out = NULL;
-  if (!opt || !out) return stk__fail(err, errlen, STK_EINVAL, "options and out must not be NULL");
-  int vrc = stk__check_version(header_version, err, errlen);
-  if (vrc) return vrc;
-  stk_options o;
-  int rc = stk__options_adopt(opt, &o, err, errlen);
-  if (rc) return rc;
-  rc = stk__options_validate(&o, err, errlen);
-  if (rc) return rc;
-
-  stk_loader *l = calloc(1, sizeof *l);
-  if (!l) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   int oom = 0;
   l->root = dup_or_null(o.root, &oom);
   l->list_file = dup_or_null(o.list_file, &oom);
@@ -1030,86 +986,61 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
   pthread_cond_init(&l->idle_cv, &ca);
   pthread_condattr_destroy(&ca);
   l->t0 = stk__now();
-  if (oom) {
-    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-    goto fail;
-  }
+  if (oom) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  return STK_OK;
+}
 
-  rc = stk__source_open(&l->src, &o, err, errlen);
-  if (rc) goto fail;
-  rc = stk__sampler_init(&l->sampler, l->src.ds.n, o.rank, o.world_size, o.shuffle, o.shard_drop_last,
-                         o.seed);
-  if (rc) {
-    stk__fail(err, errlen, rc, "cannot set up the sampler");
-    goto fail;
+/* The source, and the sampler of this rank's share of it (repeated or
+ * weighted as the options ask). */
+static int open_source(stk_loader *l, char *err, size_t errlen) {
+  const stk_options *o = &l->opt;
+  int rc = stk__source_open(&l->src, o, err, errlen);
+  if (rc) return rc;
+  rc = stk__sampler_init(&l->sampler, l->src.ds.n, o->rank, o->world_size, o->shuffle,
+                         o->shard_drop_last, o->seed);
+  if (rc) return stk__fail(err, errlen, rc, "cannot set up the sampler");
+  if (o->ra_reps > 0) {
+    if (l->src.ops->order) /* tar shards stream shard by shard: no global order to repeat */
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "ra_reps: repeated augmentation needs a folder, list or cache, not tar "
+                       "shards");
+    stk__sampler_repeat(&l->sampler, o->ra_reps);
+    if (l->sampler.num_samples == 0)
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "ra_reps: RASampler keeps n // 256 * 256 / world_size samples per rank, "
+                       "none of %lld samples over %d ranks",
+                       (long long)l->src.ds.n, o->world_size);
   }
-  if (o.ra_reps > 0) {
-    if (l->src.ops->order) { /* tar shards stream shard by shard: no global order to repeat */
-      rc = stk__fail(err, errlen, STK_EINVAL,
-                     "ra_reps: repeated augmentation needs a folder, list or cache, not tar shards");
-      goto fail;
-    }
-    stk__sampler_repeat(&l->sampler, o.ra_reps);
-    if (l->sampler.num_samples == 0) {
-      rc = stk__fail(err, errlen, STK_EINVAL,
-                     "ra_reps: RASampler keeps n // 256 * 256 / world_size samples per rank, "
-                     "none of %lld samples over %d ranks",
-                     (long long)l->src.ds.n, o.world_size);
-      goto fail;
-    }
+  if (o->weights_file) {
+    if (l->src.ops->order) /* tar shards stream shard by shard: no index to draw */
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "weights: weighted sampling needs a folder, list or cache, not tar shards");
+    rc = stk__sampler_weights(&l->sampler, o->weights_file, err, errlen);
+    if (rc) return rc;
   }
-  if (o.weights_file) {
-    if (l->src.ops->order) { /* tar shards stream shard by shard: no index to draw */
-      rc = stk__fail(err, errlen, STK_EINVAL,
-                     "weights: weighted sampling needs a folder, list or cache, not tar shards");
-      goto fail;
-    }
-    rc = stk__sampler_weights(&l->sampler, o.weights_file, err, errlen);
-    if (rc) goto fail;
-  }
-  if (l->sampler.num_samples == 0) {
-    rc = stk__fail(err, errlen, STK_EEMPTY, "%lld samples leave rank %d of %d with none",
-                   (long long)l->src.ds.n, o.rank, o.world_size);
-    goto fail;
-  }
-  if (o.mix_mixup_alpha > 0 || o.mix_cutmix_alpha > 0) {
-    int nc = l->src.ds.nclasses, cols = o.mix_classes ? o.mix_classes : nc;
-    /* a label without its column would drop out of its row's weights */
-    if (cols < 1) {
-      rc = stk__fail(err, errlen, STK_EINVAL,
-                     "mix_classes: num_classes is unknown for this source: set mix_classes");
-      goto fail;
-    }
-    if (cols < nc) {
-      rc = stk__fail(err, errlen, STK_EINVAL,
-                     "mix_classes: num_classes=%d is less than the source's %d classes (labels 0 "
-                     "to %d)",
-                     cols, nc, nc - 1);
-      goto fail;
-    }
-    l->mix_classes = cols;
-    /* timm's mixup_target: off = eps / classes, on = 1 - eps + off, each
-     * rounded once to float from double, as torch.full and scatter_ do */
-    double off = o.mix_label_smoothing / cols;
-    l->mix_off = (float)off;
-    l->mix_on = (float)(1.0 - o.mix_label_smoothing + off);
-  }
+  if (l->sampler.num_samples == 0)
+    return stk__fail(err, errlen, STK_EEMPTY, "%lld samples leave rank %d of %d with none",
+                     (long long)l->src.ds.n, o->rank, o->world_size);
+  return STK_OK;
+}
+
+/* The epoch orders, the plan, the sink and every batch slot, and the
+ * loader positioned at epoch 0. */
+static int open_slots(stk_loader *l, char *err, size_t errlen) {
   l->order = malloc((size_t)l->sampler.num_samples * sizeof *l->order);
   l->order_next = malloc((size_t)l->sampler.num_samples * sizeof *l->order_next);
-  stk__plan_init(&l->plan, &o);
-  l->B = o.batch_size;
+  stk__plan_init(&l->plan, &l->opt);
+  l->B = l->opt.batch_size;
   /* prefetch batches in flight, plus two the consumer may hold: the batch it
    * trains on and the one it just asked for. */
-  l->nslots = o.prefetch + 2;
+  l->nslots = l->opt.prefetch + 2;
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
-  if (!l->order || !l->order_next || !l->slots) {
-    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-    goto fail;
-  }
+  if (!l->order || !l->order_next || !l->slots)
+    return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   /* the sink reads the loader's options, plan and source for its lifetime */
-  stk__sink_config sc = {&l->opt, &l->plan, &l->src, l->nslots, l->mix_classes};
-  rc = stk__sink_open(&l->sink, &sc, err, errlen);
-  if (rc) goto fail;
+  stk__sink_config sc = {&l->opt, &l->plan, &l->src, l->nslots, l->mix.classes};
+  int rc = stk__sink_open(&l->sink, &sc, err, errlen);
+  if (rc) return rc;
   for (int i = 0; i < l->nslots; i++) {
     slot *s = &l->slots[i];
     int brc = l->sink.ops->slot_open(&l->sink, i, &s->data);
@@ -1117,35 +1048,58 @@ int stk_loader_create(const stk_options *opt, int header_version, stk_loader **o
     s->indices = malloc((size_t)l->B * sizeof(int64_t));
     s->codes = malloc((size_t)l->B * sizeof(int32_t));
     s->msgs = malloc((size_t)l->B * MSG_LEN);
-    if (l->mix_classes)
-      s->soft = malloc((size_t)l->B * (size_t)l->mix_classes * sizeof(float));
+    if (l->mix.classes)
+      s->soft = malloc((size_t)l->B * (size_t)l->mix.classes * sizeof(float));
     if (brc || !s->data || !s->labels || !s->indices || !s->codes || !s->msgs ||
-        (l->mix_classes && !s->soft)) {
-      rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
-                     l->nslots, (size_t)l->B * l->plan.image_bytes);
-      goto fail;
-    }
+        (l->mix.classes && !s->soft))
+      return stk__fail(err, errlen, STK_ENOMEM, "out of memory for %d batch slots of %zu bytes",
+                       l->nslots, (size_t)l->B * l->plan.image_bytes);
   }
   pthread_mutex_lock(&l->mu);
   reset_locked(l, 0, 0);
   pthread_mutex_unlock(&l->mu);
+  return STK_OK;
+}
 
-  l->nthreads = o.threads;
-  if (!(l->pool = stk__workers_create(0, "stk-worker", NULL, 0))) {
-    rc = stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-    goto fail;
-  }
+/* The worker pool and its threads. */
+static int start_workers(stk_loader *l, char *err, size_t errlen) {
+  l->nthreads = l->opt.threads;
+  if (!(l->pool = stk__workers_create(0, "stk-worker", NULL, 0)))
+    return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  int rc = STK_OK;
   pthread_mutex_lock(&l->mu);
   for (int i = 0; i < l->nthreads && rc == STK_OK; i++)
     if (spawn_worker(l))
       rc = stk__fail(err, errlen, STK_ENOMEM, "cannot start worker thread %d (out of memory)", i);
   pthread_mutex_unlock(&l->mu);
-  if (rc) goto fail;
+  return rc;
+}
+
+int stk_loader_create(const stk_options *opt, int header_version, stk_loader **out, char *err,
+                      size_t errlen) {
+  if (out) *out = NULL;
+  if (!opt || !out) return stk__fail(err, errlen, STK_EINVAL, "options and out must not be NULL");
+  int rc = stk__check_version(header_version, err, errlen);
+  if (rc) return rc;
+  stk_options o;
+  rc = stk__options_adopt(opt, &o, err, errlen);
+  if (rc) return rc;
+  rc = stk__options_validate(&o, err, errlen);
+  if (rc) return rc;
+
+  stk_loader *l = calloc(1, sizeof *l);
+  if (!l) return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
+  rc = init_state(l, opt, o, err, errlen);
+  if (!rc) rc = open_source(l, err, errlen);
+  if (!rc) rc = stk__mix_labels_init(&l->mix, &l->opt, l->src.ds.nclasses, err, errlen);
+  if (!rc) rc = open_slots(l, err, errlen);
+  if (!rc) rc = start_workers(l, err, errlen);
+  if (rc) {
+    stk_loader_destroy(l);
+    return rc;
+  }
   *out = l;
   return STK_OK;
-fail:
-  stk_loader_destroy(l);
-  return rc;
 }
 
 void stk_loader_shutdown(stk_loader *l) {
@@ -1232,6 +1186,7 @@ static void free_loader(stk_loader *l) {
   clear_skips(l);
   free(l->skip_paths);
   free(l->skip_reasons);
+  stk__plan_free(&l->plan);
   stk__sampler_free(&l->sampler);
   stk__source_close(&l->src);
   free(l->root);
@@ -1290,6 +1245,125 @@ static int advance_epoch_locked(stk_loader *l) {
   return STK_EEND;
 }
 
+/* Slot s's batch described in *out, for the caller (mutex held). */
+static void lend_batch(stk_loader *l, slot *s, stk_batch *out) {
+  s->state = SLOT_HELD;
+  s->lent = s->data;
+  int64_t n = s->n, sz = l->opt.size;
+  out->data = s->data;
+  out->dtype = l->opt.dtype;
+  out->layout = l->opt.layout;
+  l->sink.ops->lend(&l->sink, (int)(s - l->slots), out); /* device, device labels, event */
+  out->n = n;
+  if (l->opt.layout == STK_LAYOUT_NCHW) {
+    int64_t sh[4] = {n, 3, sz, sz}, st[4] = {3 * sz * sz, sz * sz, sz, 1};
+    memcpy(out->shape, sh, sizeof sh);
+    memcpy(out->strides, st, sizeof st);
+  } else {
+    int64_t sh[4] = {n, sz, sz, 3}, st[4] = {3 * sz * sz, 3 * sz, 3, 1};
+    memcpy(out->shape, sh, sizeof sh);
+    memcpy(out->strides, st, sizeof st);
+  }
+  out->nbytes = (size_t)n * l->plan.image_bytes;
+  out->labels = s->labels;
+  out->indices = s->indices;
+  out->epoch = s->epoch;
+  out->batch_index = s->batch;
+  out->slot = (int)(s - l->slots);
+  l->images += (uint64_t)n;
+  l->epoch_images += (uint64_t)n;
+  l->batches++;
+}
+
+/* The ready slot s, the next to deliver: its failed files counted, now
+ * that the caller sees the batch, and the batch lent into *out. Returns
+ * STK_OK, the batch's error (raise), or 1 when the batch came out empty
+ * (or short, with drop_last) and its slot went back (mutex held). */
+static int deliver_locked(stk_loader *l, slot *s, stk_batch *out) {
+  l->next_deliver++;
+  for (int i = 0; i < s->fn; i++) {
+    l->failed++;
+    l->epoch_failed++;
+    if (l->opt.on_error == STK_ON_ERROR_SKIP) record_skip(l, s->epoch, s->fidx[i], s->fmsg[i]);
+  }
+  /* a new epoch's first batch starts a new list, skips or not */
+  if (s->epoch != l->skip_epoch) {
+    clear_skips(l);
+    l->skip_epoch = s->epoch;
+  }
+  slot_clear_failures(s);
+  if (s->err) {
+    int rc = loader_err(l, s->err, "%s", s->errmsg);
+    s->state = SLOT_FREE;
+    pthread_cond_broadcast(&l->work_cv);
+    return rc;
+  }
+  if (s->n == 0 || (l->opt.drop_last && s->n < l->B)) {
+    s->state = SLOT_FREE; /* emptied or shortened by skipped files */
+    pthread_cond_broadcast(&l->work_cv);
+    return 1;
+  }
+  lend_batch(l, s, out);
+  return STK_OK;
+}
+
+/* Why next returns without a batch when the one it waits for (s, or none
+ * started) is not ready: shutdown, the epoch's error or end, or a wait that
+ * could never end. 1 = none of these: wait on (mutex held). */
+static int not_ready_locked(stk_loader *l, const slot *s) {
+  if (l->stop) return loader_err(l, STK_ESTATE, "the loader was shut down");
+  if (l->epoch_err && !s) {
+    int rc = loader_err(l, l->epoch_err, "%s", l->epoch_errmsg);
+    return end_epoch_locked(l, rc);
+  }
+  if (!s && !batch_exists(l, l->next_deliver) && l->next_deliver >= l->next_batch) {
+    /* Under raise each failed batch was an error of its own already;
+     * counting its good files as failed would misstate what happened. */
+    if (l->opt.on_error == STK_ON_ERROR_SKIP && l->epoch_images == 0 && l->epoch_failed > 0) {
+      /* Never hand out a silently empty epoch. */
+      int rc = loader_err(l, STK_ETOOMANY, "every file of epoch %llu failed to load (%llu files)",
+                          (unsigned long long)l->epoch, (unsigned long long)l->epoch_failed);
+      return end_epoch_locked(l, rc);
+    }
+    return advance_epoch_locked(l);
+  }
+  if (held_count(l) == l->nslots) /* waiting could never end: nothing is left to fill */
+    return loader_err(l, STK_EBUSY,
+                      "all %d batch slots are held by the caller: release a batch first",
+                      l->nslots);
+  if (l->live == 0) /* every thread is stuck and no more can be started */
+    return loader_err(l, STK_EIO,
+                      "every worker thread is stuck in a file read that does not return (%llu "
+                      "reads timed out): the storage does not respond",
+                      (unsigned long long)l->timeouts);
+  return 1;
+}
+
+/* Under mix: the batch just lent into *out mixed (host batches were mixed
+ * when submitted), and its soft labels and draw given; a batch that could
+ * not be mixed is not handed out, and its slot goes back. */
+static int mix_out(stk_loader *l, stk_batch *out) {
+  slot *s = &l->slots[out->slot];
+  int rc = host_mix(l) ? STK_OK : mix_lent(l, s, out);
+  out->mix_labels = s->soft;
+  out->mix_classes = l->mix.classes;
+  out->mix_kind = s->mix_kind;
+  out->mix_lambda = s->mix_lam;
+  if (rc == STK_OK && out->data != s->lent) {
+    /* a GPU sink's mixed copy: what release is given (under the mutex:
+     * a release on another thread reads it) */
+    pthread_mutex_lock(&l->mu);
+    s->lent = out->data;
+    pthread_mutex_unlock(&l->mu);
+  } else if (rc != STK_OK) {
+    stk_batch b = *out;
+    b.data = s->lent;
+    stk_batch_release(l, &b);
+    memset(out, 0, l->batch_bytes);
+  }
+  return rc;
+}
+
 int stk_loader_next(stk_loader *l, stk_batch *out) { return stk_loader_next_timed(l, out, -1); }
 
 int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
@@ -1301,99 +1375,17 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
   double to = l->opt.read_timeout;
   double slice = to > 0 ? (to / 4 < 0.25 ? to / 4 : 0.25) : 1e300;
   pthread_mutex_lock(&l->mu);
-  int rc = STK_OK;
+  int rc;
   for (;;) {
     expire_reads(l);
     slot *s = slot_of(l, l->epoch, l->next_deliver);
     if (s && s->state == SLOT_READY) {
-      l->next_deliver++;
-      /* Count the batch's failed files now that the caller sees the batch. */
-      for (int i = 0; i < s->fn; i++) {
-        l->failed++;
-        l->epoch_failed++;
-        if (l->opt.on_error == STK_ON_ERROR_SKIP) record_skip(l, s->epoch, s->fidx[i], s->fmsg[i]);
-      }
-      /* a new epoch's first batch starts a new list, skips or not */
-      if (s->epoch != l->skip_epoch) {
-        clear_skips(l);
-        l->skip_epoch = s->epoch;
-      }
-      slot_clear_failures(s);
-      if (s->err) {
-        rc = loader_err(l, s->err, "%s", s->errmsg);
-        s->state = SLOT_FREE;
-        pthread_cond_broadcast(&l->work_cv);
-        break;
-      }
-      if (s->n == 0 || (l->opt.drop_last && s->n < l->B)) {
-        s->state = SLOT_FREE; /* emptied or shortened by skipped files */
-        pthread_cond_broadcast(&l->work_cv);
-        continue;
-      }
-      s->state = SLOT_HELD;
-      s->lent = s->data;
-      int64_t n = s->n, sz = l->opt.size;
-      out->data = s->data;
-      out->dtype = l->opt.dtype;
-      out->layout = l->opt.layout;
-      l->sink.ops->lend(&l->sink, (int)(s - l->slots), out); /* device, device labels, event */
-      out->n = n;
-      if (l->opt.layout == STK_LAYOUT_NCHW) {
-        int64_t sh[4] = {n, 3, sz, sz}, st[4] = {3 * sz * sz, sz * sz, sz, 1};
-        memcpy(out->shape, sh, sizeof sh);
-        memcpy(out->strides, st, sizeof st);
-      } else {
-        int64_t sh[4] = {n, sz, sz, 3}, st[4] = {3 * sz * sz, 3 * sz, 3, 1};
-        memcpy(out->shape, sh, sizeof sh);
-        memcpy(out->strides, st, sizeof st);
-      }
-      out->nbytes = (size_t)n * l->plan.image_bytes;
-      out->labels = s->labels;
-      out->indices = s->indices;
-      out->epoch = s->epoch;
-      out->batch_index = s->batch;
-      out->slot = (int)(s - l->slots);
-      l->images += (uint64_t)n;
-      l->epoch_images += (uint64_t)n;
-      l->batches++;
+      rc = deliver_locked(l, s, out);
+      if (rc == 1) continue;
       break;
     }
-    if (l->stop) {
-      rc = loader_err(l, STK_ESTATE, "the loader was shut down");
-      break;
-    }
-    if (l->epoch_err && !s) {
-      rc = loader_err(l, l->epoch_err, "%s", l->epoch_errmsg);
-      end_epoch_locked(l, rc);
-      break;
-    }
-    if (!s && !batch_exists(l, l->next_deliver) && l->next_deliver >= l->next_batch) {
-      /* Under raise each failed batch was an error of its own already;
-       * counting its good files as failed would misstate what happened. */
-      if (l->opt.on_error == STK_ON_ERROR_SKIP && l->epoch_images == 0 && l->epoch_failed > 0) {
-        /* Never hand out a silently empty epoch. */
-        rc = loader_err(l, STK_ETOOMANY, "every file of epoch %llu failed to load (%llu files)",
-                        (unsigned long long)l->epoch, (unsigned long long)l->epoch_failed);
-        end_epoch_locked(l, rc);
-        break;
-      }
-      rc = advance_epoch_locked(l);
-      break;
-    }
-    if (held_count(l) == l->nslots) {
-      /* Waiting could never end: nothing is left to fill. */
-      rc = loader_err(l, STK_EBUSY, "all %d batch slots are held by the caller: release a batch first",
-                      l->nslots);
-      break;
-    }
-    if (l->live == 0) {
-      /* Every thread is stuck and no more can be started. */
-      rc = loader_err(l, STK_EIO,
-                      "every worker thread is stuck in a file read that does not return (%llu "
-                      "reads timed out): the storage does not respond",
-                      (unsigned long long)l->timeouts);
-      break;
-    }
+    rc = not_ready_locked(l, s);
+    if (rc != 1) break;
     double t = stk__now();
     if (t >= t_end) {
       rc = STK_ETIMEDOUT; /* the message is left alone: nothing failed */
@@ -1403,27 +1395,7 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
     l->wait_s += stk__now() - t;
   }
   pthread_mutex_unlock(&l->mu);
-  if (rc == STK_OK && l->mix_classes) {
-    slot *s = &l->slots[out->slot];
-    rc = host_mix(l) ? STK_OK : mix_lent(l, s, out); /* host batches: mixed when submitted */
-    out->mix_labels = s->soft;
-    out->mix_classes = l->mix_classes;
-    out->mix_kind = s->mix_kind;
-    out->mix_lambda = s->mix_lam;
-    if (rc == STK_OK && out->data != s->lent) {
-      /* a GPU sink's mixed copy: what release is given (under the mutex:
-       * a release on another thread reads it) */
-      pthread_mutex_lock(&l->mu);
-      s->lent = out->data;
-      pthread_mutex_unlock(&l->mu);
-    } else if (rc != STK_OK) {
-      /* the batch is not handed out: its slot goes back */
-      stk_batch b = *out;
-      b.data = s->lent;
-      stk_batch_release(l, &b);
-      memset(out, 0, l->batch_bytes);
-    }
-  }
+  if (rc == STK_OK && l->mix.classes) rc = mix_out(l, out);
   return rc;
 }
 
@@ -1535,7 +1507,7 @@ int stk_loader_stats(const stk_loader *l, stk_stats *o) {
   o->decode_seconds = l->decode_s;
   o->augment_seconds = l->augment_s;
   uint64_t host = (uint64_t)l->nslots * (uint64_t)l->B *
-                  (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN + (uint64_t)l->mix_classes * 4);
+                  (l->plan.image_bytes + 2 * 8 + 4 + MSG_LEN + (uint64_t)l->mix.classes * 4);
   /* as published after each sample: the workers' buffers are theirs */
   for (int i = 0; i < l->nworkers; i++) host += l->workers[i]->scratch_bytes;
   o->host_bytes = host + l->sink_bytes;
