@@ -33,7 +33,20 @@ double stk__now(void) {
  * malloc_trim does not reach, so a decode's pixels stayed resident after
  * their buffer was freed, and after their loader closed. A mapping goes
  * back to the system when it is unmapped. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define STK__HEAP_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(thread_sanitizer)
+#define STK__HEAP_ONLY 1
+#endif
+#endif
+#ifdef STK__HEAP_ONLY
+/* the sanitizers check the heap's blocks to the byte, not a mapping's */
+#define BUF_MAPPED SIZE_MAX
+#else
 #define BUF_MAPPED ((size_t)1 << 20)
+#endif
 
 /* A mapping of cap bytes holding the first `keep` bytes of old. */
 static void *map_copy(const void *old, size_t keep, size_t cap) {
