@@ -208,14 +208,25 @@ static PyObject *table_rows(const stk__option *rows, int n, const void *def, int
                                   "choices", choices, "cli", d->cli, "keyword", d->py, "doc", d->doc)
                             : NULL;
     PyObject *only = row && with_only ? Py_BuildValue("z", d->only) : NULL;
+    /* the loader's table: the value a 0 stands for (STK__ZERO_MEANS), or None */
+    double z = 0;
+    PyObject *zero = NULL;
+    if (row && !with_only) {
+      if (!stk__option_zero(d, &z)) zero = Py_NewRef(Py_None);
+      else if (d->type == STK__OPT_FLOAT) zero = PyFloat_FromDouble(z);
+      else zero = PyLong_FromUnsignedLongLong((unsigned long long)z);
+    }
     if (!row || (with_only && (!only || PyDict_SetItemString(row, "only", only) < 0)) ||
+        (!with_only && (!zero || PyDict_SetItemString(row, "zero", zero) < 0)) ||
         PyList_Append(list, row) < 0) {
       Py_XDECREF(only);
+      Py_XDECREF(zero);
       Py_XDECREF(row);
       Py_DECREF(list);
       return NULL;
     }
     Py_XDECREF(only);
+    Py_XDECREF(zero);
     Py_DECREF(row);
   }
   return list;
@@ -1042,9 +1053,10 @@ static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, "build_info() -> str: version, SIMD, formats."},
     {"options", options_table, METH_NOARGS,
      "options() -> [dict]: the loader's options table, one dict per field (name, type,\n"
-     "default, min, max, choices, cli, keyword, doc); Loader() takes the keywords."},
+     "default, min, max, choices, cli, keyword, doc, zero: the value 0 stands for where it\n"
+     "is a value of the library's, else None); Loader() takes the keywords."},
     {"pack_options", pack_options_table, METH_NOARGS,
-     "pack_options() -> [dict]: the pack options table, as options() with \"only\" (the\n"
+     "pack_options() -> [dict]: the pack options table, as options() with \"only\" for \"zero\" (the\n"
      "format a row applies to, or None); pack() takes the keywords."},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_VARARGS | METH_KEYWORDS,
      "pack(source, output, *, progress=None, **keywords) -> dict of packed, failed, bytes,\n"

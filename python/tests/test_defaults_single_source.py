@@ -344,3 +344,136 @@ def test_docs_name_the_c_defaults():
     for m in re.finditer(r"max_side`? (?:must then be|is) 1\.\.(\d+)", text):
         assert int(m.group(1)) == GPU_MAX_SIDE
     assert len(re.findall(r"max_side`? (?:must then be|is) 1\.\.(\d+)", text)) >= 2
+
+
+# ---- each default written once in C -------------------------------------------------
+
+REPO = os.path.dirname(PKG_ROOT)
+OPTIONS_H = os.path.join(REPO, "src", "core", "options.h")
+# Spellings of a default that are still in files others are restructuring:
+# (file, the literal) tolerated until that file takes the named constant.
+PENDING = {
+    ("src/sources/tar.c", "8u << 20"),    # PART_SIZE: STK__REMOTE_PART_BYTES
+    ("src/sources/tar.c", "256u << 20"),  # PARTS_BUDGET: STK__REMOTE_MEMORY_DEFAULT
+}
+
+
+def _c_files():
+    for top in ("src", "tools", os.path.join("python", "stoker")):
+        for d, _, names in os.walk(os.path.join(REPO, top)):
+            for n in sorted(names):
+                if n.endswith((".c", ".h", ".cu")):
+                    p = os.path.join(d, n)
+                    yield os.path.relpath(p, REPO), open(p, errors="replace").read()
+
+
+def _code(text):
+    """C text without its comments and string literals."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)  # messages may name a value
+
+
+def _named_defaults():
+    """The named constants of options.h's defaults: name -> value (ints)."""
+    text = open(OPTIONS_H).read()
+    consts = {}
+    for name, expr in re.findall(r"#define (STK__\w+_(?:DEFAULT|DEFAULT_MIB|PART_MIB|PART_BYTES))"
+                                 r"\s+([^\n/]+)", text):
+        expr = expr.strip().replace("(uint64_t)", "")
+        for k, v in consts.items():
+            expr = re.sub(rf"\b{k}\b", str(v), expr)
+        consts[name] = int(eval(expr, {}))  # numbers and << * only
+    return consts
+
+
+@pytest.mark.skipif(not os.path.exists(OPTIONS_H), reason="the source tree is not here")
+def test_rows_of_both_tables_share_named_defaults():
+    """A field in both tables (the loader's and the pack's) takes its
+    default from one named constant unless it is a plain 0 or -1."""
+    text = open(OPTIONS_H).read()
+    loader = text[text.index("#define STK__OPTIONS(X)"):text.index("#define STK__PACK_OPTIONS(X)")]
+    pack = text[text.index("#define STK__PACK_OPTIONS(X)"):]
+    row = re.compile(r"X\((\w+), \w+, STK__V\(([^)]*(?:\([^)]*\))?[^)]*)\)")
+    a, b = dict(row.findall(loader)), dict(row.findall(pack))
+    shared = set(a) & set(b)
+    assert {"max_pixels", "max_file_bytes", "read_timeout", "max_decode_bytes"} <= shared
+    for name in sorted(shared):
+        if a[name] in ("0", "-1"):
+            continue
+        assert a[name] == b[name] and re.fullmatch(r"STK__\w+", a[name]), (
+            f"{name}: the default is written in both tables ({a[name]!r}, {b[name]!r}): "
+            "give it a named constant in options.h")
+
+
+@pytest.mark.skipif(not os.path.exists(OPTIONS_H), reason="the source tree is not here")
+def test_no_default_is_written_again_in_code():
+    """The values of options.h's named defaults appear nowhere else in the C
+    sources as literals: a decoder, the GPU config, a source's "0 = default"
+    take the constant (or stk_options_init()'s values)."""
+    consts = _named_defaults()
+    assert {"STK__MAX_PIXELS_DEFAULT", "STK__MAX_DECODE_BYTES_DEFAULT",
+            "STK__SHUFFLE_BUFFER_DEFAULT", "STK__REMOTE_MEMORY_DEFAULT",
+            "STK__REMOTE_PART_BYTES", "STK__READ_TIMEOUT_DEFAULT"} <= set(consts)
+    patterns = []
+    for name, v in consts.items():
+        if name.endswith("_MIB"):
+            continue
+        if v >= 1 << 20 and v % (1 << 20) == 0:
+            mib = v >> 20
+            patterns.append((name, rf"\b{mib}u?\s*<<\s*20\b"))
+            patterns.append((name, rf"\b{mib}(?:\.0)?\s*\*\s*1024\s*\*\s*1024\b"))
+        if v >= 10000:
+            patterns.append((name, rf"\b{v}(?:u|ull|ULL)?\b"))
+    # "0 = default" written in code: `opt ? opt : 1000`, and the timeouts
+    for opt, const in [("shuffle_buffer", "STK__SHUFFLE_BUFFER_DEFAULT"),
+                       ("remote_memory", "STK__REMOTE_MEMORY_DEFAULT"),
+                       ("timm_mmax", "STK__TIMM_MMAX_DEFAULT"),
+                       ("read_timeout", "STK__READ_TIMEOUT_DEFAULT")]:
+        patterns.append((const, rf"\b{opt}\b[^;]*[?:=]\s*\(?{consts[const]}(?:\.0)?u?\b"))
+    # ImageNet's mean and std: the options' default, read by the GPU config
+    patterns.append(("mean/std", r"\b0\.(?:485|456|406|229|224|225)f?\b"))
+    found = []
+    for path, text in _c_files():
+        if path == os.path.join("src", "core", "options.h"):
+            continue
+        code = _code(text)
+        for name, pat in patterns:
+            for m in re.finditer(pat, code):
+                if (path, m.group(0)) in PENDING:
+                    continue
+                line = code.count("\n", 0, m.start()) + 1
+                found.append(f"{path}:{line}: {m.group(0)!r} is {name}")
+    assert not found, "defaults written again:\n" + "\n".join(found)
+
+
+def test_gpu_config_takes_the_loader_defaults():
+    """stk__gpu_config_init assigns no literal to a field the options give."""
+    path = os.path.join(REPO, "src", "gpu", "gpu.c")
+    if not os.path.exists(path):
+        pytest.skip("the source tree is not here")
+    text = _code(open(path).read())
+    body = text[text.index("void stk__gpu_config_init("):]
+    body = body[:body.index("\n}\n")]
+    for field in ("max_batch", "out_w", "out_h", "dtype", "layout", "mean", "std", "max_pixels"):
+        assert not re.search(rf"c->{field}\b[^;]*=\s*[-\d.A-Z]", body.replace("= o.", "")), field
+
+
+def test_zero_values_are_the_docs():
+    """The options whose 0 stands for a value of the library's: options()
+    gives it ("zero"), the row's doc line and docs/python.md name it."""
+    zero = {n: r["zero"] for n, r in LOADER.items() if r["zero"] is not None}
+    assert zero.keys() == {"shuffle_buffer", "remote_memory", "timm_mmax"}
+    assert all(r["zero"] is None for n, r in LOADER.items() if n not in zero)
+    assert f"0 = {zero['shuffle_buffer']}," in LOADER["shuffle_buffer"]["doc"]
+    assert f"0 = {mib(zero['remote_memory'])}" in LOADER["remote_memory"]["doc"]
+    assert LOADER["remote_memory"]["doc"].startswith("remote shards: bytes of 8 MiB parts")
+    assert LOADER["timm_mmax"]["doc"].endswith(f"0 = {zero['timm_mmax']}")
+    if not os.path.exists(DOC):
+        return
+    text = re.sub(r"\s+", " ", open(DOC).read())
+    m = re.search(r"`shuffle_buffer` \| [^|]*`None` = (\d+)", text)
+    assert m and int(m.group(1)) == zero["shuffle_buffer"]
+    m = re.search(r"`remote_memory` \| remote tar shards: bytes of (\d+ MiB) parts[^|]*"
+                  r"\(`0` = (\d+ MiB)\)", text)
+    assert m and m.group(1) == "8 MiB" and m.group(2) == mib(zero["remote_memory"])

@@ -10,6 +10,7 @@
 #include "codecs/codec.h"
 #include "codecs/formats.h"
 #include "core/common.h"
+#include "core/options.h"
 
 /* jpeg.c */
 typedef struct stk__jpegdec stk__jpegdec;
@@ -34,11 +35,11 @@ int stk__pngdec_decode(stk__pngdec *p, stk__region *out, char *msg, size_t msgle
 void stk__pngdec_abort(stk__pngdec *p);
 void stk__pngdec_set_budget(stk__pngdec *p, uint64_t max_bytes);
 
-/* PIL's decompression-bomb limit, until stk__decoder_set_limits() says otherwise. */
-#define DEFAULT_MAX_PIXELS 178956970u
-/* stk_options.max_decode_bytes's default, for every decoder (check, pack,
- * the GPU's fallback) until stk__decoder_set_max_bytes() says otherwise. */
-#define DEFAULT_MAX_DECODE_BYTES ((uint64_t)384 << 20)
+/* Every decoder starts with the options' max_pixels and max_decode_bytes
+ * defaults (core/options.h), until stk__decoder_set_limits() and
+ * stk__decoder_set_max_bytes() say otherwise. */
+#define DEFAULT_MAX_PIXELS ((uint64_t)STK__MAX_PIXELS_DEFAULT)
+#define DEFAULT_MAX_DECODE_BYTES ((uint64_t)STK__MAX_DECODE_BYTES_DEFAULT)
 
 /* The formats decoded whole by formats.h's decoders, one row each. */
 static const stk__codec k_codecs[] = {

@@ -85,6 +85,22 @@ static const stk__option *find(const stk__option *table, int n, size_t key, cons
 const stk__option *stk__option_by_name(const char *name) {
   return find(stk__options, stk__num_options, offsetof(stk__option, name), name);
 }
+int stk__option_zero(const stk__option *d, double *v) {
+  static const struct {
+    const char *name;
+    double value;
+  } zero[] = {
+#define STK__ZERO_ROW(name, value) {#name, (double)(value)},
+      STK__ZERO_MEANS(STK__ZERO_ROW)
+#undef STK__ZERO_ROW
+  };
+  for (size_t i = 0; d && i < sizeof zero / sizeof zero[0]; i++)
+    if (!strcmp(zero[i].name, d->name)) {
+      *v = zero[i].value;
+      return 1;
+    }
+  return 0;
+}
 const stk__option *stk__option_by_cli(const char *flag) {
   return find(stk__options, stk__num_options, offsetof(stk__option, cli), flag);
 }

@@ -47,6 +47,29 @@
  * below 2**31 bytes) and of a device pack's max_side (its slot) */
 #define STK__GPU_MAX_SIDE 8192
 #define STK__INF ((double)INFINITY)
+#define STK__STR_(x) #x
+#define STK__STR(x) STK__STR_(x)
+
+/* Defaults that more than one place holds: both tables (the loader's and
+ * the pack's), and the code that runs without options (a decoder before
+ * its limits are set, the GPU back end's config). Each is written here
+ * once. */
+#define STK__MAX_PIXELS_DEFAULT 178956970 /* Pillow's decompression-bomb threshold */
+#define STK__MAX_FILE_BYTES_DEFAULT (256.0 * 1024 * 1024)
+#define STK__MAX_DECODE_BYTES_DEFAULT (384.0 * 1024 * 1024)
+#define STK__READ_TIMEOUT_DEFAULT 300 /* seconds */
+
+/* The values that 0 stands for, in the options whose 0 is not "none" but
+ * a value of the code's (STK__ZERO_MEANS below; the rows' doc lines and
+ * _stoker.options()'s "zero" show them). */
+#define STK__SHUFFLE_BUFFER_DEFAULT 1000 /* tar shards: samples */
+#define STK__REMOTE_MEMORY_DEFAULT_MIB 256
+#define STK__REMOTE_MEMORY_DEFAULT ((uint64_t)STK__REMOTE_MEMORY_DEFAULT_MIB << 20)
+#define STK__TIMM_MMAX_DEFAULT 10 /* timm's full magnitude (_LEVEL_DENOM) */
+/* Remote shards are read in parts of this size (the parts remote_memory
+ * keeps, the scan's window). */
+#define STK__REMOTE_PART_MIB 8
+#define STK__REMOTE_PART_BYTES ((uint64_t)STK__REMOTE_PART_MIB << 20)
 #define STK__INT_MAX 2147483647.0
 #define STK__U64_MAX 18446744073709551616.0 /* 2**64: a double above every uint64_t */
 
@@ -104,9 +127,9 @@
     "max_device_bytes", "cap on the device memory of a GPU loader; 0 = none") \
   X(on_error, ENUM, STK__V(STK_ON_ERROR_RAISE), 0, 1, "raise|skip", "--on-error", "on_error", \
     "a bad file fails its batch (raise) or is left out (skip)") \
-  X(max_pixels, U64, STK__V(178956970), 0, STK__U64_MAX, NULL, "--max-pixels", "max_pixels", \
-    "width*height limit, checked before decoding; 0 = none") \
-  X(max_file_bytes, U64, STK__V(256.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
+  X(max_pixels, U64, STK__V(STK__MAX_PIXELS_DEFAULT), 0, STK__U64_MAX, NULL, "--max-pixels", \
+    "max_pixels", "width*height limit, checked before decoding; 0 = none") \
+  X(max_file_bytes, U64, STK__V(STK__MAX_FILE_BYTES_DEFAULT), 0, STK__U64_MAX, NULL, \
     "--max-file-bytes", "max_file_bytes", "file size limit; 0 = none") \
   X(max_consecutive_failures, INT, STK__V(100), 0, STK__INT_MAX, NULL, \
     "--max-consecutive-failures", "max_consecutive_failures", \
@@ -118,11 +141,12 @@
   X(index_dir, STR, STK__V(0), 0, 0, NULL, "--index-dir", "index_dir", \
     "folder of the index files (default $XDG_CACHE_HOME/stoker)") \
   X(shuffle_buffer, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--shuffle-buffer", "shuffle_buffer", \
-    "tar shards: samples in the shuffle buffer; 0 = 1000, 1 = shard order only") \
+    "tar shards: samples in the shuffle buffer; 0 = " STK__STR(STK__SHUFFLE_BUFFER_DEFAULT) \
+    ", 1 = shard order only") \
   X(allow_stale_cache, BOOL, STK__V(0), 0, 1, NULL, "--allow-stale-cache", "allow_stale_cache", \
     "use a cache whose source folder changed since it was packed") \
-  X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", \
-    "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit") \
+  X(read_timeout, FLOAT, STK__V(STK__READ_TIMEOUT_DEFAULT), 0, STK__INF, NULL, "--read-timeout", \
+    "read_timeout", "seconds a file read (or a FIFO list's writer) may take before it fails; 0 = no limit") \
   X(auto_augment, ENUM, STK__V(0), 0, 5, "none|ta_wide|ra|imagenet|timm|augmix", "--auto-augment", \
     "auto_augment", "train: TrivialAugmentWide, RandAugment, AutoAugment(IMAGENET) or timm's " \
     "RandAugment (the timm_ options) after the flip") \
@@ -166,7 +190,7 @@
     "the train crop's and the eval resize's filter: Pillow's antialiased bilinear or bicubic") \
   X(ra_reps, INT, STK__V(0), 0, 64, NULL, "--ra-reps", "ra_reps", \
     "repeated augmentation: RASampler's order, each sample reps times; 0 = off") \
-  X(max_decode_bytes, U64, STK__V(384.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
+  X(max_decode_bytes, U64, STK__V(STK__MAX_DECODE_BYTES_DEFAULT), 0, STK__U64_MAX, NULL, \
     "--max-decode-bytes", "max_decode_bytes", \
     "memory the loader's decodes take together, shared by its threads (pixels, libjpeg's " \
     "buffers, PNG chunks); 0 = none") \
@@ -179,7 +203,7 @@
   X(timm_mstd, FLOAT, STK__V(0), 0, STK__INF, NULL, "--timm-mstd", "timm_mstd", \
     "timm's RandAugment: magnitude noise std (mstd); above 100: uniform in [0, m]") \
   X(timm_mmax, INT, STK__V(0), 0, 1000, NULL, "--timm-mmax", "timm_mmax", \
-    "timm's RandAugment: magnitude upper bound (mmax); 0 = 10") \
+    "timm's RandAugment: magnitude upper bound (mmax); 0 = " STK__STR(STK__TIMM_MMAX_DEFAULT)) \
   X(timm_increasing, BOOL, STK__V(0), 0, 1, NULL, "--timm-increasing", "timm_increasing", \
     "timm's RandAugment: the increasing ops (inc1)") \
   X(timm_prob, FLOAT, STK__V(0.5), 0, 1, NULL, "--timm-prob", "timm_prob", \
@@ -201,7 +225,8 @@
   X(cache_bytes, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--cache-bytes", "cache_bytes", \
     "remote shards: bound on the local copies; 0 = half the free space") \
   X(remote_memory, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--remote-memory", "remote_memory", \
-    "remote shards: bytes of parts kept for later reads; 0 = 256 MiB") \
+    "remote shards: bytes of " STK__STR(STK__REMOTE_PART_MIB) " MiB parts kept for later reads; 0 = " \
+    STK__STR(STK__REMOTE_MEMORY_DEFAULT_MIB) " MiB") \
   X(erase_count, INT, STK__V(1), 1, 4, NULL, "--erase-count", "erase_count", \
     "train: RandomErasing boxes, 1 to erase_count at random (timm's max_count)") \
   X(erase_per_channel, BOOL, STK__V(0), 0, 1, NULL, "--erase-per-channel", "erase_per_channel", \
@@ -258,14 +283,15 @@
     "shard_bytes", "tar", "tar: close a shard at this size; K, M, G suffixes") \
   X(threads, INT, STK__V(0), 0, 1024, NULL, "--threads", "threads", NULL, \
     "worker threads, 0 = all CPUs") \
-  X(max_pixels, U64, STK__V(178956970), 0, STK__U64_MAX, NULL, "--max-pixels", "max_pixels", \
-    NULL, "leave out images over N pixels; 0 = no limit") \
-  X(max_file_bytes, U64, STK__V(256.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, "--max-file-bytes", \
-    "max_file_bytes", NULL, "leave out files over this size; 0 = no limit") \
+  X(max_pixels, U64, STK__V(STK__MAX_PIXELS_DEFAULT), 0, STK__U64_MAX, NULL, "--max-pixels", \
+    "max_pixels", NULL, "leave out images over N pixels; 0 = no limit") \
+  X(max_file_bytes, U64, STK__V(STK__MAX_FILE_BYTES_DEFAULT), 0, STK__U64_MAX, NULL, \
+    "--max-file-bytes", "max_file_bytes", NULL, "leave out files over this size; 0 = no limit") \
   X(check, BOOL, STK__V(0), 0, 1, NULL, "--check", "check", "tar", \
     "tar: decode every image in full, as --cache does, and leave out the ones that fail " \
     "(without it only each file's header is read: damage past it is packed)") \
-  X(read_timeout, FLOAT, STK__V(300), 0, STK__INF, NULL, "--read-timeout", "read_timeout", NULL, \
+  X(read_timeout, FLOAT, STK__V(STK__READ_TIMEOUT_DEFAULT), 0, STK__INF, NULL, "--read-timeout", \
+    "read_timeout", NULL, \
     "seconds a file read (or a FIFO or pipe list) may take before the file is left out; " \
     "0 = no limit") \
   X(device, INT, STK__V(-1), -1, 1023, NULL, "--device", "device", "cache", \
@@ -273,10 +299,17 @@
   X(plain_chroma, BOOL, STK__V(0), 0, 1, NULL, "--plain-chroma", "plain_chroma", "cache", \
     "cache, --device: the engines' plain chroma upsampling: up to 2.3x faster, but some " \
     "values more than 1 level from the CPU pack's (docs/storage.md)") \
-  X(max_decode_bytes, U64, STK__V(384.0 * 1024 * 1024), 0, STK__U64_MAX, NULL, \
+  X(max_decode_bytes, U64, STK__V(STK__MAX_DECODE_BYTES_DEFAULT), 0, STK__U64_MAX, NULL, \
     "--max-decode-bytes", "max_decode_bytes", NULL, \
     "memory the pack's decodes take together, shared by its threads (a larger one waits to " \
     "run alone); 0 = none")
+/* The loader options whose 0 is not "none" but a value of the code's,
+ * X(name, value): the code reads these values, the rows' doc lines name
+ * them, and _stoker.options() gives them as "zero". */
+#define STK__ZERO_MEANS(X) \
+  X(shuffle_buffer, STK__SHUFFLE_BUFFER_DEFAULT) \
+  X(remote_memory, STK__REMOTE_MEMORY_DEFAULT) \
+  X(timm_mmax, STK__TIMM_MMAX_DEFAULT)
 /* clang-format on */
 
 typedef enum {
@@ -323,6 +356,10 @@ const stk__option *stk__option_by_py(const char *keyword);
 const stk__option *stk__pack_option_by_name(const char *name);
 const stk__option *stk__pack_option_by_cli(const char *flag);
 const stk__option *stk__pack_option_by_py(const char *keyword);
+
+/* A loader option's row of STK__ZERO_MEANS: 1 and the value its 0 stands
+ * for in *v, or 0 when it has none. */
+int stk__option_zero(const stk__option *d, double *v);
 
 /* ENUM: the value named `name`, or -1. */
 int stk__option_choice(const stk__option *d, const char *name);

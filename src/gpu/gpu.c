@@ -22,7 +22,7 @@
 #include "codecs/encode.h"
 #include "codecs/markers.h"
 #include "core/common.h"
-#include "core/options.h" /* STK__GPU_MAX_SIDE */
+#include "core/options.h" /* STK__GPU_MAX_SIDE, stk_options_init */
 
 #include "gpu/binding.h"
 #include "gpu/plan.h"
@@ -42,16 +42,16 @@ int stk__gpu_built(void) { return HAVE_KERNELS; }
 
 void stk__gpu_config_init(stk__gpu_config *c) {
   memset(c, 0, sizeof *c);
-  c->max_batch = 256;
-  c->out_w = c->out_h = 224;
-  c->dtype = STK_DTYPE_FLOAT32;
-  c->layout = STK_LAYOUT_NCHW;
-  c->mean[0] = 0.485f;
-  c->mean[1] = 0.456f;
-  c->mean[2] = 0.406f;
-  c->std[0] = 0.229f;
-  c->std[1] = 0.224f;
-  c->std[2] = 0.225f;
+  /* what a loader's options give, at their defaults (the options table) */
+  stk_options o;
+  stk_options_init(&o);
+  c->max_batch = o.batch_size;
+  c->out_w = c->out_h = o.size;
+  c->dtype = o.dtype;
+  c->layout = o.layout;
+  memcpy(c->mean, o.mean, sizeof c->mean);
+  memcpy(c->std, o.std, sizeof c->std);
+  c->max_pixels = o.max_pixels;
   c->slots = 4;
   c->lanes = 2;
   c->use_hw = 1;
@@ -59,7 +59,6 @@ void stk__gpu_config_init(stk__gpu_config *c) {
   c->roi = 1;
   c->chroma_interp = 0;  /* 3.5x slower engines for ~85 -> ~98 dB, see gpu.h */
   c->hw_sort = 1;        /* 7-21% more from the engines on an H200, see gpu.h */
-  c->max_pixels = 178956970ULL;
 }
 
 /* ---- geometry --------------------------------------------------------------- */

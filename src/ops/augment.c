@@ -11,6 +11,8 @@
  */
 #include "ops/augment.h"
 
+#include "core/options.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,7 +235,7 @@ static void draw_timm_op(const stk__aug_plan *ap, stk__rng *r, stk__aug *a, int 
   double m = ap->timm_magnitude, sd = ap->timm_mstd;
   if (sd > 100.0 || isinf(sd)) m = uniform(r, 0.0, m); /* timm: mstd > 100 is uniform */
   else if (sd > 0) m = m + sd * stk__rng_normal(r);
-  double hi = ap->timm_mmax > 0 ? ap->timm_mmax : 10.0;
+  double hi = ap->timm_mmax > 0 ? ap->timm_mmax : STK__TIMM_MMAX_DEFAULT;
   m = m < 0.0 ? 0.0 : m > hi ? hi : m;
   double lv = m / 10.0;
   int inc = ap->timm_increasing;

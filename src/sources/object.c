@@ -13,6 +13,7 @@
 
 #include "core/common.h"
 #include "core/fault.h"
+#include "core/options.h"
 #include "sources/source.h"
 
 /* ---- local files --------------------------------------------------------- */
@@ -95,7 +96,7 @@ int stk__object_open(stk__object *o, const char *name, stk__net *net, uint64_t s
   if (net) {
     o->net = net;
     o->size = size;
-    o->part = part ? part : 8u << 20;
+    o->part = part ? part : STK__REMOTE_PART_BYTES;
     return STK_OK;
   }
   struct stat st;

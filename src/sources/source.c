@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/fault.h"
+#include "core/options.h"
 #include "sources/net.h"
 #include "sources/cache_format.h"
 #include "sources/redact.h"
@@ -77,7 +78,7 @@ int stk__source_open(stk__source *s, const stk_options *o, char *msg, size_t msg
 
 static int source_open(stk__source *s, const stk_options *o, char *msg, size_t msglen) {
   memset(s, 0, sizeof *s);
-  s->shuffle_buffer = o->shuffle_buffer > 0 ? o->shuffle_buffer : 1000;
+  s->shuffle_buffer = o->shuffle_buffer > 0 ? o->shuffle_buffer : STK__SHUFFLE_BUFFER_DEFAULT;
   if (o->list_file) return stk__list_open(s, o, msg, msglen);
   if (stk__is_url(o->root)) return stk__tar_open(s, o->root, o, msg, msglen);
   struct stat st;
