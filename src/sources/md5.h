@@ -21,5 +21,12 @@ void stk__md5_init(stk__md5 *m);
 void stk__md5_update(stk__md5 *m, const void *p, size_t n);
 /* The digest, 16 bytes. */
 void stk__md5_final(stk__md5 *m, uint8_t out[16]);
+/* stk__md5_update(m[k], p, n) for k = 0, 1, 2: the three ETag chains of a
+ * shard (whole, 8 MiB parts, 16 MiB parts) over the same bytes. While the
+ * three are at a block boundary their blocks are computed together, their
+ * dependency chains interleaved: about 3.5x the speed of three updates (MD5
+ * is one long chain of dependent additions, which leaves most of a core's
+ * units idle). */
+void stk__md5_update3(stk__md5 *const m[3], const void *p, size_t n);
 
 #endif

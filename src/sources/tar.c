@@ -2037,10 +2037,10 @@ static int shard_etags(const char *path, char *out, size_t cap, char *err, size_
   /* (1 MiB reads: a part boundary, a multiple of 1 MiB, never falls inside one) */
   while ((r = pread(fd, b, 1u << 20, (off_t)off)) > 0 || (r < 0 && errno == EINTR)) {
     if (r < 0) continue;
-    stk__md5_update(&all, b, (size_t)r);
+    stk__md5 *const three[3] = {&all, &cur[0], &cur[1]};
+    stk__md5_update3(three, b, (size_t)r); /* the three chains at once */
     off += (uint64_t)r;
     for (int k = 0; k < 2; k++) {
-      stk__md5_update(&cur[k], b, (size_t)r);
       if (off % part[k]) continue;
       stk__md5_final(&cur[k], d);
       stk__md5_update(&outer[k], d, 16);
