@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "sources/hub.h"
+#include "sources/redact.h"
 #include "sources/s3.h"
 
 /* ---- the part of libcurl's ABI (soname 4) that stoker uses --------------- */
@@ -58,7 +60,7 @@ enum {
   O_NOSIGNAL = 99, O_PRIVATE = 10103, O_TIMEOUT_MS = 155, O_CONNECTTIMEOUT_MS = 156,
   O_TCP_KEEPALIVE = 213, O_PROTOCOLS_STR = 10318, O_CUSTOMREQUEST = 10036, O_POSTFIELDS = 10015,
   O_POSTFIELDSIZE_LARGE = 30120,
-  I_RESPONSE_CODE = 0x200002,
+  I_RESPONSE_CODE = 0x200002, I_REDIRECT_URL = 0x10001F,
   M_MAXCONNECTS = 6, M_MAX_HOST_CONNECTIONS = 7,
   E_OK = 0, E_UNSUPPORTED_PROTOCOL = 1, E_URL_MALFORMAT = 3, E_COULDNT_RESOLVE_HOST = 6, E_WRITE_ERROR = 23,
   E_PEER_FAILED_VERIFICATION = 60, E_SSL_CACERT_BADFILE = 77,
@@ -224,7 +226,7 @@ int stk__http_fetch(const char *method, const char *url, const char *const *head
 
 int stk__is_url(const char *name) {
   return name && (!strncmp(name, "s3://", 5) || !strncasecmp(name, "http://", 7) ||
-                  !strncasecmp(name, "https://", 8));
+                  !strncasecmp(name, "https://", 8) || stk__is_hf(name));
 }
 
 void stk__url_redact(const char *url, char *out, size_t cap) {
@@ -250,6 +252,9 @@ void stk__url_redact(const char *url, char *out, size_t cap) {
  * many attempts that takes: an outage of minutes must not fail a batch
  * that read_timeout allows to wait. */
 #define DNS_ATTEMPTS 3
+/* Redirects one request follows (requests allows 30, browsers about 20; the
+ * Hub takes one, a CDN behind it maybe one more): a loop ends here. */
+#define MAX_REDIRECTS 10
 
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
@@ -294,6 +299,15 @@ struct stk__net_req {
   uint64_t cred_gen;  /* the credentials' generation this attempt was signed with */
   int renewed;        /* an ExpiredToken refusal renewed them once already */
   int bare;           /* the waiter wants the reason without the URL */
+  /* redirects, followed here rather than by libcurl, so that what goes to
+   * the next host (a token, a signature) is decided here */
+  char *at_url;       /* the URL the current attempt was sent to */
+  char *target;       /* where the last redirect led; NULL before any */
+  int hops;           /* redirects followed by this attempt's chain */
+  int cross;          /* one of them led to another origin: no token since */
+  char *link;         /* the response's Link header (the Hub's pages) */
+  uint64_t linked_size;  /* the Hub's X-Linked-Size (of a redirect) */
+  char linked_etag[96];  /* and X-Linked-Etag */
 };
 
 struct stk__net {
@@ -312,6 +326,11 @@ struct stk__net {
   uint64_t rng;
   _Atomic uint64_t bytes, requests, retries, failures;
   _Atomic uint64_t micros;
+  /* the Hub's token (hub.h): sent to its origins only, and never after a
+   * redirect to another */
+  char hf_token[1024];
+  int hf_has;
+  const char *hf_where;
 };
 
 /* strlcpy: truncating a long ETag or reason is fine here */
@@ -320,6 +339,11 @@ static void scopy(char *dst, size_t cap, const char *src) {
   memcpy(dst, src, n);
   dst[n] = '\0';
 }
+
+/* memset through a volatile pointer: a secret's copy is cleared even where
+ * the compiler sees no later read of it */
+static void *(*const volatile wipe_fn)(void *, int, size_t) = memset;
+static void wipe(void *p, size_t n) { wipe_fn(p, 0, n); }
 
 static double wall(void) {
   struct timespec ts;
@@ -347,6 +371,13 @@ static void fail(stk__net_req *q, int rc, const char *fmt, ...) {
   va_start(ap, fmt);
   if (w > 0 && (size_t)w < sizeof q->why) vsnprintf(q->why + w, sizeof q->why - (size_t)w, fmt, ap);
   va_end(ap);
+  size_t l = strlen(q->why);
+  if (q->target && l < sizeof q->why)
+    snprintf(q->why + l, sizeof q->why - l, " (at %s, after %d redirect%s)", q->target, q->hops,
+             q->hops == 1 ? "" : "s");
+  /* a redirect's target is often pre-signed (its signature in the query),
+   * and libcurl's reasons may quote a URL: none leaves with its secrets */
+  stk__url_scrub(q->why);
   finish(q, rc);
 }
 
@@ -401,9 +432,32 @@ int stk__http_header(stk__http_head *h, const char *p, size_t n) {
   return 0;
 }
 
+/* The headers a redirect and the Hub's listing carry (outside
+ * stk__http_header, whose line copy is too short for a Link URL). */
+static void hub_header(stk__net_req *q, const char *p, size_t n) {
+  char v[96];
+  if (n > 5 && !strncasecmp(p, "link:", 5)) {
+    free(q->link);
+    q->link = strndup(p + 5, n - 5 < 16384 ? n - 5 : 16384);
+    if (q->link) q->link[strcspn(q->link, "\r\n")] = '\0';
+  } else if (n > 14 && !strncasecmp(p, "x-linked-size:", 14)) {
+    snprintf(v, sizeof v, "%.*s", (int)(n - 14 < 40 ? n - 14 : 40), p + 14);
+    uint64_t s;
+    if (parse_count(v, v + strcspn(v, "\r\n"), &s) == STK_OK) q->linked_size = s;
+  } else if (n > 14 && !strncasecmp(p, "x-linked-etag:", 14)) {
+    stk__http_head h;
+    memset(&h, 0, sizeof h);
+    char line[200];
+    snprintf(line, sizeof line, "ETag:%.*s", (int)(n - 14 < 150 ? n - 14 : 150), p + 14);
+    stk__http_header(&h, line, strlen(line));
+    memcpy(q->linked_etag, h.etag, sizeof q->linked_etag);
+  }
+}
+
 static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
   stk__net_req *q = ud;
   size_t n = sz * nm;
+  hub_header(q, p, n);
   stk__http_head h;
   h.status = q->status;
   h.size = q->size;
@@ -477,58 +531,70 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
 
 static void enqueue(stk__net *n, stk__net_req *q);
 
-/* The HTTP URL of a request, and for s3:// its signature headers. */
-static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
+/* The S3 URL of an s3:// request, and its signature's headers. 0, 1 (it
+ * waits for a renewal) or -1 (failed). */
+static int prepare_s3(stk__net *n, stk__net_req *q, char *url, size_t cap) {
   char hdr[STK__S3_MAX_HEADERS][STK__S3_HEADER_LEN];
   int nh = 0;
-  if (!strncmp(q->url, "s3://", 5)) {
-    if (!n->s3_ok) {
-      fail(q, STK_EINVAL, "%s", n->s3_err);
-      return -1;
-    }
-    if (q->renewed && stk__s3_renewing(&n->s3, q->cred_gen) &&
-        (!q->deadline || stk__now() < q->deadline)) {
-      /* refused as expired: wait for the renewal, without holding up others */
-      q->not_before = stk__now() + 0.02;
-      enqueue(n, q);
-      return 1;
-    }
-    const char *b = q->url + 5, *slash = strchr(b, '/');
-    char bucket[256];
-    size_t bl = slash ? (size_t)(slash - b) : strlen(b);
-    if (!bl || bl >= sizeof bucket) {
-      fail(q, STK_EINVAL, "not an s3://bucket/key name");
-      return -1;
-    }
-    memcpy(bucket, b, bl);
-    bucket[bl] = '\0';
-    const char *key = slash ? slash + 1 : "";
-    const char *query = strchr(key, '?'); /* listings carry their canonical query */
-    char k[2048], cpath[3 * 2048], host[300];
-    size_t kl = query ? (size_t)(query - key) : strlen(key);
-    if (kl >= sizeof k) {
-      fail(q, STK_EINVAL, "the key is too long");
-      return -1;
-    }
-    memcpy(k, key, kl);
-    k[kl] = '\0';
-    if (stk__s3_url(&n->s3, bucket, k, query ? query + 1 : "", url, cap, cpath, sizeof cpath, host,
-                    sizeof host)) {
-      fail(q, STK_EINVAL, "the URL is too long");
-      return -1;
-    }
-    q->cred_gen = stk__s3_sign(&n->s3, q->method ? q->method : q->head ? "HEAD" : "GET", host,
-                               cpath, query ? query + 1 : "", q->method ? q->send_hash : NULL,
-                               (int64_t)wall(), hdr, &nh);
-  } else {
-    snprintf(url, cap, "%s", q->url);
+  if (!n->s3_ok) {
+    fail(q, STK_EINVAL, "%s", n->s3_err);
+    return -1;
   }
+  if (q->renewed && stk__s3_renewing(&n->s3, q->cred_gen) &&
+      (!q->deadline || stk__now() < q->deadline)) {
+    /* refused as expired: wait for the renewal, without holding up others */
+    q->not_before = stk__now() + 0.02;
+    enqueue(n, q);
+    return 1;
+  }
+  const char *b = q->url + 5, *slash = strchr(b, '/');
+  char bucket[256];
+  size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+  if (!bl || bl >= sizeof bucket) {
+    fail(q, STK_EINVAL, "not an s3://bucket/key name");
+    return -1;
+  }
+  memcpy(bucket, b, bl);
+  bucket[bl] = '\0';
+  const char *key = slash ? slash + 1 : "";
+  const char *query = strchr(key, '?'); /* listings carry their canonical query */
+  char k[2048], cpath[3 * 2048], host[300];
+  size_t kl = query ? (size_t)(query - key) : strlen(key);
+  if (kl >= sizeof k) {
+    fail(q, STK_EINVAL, "the key is too long");
+    return -1;
+  }
+  memcpy(k, key, kl);
+  k[kl] = '\0';
+  if (stk__s3_url(&n->s3, bucket, k, query ? query + 1 : "", url, cap, cpath, sizeof cpath, host,
+                  sizeof host)) {
+    fail(q, STK_EINVAL, "the URL is too long");
+    return -1;
+  }
+  q->cred_gen = stk__s3_sign(&n->s3, q->method ? q->method : q->head ? "HEAD" : "GET", host,
+                             cpath, query ? query + 1 : "", q->method ? q->send_hash : NULL,
+                             (int64_t)wall(), hdr, &nh);
   for (int i = 0; i < nh; i++) {
     struct curl_slist *s = cu.slist_append(q->hdrs, hdr[i]);
     if (!s) break;
     q->hdrs = s;
   }
   memset(hdr, 0, sizeof hdr); /* a signature and maybe a session token */
+  return 0;
+}
+
+/* The Hub's token and the Range of an attempt to url. */
+static void add_headers(stk__net *n, stk__net_req *q, const char *url) {
+  /* the Hub's token: to its own origins, and not once a redirect went to
+   * another (a CDN that would otherwise see it), as browsers and requests
+   * drop Authorization */
+  if (n->hf_has && !q->cross && stk__hf_token_origin(url)) {
+    char bearer[1100];
+    snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", n->hf_token);
+    struct curl_slist *sl = cu.slist_append(q->hdrs, bearer);
+    if (sl) q->hdrs = sl;
+    wipe(bearer, sizeof bearer);
+  }
   uint64_t from = q->off + q->got;
   if (q->method) {
     /* no form content type for a body, and no 100-continue round trip */
@@ -547,6 +613,33 @@ static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
     struct curl_slist *s = cu.slist_append(q->hdrs, r);
     if (s) q->hdrs = s;
   }
+}
+
+/* The HTTP URL of a request, and its headers: an s3:// request's
+ * signature, the Hub's token, a Range. 0, 1 (queued again) or -1 (failed). */
+static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
+  if (q->target) {
+    /* a redirect's target as it is: a signature covers the first host and
+     * path only (the target is most often pre-signed itself) */
+    snprintf(url, cap, "%s", q->target);
+  } else if (stk__is_hf(q->url)) {
+    char why[300];
+    const char *off = getenv("HF_HUB_OFFLINE");
+    if (off && off[0] && strcmp(off, "0") && strcasecmp(off, "false")) {
+      fail(q, STK_EIO, "HF_HUB_OFFLINE is set: the Hub is not reached");
+      return -1;
+    }
+    if (stk__hf_resolve_url(q->url, url, cap, why, sizeof why)) {
+      fail(q, STK_EINVAL, "%s", why);
+      return -1;
+    }
+  } else if (!strncmp(q->url, "s3://", 5)) {
+    int rc = prepare_s3(n, q, url, cap);
+    if (rc) return rc;
+  } else {
+    snprintf(url, cap, "%s", q->url);
+  }
+  add_headers(n, q, url);
   return 0;
 }
 
@@ -561,6 +654,12 @@ static void start(stk__net *n, stk__net_req *q) {
     return;
   }
   q->easy = e;
+  free(q->at_url);
+  q->at_url = strdup(url); /* (NULL: a redirect from it keeps the token off) */
+  q->linked_size = 0;
+  q->linked_etag[0] = '\0';
+  free(q->link);
+  q->link = NULL;
   q->status = 0;
   q->att_got = 0;
   q->errlen = 0;
@@ -643,6 +742,24 @@ static void s3_code(const stk__net_req *q, char *out, size_t cap) {
   snprintf(out, cap, " %.*s", (int)(l < 64 ? l : 64), c);
 }
 
+/* A 401/403 of an http(s):// or hf:// request: what was sent, and where the
+ * token comes from (never the token). */
+static int refused_http(stk__net *n, stk__net_req *q, long status) {
+  int hub = !q->cross && (stk__is_hf(q->url) || (q->at_url && stk__hf_token_origin(q->at_url)));
+  if (hub)
+    fail(q, STK_EIO,
+         "access denied (HTTP %ld): a gated or private repository needs the token of an account "
+         "that has access (HF_TOKEN, or huggingface-cli login); %s%s",
+         status, n->hf_has ? "a token was sent, from " : "no token was sent: none is set",
+         n->hf_has ? n->hf_where : "");
+  else
+    fail(q, STK_EIO, "access denied (HTTP %ld)%s", status,
+         q->hops ? ": the redirect's target refused it (a pre-signed URL expired, or a token "
+                   "was needed there)"
+                 : "");
+  return 1;
+}
+
 /* A 401/403, or S3's ExpiredToken (400 or 403): credentials that expired
  * before their renewal (a clock off, a revoked session) are renewed now
  * and the request sent once more; anything else fails, saying where the
@@ -650,6 +767,7 @@ static void s3_code(const stk__net_req *q, char *out, size_t cap) {
 static int refused(stk__net *n, stk__net_req *q, long status, const char *code) {
   int expired = !strcmp(code, " ExpiredToken");
   if (!expired && status != 401 && status != 403) return 0;
+  if (strncmp(q->url, "s3://", 5)) return refused_http(n, q, status);
   if (expired && !q->renewed && stk__s3_expired(&n->s3, q->cred_gen)) {
     q->renewed = 1;
     atomic_fetch_add(&n->retries, 1);
@@ -667,12 +785,102 @@ static int refused(stk__net *n, stk__net_req *q, long status, const char *code) 
   return 1;
 }
 
+/* A retry starts again from the request's own URL, not from a redirect's
+ * target: a pre-signed target may have expired since, and the first host
+ * gives a fresh one. */
+static void restart_chain(stk__net_req *q) {
+  free(q->target);
+  q->target = NULL;
+  q->hops = 0;
+  q->cross = 0;
+}
+
+/* A 3xx answer to a GET or HEAD, followed here: the token goes on only
+ * while the chain stays on one origin (scheme, host and port), as browsers
+ * and requests drop Authorization on a cross-host redirect; an S3
+ * signature never goes on (prepare). 1 when dealt with; takes loc. */
+static int redirected(stk__net *n, stk__net_req *q, long status, char *loc) {
+  int follow = status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
+  if (!follow || q->method || !loc) { /* an upload's redirect is an error */
+    free(loc);
+    return 0;
+  }
+  if (q->head && q->linked_size) {
+    /* the Hub answers a HEAD of a file with its redirect, the size and ETag
+     * in X-Linked-Size and X-Linked-Etag (as huggingface_hub reads them):
+     * the CDN's pre-signed target is signed for GET and may refuse a HEAD */
+    free(loc);
+    q->size = q->linked_size;
+    if (q->linked_etag[0]) memcpy(q->etag, q->linked_etag, sizeof q->etag);
+    finish(q, STK_OK);
+    return 1;
+  }
+  char a[1100], b[1100];
+  int http = !strncasecmp(loc, "http://", 7) || !strncasecmp(loc, "https://", 8);
+  if (!http || q->hops >= MAX_REDIRECTS) {
+    if (http)
+      fail(q, STK_EIO, "HTTP %ld: too many redirects (over %d)", status, MAX_REDIRECTS);
+    else
+      fail(q, STK_EIO, "HTTP %ld: a redirect to a URL that is not HTTP(S)", status);
+    free(loc);
+    return 1;
+  }
+  if (!q->at_url || stk__url_origin(q->at_url, a, sizeof a) ||
+      stk__url_origin(loc, b, sizeof b) || strcmp(a, b))
+    q->cross = 1;
+  free(q->target);
+  q->target = loc;
+  q->hops++;
+  /* the target's headers say the size and the ETag, not the redirect's */
+  q->size = 0;
+  q->etag[0] = '\0';
+  q->not_before = 0;
+  enqueue(n, q);
+  return 1;
+}
+
+/* A response that is no success (status outside 2xx): 1 when the request
+ * failed for good, 0 with the reason in why when it is retried. */
+static int status_failed(stk__net *n, stk__net_req *q, long status, char *why, size_t cap) {
+  char code[80];
+  if (status >= 300 && status < 400) {
+    fail(q, STK_EIO, "HTTP %ld: %s", status,
+         q->method ? "a redirect of an upload, not followed" : "a redirect without a Location");
+    return 1;
+  }
+  s3_code(q, code, sizeof code);
+  if (refused(n, q, status, code)) return 1;
+  if (status == 404) {
+    fail(q, STK_EIO, "not found (HTTP 404%s)", code);
+    return 1;
+  }
+  if (status == 416) {
+    fail(q, STK_EDECODE, "range not satisfiable (HTTP 416): the object is shorter than expected");
+    return 1;
+  }
+  if (status >= 500 || status == 429 || status == 408) {
+    snprintf(why, cap, "HTTP %ld%s", status, code);
+    return 0;
+  }
+  fail(q, STK_EIO, "HTTP %ld%s", status, code);
+  return 1;
+}
+
+static void retry_later(stk__net *n, stk__net_req *q, int result, const char *why);
+
 /* An attempt ended (I/O thread, mutex held): done, failed, or retried. */
 static void completed(stk__net *n, stk__net_req *q, int result) {
   long status = q->status;
   char errbuf[256];
   snprintf(errbuf, sizeof errbuf, "%s", q->errbuf[0] ? q->errbuf : cu.easy_strerror(result));
+  char *loc = NULL;
+  if (result == E_OK && status >= 300 && status < 400) {
+    /* libcurl resolves a relative Location against the request's URL */
+    char *r = NULL;
+    if (cu.easy_getinfo(q->easy, I_REDIRECT_URL, &r) == E_OK && r) loc = strdup(r);
+  }
   end_attempt(n, q);
+  if (loc && redirected(n, q, status, loc)) return;
   char why[300] = "";
   if (result == E_OK && status >= 200 && status < 300) {
     int partial = q->len && q->got < q->len && !q->head && !q->method;
@@ -692,23 +900,7 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
     snprintf(why, sizeof why, "the body ended after %llu of %llu bytes",
              (unsigned long long)q->got, (unsigned long long)q->len);
   } else if (result == E_OK) {
-    char code[80];
-    s3_code(q, code, sizeof code);
-    if (refused(n, q, status, code)) return;
-    if (status == 404) {
-      fail(q, STK_EIO, "not found (HTTP 404%s)", code);
-      return;
-    }
-    if (status == 416) {
-      fail(q, STK_EDECODE, "range not satisfiable (HTTP 416): the object is shorter than expected");
-      return;
-    }
-    if (status >= 500 || status == 429 || status == 408) {
-      snprintf(why, sizeof why, "HTTP %ld%s", status, code);
-    } else {
-      fail(q, STK_EIO, "HTTP %ld%s", status, code);
-      return;
-    }
+    if (status_failed(n, q, status, why, sizeof why)) return;
   } else if (result == E_WRITE_ERROR && q->write_errno) {
     fail(q, STK_EIO, "cannot write the local copy: %s", strerror(q->write_errno));
     return;
@@ -726,6 +918,12 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
     /* resets, refusals, timeouts, DNS: the network may come back */
     snprintf(why, sizeof why, "%s", errbuf);
   }
+  retry_later(n, q, result, why);
+}
+
+/* A failed attempt that may succeed later: queued again after a backoff,
+ * or failed once the deadline (or the DNS attempts) would pass. */
+static void retry_later(stk__net *n, stk__net_req *q, int result, const char *why) {
   q->attempt++;
   /* a name that does not resolve is most often a typo: a few tries only */
   int most = result == E_COULDNT_RESOLVE_HOST ? DNS_ATTEMPTS : INT32_MAX;
@@ -741,6 +939,7 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
   }
   atomic_fetch_add(&n->retries, 1);
   q->not_before = now + wait;
+  restart_chain(q);
   enqueue(n, q);
 }
 
@@ -808,6 +1007,7 @@ int stk__net_open(stk__net **out, double timeout, char *msg, size_t msglen) {
   n->timeout = timeout > 0 ? timeout : 0; /* 0: no deadline */
   /* an S3 configuration error fails only s3:// requests */
   n->s3_ok = stk__s3_load(&n->s3, n->s3_err, sizeof n->s3_err) == STK_OK;
+  n->hf_has = stk__hf_token(n->hf_token, sizeof n->hf_token, &n->hf_where);
   n->rng = (uint64_t)(wall() * 1e6) ^ (uint64_t)(uintptr_t)n;
   pthread_mutex_init(&n->mu, NULL);
   pthread_cond_init(&n->done_cv, NULL);
@@ -841,6 +1041,7 @@ void stk__net_close(stk__net *n) {
   pthread_mutex_destroy(&n->mu);
   pthread_cond_destroy(&n->done_cv);
   stk__s3_free(&n->s3); /* the secret */
+  wipe(n->hf_token, sizeof n->hf_token);
   free(n);
 }
 
@@ -991,6 +1192,9 @@ uint8_t *stk__net_take(stk__net_req *q) {
 
 void stk__net_free(stk__net_req *q) {
   if (!q) return;
+  free(q->at_url);
+  free(q->target);
+  free(q->link);
   free(q->data);
   free(q->url);
   free(q);
@@ -1138,10 +1342,72 @@ int stk__s3_list_page(const char *body, size_t len, const char *bucket, stk__net
   return STK_OK;
 }
 
+static int by_url(const void *a, const void *b) {
+  return strcmp(((const stk__net_object *)a)->url, ((const stk__net_object *)b)->url);
+}
+
+/* One page of an hf:// listing at *next (replaced by the next page's URL,
+ * "" after the last). */
+static int hf_page(stk__net *n, const char *url, const char *root, char *next, size_t cap,
+                   stk__net_object **v, int *count, int *vcap, char *msg, size_t msglen) {
+  stk__net_req *q = stk__net_get(n, next, 0, 0, 64u << 20, 0);
+  stk__net_body body;
+  char why[800];
+  int rc = stk__net_wait(q, &body, why, sizeof why);
+  if (rc) {
+    /* name the listing as the user wrote it, not the API's URL */
+    const char *r = q ? strstr(why, ": ") : NULL;
+    stk__fail(msg, msglen, rc, "cannot list %s%s", url, r ? r : why);
+    stk__net_free(q);
+    return rc;
+  }
+  rc = stk__hf_tree_page((const char *)body.data, body.len, root, v, count, vcap, why,
+                         sizeof why);
+  if (rc) stk__fail(msg, msglen, rc, "cannot list %s: %s", url, why);
+  char nx[16384] = "";
+  if (rc == STK_OK && q->link && stk__link_next(q->link, nx, sizeof nx) && !strcmp(nx, next))
+    rc = stk__fail(msg, msglen, STK_EFORMAT,
+                   "cannot list %s: the Hub's listing links a page to itself", url);
+  stk__net_free(q);
+  if (strlen(nx) >= cap)
+    rc = stk__fail(msg, msglen, STK_EFORMAT, "cannot list %s: a next page's URL too long", url);
+  if (rc == STK_OK) snprintf(next, cap, "%s", nx);
+  return rc;
+}
+
+/* The files under an hf:// folder, by the Hub's tree API, page after page
+ * as its Link headers lead, sorted by name as an S3 listing is. */
+static int hf_list(stk__net *n, const char *url, stk__net_object **out, int *count, char *msg,
+                   size_t msglen) {
+  stk__hf_ref r;
+  int rc = stk__hf_parse(url, &r, msg, msglen);
+  if (rc) return rc;
+  char root[4200], next[16384];
+  snprintf(root, sizeof root, "%.*s", (int)r.root_len, url);
+  if ((rc = stk__hf_tree_url(url, next, sizeof next, msg, msglen))) return rc;
+  stk__net_object *v = NULL;
+  int cap = 0;
+  /* (a bound on the pages: a server whose cursors never end cannot keep
+   * the opening going forever) */
+  for (int page = 0; rc == STK_OK && next[0]; page++)
+    rc = page < 1000000
+             ? hf_page(n, url, root, next, sizeof next, &v, count, &cap, msg, msglen)
+             : stk__fail(msg, msglen, STK_EFORMAT, "cannot list %s: over a million pages", url);
+  if (rc) {
+    stk__net_objects_free(v, *count);
+    *count = 0;
+    return rc;
+  }
+  if (*count > 1) qsort(v, (size_t)*count, sizeof *v, by_url);
+  *out = v;
+  return STK_OK;
+}
+
 int stk__net_list(stk__net *n, const char *url, stk__net_object **out, int *count, char *msg,
                   size_t msglen) {
   *out = NULL;
   *count = 0;
+  if (stk__is_hf(url)) return hf_list(n, url, out, count, msg, msglen);
   const char *b = url + 5, *slash = strchr(b, '/');
   char bucket[256];
   size_t bl = slash ? (size_t)(slash - b) : strlen(b);
