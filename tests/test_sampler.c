@@ -260,12 +260,16 @@ static void test_weighted(void) {
     CHECK_MSG(ok, "rank %d of 2 is not its slice of the global draw", rank);
     stk__sampler_free(&s);
   }
-  /* the draw alone, 12 of them */
-  double cum[6] = {1, 3, 6, 10, 10, 15};
-  for (int i = 0; i < 6; i++) cum[i] /= 15;
-  cum[5] = 1;
-  stk__weighted_draw(cum, 6, 0, 12, out);
-  CHECK(memcmp(out, k_weighted_seed0, sizeof out) == 0);
+  /* world 4: 8 draws (the padded total), rank r keeps draws r and r + 4 */
+  for (int rank = 0; rank < 4; rank++) {
+    CHECK(stk__sampler_init(&s, 6, rank, 4, 1, 0, 0) == STK_OK);
+    CHECK(stk__sampler_weights(&s, path, err, sizeof err) == STK_OK);
+    CHECK_EQ_INT(s.num_samples, 2);
+    stk__sampler_epoch(&s, 0, out);
+    CHECK_MSG(out[0] == k_weighted_seed0[rank] && out[1] == k_weighted_seed0[rank + 4],
+              "rank %d of 4 is not its slice of the global draw", rank);
+    stk__sampler_free(&s);
+  }
   /* refusals, naming the file's problem */
   const char *bad[] = {"1 2 3 4 0", "1 2 3 4 0 5 6", "1 2 -3 4 0 5", "1 2 x 4 0 5",
                        "0 0 0 0 0 0", "1 2 nan 4 0 5", "1 2 inf 4 0 5"};

@@ -40,7 +40,6 @@
 #include "core/common.h"
 #include "core/errors.h"
 #include "core/options.h"
-#include "ops/augment.h" /* the batch mixing's draws (stk__mix_draw*) */
 #include "stoker.h"
 
 /* errors into exceptions, keyword options into stk_options (shared with
@@ -636,6 +635,7 @@ static PyObject *Loader_stats(PyObject *o, PyObject *unused) {
       dict_set(d, "remote_part_bytes", PyLong_FromUnsignedLongLong(s.remote_part_bytes)) ||
       dict_set(d, "remote_part_peak", PyLong_FromUnsignedLongLong(s.remote_part_peak)) ||
       dict_set(d, "remote_cache_bytes", PyLong_FromUnsignedLongLong(s.remote_cache_bytes)) ||
+      dict_set(d, "remote_streaming", PyBool_FromLong(s.remote_streaming)) ||
       dict_set(d, "threads", PyLong_FromLong(s.threads)) ||
       dict_set(d, "slots", PyLong_FromLong(s.slots))) {
     Py_DECREF(d);
@@ -780,44 +780,6 @@ static PyType_Spec Loader_spec = {
 };
 
 /* ---- module functions -------------------------------------------------------- */
-
-/* The loader's MixUp/CutMix for one batch: _mix_params(seed, epoch, batch,
- * mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, (x1, y1, x2, y2)); mode 0
- * none, 1 MixUp, 2 CutMix; lam the weight of each image's own label. */
-static PyObject *mix_params(PyObject *m, PyObject *args) {
-  unsigned long long seed, epoch;
-  long long batch;
-  double ma, ca;
-  int w, h;
-  if (!PyArg_ParseTuple(args, "KKLddii", &seed, &epoch, &batch, &ma, &ca, &w, &h)) return NULL;
-  if (w < 1 || h < 1) {
-    PyErr_SetString(PyExc_ValueError, "w and h must be positive");
-    return NULL;
-  }
-  stk__mix x;
-  stk__mix_draw(ma, ca, seed, epoch, batch, w, h, &x);
-  return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
-}
-
-/* timm's Mixup for one batch: _mix_params_timm(seed, epoch, batch,
- * mixup_alpha, cutmix_alpha, prob, switch_prob, correct_lam, w, h) -> (mode,
- * lam, box), as _mix_params; its pairing is flip(0). */
-static PyObject *mix_params_timm(PyObject *m, PyObject *args) {
-  unsigned long long seed, epoch;
-  long long batch;
-  stk__mix_timm t;
-  int w, h;
-  if (!PyArg_ParseTuple(args, "KKLddddpii", &seed, &epoch, &batch, &t.mixup_alpha,
-                        &t.cutmix_alpha, &t.prob, &t.switch_prob, &t.correct_lam, &w, &h))
-    return NULL;
-  if (w < 1 || h < 1) {
-    PyErr_SetString(PyExc_ValueError, "w and h must be positive");
-    return NULL;
-  }
-  stk__mix x;
-  stk__mix_draw_timm(&t, seed, epoch, batch, w, h, &x);
-  return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
-}
 
 /* check_file(path, **keywords): the keywords are the loader's (its options
  * table), so that the file is refused exactly where a loader of the same
@@ -1041,11 +1003,6 @@ static PyObject *strerror_(PyObject *m, PyObject *arg) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"_mix_params_timm", mix_params_timm, METH_VARARGS,
-     "_mix_params_timm(seed, epoch, batch, mixup_alpha, cutmix_alpha, prob, switch_prob,\n"
-     "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode)."},
-    {"_mix_params", mix_params, METH_VARARGS,
-     "_mix_params(seed, epoch, batch, mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, box)."},
     {"check_file", (PyCFunction)(void (*)(void))check_file, METH_VARARGS | METH_KEYWORDS,
      "check_file(path, **options) -> (width, height); raises DecodeError when the file cannot "
      "be decoded, and where a loader of the same options (pipeline=, size=, max_decode_bytes=, "

@@ -1,7 +1,7 @@
 /*
  * _stoker_ops.c: stoker._stoker_ops, a PRIVATE extension module: hooks into
  * the library's internals (the crop draw, the augmentation ops, the draws of
- * a sample's augmentations) for the tests, which compare them with
+ * a sample's augmentations, a batch's MixUp/CutMix draw) for the tests, which compare them with
  * torchvision and timm, and for stoker.functional, which replays them.
  *
  * Not an API: names and signatures change with the library. It is built
@@ -207,6 +207,44 @@ static PyObject *op_names(PyObject *m, PyObject *unused) {
   return t;
 }
 
+/* The loader's MixUp/CutMix for one batch: _mix_params(seed, epoch, batch,
+ * mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, (x1, y1, x2, y2)); mode 0
+ * none, 1 MixUp, 2 CutMix; lam the weight of each image's own label. */
+static PyObject *mix_params(PyObject *m, PyObject *args) {
+  unsigned long long seed, epoch;
+  long long batch;
+  double ma, ca;
+  int w, h;
+  if (!PyArg_ParseTuple(args, "KKLddii", &seed, &epoch, &batch, &ma, &ca, &w, &h)) return NULL;
+  if (w < 1 || h < 1) {
+    PyErr_SetString(PyExc_ValueError, "w and h must be positive");
+    return NULL;
+  }
+  stk__mix x;
+  stk__mix_draw(ma, ca, seed, epoch, batch, w, h, &x);
+  return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
+}
+
+/* timm's Mixup for one batch: _mix_params_timm(seed, epoch, batch,
+ * mixup_alpha, cutmix_alpha, prob, switch_prob, correct_lam, w, h) -> (mode,
+ * lam, box), as _mix_params; its pairing is flip(0). */
+static PyObject *mix_params_timm(PyObject *m, PyObject *args) {
+  unsigned long long seed, epoch;
+  long long batch;
+  stk__mix_timm t;
+  int w, h;
+  if (!PyArg_ParseTuple(args, "KKLddddpii", &seed, &epoch, &batch, &t.mixup_alpha,
+                        &t.cutmix_alpha, &t.prob, &t.switch_prob, &t.correct_lam, &w, &h))
+    return NULL;
+  if (w < 1 || h < 1) {
+    PyErr_SetString(PyExc_ValueError, "w and h must be positive");
+    return NULL;
+  }
+  stk__mix x;
+  stk__mix_draw_timm(&t, seed, epoch, batch, w, h, &x);
+  return Py_BuildValue("(id(iiii))", x.mode, x.lam, x.x1, x.y1, x.x2, x.y2);
+}
+
 static PyMethodDef module_methods[] = {
     {"_rrc_params", rrc_params, METH_VARARGS,
      "_rrc_params(width, height, scale, ratio, seed, epoch, index) -> (top, left, h, w).\n"
@@ -218,6 +256,11 @@ static PyMethodDef module_methods[] = {
      "_aug_draws(epoch, first, count[, with_mix], **options) -> (kinds, mags, erase boxes[,\n"
      "(with_mix 2: ..., each op's warp filter (0 or STK__WARP_ + 1), every erase box [4][4])]\n"
      "AugMix chains (mix_at, width, 4 lengths), AugMix weights (5)]) (tests)."},
+    {"_mix_params_timm", mix_params_timm, METH_VARARGS,
+     "_mix_params_timm(seed, epoch, batch, mixup_alpha, cutmix_alpha, prob, switch_prob,\n"
+     "correct_lam, w, h) -> (mode, lam, box): timm's Mixup (batch mode) (tests)."},
+    {"_mix_params", mix_params, METH_VARARGS,
+     "_mix_params(seed, epoch, batch, mixup_alpha, cutmix_alpha, w, h) -> (mode, lam, box) (tests)."},
     {"_op_names", op_names, METH_NOARGS, "_op_names() -> the ops' names by kind (tests)."},
     {NULL, NULL, 0, NULL},
 };

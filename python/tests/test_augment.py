@@ -419,7 +419,7 @@ def test_mixup_cutmix_follow_torchvision_v2(folder, dtype, channels_last):
     ld = stoker.ImageLoader(folder, 6, pipeline=pipe, mix=mix, **kw)
     modes = set()
     for (x0, y0, idx, epoch), b in zip(plain, ld.iter_batches()):
-        mode, lam, (x1, y1, x2, y2) = _stoker._mix_params(11, epoch, b.batch_index, 0.2, 1.0, 32, 32)
+        mode, lam, (x1, y1, x2, y2) = _stoker_ops._mix_params(11, epoch, b.batch_index, 0.2, 1.0, 32, 32)
         modes.add(mode)
         x = x0.float()
         if mode == 1:  # v2.MixUp: inpt.roll(1, 0).mul_(1.0 - lam).add_(inpt.mul(lam))
@@ -469,7 +469,7 @@ def test_timm_mixup_follows_its_definition(folder, dtype, channels_last):
         plain = _batches_epoch(folder, pipe, kw, epoch)
         ld.set_epoch(epoch)
         for (x0, y0, idx, _), b in zip(plain, ld.iter_batches()):
-            mode, lam, box = _stoker._mix_params_timm(12, epoch, b.batch_index, 0.8, 1.0, 0.8,
+            mode, lam, box = _stoker_ops._mix_params_timm(12, epoch, b.batch_index, 0.8, 1.0, 0.8,
                                                       0.4, True, 32, 32)
             modes.add(mode)
             ref, soft = _timm_reference(x0, y0, mode, lam, box, 5, 0.1)
@@ -510,7 +510,7 @@ def test_timm_mixup_draws_in_distribution():
     from scipy import stats
 
     n = 100_000
-    d = [_stoker._mix_params_timm(3, 1, b, 0.8, 1.0, 0.7, 0.3, True, 176, 176) for b in range(n)]
+    d = [_stoker_ops._mix_params_timm(3, 1, b, 0.8, 1.0, 0.7, 0.3, True, 176, 176) for b in range(n)]
     modes = np.array([m for m, _, _ in d])
     lams = np.array([lam for _, lam, _ in d])
     boxes = np.array([box for _, _, box in d])
@@ -646,7 +646,7 @@ def test_mix_draws_in_distribution():
     n = 200_000
     modes, lams, boxes = [], [], []
     for b in range(n):
-        mode, lam, box = _stoker._mix_params(0, 0, b, 0.2, 1.0, 176, 176)
+        mode, lam, box = _stoker_ops._mix_params(0, 0, b, 0.2, 1.0, 176, 176)
         modes.append(mode)
         lams.append(lam)
         boxes.append(box)

@@ -107,9 +107,6 @@ const stk__option *stk__option_by_cli(const char *flag) {
 const stk__option *stk__option_by_py(const char *keyword) {
   return find(stk__options, stk__num_options, offsetof(stk__option, py), keyword);
 }
-const stk__option *stk__pack_option_by_name(const char *name) {
-  return find(stk__pack_options, stk__num_pack_options, offsetof(stk__option, name), name);
-}
 const stk__option *stk__pack_option_by_cli(const char *flag) {
   return find(stk__pack_options, stk__num_pack_options, offsetof(stk__option, cli), flag);
 }
@@ -204,11 +201,6 @@ void stk__option_set_float(void *o, const stk__option *d, int k, double v) {
   }
   float f = (float)v;
   memcpy((char *)field(o, d) + (size_t)k * sizeof f, &f, sizeof f);
-}
-const char *stk__option_get_str(const void *o, const stk__option *d) {
-  const char *v;
-  memcpy(&v, cfield(o, d), sizeof v);
-  return v;
 }
 void stk__option_set_str(void *o, const stk__option *d, const char *v) {
   memcpy(field(o, d), &v, sizeof v);

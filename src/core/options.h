@@ -248,7 +248,10 @@
   X(mix_classes, INT, STK__V(0), 0, STK__INT_MAX, NULL, "--mix-classes", "mix_classes", \
     "MixUp/CutMix soft-label columns; 0 = the source's classes") \
   X(weights_file, STR, STK__V(0), 0, 0, NULL, "--weights", "weights_file", \
-    "weighted sampling with replacement: a file of one weight a sample, in sample order")
+    "weighted sampling with replacement: a file of one weight a sample, in sample order") \
+  X(stream_first_epoch, BOOL, STK__V(1), 0, 1, NULL, "--stream-first-epoch", \
+    "stream_first_epoch", \
+    "remote shards without an index: stream the first epoch, indexing as it reads; 0 = scan all at open")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *
@@ -352,8 +355,7 @@ const char *stk__option_type_name(stk__opt_type t);
 const stk__option *stk__option_by_name(const char *name);
 const stk__option *stk__option_by_cli(const char *flag);
 const stk__option *stk__option_by_py(const char *keyword);
-/* The same in the table of stk_pack_options. */
-const stk__option *stk__pack_option_by_name(const char *name);
+/* A flag's or a keyword's row in the table of stk_pack_options. */
 const stk__option *stk__pack_option_by_cli(const char *flag);
 const stk__option *stk__pack_option_by_py(const char *keyword);
 
@@ -376,7 +378,6 @@ uint64_t stk__option_get_u64(const void *o, const stk__option *d);
 void stk__option_set_u64(void *o, const stk__option *d, uint64_t v);
 double stk__option_get_float(const void *o, const stk__option *d, int k);
 void stk__option_set_float(void *o, const stk__option *d, int k, double v);
-const char *stk__option_get_str(const void *o, const stk__option *d);
 void stk__option_set_str(void *o, const stk__option *d, const char *v);
 
 /* Is v (an INT/BOOL/ENUM value, or a FLOAT element) inside the row's

@@ -820,8 +820,6 @@ void *stk__gpu_slot_event(stk__gpu *g, int slot) {
 }
 
 size_t stk__gpu_image_bytes(const stk__gpu *g) { return g ? g->image_bytes : 0; }
-void *stk__gpu_context(stk__gpu *g) { return g ? (void *)g->ctx : NULL; }
-int stk__gpu_device(const stk__gpu *g) { return g ? g->device : -1; }
 
 int stk__gpu_engine_ways(const stk__gpu *g) { return g && g->lanes && g->lanes[0].nhs > 0; }
 

@@ -347,10 +347,6 @@ int stk__gpu_download_images(stk__gpu *g, int slot, int n, const int *index, con
 int stk__gpu_host_alloc(stk__gpu *g, size_t bytes, void **p, char *msg, size_t msglen);
 void stk__gpu_host_free(stk__gpu *g, void *p);
 
-/* The primary context of the device (CUcontext), for callers that need it
- * current to use the events and pointers above. */
-void *stk__gpu_context(stk__gpu *g);
-int stk__gpu_device(const stk__gpu *g);
 /* Whether the engines can be driven both ways (cfg.hw_states > 0 and the
  * decoupled decoder opened): only then does the next call choose. */
 int stk__gpu_engine_ways(const stk__gpu *g);

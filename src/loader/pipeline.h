@@ -15,6 +15,7 @@
 #include "core/common.h"
 #include "ops/augment.h"
 #include "ops/ops.h"
+#include "sources/bounded_read.h"
 #include "sources/source.h"
 #include "stoker.h"
 
@@ -170,5 +171,9 @@ uint64_t stk__plan_pixel_ceiling(const stk__plan *p);
  * verified, where the source keeps one). Size to *w, *h when not NULL. */
 int stk__check_sample(const stk__source *src, int64_t i, const stk_options *opt, int *w, int *h,
                       char *msg, size_t msglen);
+/* The same with the sample's read through br (its bytes; a cache's pixels
+ * are mapped, not read). */
+int stk__check_sample_bounded(const stk__source *src, int64_t i, const stk_options *opt,
+                              stk__bounded_reader *br, int *w, int *h, char *msg, size_t msglen);
 
 #endif

@@ -41,11 +41,6 @@ int stk__bounded_read_file(stk__bounded_reader *br, const char *path, uint64_t m
 int stk__bounded_read_sample(stk__bounded_reader *br, const stk__source *src, int64_t i,
                              uint64_t max_bytes, stk__bytes *out, char *msg, size_t msglen);
 
-/* stoker check's stk__check_sample (pipeline.h) with the sample's read
- * through br (its bytes; a cache's pixels are mapped, not read). */
-int stk__check_sample_bounded(const stk__source *src, int64_t i, const stk_options *opt,
-                              stk__bounded_reader *br, int *w, int *h, char *msg, size_t msglen);
-
 /* Helpers abandoned by every reader so far that have not yet returned. */
 int64_t stk__bounded_stuck(void);
 

@@ -64,26 +64,6 @@ static double mt_uniform53(mt19937 *m) {
   return (double)(v & ((UINT64_C(1) << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
-void stk__weighted_draw(const double *cum, int64_t n, uint64_t seed, int64_t count,
-                        int64_t *out) {
-  mt19937 m;
-  mt_seed(&m, (uint32_t)seed);
-  /* torch's multinomial_with_replacement: the first bucket whose cumulative
-   * probability is not below the draw (a binary search) */
-  for (int64_t k = 0; k < count; k++) {
-    double u = mt_uniform53(&m);
-    int64_t left = 0, right = n;
-    while (right - left > 0) {
-      int64_t mid = left + (right - left) / 2;
-      if (cum[mid] < u)
-        left = mid + 1;
-      else
-        right = mid;
-    }
-    out[k] = left;
-  }
-}
-
 int stk__sampler_weights(stk__sampler *s, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) return stk__fail(err, errlen, STK_EIO, "weights: cannot open %s: %s", path, strerror(errno));

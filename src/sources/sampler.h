@@ -57,12 +57,6 @@ int64_t stk__sampler_copy(const stk__sampler *s, int64_t j);
  * (or STK_EIO) and a message naming the file. */
 int stk__sampler_weights(stk__sampler *s, const char *path, char *err, size_t errlen);
 
-/* Weighted sampling from the cumulative weights `cum` (n entries, the last
- * 1): draws `count` samples with the generator seeded with `seed`, writing
- * draw k to out[k]; torch.multinomial's CPU kernel with replacement. */
-void stk__weighted_draw(const double *cum, int64_t n, uint64_t seed, int64_t count,
-                        int64_t *out);
-
 /* Writes this rank's num_samples indices for `epoch` into out. */
 void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out);
 
