@@ -6,7 +6,10 @@ Each round packs the same folder once with every binary given (in turn,
 the order alternating between rounds), each into a prefix of its own, and
 times the whole command (listing, packing, uploading, classes.txt). The
 table gives each binary's median over the rounds and the ratio to the
-first binary. The uploaded objects are checked to be the same bytes for
+first binary, with the CPU seconds (user + system) of the pack and of the
+server over the run, which the other work on a shared machine does not
+change as it changes the time, and the load average (1 min) before each
+run. The uploaded objects are checked to be the same bytes for
 every binary (their sizes and ETags of the single-PUT objects; the shards
 by a GET and SHA-256 of each).
 
@@ -20,6 +23,7 @@ usage: bench/pack_s3.py DIR BIN [BIN ...] [--rounds 3] [--shard-size S]
 import argparse
 import hashlib
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,6 +34,12 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "python", "tests"))
 
 import servers  # noqa: E402
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) of process pid so far."""
+    st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def digests(srv, prefix):
@@ -52,6 +62,8 @@ def main():
         env = {k: v for k, v in os.environ.items() if k not in servers.S3Server.CLEARED}
         env.update(srv.env())
         times = {b: [] for b in a.bins}
+        cpu = {b: [] for b in a.bins}
+        server = {b: [] for b in a.bins}
         first = {}
         for r in range(a.rounds):
             order = a.bins if r % 2 == 0 else list(reversed(a.bins))
@@ -60,13 +72,20 @@ def main():
                 cmd = [b, "pack", a.dir, f"s3://{srv.bucket}/{prefix}", "--tar"]
                 if a.shard_size:
                     cmd += ["--shard-size", a.shard_size]
+                load = os.getloadavg()[0]
+                r0, s0 = resource.getrusage(resource.RUSAGE_CHILDREN), proc_cpu(srv.proc.pid)
                 t0 = time.perf_counter()
                 p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 dt = time.perf_counter() - t0
+                r1, s1 = resource.getrusage(resource.RUSAGE_CHILDREN), proc_cpu(srv.proc.pid)
+                c = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
                 if p.returncode:
                     sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr.decode()[-2000:]}")
                 times[b].append(dt)
-                print(f"round {r + 1}  {b}: {dt:.2f} s", flush=True)
+                cpu[b].append(c)
+                server[b].append(s1 - s0)
+                print(f"round {r + 1}  {b}: {dt:.2f} s, pack CPU {c:.2f} s, server CPU "
+                      f"{s1 - s0:.2f} s, load {load:.1f}", flush=True)
                 if r == 0:
                     first[b] = digests(srv, prefix)
         ref = first[a.bins[0]]
@@ -75,11 +94,13 @@ def main():
                 sys.exit(f"{b} uploaded other bytes than {a.bins[0]}: {first[b]} vs {ref}")
         print(f"\nsame objects from every binary: {sorted(ref)}")
         base = statistics.median(times[a.bins[0]])
-        print(f"\n{'binary':60s} {'median s':>9s} {'rounds':>24s} {'speedup':>8s}")
+        print(f"\n{'binary':44s} {'median s':>9s} {'rounds':>20s} {'speedup':>8s} "
+              f"{'pack CPU s':>10s} {'server CPU s':>12s}")
         for b in a.bins:
             m = statistics.median(times[b])
             rounds = " ".join(f"{t:.2f}" for t in times[b])
-            print(f"{b:60s} {m:9.2f} {rounds:>24s} {base / m:7.2f}x")
+            print(f"{b:44s} {m:9.2f} {rounds:>20s} {base / m:7.2f}x "
+                  f"{statistics.median(cpu[b]):10.2f} {statistics.median(server[b]):12.2f}")
     finally:
         srv.stop()
 

@@ -1506,7 +1506,9 @@ static int list_prefix(const char *url, tar_impl *t, names *nm, char **folder, c
 static int list_remote(const char *url, tar_impl *t, char **dir, char *msg, size_t msglen) {
   names nm = {0};
   int rc = STK_OK, listed = 0;
-  int s3 = !strncmp(url, "s3://", 5);
+  /* s3:// and hf:// folders can be listed (a bucket listing, the Hub's
+   * tree API); an http(s):// one cannot */
+  int s3 = !strncmp(url, "s3://", 5) || !strncmp(url, "hf://", 5);
   char *folder = NULL;
   if (strchr(url, '{')) {
     rc = brace_expand(url, &nm, msg, msglen);

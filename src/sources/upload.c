@@ -253,17 +253,18 @@ static int enqueue(store_w *w, up_obj *o, int part, uint64_t off, uint64_t len) 
   return 0;
 }
 
-/* A new object `name` of the prefix, uploaded from the file at path. */
-static up_obj *obj_new(store_w *w, const char *name, const char *path, int shard, char *err,
-                       size_t errlen) {
+/* A new object `name` of the prefix into *op, uploaded from the file at
+ * path (opened now). */
+static int obj_new(store_w *w, up_obj **op, const char *name, const char *path, int shard,
+                   char *err, size_t errlen) {
   up_obj *o = calloc(1, sizeof *o);
+  *op = NULL;
   up_obj **v = w->nobjs == w->objs_cap
                    ? realloc(w->objs, (size_t)(w->objs_cap ? w->objs_cap * 2 : 16) * sizeof *v)
                    : w->objs;
   if (!o || !v) {
     free(o);
-    stk__fail(err, errlen, STK_ENOMEM, "out of memory");
-    return NULL;
+    return stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   }
   if (v != w->objs) w->objs_cap = w->objs_cap ? w->objs_cap * 2 : 16;
   w->objs = v;
@@ -272,15 +273,16 @@ static up_obj *obj_new(store_w *w, const char *name, const char *path, int shard
   o->shard = shard;
   o->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (o->fd < 0) {
-    stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
+    int rc = stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
     free(o);
-    return NULL;
+    return rc;
   }
   pthread_mutex_lock(&w->mu);
   w->objs[w->nobjs++] = o;
   w->open_objs++;
   pthread_mutex_unlock(&w->mu);
-  return o;
+  *op = o;
+  return STK_OK;
 }
 
 /* Starts o's multipart upload (on the writer's thread: one small POST). */
@@ -377,10 +379,12 @@ static int sw_grown(void *ctx, int shard, const char *path, uint64_t bytes, int 
   store_w *w = ctx;
   const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   up_obj *o = w->nobjs ? w->objs[w->nobjs - 1] : NULL;
-  if (!o || !o->shard || o->shard - 1 != shard) o = obj_new(w, name, path, shard + 1, err, errlen);
-  if (!o) return STK_ENOMEM;
+  int rc = STK_OK;
+  if (!o || !o->shard || o->shard - 1 != shard)
+    rc = obj_new(w, &o, name, path, shard + 1, err, errlen);
+  if (rc) return rc;
   pthread_mutex_lock(&w->mu);
-  int rc = w->rc ? stk__fail(err, errlen, w->rc, "%s", w->msg) : STK_OK;
+  if (w->rc) rc = stk__fail(err, errlen, w->rc, "%s", w->msg);
   pthread_mutex_unlock(&w->mu);
   if (rc == STK_OK) rc = feed(w, o, bytes, done, err, errlen);
   if (rc || !done) return rc;
@@ -390,9 +394,9 @@ static int sw_grown(void *ctx, int shard, const char *path, uint64_t bytes, int 
   snprintf(iname, sizeof iname, "%s" STK__TAR_INDEX_EXT, name);
   if (stat(idx, &st) != 0)
     return stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", idx, strerror(errno));
-  up_obj *io = obj_new(w, iname, idx, 0, err, errlen);
-  if (!io) return STK_EIO;
-  rc = feed(w, io, (uint64_t)st.st_size, 1, err, errlen);
+  up_obj *io = NULL;
+  rc = obj_new(w, &io, iname, idx, 0, err, errlen);
+  if (rc == STK_OK) rc = feed(w, io, (uint64_t)st.st_size, 1, err, errlen);
   return rc ? rc : wait_uploads(w, 0, err, errlen);
 }
 
@@ -553,8 +557,8 @@ static int sw_finish(void *wp, int rc, const stk__dataset *ds, stk_pack_result *
     up_obj *o = NULL;
     if (stat(path, &st) != 0)
       rc = stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", path, strerror(errno));
-    else if (!(o = obj_new(w, "classes.txt", path, 0, err, errlen)))
-      rc = STK_EIO;
+    else
+      rc = obj_new(w, &o, "classes.txt", path, 0, err, errlen);
     if (rc == STK_OK) rc = feed(w, o, (uint64_t)st.st_size, 1, err, errlen);
     if (rc == STK_OK) rc = wait_uploads(w, 1, err, errlen);
   }
