@@ -3,8 +3,10 @@
  * fetch the sample from its source, read the header, choose the crop, decode only what the crop
  * needs, resample it into its place in the batch slot.
  *
- * The plan is built once per loader and only read afterwards; the worker
- * state is per thread and reused from sample to sample.
+ * The plan is built once per loader and only read afterwards, but for its
+ * decode budget (stk__budget, changed under its own mutex; stk__plan_free
+ * destroys it); the worker state is per thread and reused from sample to
+ * sample.
  */
 #ifndef STK_PIPELINE_H
 #define STK_PIPELINE_H
