@@ -1926,10 +1926,12 @@ static void request_ahead(tar_impl *t, int k, const char *index_dir) {
  * so that opening costs one round trip less; *dir gets that folder. */
 static stk__net_req *early_classes(stk__net *net, const char *path, char **dir) {
   const char *slash = strrchr(path, '/');
-  /* (s3://bucket/name without a '/' at the end names the folder name/) */
+  /* (s3://bucket/name without a '/' at the end names the folder name/;
+   * with one, the folder is what precedes it, as list_remote says) */
+  size_t pl = strlen(path);
   if (!strncmp(path, "s3://", 5) && !strchr(path, '{') && !has_tar_suffix(path) &&
-      !stk__tar_compressed(path))
-    slash = path + strlen(path);
+      !stk__tar_compressed(path) && pl && path[pl - 1] != '/')
+    slash = path + pl;
   if (!slash || slash <= strstr(path, "://") + 2 || !(*dir = strndup(path, (size_t)(slash - path))))
     return NULL;
   char *u = stk__path_join(*dir, "classes.txt");
