@@ -611,6 +611,47 @@ static int submit_batch(stk_loader *l, slot *s) {
   return 0;
 }
 
+/* Slot s's failures noted once, as finalisation first reaches it (mutex
+ * held). */
+static void note_failures(stk_loader *l, slot *s) {
+  for (int j = 0; j < s->n; j++) {
+    if (s->codes[j])
+      note_failure(l, s, s->indices[j], s->codes[j], s->msgs + (size_t)j * MSG_LEN);
+    else
+      l->consec_fail = 0;
+  }
+  s->fin_noted = 1;
+  s->fin_j = 0;
+}
+
+/* Under skip: slot s's holes refilled in order, from the hole it was at
+ * (when finalisation was handed over after a refill's read timed out), and
+ * those left (the epoch ran out) closed up, keeping order (in the sink, and
+ * here the labels, indices and codes). -1: a reset came, or this thread was
+ * abandoned, during a refill (mutex held). */
+static int refill_holes(stk_loader *l, worker_ctx *wc, slot *s) {
+  for (int j = s->fin_j; j < s->n; j++) {
+    if (!s->codes[j]) continue;
+    s->fin_j = j;
+    int r = refill_hole(l, wc, s, j);
+    if (r < 0) return -1;
+    if (r == 0) break;
+  }
+  int k = 0;
+  for (int j = 0; j < s->n; j++) {
+    if (s->codes[j]) continue;
+    if (k != j) {
+      l->sink.ops->move(&l->sink, (int)(s - l->slots), j, k);
+      s->labels[k] = s->labels[j];
+      s->indices[k] = s->indices[j];
+      s->codes[k] = 0;
+    }
+    k++;
+  }
+  s->n = k;
+  return 0;
+}
+
 /* Finalises complete batches in batch order (see the file comment). With a
  * sink that submits, the batches are then submitted by the same thread
  * after `finalizing` is cleared, so that another thread can finalise and
@@ -633,41 +674,9 @@ static void finalize_locked(stk_loader *l, worker_ctx *wc) {
       l->need_finalize = 1;
       break;
     }
-    if (!s->fin_noted) {
-      for (int j = 0; j < s->n; j++) {
-        if (s->codes[j])
-          note_failure(l, s, s->indices[j], s->codes[j], s->msgs + (size_t)j * MSG_LEN);
-        else
-          l->consec_fail = 0;
-      }
-      s->fin_noted = 1;
-      s->fin_j = 0;
-    }
-    if (refills) {
-      /* from the hole it was at, when finalisation was handed over after
-       * a refill's read timed out */
-      for (int j = s->fin_j; j < s->n; j++) {
-        if (!s->codes[j]) continue;
-        s->fin_j = j;
-        int r = refill_hole(l, wc, s, j);
-        if (r < 0) return; /* reset (it cleared `finalizing`) or abandoned */
-        if (r == 0) break;
-      }
-      /* Holes left (the epoch ran out): close them up, keeping order (in
-       * the sink, and here the labels, indices and codes). */
-      int k = 0;
-      for (int j = 0; j < s->n; j++) {
-        if (s->codes[j]) continue;
-        if (k != j) {
-          l->sink.ops->move(&l->sink, (int)(s - l->slots), j, k);
-          s->labels[k] = s->labels[j];
-          s->indices[k] = s->indices[j];
-          s->codes[k] = 0;
-        }
-        k++;
-      }
-      s->n = k;
-    }
+    if (!s->fin_noted) note_failures(l, s);
+    /* -1: a reset (it cleared `finalizing`), or this thread was abandoned */
+    if (refills && refill_holes(l, wc, s) < 0) return;
     l->next_finalize++;
     if (submits(l) && !s->err && s->n > 0 && nsubmit < (int)(sizeof submit / sizeof submit[0])) {
       if (l->sink.ops->finalised) l->sink.ops->finalised(&l->sink);
