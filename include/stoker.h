@@ -372,6 +372,12 @@ typedef struct stk_options {
                                 sample order (numbers separated by white
                                 space; finite, >= 0, not all 0); NULL =
                                 off */
+
+  /* Remote tar shards without an index (a field added in 0.6): 1 = the
+   * open reads the listing and one part, and the first epoch streams the
+   * shards, indexing them as it reads them (its len() is an estimate); 0 =
+   * the open reads every shard that is not indexed yet. docs/remote.md */
+  int stream_first_epoch;    /* 1 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. stk_options_init is a macro that
@@ -543,6 +549,9 @@ typedef struct stk_stats {
   uint64_t remote_part_bytes; /* bytes the parts in memory hold now */
   uint64_t remote_part_peak; /* and at most so far */
   uint64_t remote_cache_bytes; /* bytes read from local copies (cache_dir) */
+  int remote_streaming;      /* 1 while the sample table is the first epoch's
+                                stream of foreign shards (stream_first_epoch):
+                                positions, not yet the shards' index */
 } stk_stats;
 
 STK_API int stk_loader_stats(const stk_loader *l, stk_stats *out);

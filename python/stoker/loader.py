@@ -259,8 +259,9 @@ def _check_kwargs(kwargs):
 
 
 def _is_url(name):
-    """s3://, http:// and https:// names: remote tar shards."""
-    return isinstance(name, str) and name.lower().startswith(("s3://", "http://", "https://"))
+    """s3://, http://, https:// and hf:// names: remote tar shards."""
+    return isinstance(name, str) and name.lower().startswith(("s3://", "http://", "https://",
+                                                              "hf://"))
 
 
 def _dataset_folder(root, pipeline):
@@ -431,7 +432,8 @@ class ImageLoader:
                  cache_max_side: int = PACK_DEFAULTS["max_side"],
                  cache_dir: Optional[StrPath] = None,
                  cache_bytes: int = DEFAULTS["cache_bytes"],
-                 remote_memory: int = DEFAULTS["remote_memory"]) -> None:
+                 remote_memory: int = DEFAULTS["remote_memory"],
+                 stream_first_epoch: bool = DEFAULTS["stream_first_epoch"]) -> None:
         """Builds the loader: scans (or opens) the source and starts the threads, which
         begin preparing the first epoch at once.
 
@@ -531,6 +533,7 @@ class ImageLoader:
             ra_reps=_int("ra_reps", ra_reps),
             verify=bool(verify),
             remote_memory=_int("remote_memory", remote_memory),
+            stream_first_epoch=bool(stream_first_epoch),
         )
         if shuffle is not None:  # None: C's default (shuffle for train, not for eval)
             opts["shuffle"] = 1 if shuffle else 0
@@ -920,6 +923,8 @@ class ImageLoader:
         else:
             self._epoch = self._next_epoch()
             epoch, batch = self._epoch, 0
+        if epoch != 0:
+            self._leave_stream()
         self._partial = None
         self._c.seek(epoch, batch)  # a no-op when already there (keeps the prefetch)
         p = _Pass(self, epoch, batch, with_info)
@@ -946,6 +951,8 @@ class ImageLoader:
         self._partial = None  # asked for: this epoch, even if a pass of it was cut short
         self._resume = None
         if self._live_pass() is None and not self._c.closed:
+            if epoch != 0:
+                self._leave_stream()
             self._c.set_epoch(epoch)  # start preparing it now
 
     def state_dict(self) -> Dict[str, Any]:
@@ -988,7 +995,23 @@ class ImageLoader:
         self._partial = None
         self._pass = None  # an older iterator must not continue
         if not self._c.closed:
+            if epoch != 0:
+                self._leave_stream()
             self._c.seek(epoch, batch)
+
+    def _leave_stream(self) -> None:
+        """After the first epoch of foreign remote shards (streamed, with
+        positions for samples: docs/remote.md), reopens the C loader on the
+        shards' index, which that epoch wrote to the index folder: the later
+        epochs are exact, with their own len(). Shards the index folder still
+        lacks (another node's ranks read them) are scanned by this open."""
+        if self._c.closed or not self._c.stats().get("remote_streaming"):
+            return
+        self._pass = None
+        self._unpin()
+        self._c.close()
+        self._c_args["stream_first_epoch"] = False
+        self._c = _stoker.Loader(**self._c_args)
 
     def _reseed(self, seed: int) -> None:
         """Reopens the C loader with another seed (it takes its seed only at

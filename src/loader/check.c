@@ -164,6 +164,7 @@ int stk_check(const stk_options *opt, stk_check_result *res,
   stk__source src;
   memset(&src, 0, sizeof src);
   int rc = stk__options_validate(&o, err, errlen);
+  o.stream_first_epoch = 0; /* every sample, by its name: the shards' index */
   if (!rc) rc = stk__source_open(&src, &o, err, errlen);
   if (rc) {
     stk__source_close(&src); /* a failed open may hold part of its table */

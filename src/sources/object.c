@@ -149,7 +149,10 @@ static int window_at(stk__object *o, uint64_t off) {
   return rc;
 }
 
+static ssize_t parts_pread(stk__object *o, void *dst, size_t n, uint64_t off);
+
 ssize_t stk__object_pread(stk__object *o, void *dst, size_t n, uint64_t off) {
+  if (o->parts && o->fd < 0) return parts_pread(o, dst, n, off);
   if (o->fd >= 0) {
     size_t got = 0;
     while (got < n) {
@@ -473,8 +476,18 @@ void stk__parts_memory(stk__parts *p, uint64_t *now, uint64_t *peak) {
   pthread_mutex_unlock(&p->mu);
 }
 
+static int parts_copy(stk__parts *p, int obj, const char *url, uint64_t off, uint64_t len,
+                      uint8_t *dst, int consume, char *msg, size_t msglen);
+
 int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint64_t len,
                     uint8_t *dst, char *msg, size_t msglen) {
+  return parts_copy(p, obj, url, off, len, dst, 1, msg, msglen);
+}
+
+/* A read of planned bytes gives up its plan's hold on the piece; a scan
+ * through the store (consume 0) holds none and must not take the reads'. */
+static int parts_copy(stk__parts *p, int obj, const char *url, uint64_t off, uint64_t len,
+                      uint8_t *dst, int consume, char *msg, size_t msglen) {
   uint64_t end = off + len, at = off;
   int rc = STK_OK;
   while (rc == STK_OK && at < end) {
@@ -502,7 +515,7 @@ int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint6
     if (rc == STK_OK) memcpy(dst + (at - off), b.data + (at - c->off), (size_t)(stop - at));
     pthread_mutex_lock(&p->mu);
     c->users--;
-    if (c->refs) c->refs--;
+    if (consume && c->refs) c->refs--;
     c->tick = ++p->tick;
     if (rc) {
       /* a failed piece must not fail the later reads of its bytes (the
@@ -515,4 +528,63 @@ int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint6
     at = stop;
   }
   return rc;
+}
+
+void stk__parts_want(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
+                     uint64_t epoch) {
+  pthread_mutex_lock(&p->mu);
+  piece *c = find(p, obj, off);
+  if (c) {
+    c->tick = ++p->tick;
+  } else if (off < size) {
+    /* the whole part, less what pieces already hold of it */
+    uint64_t start = off - off % p->part, stop = start + p->part;
+    for (piece *o = p->list; o; o = o->next)
+      if (o->obj == obj && o->off + o->len <= off && o->off + o->len > start)
+        start = o->off + o->len;
+    if (stop > size) stop = size;
+    stop = next_start(p, obj, off, stop);
+    c = stop > start ? calloc(1, sizeof *c) : NULL;
+    if (c) {
+      c->obj = obj;
+      c->off = start;
+      c->len = stop - start;
+      c->tick = ++p->tick;
+      c->req = stk__net_get(p->net, url, start, c->len, 0, 0);
+      if (c->req) {
+        p->fetched[part_of(p, obj, off)] = epoch + 1;
+        c->next = p->list;
+        p->list = c;
+        p->bytes += c->len;
+        if (p->bytes > p->peak) p->peak = p->bytes;
+        evict(p);
+      } else {
+        free(c);
+      }
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t stk__parts_budget(stk__parts *p) { return p->budget; }
+
+/* A remote object read through the store of parts (stk__object_parts):
+ * the parts at off and the next o->depth are requested, so that a scan
+ * waits for a round trip only at its start; the bytes stay in the store
+ * for the sample reads that follow the scan. */
+static ssize_t parts_pread(stk__object *o, void *dst, size_t n, uint64_t off) {
+  if (off >= o->size) return 0;
+  if (n > o->size - off) n = (size_t)(o->size - off);
+  uint64_t first = off - off % o->part;
+  for (unsigned k = 0; k <= o->depth && first + k * o->part < o->size; k++)
+    stk__parts_want(o->parts, o->obj, o->name, o->size, first + k * o->part, o->epoch);
+  if (parts_copy(o->parts, o->obj, o->name, off, n, dst, 0, o->why, sizeof o->why)) return -1;
+  return (ssize_t)n;
+}
+
+void stk__object_parts(stk__object *o, stk__parts *p, int obj, unsigned depth, uint64_t epoch) {
+  o->parts = p;
+  o->obj = obj;
+  o->depth = depth;
+  o->epoch = epoch;
 }

@@ -43,6 +43,8 @@ int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg
 int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
                          char *msg, size_t msglen);
 
+struct stk__parts;
+
 typedef struct {
   const char *name; /* the path or URL (borrowed) */
   uint64_t size;
@@ -55,6 +57,11 @@ typedef struct {
   stk__net_req *ahead; /* the next window, requested */
   uint64_t ahead_off;
   char why[800];    /* the last failure */
+  /* read through a store of parts instead (stk__object_parts) */
+  struct stk__parts *parts;
+  int obj;
+  unsigned depth;   /* parts requested beyond the one read */
+  uint64_t epoch;
 } stk__object;
 
 /* Opens a local file (size from fstat) or a remote object of known size
@@ -87,6 +94,16 @@ void stk__parts_reset(stk__parts *p);
  * the reason in msg. */
 int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint64_t len,
                     uint8_t *dst, char *msg, size_t msglen);
+/* Part of object `obj` holding byte off will be read soon: the whole part
+ * is requested now unless a piece holds that byte (no plan holds it: it
+ * stays while the budget allows, least recently used first). */
+void stk__parts_want(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
+                     uint64_t epoch);
+uint64_t stk__parts_budget(stk__parts *p);
+/* Makes the remote object o read through the store p as its object `obj`
+ * (a streamed scan: its bytes then serve the sample reads too), with
+ * `depth` parts requested ahead of the one read. */
+void stk__object_parts(stk__object *o, stk__parts *p, int obj, unsigned depth, uint64_t epoch);
 /* Bytes the parts hold now, and their peak. */
 void stk__parts_memory(stk__parts *p, uint64_t *now, uint64_t *peak);
 

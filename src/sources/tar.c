@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,7 @@ typedef struct {
   int beside;           /* remote: the shards have indexes beside them (.stkidx) */
   char (*etag)[96];     /* remote shards' ETags ("" = none: no index cache) */
   int64_t *lost;        /* per stand-in (as why): the samples it stands for */
+  struct tar_stream *st; /* the first epoch's stream, or NULL (see below) */
 } tar_impl;
 
 /* Remote reads: parts of 8 MiB, and the bytes the parts that no started
@@ -1668,6 +1670,438 @@ static void write_note(char *note, size_t cap, const tally *ta) {
   if (note[0] == ' ') memmove(note, note + 1, strlen(note));
 }
 
+/* classes.txt's names, or the label numbers (as for a list file). */
+static int name_classes(stk__source *s, const classlist *cl, int32_t maxlabel, char *msg,
+                        size_t msglen) {
+  int rc = STK_OK;
+  if (!cl->present) {
+    rc = stk__dataset_number_classes(&s->ds, maxlabel + 1);
+  } else if (!(s->ds.classes = calloc((size_t)cl->n, sizeof(char *)))) {
+    rc = STK_ENOMEM;
+  }
+  for (int i = 0; cl->present && rc == STK_OK && i < cl->n; i++) {
+    if (!(s->ds.classes[i] = strdup(cl->v[i]))) rc = STK_ENOMEM;
+    s->ds.nclasses = i + 1;
+  }
+  if (rc) stk__fail(msg, msglen, rc, "out of memory");
+  return rc;
+}
+
+/* ---- the first epoch of foreign shards, streamed -------------------------- */
+/* Remote shards written by other tools (no .stkidx beside them) and not yet
+ * in the index folder: scanning them all at open would read the whole
+ * dataset before the first batch. Instead (stream_first_epoch) the open
+ * costs the listing and the first part of shard 0, which gives an estimate
+ * of the samples per byte, hence of the dataset's size; the sample table is
+ * that many positions of a stream. A thread of the source scans this
+ * rank's shards front to back through the store of parts (so the bytes it
+ * reads are those the sample reads then find there, read once), appends
+ * each sample to the stream as its key ends, and keeps each finished
+ * shard's scan in the index folder, as an open's scan is kept. Position j
+ * of the epoch is the stream's j-th sample; past the rank's last sample the
+ * positions wrap round to its first (DistributedSampler's padding). The
+ * scan runs ahead of the positions the loader has asked for by at most half
+ * the parts' budget, so that what it reads is still there when read. Every
+ * rank derives the same estimate from the same bytes, hence the same
+ * len(): the ranks yield the same number of batches. docs/remote.md. */
+typedef struct tar_stream {
+  pthread_t th;
+  int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int *order; /* the rank's shards, in the stream's order */
+  int norder;
+  tar_member *e; /* the stream's samples so far */
+  int32_t *label;
+  uint64_t *at; /* each one's place in the stream's bytes */
+  int64_t n, cap;
+  char **why; /* reasons of the entries whose read fails (damage - 1) */
+  int nwhy;
+  int done, stop, oom;
+  int64_t wanted;   /* the furthest position planned or read; -1 = none */
+  int64_t L;        /* this rank's positions in an epoch */
+  uint64_t scan_at; /* the scan's place in the stream's bytes */
+  uint64_t ahead;   /* how far the scan may run ahead of `wanted` */
+  unsigned depth;   /* parts requested ahead of the scan */
+  classlist cl;
+  char *index_dir;
+} tar_stream;
+
+/* Appends an entry (mutex not held). why != NULL: its read fails with it. */
+static void stream_push(tar_stream *ts, const tar_member *m, int32_t label, uint64_t at,
+                        const char *why) {
+  pthread_mutex_lock(&ts->mu);
+  if (ts->n == ts->cap) {
+    int64_t cap = ts->cap ? 2 * ts->cap : 1024;
+    tar_member *e = realloc(ts->e, (size_t)cap * sizeof *e);
+    if (e) ts->e = e;
+    int32_t *l = e ? realloc(ts->label, (size_t)cap * sizeof *l) : NULL;
+    if (l) ts->label = l;
+    uint64_t *a = l ? realloc(ts->at, (size_t)cap * sizeof *a) : NULL;
+    if (a) ts->at = a;
+    if (!a) goto oom;
+    ts->cap = cap;
+  }
+  tar_member mm = *m;
+  if (why) {
+    char **w = realloc(ts->why, ((size_t)ts->nwhy + 1) * sizeof *w);
+    if (!w || !(w[ts->nwhy] = strdup(why))) {
+      if (w) ts->why = w;
+      goto oom;
+    }
+    ts->why = w;
+    mm.damage = ++ts->nwhy;
+  }
+  ts->e[ts->n] = mm;
+  ts->label[ts->n] = label;
+  ts->at[ts->n++] = at;
+  pthread_cond_broadcast(&ts->cv);
+  pthread_mutex_unlock(&ts->mu);
+  return;
+oom:
+  ts->oom = 1; /* the reads past here fail, saying so */
+  pthread_mutex_unlock(&ts->mu);
+}
+
+/* A failing entry of shard k: "SHARD:NAME: why". */
+static void stream_fail(tar_stream *ts, const tar_impl *t, int k, const char *name,
+                        const char *why, uint64_t at) {
+  char buf[1200];
+  snprintf(buf, sizeof buf, "%s:%s: %s", t->shards[k], name, why);
+  tar_member m = {0, 0, 0, k, 0};
+  stream_push(ts, &m, 0, at, buf);
+}
+
+/* Key r of shard k, ended: a sample of the stream, or (an image without a
+ * usable .cls) an entry that fails as the index's stand-in would. */
+static void stream_rec(tar_stream *ts, const tar_impl *t, int k, const rec *r, uint64_t base) {
+  if (!r->img_name) return;
+  const classlist *cl = &ts->cl;
+  int ok = r->has_cls && r->cls_ok && (cl->present ? r->label < cl->n : r->label < STK__TAR_LABEL_MAX);
+  if (!ok) {
+    const char *why = !r->has_cls ? "no .cls member"
+                      : cl->present ? "its .cls is not a class index of classes.txt"
+                                    : "its .cls is not a non-negative integer below 1048576";
+    stream_fail(ts, t, k, r->img_name, why, base + r->img_off);
+    return;
+  }
+  tar_member m = {r->img_off, r->img_size, r->img_hhash, k, 0};
+  stream_push(ts, &m, r->label, base + r->img_off, NULL);
+}
+
+/* The end of shard k's scan: what it left out, then its damage. */
+static void stream_tail(tar_stream *ts, const tar_impl *t, int k, const shard_scan *sc,
+                        uint64_t at) {
+  for (size_t i = 0; i < sc->nlost; i++) {
+    char why[700];
+    snprintf(why, sizeof why, "left out when the shard was read: %s", sc->lost_why[i]);
+    stream_fail(ts, t, k, sc->lost_name[i], why, at);
+  }
+  if (sc->dm.why[0]) stream_fail(ts, t, k, sc->dm.name, sc->dm.why, at);
+}
+
+/* Waits while the scan is far enough ahead of what the loader asked for. */
+static void stream_wait_room(tar_stream *ts) {
+  pthread_mutex_lock(&ts->mu);
+  for (;;) {
+    if (ts->stop || ts->wanted + 1 >= ts->L || ts->n <= ts->wanted + 1) break;
+    uint64_t ref = ts->wanted >= 0 ? ts->at[ts->wanted] : 0;
+    if (ts->scan_at < ref + ts->ahead) break;
+    pthread_cond_wait(&ts->cv, &ts->mu);
+  }
+  pthread_mutex_unlock(&ts->mu);
+}
+
+/* Scans shard k through the store of parts, emitting each key as the scan
+ * passes it (webdataset writes a key's members together), and keeps the
+ * scan in the index folder. */
+static int stream_scan(tar_stream *ts, tar_impl *t, int k, uint64_t base, shard_scan *sc,
+                       char *msg, size_t msglen) {
+  stk__object obj;
+  char why[256];
+  if (stk__object_open(&obj, t->shards[k], t->net, t->size[k], PART_SIZE, why, sizeof why))
+    return stk__fail(msg, msglen, STK_EIO, "%s", why);
+  stk__object_parts(&obj, t->parts, k, ts->depth, 0);
+  scan_state *st = calloc(1, sizeof *st);
+  if (!st) {
+    stk__object_close(&obj);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  }
+  *st = (scan_state){.path = t->shards[k], .fd = &obj, .fsize = obj.size, .sc = sc,
+                     .dm = {"", ""}, .msg = msg, .msglen = msglen};
+  size_t emitted = 0;
+  while (!scan_step(st)) {
+    for (; emitted + 1 < st->ks.n; emitted++) stream_rec(ts, t, k, &st->ks.r[emitted], base);
+    pthread_mutex_lock(&ts->mu);
+    ts->scan_at = base + st->off;
+    pthread_mutex_unlock(&ts->mu);
+    stream_wait_room(ts);
+    if (ts->stop) st->rc = STK_ECANCELED;
+  }
+  for (; st->rc == STK_OK && emitted < st->ks.n; emitted++)
+    stream_rec(ts, t, k, &st->ks.r[emitted], base);
+  int rc = st->rc;
+  stk__object_close(&obj);
+  free(st->ext);
+  pending_clear(&st->pd);
+  sc->ks = st->ks;
+  sc->dm = st->dm;
+  free(st);
+  return rc;
+}
+
+/* Shard k of the stream: from the index folder when it is there, else
+ * scanned; a shard that cannot be read is one failing entry. */
+static void stream_shard(tar_stream *ts, tar_impl *t, int k, uint64_t base) {
+  shard_scan sc;
+  memset(&sc, 0, sizeof sc);
+  char ipath[4200] = "", key[4400], msg[600] = "";
+  cache_key(t, k, key, sizeof key);
+  int have = shard_index_path(t, k, ts->index_dir, ipath, sizeof ipath) == STK_OK;
+  if (have && load_scan(ipath, key, t->size[k], &sc) == STK_OK) {
+    for (size_t i = 0; i < sc.ks.n; i++) stream_rec(ts, t, k, &sc.ks.r[i], base);
+    stream_tail(ts, t, k, &sc, base + t->size[k]);
+  } else {
+    shard_scan_free(&sc);
+    memset(&sc, 0, sizeof sc);
+    int rc = stream_scan(ts, t, k, base, &sc, msg, sizeof msg);
+    if (rc == STK_OK) {
+      stream_tail(ts, t, k, &sc, base + t->size[k]);
+      if (have) save_scan(ipath, key, &sc); /* unwritable: the next open scans it */
+    } else if (!ts->stop) {
+      stream_fail(ts, t, k, "", msg, base);
+    }
+  }
+  shard_scan_free(&sc);
+}
+
+/* The first parts of the shards after the j-th, as far as the read-ahead
+ * reaches (at most 32 shards: the requests in flight), so that a stream
+ * of small shards does not wait a round trip for each. */
+static void stream_ahead(tar_stream *ts, tar_impl *t, int j) {
+  uint64_t span = t->size[ts->order[j]];
+  for (int i = j + 1; i < ts->norder && i <= j + 32 && span < ts->ahead; i++) {
+    int k = ts->order[i];
+    stk__parts_want(t->parts, k, t->shards[k], t->size[k], 0, 0);
+    span += t->size[k];
+  }
+}
+
+static void *stream_main(void *arg) {
+  tar_impl *t = arg;
+  tar_stream *ts = t->st;
+  uint64_t base = 0;
+  for (int j = 0; j < ts->norder && !ts->stop; j++) {
+    stream_wait_room(ts);
+    stream_ahead(ts, t, j);
+    stream_shard(ts, t, ts->order[j], base);
+    base += t->size[ts->order[j]];
+    pthread_mutex_lock(&ts->mu);
+    ts->scan_at = base;
+    pthread_mutex_unlock(&ts->mu);
+  }
+  pthread_mutex_lock(&ts->mu);
+  ts->done = 1;
+  pthread_cond_broadcast(&ts->cv);
+  pthread_mutex_unlock(&ts->mu);
+  return NULL;
+}
+
+/* Position i of the stream (waiting for the scan to get there): its entry
+ * and label, or the failure of its read. */
+static int stream_get(tar_stream *ts, int64_t i, tar_member *m, int32_t *label, char *msg,
+                      size_t msglen) {
+  pthread_mutex_lock(&ts->mu);
+  if (i > ts->wanted) {
+    ts->wanted = i;
+    pthread_cond_broadcast(&ts->cv);
+  }
+  while (!ts->stop && !ts->done && !ts->oom && i >= ts->n) pthread_cond_wait(&ts->cv, &ts->mu);
+  int rc = STK_OK;
+  if (i >= ts->n && ts->n > 0 && ts->done) i %= ts->n; /* the padding */
+  if (i < ts->n) {
+    *m = ts->e[i];
+    *label = ts->label[i];
+    if (m->damage) rc = stk__fail(msg, msglen, STK_EDECODE, "%s", ts->why[m->damage - 1]);
+  } else {
+    rc = stk__fail(msg, msglen, ts->oom ? STK_ENOMEM : STK_EIO, "%s",
+                   ts->oom    ? "out of memory for the stream's index"
+                   : ts->stop ? "the loader is closing"
+                              : "this rank's shards hold no sample");
+  }
+  pthread_mutex_unlock(&ts->mu);
+  return rc;
+}
+
+/* The entry of position i when the scan has got there, without waiting:
+ * 1 and *m, or 0. Notes i as asked for. */
+static int stream_peek(tar_stream *ts, int64_t i, tar_member *m) {
+  pthread_mutex_lock(&ts->mu);
+  if (i > ts->wanted) {
+    ts->wanted = i;
+    pthread_cond_broadcast(&ts->cv);
+  }
+  if (i >= ts->n && ts->n > 0 && ts->done) i %= ts->n;
+  int have = i < ts->n;
+  if (have) *m = ts->e[i];
+  pthread_mutex_unlock(&ts->mu);
+  return have;
+}
+
+static void stream_close(tar_stream *ts) {
+  if (!ts) return;
+  pthread_mutex_lock(&ts->mu);
+  ts->stop = 1;
+  pthread_cond_broadcast(&ts->cv);
+  pthread_mutex_unlock(&ts->mu);
+  if (ts->started) pthread_join(ts->th, NULL);
+  pthread_mutex_destroy(&ts->mu);
+  pthread_cond_destroy(&ts->cv);
+  for (int i = 0; i < ts->nwhy; i++) free(ts->why[i]);
+  free(ts->why);
+  free(ts->e);
+  free(ts->label);
+  free(ts->at);
+  free(ts->order);
+  classlist_free(&ts->cl);
+  free(ts->index_dir);
+  free(ts);
+}
+
+/* Samples per byte, from the headers in shard 0's first part (the same
+ * bytes on every rank, so every rank makes the same estimate): *count
+ * images in *bytes bytes, and the largest label met. */
+static int stream_sample_rate(tar_impl *t, uint64_t *count, uint64_t *bytes, int32_t *maxlabel,
+                              char *msg, size_t msglen) {
+  stk__object obj;
+  char why[256];
+  if (stk__object_open(&obj, t->shards[0], t->net, t->size[0], PART_SIZE, why, sizeof why))
+    return stk__fail(msg, msglen, STK_EIO, "shard %s: %s", t->shards[0], why);
+  stk__object_parts(&obj, t->parts, 0, 0, 0);
+  shard_scan sc;
+  memset(&sc, 0, sizeof sc);
+  scan_state *st = calloc(1, sizeof *st);
+  if (!st) {
+    stk__object_close(&obj);
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  }
+  *st = (scan_state){.path = t->shards[0], .fd = &obj, .fsize = obj.size, .sc = &sc,
+                     .dm = {"", ""}, .msg = msg, .msglen = msglen};
+  uint64_t lim = obj.size < PART_SIZE ? obj.size : PART_SIZE;
+  int ended = 0;
+  /* (a header and a small .cls after it stay inside the part) */
+  while (st->off + 2 * BLOCK <= lim && !(ended = scan_step(st))) {
+  }
+  *count = 0;
+  for (size_t i = 0; i < st->ks.n; i++) {
+    const rec *r = &st->ks.r[i];
+    if (!r->img_name) continue;
+    ++*count;
+    if (r->cls_ok && r->label < STK__TAR_LABEL_MAX && r->label > *maxlabel) *maxlabel = r->label;
+  }
+  *bytes = ended ? obj.size : st->off;
+  int rc = st->rc;
+  stk__object_close(&obj);
+  free(st->ext);
+  pending_clear(&st->pd);
+  keyset_free(&st->ks);
+  free(st);
+  shard_scan_free(&sc);
+  return rc;
+}
+
+/* This rank's shards in the first epoch: the shards' permutation of
+ * (seed, epoch 0), as later epochs permute theirs, dealt round-robin. */
+static int stream_order(tar_stream *ts, int nshards, const stk_options *o) {
+  int64_t *perm = malloc((size_t)nshards * sizeof *perm);
+  ts->order = malloc((size_t)nshards * sizeof *ts->order);
+  if (!perm || !ts->order) {
+    free(perm);
+    return STK_ENOMEM;
+  }
+  if (o->shuffle)
+    stk__torch_randperm(o->seed, nshards, perm);
+  else
+    for (int k = 0; k < nshards; k++) perm[k] = k;
+  int world = o->world_size > 0 ? o->world_size : 1, rank = o->rank;
+  for (int j = rank; j < nshards; j += world) ts->order[ts->norder++] = (int)perm[j];
+  if (!ts->norder) ts->order[ts->norder++] = (int)perm[rank % nshards]; /* more ranks than shards */
+  free(perm);
+  return STK_OK;
+}
+
+/* The sample table of the stream: n positions, one name for all (a
+ * position has no member until the scan gets there), labels written by
+ * the reads. */
+static int stream_table(stk__source *s, int64_t n) {
+  static const char name[] = "(first epoch: a sample of the stream of shards)";
+  stk__dataset *ds = &s->ds;
+  ds->arena = malloc(sizeof name);
+  ds->path_off = calloc((size_t)n, sizeof *ds->path_off);
+  ds->labels = calloc((size_t)n, sizeof *ds->labels);
+  if (!ds->arena || !ds->path_off || !ds->labels) return STK_ENOMEM;
+  memcpy(ds->arena, name, sizeof name);
+  ds->arena_len = ds->arena_cap = sizeof name;
+  ds->n = ds->cap = n;
+  return STK_OK;
+}
+
+/* Whether the open streams: remote shards with no index beside them, some
+ * of which the index folder does not hold. */
+static int stream_wanted(const tar_impl *t, const stk_options *o) {
+  if (!t->net || !t->parts || t->beside || !o || !o->stream_first_epoch) return 0;
+  for (int k = 0; k < t->nshards; k++)
+    if (t->size[k] && !has_index(t, k, o->index_dir)) return 1;
+  return 0;
+}
+
+/* Starts a stream: this rank's shards, and the first parts of shard 0 (for
+ * the estimate) and of the rank's first shard requested at once, with the
+ * probe for an index beside the shards (which may yet call it off). */
+static int stream_begin(tar_impl *t, const stk_options *o, char *msg, size_t msglen) {
+  tar_stream *ts = calloc(1, sizeof *ts);
+  if (!ts) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  t->st = ts;
+  pthread_mutex_init(&ts->mu, NULL);
+  pthread_cond_init(&ts->cv, NULL);
+  if (stream_order(ts, t->nshards, o)) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  int k = ts->order[0];
+  stk__parts_want(t->parts, 0, t->shards[0], t->size[0], 0, 0);
+  stk__parts_want(t->parts, k, t->shards[k], t->size[k], 0, 0);
+  return STK_OK;
+}
+
+/* Opens the stream begun: the estimate, the table, and the scan's thread.
+ * Takes cl. */
+static int stream_open(stk__source *s, tar_impl *t, const stk_options *o, classlist *cl,
+                       char *msg, size_t msglen) {
+  tar_stream *ts = t->st;
+  ts->cl = *cl;
+  memset(cl, 0, sizeof *cl);
+  ts->wanted = -1;
+  ts->L = INT64_MAX;
+  uint64_t budget = stk__parts_budget(t->parts);
+  ts->ahead = budget / 2 > 2 * PART_SIZE ? budget / 2 : 2 * PART_SIZE;
+  ts->depth = (unsigned)(ts->ahead / PART_SIZE / 2);
+  if (ts->depth > 8) ts->depth = 8;
+  if (o->index_dir && !(ts->index_dir = strdup(o->index_dir)))
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  uint64_t count = 0, bytes = 1;
+  int32_t maxlabel = -1;
+  int rc = stream_sample_rate(t, &count, &bytes, &maxlabel, msg, msglen);
+  if (rc) return rc;
+  double est = 0;
+  for (int k = 0; k < t->nshards; k++) est += (double)t->size[k] * (double)count / (double)bytes;
+  int64_t n = (int64_t)(est + 0.5) > 0 ? (int64_t)(est + 0.5) : 1;
+  if (stream_table(s, n)) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  if (name_classes(s, &ts->cl, maxlabel, msg, msglen)) return STK_ENOMEM;
+  t->real = n;
+  if (pthread_create(&ts->th, NULL, stream_main, t))
+    return stk__fail(msg, msglen, STK_EIO, "cannot start the shards' scan: %s", strerror(errno));
+  ts->started = 1;
+  return STK_OK;
+}
+
 /* ---- the source's operations ---------------------------------------------- */
 
 /* Each read opens the shard, preads the member and closes it again. A folder
@@ -1681,11 +2115,22 @@ static int read_local(const tar_impl *t, const tar_member *m, stk__buf *buf, stk
 static int tar_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
                     stk__bytes *out, char *msg, size_t msglen) {
   const tar_impl *t = s->impl;
-  const tar_member *m = &t->m[i];
+  const tar_member *m = t->st ? NULL : &t->m[i];
   out->data = NULL;
   out->len = 0;
   out->bytes_read = 0;
-  if (m->damage) return stk__fail(msg, msglen, STK_EDECODE, "%s", t->why[m->damage - 1]);
+  tar_member sm;
+  if (t->st) {
+    /* position i of the stream: its label is known once the scan got there
+     * (written before the loader reads it, by the thread that reads it) */
+    int32_t label = 0;
+    int rc = stream_get(t->st, i, &sm, &label, msg, msglen);
+    ((stk__source *)s)->ds.labels[i] = label;
+    if (rc) return rc;
+    m = &sm;
+  } else if (m->damage) {
+    return stk__fail(msg, msglen, STK_EDECODE, "%s", t->why[m->damage - 1]);
+  }
   if (max_bytes && m->size > max_bytes)
     return stk__fail(msg, msglen, STK_ELIMIT, "member is %llu bytes, over the limit of %llu",
                      (unsigned long long)m->size, (unsigned long long)max_bytes);
@@ -1758,9 +2203,23 @@ static void expect_order(const tar_impl *t, const int64_t *out, int64_t L, uint6
  * round for the padding); then a bounded shuffle buffer when shuffling.
  * The sampler's scratch (n entries) holds the shard order, then the
  * buffer's output: L <= n and the number of runs <= n. */
+static void buffer_shuffle(const stk__source *s, stk__sampler *sp, uint64_t epoch, int64_t *out,
+                           int64_t L);
+
 static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, int64_t *out) {
   const tar_impl *t = s->impl;
   int64_t n = sp->n, L = sp->num_samples, nrun = t->nrun;
+  if (t->st) {
+    /* the stream: position j is its j-th sample, in every epoch of this
+     * table (the first epoch's shard order; a reopen after it is exact) */
+    pthread_mutex_lock(&t->st->mu);
+    t->st->L = L;
+    pthread_cond_broadcast(&t->st->cv);
+    pthread_mutex_unlock(&t->st->mu);
+    for (int64_t j = 0; j < L; j++) out[j] = j;
+    buffer_shuffle(s, sp, epoch, out, L);
+    return;
+  }
   int64_t *scratch = sp->perm;
   if (sp->shuffle)
     stk__torch_randperm(sp->seed + epoch, nrun, scratch); /* the same on every rank */
@@ -1781,11 +2240,16 @@ static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, in
       if (++k == nrun) k = 0; /* the padding wraps round to the start */
     }
   }
+  buffer_shuffle(s, sp, epoch, out, L);
+  expect_order(t, out, L, epoch);
+}
+
+/* The bounded shuffle buffer over out[0..L) (when shuffling). */
+static void buffer_shuffle(const stk__source *s, stk__sampler *sp, uint64_t epoch, int64_t *out,
+                           int64_t L) {
+  int64_t *scratch = sp->perm;
   int64_t K = s->shuffle_buffer < L ? s->shuffle_buffer : L;
-  if (!sp->shuffle || K <= 1) {
-    expect_order(t, out, L, epoch);
-    return;
-  }
+  if (!sp->shuffle || K <= 1) return;
   /* The buffer is out[0..K); the rest of out is read ahead of where the
    * output (in scratch) is written, so nothing is overwritten early. Its
    * stream is keyed by the rank (and kept apart from sample streams). */
@@ -1803,14 +2267,16 @@ static void tar_order(const stk__source *s, stk__sampler *sp, uint64_t epoch, in
     out[b] = out[left - 1];
   }
   memcpy(out, scratch, (size_t)L * sizeof *out);
-  expect_order(t, out, L, epoch);
 }
 
 static void tar_plan(const stk__source *s, const int64_t *idx, int n, uint64_t epoch) {
   const tar_impl *t = s->impl;
   if (!t->parts) return;
   for (int k = 0; k < n; k++) {
-    const tar_member *m = &t->m[idx[k]];
+    tar_member sm;
+    const tar_member *m = &sm;
+    if (!t->st) m = &t->m[idx[k]];
+    else if (!stream_peek(t->st, idx[k], &sm)) continue; /* the scan brings it */
     if (m->damage) continue;
     /* a shard with a local copy (or one under way) needs no parts */
     if (t->cache &&
@@ -1824,6 +2290,7 @@ static void tar_plan(const stk__source *s, const int64_t *idx, int n, uint64_t e
 
 static int64_t tar_weight(const stk__source *s, int64_t i) {
   const tar_impl *t = s->impl;
+  if (t->st) return 1;
   const tar_member *m = &t->m[i];
   return m->damage ? t->lost[m->damage - 1] : 1;
 }
@@ -1833,8 +2300,18 @@ static void tar_plan_reset(const stk__source *s) {
   if (t->parts) stk__parts_reset(t->parts);
 }
 
+/* The stream's waits end (the loader is closing). */
+static void stream_stop(tar_stream *ts) {
+  if (!ts) return;
+  pthread_mutex_lock(&ts->mu);
+  ts->stop = 1;
+  pthread_cond_broadcast(&ts->cv);
+  pthread_mutex_unlock(&ts->mu);
+}
+
 static void tar_cancel(const stk__source *s) {
   const tar_impl *t = s->impl;
+  stream_stop(t->st);
   stk__net_cancel(t->net);
 }
 
@@ -1850,13 +2327,17 @@ static void tar_net_stats(const stk__source *s, stk_stats *o) {
   o->remote_seconds = ns.seconds;
   if (t->parts) stk__parts_memory(t->parts, &o->remote_part_bytes, &o->remote_part_peak);
   o->remote_cache_bytes = stk__shard_cache_bytes(t->cache);
+  o->remote_streaming = t->st != NULL;
 }
 
 static void tar_close(stk__source *s) {
   tar_impl *t = s->impl;
   if (!t) return;
-  /* the parts' transfers end before the client that carries them */
+  /* the parts' transfers end before the client that carries them, and the
+   * stream's scan before the parts it reads */
+  stream_stop(t->st);
   stk__net_cancel(t->net);
+  stream_close(t->st);
   for (int k = 0; t->first && k < t->nshards; k++)
     if (t->first[k]) {
       stk__net_wait(t->first[k], NULL, NULL, 0);
@@ -1940,6 +2421,21 @@ static stk__net_req *early_classes(stk__net *net, const char *path, char **dir) 
   return q;
 }
 
+/* Indexes every shard (from the index folder, the index beside it, or a
+ * scan), in order; each shard's samples are a run. */
+static int scan_all(stk__source *s, tar_impl *t, const classlist *cl, tally *ta,
+                    int32_t *maxlabel, const char *index_dir, char *msg, size_t msglen) {
+  int rc = STK_OK;
+  for (int k = 0; rc == STK_OK && k < t->nshards; k++) {
+    int64_t before = s->ds.n;
+    if (t->first) request_ahead(t, k, index_dir);
+    rc = scan_shard(s, t, k, cl, ta, maxlabel, index_dir, msg, msglen);
+    if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
+  }
+  if (rc == STK_OK) rc = weigh_damage(t, s->ds.n, msg, msglen);
+  return rc;
+}
+
 int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
                   size_t msglen) {
   tar_impl *t = calloc(1, sizeof *t);
@@ -1984,14 +2480,22 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
    * per shard. */
   if (rc == STK_OK && t->net && !(t->first = calloc((size_t)t->nshards, sizeof *t->first)))
     rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  /* Foreign shards may stream: shard 0's first part is asked for with the
+   * probe for an index beside the shards, so that the first batch comes
+   * two round trips and a part after the listing's. */
+  int may_stream = rc == STK_OK && stream_wanted(t, opt);
+  if (may_stream) rc = stream_begin(t, opt, msg, msglen);
   if (rc == STK_OK && t->first) probe_beside(t, opt ? opt->index_dir : NULL);
-  for (int k = 0; rc == STK_OK && k < t->nshards; k++) {
-    int64_t before = s->ds.n;
-    if (t->first) request_ahead(t, k, opt ? opt->index_dir : NULL);
-    rc = scan_shard(s, t, k, &cl, &ta, &maxlabel, opt ? opt->index_dir : NULL, msg, msglen);
-    if (rc == STK_OK && s->ds.n > before) t->run_start[t->nrun++] = before;
+  if (may_stream && rc == STK_OK && !t->beside) {
+    rc = stream_open(s, t, opt, &cl, msg, msglen);
+    free(dir);
+    return rc;
   }
-  if (rc == STK_OK) rc = weigh_damage(t, s->ds.n, msg, msglen);
+  if (t->st) { /* indexes beside the shards: they are read instead */
+    stream_close(t->st);
+    t->st = NULL;
+  }
+  if (rc == STK_OK) rc = scan_all(s, t, &cl, &ta, &maxlabel, opt ? opt->index_dir : NULL, msg, msglen);
   if (rc == STK_OK) {
     t->run_start[t->nrun] = s->ds.n;
     write_note(s->note, sizeof s->note, &ta);
@@ -1999,19 +2503,7 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
       rc = stk__fail(msg, msglen, STK_EEMPTY, "the tar shards of %s hold no usable sample%s%s",
                      path, s->note[0] ? ": " : "", s->note);
   }
-  if (rc == STK_OK) {
-    /* classes.txt's names, or the label numbers (as for a list file) */
-    if (!cl.present) {
-      rc = stk__dataset_number_classes(&s->ds, maxlabel + 1);
-    } else if (!(s->ds.classes = calloc((size_t)cl.n, sizeof(char *)))) {
-      rc = STK_ENOMEM;
-    }
-    for (int i = 0; cl.present && rc == STK_OK && i < cl.n; i++) {
-      if (!(s->ds.classes[i] = strdup(cl.v[i]))) rc = STK_ENOMEM;
-      s->ds.nclasses = i + 1;
-    }
-    if (rc) stk__fail(msg, msglen, rc, "out of memory");
-  }
+  if (rc == STK_OK) rc = name_classes(s, &cl, maxlabel, msg, msglen);
   classlist_free(&cl);
   free(dir);
   return rc;
