@@ -1107,6 +1107,10 @@ static int load_scan_mem(const uint8_t *data, size_t len, const char *key, uint6
   tally *ta = &sc->ta;
   int64_t cnt[13] = {0};
   rget(&r, cnt, (v2 ? 12 : 13) * sizeof *cnt);
+  /* what one shard left out: members (each at least a header block), and
+   * the shard itself counted once at most as truncated, zero-filled, ... */
+  for (int i = 0; rc == STK_OK && i < 13; i++)
+    if (cnt[i] < 0 || (uint64_t)cnt[i] > (i < 9 ? shard_size / BLOCK : 1)) rc = STK_EFORMAT;
   ta->unsafe = cnt[0], ta->link = cnt[1], ta->special = cnt[2], ta->other = cnt[3];
   ta->dup = cnt[4], ta->no_cls = cnt[5], ta->bad_cls = cnt[6], ta->no_img = cnt[7];
   ta->bad_ext = cnt[8], ta->truncated = cnt[9], ta->bad_header = cnt[10], ta->zeroed = cnt[11];
