@@ -16,9 +16,9 @@ remote_bytes, remote_retries, remote_part_peak) and its peak RSS. A last
 open of one rank with an index folder already filled gives a warm open.
 
 The model (per rank r of W, per epoch; docs/remote.md has it in full):
-  open, cold   ceil(O / 1000) listing pages + 2 (classes.txt) + 1 (a HEAD of
+  open, cold   ceil(O / 1000) listing pages + 1 (classes.txt) + 1 (a HEAD of
                the first index) + S index GETs,
-               bytes: the listing (about 450 B an object) + every index (X)
+               bytes: the listing (about 180 B an object) + every index (X)
   open, warm   the listing and classes.txt only (indexes from index_dir)
   epoch        every rank reads its 1/W of the samples, a run of shards in
                the epoch's shard order: the 8 MiB parts that hold them, one
@@ -55,6 +55,7 @@ import servers  # noqa: E402
 
 PART = 8 << 20  # tar.c's PART_SIZE
 LIST_PAGE = 1000  # keys per ListObjectsV2 page
+LIST_BYTES = 180  # a listing's bytes an object (SeaweedFS's; S3's are alike)
 
 
 def child(a):
@@ -139,7 +140,7 @@ def classify(log, part=PART):
     return kinds
 
 
-def model(N, shard_sizes, X, W, objects, remote_memory, shuffle_buffer, list_bytes_per_object=450):
+def model(N, shard_sizes, X, W, objects, remote_memory, shuffle_buffer, list_bytes_per_object=LIST_BYTES):
     """The model's counters for N samples in shards of these sizes (X bytes of
     indexes beside them) read by W ranks: per rank (open) and over all ranks
     (epoch). See the module's docstring and docs/remote.md."""
@@ -152,8 +153,8 @@ def model(N, shard_sizes, X, W, objects, remote_memory, shuffle_buffer, list_byt
     # parts kept span R / b samples
     g = N * math.exp(-remote_memory / (b * shuffle_buffer))
     return {
-        "open_requests_cold": pages + 2 + 1 + S,
-        "open_requests_warm": pages + 2,
+        "open_requests_cold": pages + 1 + 1 + S,
+        "open_requests_warm": pages + 1,
         "open_bytes_cold": objects * list_bytes_per_object + X,
         "parts": parts + (W - 1),
         "stragglers": g,
@@ -161,6 +162,54 @@ def model(N, shard_sizes, X, W, objects, remote_memory, shuffle_buffer, list_byt
         "epoch_bytes_min": D + g * b,
         "epoch_bytes_max": D + g * b + (W - 1) * PART,
     }
+
+
+# List prices of S3 Standard in US East (N. Virginia), as AWS publishes them
+# (aws.amazon.com/s3/pricing) at the time of writing; they change, and
+# other regions, tiers and agreements differ.
+PRICE_GET = 0.0004 / 1000  # GET, HEAD: USD a request
+PRICE_LIST = 0.005 / 1000  # LIST (priced as PUT, COPY, POST): USD a request
+PRICE_OUT = {"same region (EC2)": 0.0, "other region": 0.02, "internet": 0.09}  # USD a GB
+PREFIX_GET_RATE = 5500  # GET/HEAD a second a partitioned prefix (S3's documented rate)
+
+
+def project(N, S, b, x, list_b, ranks, remote_memory, shuffle_buffer, rate):
+    """The model at scale: N samples of b bytes (x bytes of index a sample) in
+    S shards of equal size, per W of ranks; rate: images a second a rank."""
+    size = N * b / S
+    rows = []
+    for W in ranks:
+        m = model(N, [size] * S, N * x, W, 2 * S + 1, remote_memory, shuffle_buffer, list_b)
+        # a rank's share under the window the parts kept span: fewer stragglers
+        # (the measured W = 8 point, share 1.3 windows, had 0.63 of W = 1's)
+        epoch_s = N / (W * rate)
+        rows.append(dict(
+            W=W, open_req=W * m["open_requests_cold"], open_gb=W * m["open_bytes_cold"] / 1e9,
+            warm_req=W * m["open_requests_warm"], lists=W * math.ceil((2 * S + 1) / LIST_PAGE),
+            parts=m["parts"], stragglers=m["stragglers"], epoch_req=m["epoch_requests"],
+            epoch_gb=m["epoch_bytes_min"] / 1e9, epoch_gb_max=m["epoch_bytes_max"] / 1e9,
+            rank_gb=m["epoch_bytes_min"] / W / 1e9, epoch_s=epoch_s,
+            get_rate=m["epoch_requests"] / epoch_s, get_rate_parts=m["parts"] / epoch_s,
+            cost_get=m["epoch_requests"] * PRICE_GET,
+            cost_out={k: v * m["epoch_bytes_min"] / 1e9 for k, v in PRICE_OUT.items()},
+            open_cost_get=W * (m["open_requests_cold"] - math.ceil((2 * S + 1) / LIST_PAGE)) * PRICE_GET
+            + W * math.ceil((2 * S + 1) / LIST_PAGE) * PRICE_LIST))
+    return rows
+
+
+def print_projection(rows, N, S, b, x, remote_memory, shuffle_buffer, rate):
+    print(f"\nat scale: {N:,} images of {b / 1e3:.0f} KB in {S} shards of {N * b / S / 1e6:.0f} MB, "
+          f"indexes {x:.0f} B a sample, remote_memory {remote_memory >> 20} MiB, shuffle_buffer "
+          f"{shuffle_buffer}, {rate} img/s a rank")
+    print(f"{'W':>4} {'open GETs':>10} {'open GB':>8} {'warm':>6} {'parts':>7} {'stragglers':>10}"
+          f" {'epoch GETs':>10} {'epoch GB':>9} {'GB/rank':>8} {'epoch s':>8} {'GET/s':>8}"
+          f" {'parts/s':>8} {'$ GET':>7} {'$ out other':>11} {'$ out net':>10}")
+    for r in rows:
+        print(f"{r['W']:>4} {r['open_req']:>10,} {r['open_gb']:>8.1f} {r['warm_req']:>6,} {r['parts']:>7,}"
+              f" {r['stragglers']:>10,.0f} {r['epoch_req']:>10,.0f} {r['epoch_gb']:>9.1f}"
+              f" {r['rank_gb']:>8.2f} {r['epoch_s']:>8.1f} {r['get_rate']:>8,.0f} {r['get_rate_parts']:>8,.0f}"
+              f" {r['cost_get']:>7.3f} {r['cost_out']['other region']:>11.2f}"
+              f" {r['cost_out']['internet']:>10.2f}")
 
 
 def main():
@@ -177,6 +226,13 @@ def main():
                          "remote_memory holds, as the defaults 1000 and 256 MiB do for 110 KB photos)")
     ap.add_argument("--work", default=os.path.join(REPO, "data", "bench-remote-scale"))
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--scale", default="1281167,1000",
+                    help="the dataset the model is projected to: images,shards (ImageNet-1k's train set)")
+    ap.add_argument("--scale-ranks", default="1,8,64,512")
+    ap.add_argument("--rank-rate", type=int, default=2500,
+                    help="images a second a rank consumes, for the request rate (default 2500)")
+    ap.add_argument("--project-only", action="store_true",
+                    help="print the tables from --json's earlier results, measure nothing")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -185,6 +241,9 @@ def main():
     a = ap.parse_args()
     if a.child:
         return child(a)
+    if a.project_only:
+        with open(a.json) as f:
+            return report(a, json.load(f))
 
     shards = prepare(a)
     names = sorted(os.listdir(shards))
@@ -250,6 +309,21 @@ def main():
         s3.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    report(a, results)
+
+
+def report(a, results):
+    """The measured table beside the model's figures, then the projection."""
+    N, S, D, X = results["images"], results["shards"], results["shard_bytes"], results["index_bytes"]
+    sizes, objects = results["shard_sizes"], results["objects"]
+    a.remote_memory, a.shuffle_buffer = results["remote_memory"], results["shuffle_buffer"]
+    a.epochs = results["epochs"]
+    # (keys are numbers as measured, strings when read back from JSON)
+    results["runs"] = {int(w): v for w, v in results["runs"].items()}
+    results["kinds"] = {int(w): v for w, v in results["kinds"].items()}
     print(f"\n{N} images ({D / N / 1e3:.0f} KB each) in {S} shards of {D / S / 1e6:.1f} MB, "
           f"{objects} objects listed, indexes {X / N:.0f} B a sample; {a.epochs} epochs")
     print(f"{'W':>3} {'open req/rank':>14} {'model':>6} {'open KB/rank':>13} {'model':>7}"
@@ -258,8 +332,10 @@ def main():
     for W, rs in results["runs"].items():
         m = model(N, sizes, X, W, objects, a.remote_memory, a.shuffle_buffer)
         k = results["kinds"][W]
-        o_req = max(r["open"]["remote_requests"] for r in rs)
-        o_kb = max(r["open"]["remote_bytes"] for r in rs) / 1e3
+        # the open's requests by kind (the loader starts the first batch's
+        # parts as soon as it is open, so its own count may hold one more)
+        o_req = (k["list"] + k["classes"] + k["index"] + k["head"]) / W
+        o_kb = min(r["open"]["remote_bytes"] for r in rs) / 1e3
         # per epoch: the mean over the epochs (the next epoch's first parts are
         # requested while one ends, so a single epoch's delta is blurred)
         E = max(1, a.epochs)
@@ -267,7 +343,7 @@ def main():
         e_mb = sum(e["remote_bytes"] for r in rs for e in r["epochs"]) / E / 1e6
         peak = max(e["part_peak"] for r in rs for e in r["epochs"]) / 2**20
         rss = max(r["rss_mb"] for r in rs)
-        print(f"{W:>3} {o_req:>14} {m['open_requests_cold']:>6} {o_kb:>13.0f} "
+        print(f"{W:>3} {o_req:>14.0f} {m['open_requests_cold']:>6} {o_kb:>13.0f} "
               f"{m['open_bytes_cold'] / 1e3:>7.0f} {e_req:>16.0f} {m['epoch_requests']:>6.0f}"
               f" {k['part'] / E:>6.0f} {m['parts']:>6} {k['sample'] / E:>8.0f} {m['stragglers']:>6.0f}"
               f" {e_mb:>15.1f}"
@@ -286,9 +362,24 @@ def main():
           f"{w['remote_bytes'] / 1e3:.0f} KB (model "
           f"{model(N, sizes, X, 1, objects, a.remote_memory, a.shuffle_buffer)['open_requests_warm']}); "
           + ", ".join(f"{n} {v}" for n, v in results["warm_kinds"].items() if v))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+    project_from(a, results)
+
+
+def project_from(a, r):
+    """The projection at --scale with what was measured: a sample's bytes in
+    a shard and in its index, the listing's bytes an object."""
+    N, S = (int(v) for v in a.scale.split(","))
+    b = r["shard_bytes"] / r["images"]
+    x = r["index_bytes"] / r["images"]
+    # a listing's bytes an object: about 180 (a run whose open count came
+    # before the first part: 457 KB, 451 KB of it the indexes, 35 objects)
+    list_b = LIST_BYTES
+    ranks = [int(w) for w in a.scale_ranks.split(",")]
+    rows = project(N, S, b, x, list_b, ranks, 256 << 20, 1000, a.rank_rate)
+    print_projection(rows, N, S, b, x, 256 << 20, 1000, a.rank_rate)
+    rows1g = project(N, S, b, x, list_b, ranks, 1 << 30, 1000, a.rank_rate)
+    print("with remote_memory=1 GiB:")
+    print_projection(rows1g, N, S, b, x, 1 << 30, 1000, a.rank_rate)
 
 
 if __name__ == "__main__":
