@@ -226,7 +226,7 @@
     "remote shards: bound on the local copies; 0 = half the free space") \
   X(remote_memory, U64, STK__V(0), 0, STK__U64_MAX, NULL, "--remote-memory", "remote_memory", \
     "remote shards: bytes of " STK__STR(STK__REMOTE_PART_MIB) " MiB parts kept for later reads; 0 = " \
-    STK__STR(STK__REMOTE_MEMORY_DEFAULT_MIB) " MiB") \
+    STK__STR(STK__REMOTE_MEMORY_DEFAULT_MIB) " MiB, or 1/32 of the memory when more (to 4 GiB)") \
   X(erase_count, INT, STK__V(1), 1, 4, NULL, "--erase-count", "erase_count", \
     "train: RandomErasing boxes, 1 to erase_count at random (timm's max_count)") \
   X(erase_per_channel, BOOL, STK__V(0), 0, 1, NULL, "--erase-per-channel", "erase_per_channel", \

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "core/common.h"
 #include "core/fault.h"
 #include "core/options.h"
@@ -206,6 +208,8 @@ typedef struct {
   uint64_t epoch1; /* the epoch + 1; 0 = none */
   int64_t n;       /* reads in the order */
   int64_t *start, *pos, *cur;
+  int64_t *seq;    /* n: the part of each position (-1: none) */
+  int64_t ahead;   /* positions before this one were looked ahead at */
 } uses;
 
 struct stk__parts {
@@ -219,10 +223,16 @@ struct stk__parts {
   uint64_t *fetched;  /* per part: the epoch + 1 it was last requested whole in */
   uses u[2];          /* the current epoch and the next (slot epoch & 1) */
   uint64_t planning;  /* the latest epoch planned */
+  /* the look-ahead (look_ahead): the rate of planned bytes, measured */
+  double rate, rate_t0;
+  uint64_t rate_bytes;
+  uint64_t reach;     /* bytes of parts requested ahead of the plans, now */
+  const char *const *urls; /* nobj (borrowed), or NULL: no look-ahead */
+  const uint64_t *sizes;   /* nobj (borrowed) */
 };
 
 int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget, int nobj,
-                    const uint64_t *sizes) {
+                    const uint64_t *sizes, const char *const *urls) {
   *out = NULL;
   stk__parts *p = calloc(1, sizeof *p);
   if (!p) return STK_ENOMEM;
@@ -242,6 +252,8 @@ int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_
   p->part = part_size;
   p->budget = budget;
   p->nobj = nobj;
+  p->urls = urls;
+  p->sizes = sizes;
   pthread_mutex_init(&p->mu, NULL);
   *out = p;
   return STK_OK;
@@ -251,6 +263,7 @@ static void uses_free(uses *u) {
   free(u->start);
   free(u->pos);
   free(u->cur);
+  free(u->seq);
   memset(u, 0, sizeof *u);
 }
 
@@ -389,8 +402,9 @@ int stk__parts_expect(stk__parts *p, uint64_t epoch, int64_t n, const int32_t *o
                       const uint64_t *off) {
   int64_t nq = p->base[p->nobj];
   uses u = {epoch + 1, n, calloc((size_t)nq + 2, sizeof(int64_t)),
-            malloc(((size_t)n + 1) * sizeof(int64_t)), calloc((size_t)nq + 1, sizeof(int64_t))};
-  if (!u.start || !u.pos || !u.cur) {
+            malloc(((size_t)n + 1) * sizeof(int64_t)), calloc((size_t)nq + 1, sizeof(int64_t)),
+            malloc(((size_t)n + 1) * sizeof(int64_t)), 0};
+  if (!u.start || !u.pos || !u.cur || !u.seq) {
     uses_free(&u);
     return STK_ENOMEM; /* eviction goes by recency alone */
   }
@@ -400,11 +414,85 @@ int stk__parts_expect(stk__parts *p, uint64_t epoch, int64_t n, const int32_t *o
   for (int64_t q = 0; q < nq; q++) u.start[q + 2] += u.start[q + 1];
   for (int64_t j = 0; j < n; j++)
     if (obj[j] >= 0) u.pos[u.start[part_of(p, obj[j], off[j]) + 1]++] = j;
+  for (int64_t j = 0; j < n; j++) u.seq[j] = obj[j] >= 0 ? part_of(p, obj[j], off[j]) : -1;
   pthread_mutex_lock(&p->mu);
   uses_free(&p->u[epoch & 1]);
   p->u[epoch & 1] = u;
   pthread_mutex_unlock(&p->mu);
   return STK_OK;
+}
+
+/* The rate the loader plans bytes at (bytes a second, smoothed over
+ * windows of a quarter of a second; mutex held). */
+static void measure_rate(stk__parts *p, uint64_t len) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  if (p->rate_t0 == 0) p->rate_t0 = now;
+  p->rate_bytes += len;
+  double dt = now - p->rate_t0;
+  if (dt < 0.25) return;
+  double r = (double)p->rate_bytes / dt;
+  p->rate = p->rate > 0 ? 0.5 * p->rate + 0.5 * r : r;
+  p->rate_bytes = 0;
+  p->rate_t0 = now;
+}
+
+/* How far ahead of the plans whole parts are requested: what the loader
+ * reads in twice the time a request takes now (its round trip and its
+ * transfer, as measured), so that a part is there when the batch that
+ * needs it starts; at least 2 parts, at most half the budget (the rest
+ * keeps the parts the shuffle buffer's stragglers need). */
+static uint64_t reach_wanted(stk__parts *p) {
+  stk__net_stats ns;
+  stk__net_get_stats(p->net, &ns);
+  double lat = ns.requests ? ns.seconds / (double)ns.requests : 0.05;
+  double want = 2.0 * p->rate * lat;
+  uint64_t hi = p->budget / 2, lo = 2 * p->part < hi ? 2 * p->part : hi;
+  if (want < (double)lo) return lo;
+  if (want > (double)hi) return hi;
+  return (uint64_t)want;
+}
+
+/* Requests the whole parts that the positions after at_pos will read,
+ * up to reach_wanted() bytes of parts not yet fetched this epoch (mutex
+ * held). Positions already looked at are not looked at again. */
+static void look_ahead(stk__parts *p, uses *u, int64_t at_pos, uint64_t epoch) {
+  if (!p->urls) return;
+  uint64_t reach = reach_wanted(p), span = 0;
+  p->reach = reach;
+  int64_t j = at_pos + 1 > u->ahead ? at_pos + 1 : u->ahead, last = -1;
+  for (; j < u->n && span < reach && j < at_pos + 65536; j++) {
+    int64_t q = u->seq[j];
+    if (q < 0 || q == last) continue;
+    last = q;
+    int lo = 0, hi = p->nobj - 1; /* the object o of part q: base[o] <= q < base[o + 1] */
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (p->base[mid] <= q) lo = mid;
+      else hi = mid - 1;
+    }
+    int o = lo;
+    uint64_t start = (uint64_t)(q - p->base[o]) * p->part, size = p->sizes[o];
+    uint64_t end = start + p->part < size ? start + p->part : size;
+    if (start >= size) continue;
+    if ((span += end - start) > reach) break;
+    if (p->fetched[q] == epoch + 1 || find(p, o, start)) continue;
+    uint64_t stop = next_start(p, o, start, end);
+    piece *c = calloc(1, sizeof *c);
+    if (!c) return;
+    *c = (piece){.obj = o, .off = start, .len = stop - start, .tick = ++p->tick};
+    if (!(c->req = stk__net_get(p->net, p->urls[o], start, c->len, 0, 0))) {
+      free(c);
+      return;
+    }
+    p->fetched[q] = epoch + 1;
+    c->next = p->list;
+    p->list = c;
+    p->bytes += c->len;
+    if (p->bytes > p->peak) p->peak = p->bytes;
+  }
+  if (j > u->ahead) u->ahead = j;
 }
 
 void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
@@ -454,10 +542,13 @@ void stk__parts_plan(stk__parts *p, int obj, const char *url, uint64_t size, uin
   if (epoch > p->planning) p->planning = epoch;
   /* this read is planned: its part's next read is the one after it */
   uses *u = &p->u[epoch & 1];
+  int64_t at_pos = -1;
   if (u->epoch1 == epoch + 1) {
     int64_t q = part_of(p, obj, off);
-    if (u->cur[q] < u->start[q + 1] - u->start[q]) u->cur[q]++;
+    if (u->cur[q] < u->start[q + 1] - u->start[q]) at_pos = u->pos[u->start[q] + u->cur[q]++];
   }
+  measure_rate(p, len);
+  if (at_pos >= 0) look_ahead(p, u, at_pos, epoch);
   evict(p);
   pthread_mutex_unlock(&p->mu);
 }

@@ -75,9 +75,15 @@ void stk__object_close(stk__object *o);
 
 /* ---- the store of parts of remote objects ---------------------------------- */
 typedef struct stk__parts stk__parts;
-/* For nobj objects of these sizes, read in parts of part_size bytes. */
+/* For nobj objects of these sizes and URLs (both borrowed for the store's
+ * life; urls NULL: no look-ahead), read in parts of part_size bytes. Once
+ * an epoch's order is known (stk__parts_expect), each plan also requests
+ * the whole parts that the reads after it will need, as far ahead as the
+ * loader reads in twice the time a request takes now (measured: the rate
+ * of planned bytes, the mean time of a request), between 2 parts and half
+ * the budget. */
 int stk__parts_open(stk__parts **out, stk__net *net, uint64_t part_size, uint64_t budget, int nobj,
-                    const uint64_t *sizes);
+                    const uint64_t *sizes, const char *const *urls);
 void stk__parts_close(stk__parts *p);
 /* The reads an epoch's order holds (this rank's, in full): the object and
  * the offset of each (obj -1: none). Eviction then lets go first of the
