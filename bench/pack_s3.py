@@ -7,11 +7,13 @@ the order alternating between rounds), each into a prefix of its own, and
 times the whole command (listing, packing, uploading, classes.txt). The
 table gives each binary's median over the rounds and the ratio to the
 first binary, with the CPU seconds (user + system) of the pack and of the
-server over the run, which the other work on a shared machine does not
-change as it changes the time, and the load average (1 min) before each
-run. The uploaded objects are checked to be the same bytes for
-every binary (their sizes and ETags of the single-PUT objects; the shards
-by a GET and SHA-256 of each).
+server during the run: other work on a shared machine changes the times,
+not these. Each run's line also gives the load average (1 min) and how
+idle the CPUs were in the second before it; --settle S makes each run
+first wait (up to S seconds) for a second with the CPUs at least 75% idle,
+so that a burst of other work does not fall on one binary's runs only.
+The objects of the first round are read back (GET) and must be the same
+bytes, by SHA-256, for every binary.
 
 usage: bench/pack_s3.py DIR BIN [BIN ...] [--rounds 3] [--shard-size S]
   DIR  an image folder, e.g. made by
@@ -42,6 +44,27 @@ def proc_cpu(pid):
     return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_idle(seconds=1.0):
+    """The fraction of CPU time idle over the next `seconds` (/proc/stat)."""
+    def sample():
+        v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    i0, t0 = sample()
+    time.sleep(seconds)
+    i1, t1 = sample()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def settle(limit):
+    """Waits up to `limit` s for a second with the CPUs 75% idle; the idle
+    fraction of the last second."""
+    end = time.monotonic() + limit
+    idle = cpu_idle()
+    while idle < 0.75 and time.monotonic() < end:
+        idle = cpu_idle()
+    return idle
+
+
 def digests(srv, prefix):
     """{name: sha256} of every object under prefix."""
     out = {}
@@ -56,6 +79,8 @@ def main():
     ap.add_argument("bins", nargs="+")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shard-size", default=None, help="--shard-size of stoker pack (its default)")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds to wait for idle CPUs before each run (0: none)")
     a = ap.parse_args()
     srv = servers.S3Server().start()
     try:
@@ -72,6 +97,7 @@ def main():
                 cmd = [b, "pack", a.dir, f"s3://{srv.bucket}/{prefix}", "--tar"]
                 if a.shard_size:
                     cmd += ["--shard-size", a.shard_size]
+                idle = settle(a.settle) if a.settle > 0 else cpu_idle()
                 load = os.getloadavg()[0]
                 r0, s0 = resource.getrusage(resource.RUSAGE_CHILDREN), proc_cpu(srv.proc.pid)
                 t0 = time.perf_counter()
@@ -85,7 +111,7 @@ def main():
                 cpu[b].append(c)
                 server[b].append(s1 - s0)
                 print(f"round {r + 1}  {b}: {dt:.2f} s, pack CPU {c:.2f} s, server CPU "
-                      f"{s1 - s0:.2f} s, load {load:.1f}", flush=True)
+                      f"{s1 - s0:.2f} s, load {load:.1f}, idle before {idle:.0%}", flush=True)
                 if r == 0:
                     first[b] = digests(srv, prefix)
         ref = first[a.bins[0]]

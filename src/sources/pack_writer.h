@@ -77,15 +77,18 @@ extern const stk__pack_writer_ops stk__cache_writer, stk__tar_writer, stk__store
 
 /* The tar writer's shards as they grow, for the store writer (upload.c),
  * which uploads them while the pack goes on. On the writer's thread,
- * grown(ctx, shard, path, bytes, done, ...) says that the first `bytes`
+ * grown(ctx, shard, path, bytes, state, ...) says that the first `bytes`
  * bytes of shard number `shard` (its file at path) are on disk: each time
- * at least `step` more are (done 0), and once at its end (done 1: the
- * shard is complete and closed, its index written beside it). A failure
- * it returns (message in err) fails the pack. A watched writer does not
+ * at least `step` more are (state STK__SHARD_GROWING), once the shard is
+ * complete and closed (STK__SHARD_COMPLETE: before its index, which reads
+ * the whole shard, so that its last bytes can leave meanwhile), and once
+ * its index is written beside it (STK__SHARD_INDEXED). A failure it
+ * returns (message in err) fails the pack. A watched writer does not
  * fsync its shards: they are a staging copy, removed once uploaded. */
+enum { STK__SHARD_GROWING, STK__SHARD_COMPLETE, STK__SHARD_INDEXED };
 typedef struct {
   uint64_t step;
-  int (*grown)(void *ctx, int shard, const char *path, uint64_t bytes, int done, char *err,
+  int (*grown)(void *ctx, int shard, const char *path, uint64_t bytes, int state, char *err,
                size_t errlen);
   void *ctx;
 } stk__tar_watch;

@@ -158,15 +158,18 @@ void stk__tar_writer_watch(void *w, const stk__tar_watch *watch) { ((tar_w *)w)-
 
 /* Completes the open shard: the end blocks, the index beside it (written
  * as each shard ends, so that a watcher can upload it with its shard), and
- * the watcher told. */
+ * the watcher told of both. */
 static int end_shard(tar_w *tw, stk_pack_result *res, char *err, size_t errlen) {
   uint64_t before = tw->so.bytes;
   if (close_shard(&tw->so, !tw->watch.grown))
     return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(tw->so.err));
   res->bytes += before + 2 * STK__TAR_BLOCK;
-  int rc = stk__tar_write_index(tw->path, err, errlen);
+  int rc = STK_OK, k = tw->shards - 1;
+  if (tw->watch.grown)
+    rc = tw->watch.grown(tw->watch.ctx, k, tw->path, tw->so.bytes, STK__SHARD_COMPLETE, err, errlen);
+  if (rc == STK_OK) rc = stk__tar_write_index(tw->path, err, errlen);
   if (rc == STK_OK && tw->watch.grown)
-    rc = tw->watch.grown(tw->watch.ctx, tw->shards - 1, tw->path, tw->so.bytes, 1, err, errlen);
+    rc = tw->watch.grown(tw->watch.ctx, k, tw->path, tw->so.bytes, STK__SHARD_INDEXED, err, errlen);
   return rc;
 }
 
@@ -177,7 +180,8 @@ static int tell_watcher(tar_w *tw, char *err, size_t errlen) {
   if (fflush(tw->so.f) != 0)
     return stk__fail(err, errlen, STK_EIO, "cannot write %s: %s", tw->path, strerror(errno));
   tw->told = tw->so.bytes;
-  return tw->watch.grown(tw->watch.ctx, tw->shards - 1, tw->path, tw->so.bytes, 0, err, errlen);
+  return tw->watch.grown(tw->watch.ctx, tw->shards - 1, tw->path, tw->so.bytes,
+                         STK__SHARD_GROWING, err, errlen);
 }
 
 static int tar_open(tar_w **twp, const stk_pack_options *o, char *err,

@@ -50,6 +50,7 @@ typedef struct {
   char id[1024], eid[3200]; /* the multipart upload's id ("": none), URL-encoded */
   uint64_t sent;   /* bytes handed to parts */
   int nparts, pending, last, shard, done;
+  int indexed; /* a shard's index is written: its file may go once uploaded */
   char (*etag)[96];
   int etag_cap;
 } up_obj;
@@ -184,7 +185,9 @@ static void obj_done(store_w *w, up_obj *o) {
   if (o->shard) w->staged--;
   if (o->fd >= 0) close(o->fd);
   o->fd = -1;
-  unlink(o->path); /* (gone with its folder when the pack renamed it) */
+  /* (a shard's index reads it by name: until it is written, the file stays;
+   * a file is gone with its folder when the pack renamed it) */
+  if (!o->shard || o->indexed) unlink(o->path);
 }
 
 /* Job j ended with rc (under w->mu). */
@@ -372,9 +375,30 @@ static int wait_uploads(store_w *w, int all, char *err, size_t errlen) {
   return rc;
 }
 
-/* The tar writer's watcher: the shard's parts as it grows; once complete,
- * its last parts and its index, and the wait that bounds the staging. */
-static int sw_grown(void *ctx, int shard, const char *path, uint64_t bytes, int done, char *err,
+/* The index beside the complete shard o: uploaded, the shard's file
+ * removed if uploaded already, then the staging bound. */
+static int index_done(store_w *w, up_obj *o, const char *name, char *err, size_t errlen) {
+  const char *path = o->path;
+  pthread_mutex_lock(&w->mu);
+  o->indexed = 1;
+  if (o->done) unlink(path);
+  pthread_mutex_unlock(&w->mu);
+  char idx[4500], iname[4500];
+  struct stat st;
+  snprintf(idx, sizeof idx, "%s" STK__TAR_INDEX_EXT, path);
+  snprintf(iname, sizeof iname, "%s" STK__TAR_INDEX_EXT, name);
+  if (stat(idx, &st) != 0)
+    return stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", idx, strerror(errno));
+  up_obj *io = NULL;
+  int rc = obj_new(w, &io, iname, idx, 0, err, errlen);
+  if (rc == STK_OK) rc = feed(w, io, (uint64_t)st.st_size, 1, err, errlen);
+  return rc ? rc : wait_uploads(w, 0, err, errlen);
+}
+
+/* The tar writer's watcher: the shard's parts as it grows, its last ones
+ * once complete; once indexed, its index, and the wait that bounds the
+ * staging. */
+static int sw_grown(void *ctx, int shard, const char *path, uint64_t bytes, int state, char *err,
                     size_t errlen) {
   store_w *w = ctx;
   const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -386,18 +410,9 @@ static int sw_grown(void *ctx, int shard, const char *path, uint64_t bytes, int 
   pthread_mutex_lock(&w->mu);
   if (w->rc) rc = stk__fail(err, errlen, w->rc, "%s", w->msg);
   pthread_mutex_unlock(&w->mu);
-  if (rc == STK_OK) rc = feed(w, o, bytes, done, err, errlen);
-  if (rc || !done) return rc;
-  char idx[4500], iname[4500];
-  struct stat st;
-  snprintf(idx, sizeof idx, "%s" STK__TAR_INDEX_EXT, path);
-  snprintf(iname, sizeof iname, "%s" STK__TAR_INDEX_EXT, name);
-  if (stat(idx, &st) != 0)
-    return stk__fail(err, errlen, STK_EIO, "cannot read %s: %s", idx, strerror(errno));
-  up_obj *io = NULL;
-  rc = obj_new(w, &io, iname, idx, 0, err, errlen);
-  if (rc == STK_OK) rc = feed(w, io, (uint64_t)st.st_size, 1, err, errlen);
-  return rc ? rc : wait_uploads(w, 0, err, errlen);
+  if (rc) return rc;
+  if (state == STK__SHARD_INDEXED) return index_done(w, o, name, err, errlen);
+  return feed(w, o, bytes, state == STK__SHARD_COMPLETE, err, errlen);
 }
 
 /* ---- the row -------------------------------------------------------------------- */
