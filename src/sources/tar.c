@@ -2414,8 +2414,9 @@ static stk__net_req *early_classes(stk__net *net, const char *path, char **dir) 
   /* (s3://bucket/name without a '/' at the end names the folder name/;
    * with one, the folder is what precedes it, as list_remote says) */
   size_t pl = strlen(path);
-  if (!strncmp(path, "s3://", 5) && !strchr(path, '{') && !has_tar_suffix(path) &&
-      !stk__tar_compressed(path) && pl && path[pl - 1] != '/')
+  /* (so does hf://datasets/OWNER/NAME/folder, listed by the Hub's tree API) */
+  if ((!strncmp(path, "s3://", 5) || !strncmp(path, "hf://", 5)) && !strchr(path, '{') &&
+      !has_tar_suffix(path) && !stk__tar_compressed(path) && pl && path[pl - 1] != '/')
     slash = path + pl;
   if (!slash || slash <= strstr(path, "://") + 2 || !(*dir = strndup(path, (size_t)(slash - path))))
     return NULL;
