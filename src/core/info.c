@@ -44,7 +44,7 @@ const char *stk_build_info(void) {
            "tiff: %s (first page; strips, tiles; 1-16 bit grey, RGB, palette, CMYK, "
            "JPEG-coded YCbCr)\n"
            "bmp, ppm/pgm/pbm: built in (BMP 1-32 bit, no RLE; netpbm P1-P6)\n"
-           "remote: %s (s3://, http://, https://)\n"
+           "remote: %s (s3://, http://, https://, hf://)\n"
            "%s",
            stk_version_string(), stk_simd_level(), stk__jpeg_lib_version(),
            stk__jpeg_has_arith() ? ", arithmetic" : "", stk__png_lib_version(),
