@@ -106,7 +106,9 @@ class _Cdn(_Base):
         st = self.server.state
         u = urllib.parse.urlsplit(self.path)
         q = urllib.parse.parse_qs(u.query)
-        if q.get("X-Amz-Signature") != [SIGNATURE] or self.command != "GET":
+        # the Hub signs with its current generation: one bumped makes the
+        # targets it gave before expire
+        if q.get("X-Amz-Signature") != [f"{SIGNATURE}{st['gen']}"] or self.command != "GET":
             # a pre-signed URL is signed for GET: a HEAD is refused
             return self.reply(403, b"<Error><Code>AccessDenied</Code></Error>", head=head)
         rel = urllib.parse.unquote(u.path)[len("/cdn/"):]
@@ -196,7 +198,7 @@ class _Hub(_Base):
             return self.reply(302, b"", {"Location": self.path}, head)
         sha = hashlib.sha256(data).hexdigest()
         cdn = (f"http://localhost:{st['cdn_port']}/cdn/{urllib.parse.quote(path)}"
-               f"?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature={SIGNATURE}")
+               f"?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature={SIGNATURE}{st['gen']}")
         self.reply(302, b"", {"Location": cdn, "X-Linked-Size": str(len(data)),
                               "X-Linked-Etag": f'"{sha}"', "ETag": f'"{sha}"'}, head)
 
@@ -226,14 +228,17 @@ def hub(tmp_path_factory):
                 k += 1
         files[f"ds/{p.name}"] = p.read_bytes()
     files["README.md"] = b"# photos\n"
+    for i in range(6):  # single images, for a list file of hf:// URLs
+        files[f"img/{i:02d}.jpg"] = jpeg_bytes(50 + i)
+        (root / f"{i:02d}.jpg").write_bytes(files[f"img/{i:02d}.jpg"])
     files["other/shard-000000.tar"] = files["ds/shard-000000.tar"]  # not under ds/
-    state = dict(lock=threading.Lock(), log=[], files=files, gated=False, revisions=[])
+    state = dict(lock=threading.Lock(), log=[], files=files, gated=False, revisions=[], gen=0)
     cdn = start(_Cdn, state, "127.0.0.1")
     state["cdn_port"] = cdn.server_address[1]
     hub_srv = start(_Hub, state, "127.0.0.1")
     state["hub_port"] = hub_srv.server_address[1]
     try:
-        yield dict(local=str(local), state=state, endpoint=f"http://127.0.0.1:{state['hub_port']}")
+        yield dict(local=str(local), root=root, state=state, endpoint=f"http://127.0.0.1:{state['hub_port']}")
     finally:
         for s in (hub_srv, cdn):
             s.shutdown()
@@ -257,6 +262,7 @@ def env(hub, monkeypatch, tmp_path):
         st["gated"] = False
         st["expired"] = set()
         st["loops"] = set()
+        st["gen"] += 1
     return hub
 
 
@@ -463,3 +469,38 @@ def test_offline_is_honoured(env, monkeypatch):
     with pytest.raises(OSError) as e:
         stoker.ImageLoader(f"hf://datasets/{OWNER}/{NAME}/ds/shard-000000.tar", **OPTS)
     assert "HF_HUB_OFFLINE" in str(e.value)
+
+
+def test_redirect_targets_remembered_then_walked_again(env, tmp_path):
+    """A list file of hf:// URLs, two epochs: the second goes straight to the
+    targets the first was sent to (one request each, not two); once they
+    expire (the Hub's signing generation bumped), each is refused once and
+    the chain walked again, with no failure."""
+    names = [f"{i:02d}.jpg" for i in range(6)]
+    remote = tmp_path / "remote.txt"
+    remote.write_text("".join(f"hf://datasets/{OWNER}/{NAME}/img/{n} {i % 2}\n"
+                              for i, n in enumerate(names)))
+    local = tmp_path / "local.txt"
+    local.write_text("".join(f"{env['root'] / n} {i % 2}\n" for i, n in enumerate(names)))
+    opts = {**OPTS, "batch_size": 2}
+    with stoker.ImageLoader(list_file=str(local), pipeline="eval", **opts) as ld:
+        want = epoch(ld)
+
+    def resolves():
+        return sum(1 for _, p, _ in requests_to(env, "hub_port") if "/resolve/" in p)
+
+    with stoker.ImageLoader(list_file=str(remote), pipeline="eval", **opts) as ld:
+        assert_same(epoch(ld), want, "epoch 0")
+        assert resolves() == len(names)
+        assert_same(epoch(ld), want, "epoch 1")
+        assert resolves() == len(names), "the second epoch walked the redirects again"
+        # (the loader may plan a read of the next epoch ahead: at least two each)
+        assert len(requests_to(env, "cdn_port")) >= 2 * len(names)
+        with env["state"]["lock"]:
+            env["state"]["gen"] += 1
+        assert_same(epoch(ld), want, "epoch 2, targets expired")
+        assert 2 * len(names) <= resolves() <= 2 * len(names) + 2
+        st = ld.stats()
+    assert st["remote_failures"] == 0, st
+    assert_token_only_at_hub(env)
+    assert_no_secret(st)

@@ -255,6 +255,14 @@ void stk__url_redact(const char *url, char *out, size_t cap) {
 /* Redirects one request follows (requests allows 30, browsers about 20; the
  * Hub takes one, a CDN behind it maybe one more): a loop ends here. */
 #define MAX_REDIRECTS 10
+/* Where a redirect chain led is remembered per URL for this long and tried
+ * first: the Hub answers every read of a file with a redirect to its CDN,
+ * and walking it again for each 8 MiB part of a shard would cost a round
+ * trip each. Short enough that a pre-signed target of any sensible lifetime
+ * is still valid; one that fails anyway is forgotten and the chain walked
+ * again (one round trip lost, no failure). */
+#define REDIRECT_TTL 60.0
+#define REDIRECT_SLOTS 256
 
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
@@ -305,6 +313,8 @@ struct stk__net_req {
   char *target;       /* where the last redirect led; NULL before any */
   int hops;           /* redirects followed by this attempt's chain */
   int cross;          /* one of them led to another origin: no token since */
+  int cached;         /* target came from the redirect cache */
+  int nocache;        /* a cached target failed: walk the chain */
   char *link;         /* the response's Link header (the Hub's pages) */
   uint64_t linked_size;  /* the Hub's X-Linked-Size (of a redirect) */
   char linked_etag[96];  /* and X-Linked-Etag */
@@ -331,6 +341,12 @@ struct stk__net {
   char hf_token[1024];
   int hf_has;
   const char *hf_where;
+  /* where redirect chains led (REDIRECT_TTL), by URL; under mu */
+  struct {
+    char *from, *to;
+    double until;
+    int hops, cross;
+  } redir[REDIRECT_SLOTS];
 };
 
 /* strlcpy: truncating a long ETag or reason is fine here */
@@ -615,9 +631,12 @@ static void add_headers(stk__net *n, stk__net_req *q, const char *url) {
   }
 }
 
+static void redir_recall(stk__net *n, stk__net_req *q);
+
 /* The HTTP URL of a request, and its headers: an s3:// request's
  * signature, the Hub's token, a Range. 0, 1 (queued again) or -1 (failed). */
 static int prepare(stk__net *n, stk__net_req *q, char *url, size_t cap) {
+  redir_recall(n, q);
   if (q->target) {
     /* a redirect's target as it is: a signature covers the first host and
      * path only (the target is most often pre-signed itself) */
@@ -785,10 +804,65 @@ static int refused(stk__net *n, stk__net_req *q, long status, const char *code) 
   return 1;
 }
 
+static size_t redir_slot(const char *url) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (const char *c = url; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+  return (size_t)(h % REDIRECT_SLOTS);
+}
+
+static void redir_forget(stk__net *n, const char *url) {
+  size_t k = redir_slot(url);
+  if (!n->redir[k].from || strcmp(n->redir[k].from, url)) return;
+  free(n->redir[k].from);
+  if (n->redir[k].to) wipe(n->redir[k].to, strlen(n->redir[k].to)); /* a signature */
+  free(n->redir[k].to);
+  n->redir[k].from = n->redir[k].to = NULL;
+}
+
+/* A chain that ended in a success: remembered (I/O thread, mu held). */
+static void redir_remember(stk__net *n, const stk__net_req *q) {
+  if (!q->target || q->cached || q->method) return;
+  size_t k = redir_slot(q->url);
+  if (n->redir[k].from) redir_forget(n, n->redir[k].from);
+  n->redir[k].from = strdup(q->url);
+  n->redir[k].to = strdup(q->target);
+  if (!n->redir[k].from || !n->redir[k].to) {
+    free(n->redir[k].from);
+    free(n->redir[k].to);
+    n->redir[k].from = n->redir[k].to = NULL;
+    return;
+  }
+  n->redir[k].until = stk__now() + REDIRECT_TTL;
+  n->redir[k].hops = q->hops;
+  n->redir[k].cross = q->cross;
+}
+
+/* A request not redirected yet goes where its URL led last time, if that
+ * was within REDIRECT_TTL. */
+static void redir_recall(stk__net *n, stk__net_req *q) {
+  /* (not for a HEAD: the Hub answers it itself, its CDN's target is signed
+   * for GET) */
+  if (q->target || q->method || q->head || q->nocache) return;
+  size_t k = redir_slot(q->url);
+  if (!n->redir[k].from || strcmp(n->redir[k].from, q->url)) return;
+  if (stk__now() > n->redir[k].until || !(q->target = strdup(n->redir[k].to))) {
+    redir_forget(n, q->url);
+    return;
+  }
+  q->hops = n->redir[k].hops;
+  q->cross = n->redir[k].cross;
+  q->cached = 1;
+}
+
 /* A retry starts again from the request's own URL, not from a redirect's
  * target: a pre-signed target may have expired since, and the first host
  * gives a fresh one. */
 static void restart_chain(stk__net_req *q) {
+  if (q->cached) {
+    redir_forget(q->net, q->url);
+    q->cached = 0;
+    q->nocache = 1;
+  }
   free(q->target);
   q->target = NULL;
   q->hops = 0;
@@ -893,12 +967,19 @@ static void completed(stk__net *n, stk__net_req *q, int result) {
       return;
     }
     if (!partial) {
+      redir_remember(n, q);
       finish(q, STK_OK);
       return;
     }
     /* the body was cut short: resumed below */
     snprintf(why, sizeof why, "the body ended after %llu of %llu bytes",
              (unsigned long long)q->got, (unsigned long long)q->len);
+  } else if (result == E_OK && q->cached && (status < 300 || status >= 400)) {
+    /* a remembered target that no longer serves: the chain walked again */
+    restart_chain(q);
+    q->not_before = 0;
+    enqueue(n, q);
+    return;
   } else if (result == E_OK) {
     if (status_failed(n, q, status, why, sizeof why)) return;
   } else if (result == E_WRITE_ERROR && q->write_errno) {
@@ -1042,6 +1123,8 @@ void stk__net_close(stk__net *n) {
   pthread_cond_destroy(&n->done_cv);
   stk__s3_free(&n->s3); /* the secret */
   wipe(n->hf_token, sizeof n->hf_token);
+  for (size_t k = 0; k < REDIRECT_SLOTS; k++)
+    if (n->redir[k].from) redir_forget(n, n->redir[k].from);
   free(n);
 }
 
