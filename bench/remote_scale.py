@@ -27,7 +27,8 @@ The model (per rank r of W, per epoch; docs/remote.md has it in full):
                requests = sum over shards of ceil(size / P) + (W - 1) + g,
                bytes    = D + g * b, and up to (W - 1) * P more (a part a
                boundary between two ranks cuts is read by both),
-               g = N * exp(-R / (b * K))
+               g = N * exp(-R / (2 * b * K)) (the read-ahead takes up to
+               half of R, the rest keeps the parts of the buffer's samples)
 with O objects listed, S shards, D their bytes, b = D / N, P = 8 MiB,
 R = remote_memory, K = shuffle_buffer.
 
@@ -148,10 +149,11 @@ def model(N, shard_sizes, X, W, objects, remote_memory, shuffle_buffer, list_byt
     b = D / N  # bytes a sample takes in a shard (header and padding included)
     pages = math.ceil(objects / LIST_PAGE)
     parts = sum(math.ceil(z / PART) for z in shard_sizes)
-    # samples that leave the shuffle buffer after remote_memory let their part
-    # go: a sample waits in the buffer a geometric time of mean K, and the
-    # parts kept span R / b samples
-    g = N * math.exp(-remote_memory / (b * shuffle_buffer))
+    # samples that leave the shuffle buffer after their part was let go: a
+    # sample waits in the buffer a geometric time of mean K, and the parts
+    # kept for it span R' / b samples, R' what the read-ahead leaves of
+    # remote_memory (at least half of it; half when it runs at its most)
+    g = N * math.exp(-remote_memory / 2 / (b * shuffle_buffer))
     return {
         "open_requests_cold": pages + 1 + 1 + S,
         "open_requests_warm": pages + 1,
@@ -375,11 +377,11 @@ def project_from(a, r):
     # before the first part: 457 KB, 451 KB of it the indexes, 35 objects)
     list_b = LIST_BYTES
     ranks = [int(w) for w in a.scale_ranks.split(",")]
-    rows = project(N, S, b, x, list_b, ranks, 256 << 20, 1000, a.rank_rate)
-    print_projection(rows, N, S, b, x, 256 << 20, 1000, a.rank_rate)
-    rows1g = project(N, S, b, x, list_b, ranks, 1 << 30, 1000, a.rank_rate)
-    print("with remote_memory=1 GiB:")
-    print_projection(rows1g, N, S, b, x, 1 << 30, 1000, a.rank_rate)
+    # remote_memory's default is 1/32 of the machine's memory, at least
+    # 256 MiB and at most 4 GiB: both ends
+    for R in (256 << 20, 4 << 30):
+        rows = project(N, S, b, x, list_b, ranks, R, 1000, a.rank_rate)
+        print_projection(rows, N, S, b, x, R, 1000, a.rank_rate)
 
 
 if __name__ == "__main__":
