@@ -186,7 +186,7 @@ FUZZ_BUILD ?= build-fuzz
 endif
 SECONDS    ?= 60
 FUZZ_TARGETS ?= jpeg png markers list tar cache bmp pnm webp tiff index awsconfig \
-  s3_list http_header shard_index
+  s3_list http_header shard_index hf_tree
 FUZZ_DEPS   = $(abspath $(FUZZ_BUILD))/deps-asan/install
 FUZZ_DEPS_CMAKE = $(if $(filter 1,$(FUZZ_SYSTEM_LIBS)),,-DJPEG_INCLUDE_DIR=$(FUZZ_DEPS)/include \
   -DJPEG_LIBRARY=$(FUZZ_DEPS)/lib/libjpeg.a -DSPNG_INCLUDE_DIR=$(FUZZ_DEPS)/include \
