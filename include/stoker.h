@@ -786,6 +786,11 @@ STK_API const char *stk_build_info(void);
  * R at URL), temporary: ...", "no AWS credentials found (tried: ...)"),
  * never a secret, into out. 1 when an s3:// client has opened, else 0. */
 STK_API int stk_remote_credentials(char *out, size_t cap);
+/* Where the Hugging Face Hub's token would come from for an hf:// client
+ * opened now ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", the login token file)
+ * and the origins it goes to, or why there is none; never the token, into
+ * out. 1 when there is a token, else 0. */
+STK_API int stk_remote_hub_token(char *out, size_t cap);
 
 #ifdef __cplusplus
 }

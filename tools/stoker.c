@@ -996,6 +996,11 @@ static int cmd_info(int argc, char **argv) {
   /* which provider of the AWS chain signed the requests (never a secret) */
   if (!strncmp(argv[1], "s3://", 5) && stk_remote_credentials(cred, sizeof cred))
     printf("credentials: %s\n", cred);
+  /* and for the Hub, where its token came from (never the token) */
+  if (!strncmp(argv[1], "hf://", 5)) {
+    stk_remote_hub_token(cred, sizeof cred);
+    printf("token: %s\n", cred);
+  }
   stk_loader_destroy(l);
   return 0;
 }

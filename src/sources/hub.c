@@ -196,6 +196,26 @@ int stk__hf_token(char *out, size_t cap, const char **where) {
   return token_file(out, cap, where);
 }
 
+int stk_remote_hub_token(char *out, size_t cap) {
+  char t[1024], ep[1024];
+  const char *where;
+  int has = stk__hf_token(t, sizeof t, &where);
+  memset(t, 0, sizeof t);
+  stk__hf_endpoint(ep, sizeof ep);
+  int dflt = !strcmp(ep, HF_DEFAULT_ENDPOINT);
+  if (!cap) return has;
+  if (has)
+    snprintf(out, cap, "from %s, sent to %s%s only (never to a redirect's other host)", where, ep,
+             dflt ? "" : " and " HF_DEFAULT_ENDPOINT);
+  else if (env_true("HF_HUB_DISABLE_IMPLICIT_TOKEN"))
+    snprintf(out, cap, "none sent (HF_HUB_DISABLE_IMPLICIT_TOKEN is set): public repositories "
+                       "only");
+  else
+    snprintf(out, cap, "none (neither HF_TOKEN, HUGGING_FACE_HUB_TOKEN nor the login token "
+                       "file has one): public repositories only");
+  return has;
+}
+
 int stk__url_origin(const char *url, char *out, size_t cap) {
   int https = !strncasecmp(url, "https://", 8);
   if (!https && strncasecmp(url, "http://", 7)) return -1;
