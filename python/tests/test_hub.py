@@ -525,3 +525,40 @@ def test_info_says_where_the_token_came_from(env):
     want = f"token: from HF_TOKEN, sent to {env['endpoint']} and https://huggingface.co only"
     assert want in out.stdout, out.stdout
     assert_no_secret(out.stdout, out.stderr)
+
+
+def test_hf_local_copies_and_indexes_hold_no_secret(env, tmp_path):
+    """cache_dir (local copies of the shards, fetched through the redirects)
+    and index_dir: the second epoch comes from the copies, which equal the
+    shards byte for byte; no file of either holds the token or a signature."""
+    import glob
+    import time
+
+    cd, idx = str(tmp_path / "copies"), str(tmp_path / "idx")
+    with stoker.ImageLoader(env["local"], pipeline="eval", **OPTS) as ld:
+        want = [epoch(ld)]
+        ld.set_epoch(1)
+        want.append(epoch(ld))
+    with stoker.ImageLoader(f"hf://datasets/{OWNER}/{NAME}/ds", pipeline="eval", cache_dir=cd,
+                            index_dir=idx, **OPTS) as ld:
+        got = [epoch(ld)]
+        deadline = time.monotonic() + 30
+        while glob.glob(os.path.join(cd, "*.partial")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = ld.stats()
+        ld.set_epoch(1)
+        got.append(epoch(ld))
+        second = ld.stats()
+    assert_same(got[0], want[0], "epoch 0 with cache_dir")
+    assert_same(got[1], want[1], "epoch 1 from the copies")
+    copies = sorted(glob.glob(os.path.join(cd, "shard-*.tar")))
+    local = sorted(glob.glob(os.path.join(env["local"], "*.tar")))
+    assert sorted(open(p, "rb").read() for p in copies) == sorted(open(p, "rb").read() for p in local)
+    assert second["remote_cache_bytes"] > first["remote_cache_bytes"] > 0
+    files = [p for d in (cd, idx) for p in glob.glob(os.path.join(d, "**"), recursive=True)
+             if os.path.isfile(p)]
+    assert files
+    for p in files:
+        data = open(p, "rb").read()
+        assert TOKEN.encode() not in data and SIGNATURE.encode() not in data, p
+    assert_token_only_at_hub(env)
