@@ -155,3 +155,48 @@ def test_first_epoch_resumes(foreign, s3env, tmp_path):
         ld.load_state_dict(state)
         rest = [[int(x) for x in b.labels] for b in ld.iter_batches()]
     assert rest == want[200:]
+
+
+WRITER = r"""
+import io, sys
+import webdataset as wds
+from PIL import Image
+import numpy as np
+out, n, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+for s in range(n):
+    with wds.TarWriter(f"{out}/wds-{s:04d}.tar") as w:
+        for j in range(per):
+            k = s * per + j
+            b = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(b, format="JPEG")
+            w.write({"__key__": f"{k:06d}", "jpg": b.getvalue(), "cls": k})
+"""
+
+
+def test_webdataset_tarwriter_shards_stream(s3_server, s3env, tmp_path):
+    """Shards of webdataset's TarWriter (from the tools' virtualenv): the first
+    epoch streams every sample once, the next one is exact."""
+    import subprocess
+
+    import servers
+
+    py = servers.tools_python()
+    if not py:
+        pytest.skip("no .venv-tools with webdataset (scripts/install-deps.sh --python)")
+    out = tmp_path / "wds"
+    out.mkdir()
+    n, per = 12, 5
+    r = subprocess.run([py, "-c", WRITER, str(out), str(n), str(per)], capture_output=True,
+                       text=True)
+    if r.returncode != 0 and "No module named" in r.stderr:
+        pytest.skip(r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr
+    s3_server.put_tree(str(out), s3_server.bucket, "wdsw")
+    idx = str(tmp_path / "idx")
+    kw = dict(OPTS, batch_size=5)
+    with stoker.ImageLoader("s3://stoker/wdsw/", index_dir=idx, **kw) as ld:
+        assert ld.stats()["remote_streaming"]
+        assert sorted(labels_of(ld)) == list(range(n * per))
+        assert sorted(labels_of(ld, 1)) == list(range(n * per))
+        assert not ld.stats()["remote_streaming"] and ld.num_samples == n * per

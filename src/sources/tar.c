@@ -2510,6 +2510,11 @@ int stk__tar_open(stk__source *s, const char *path, const stk_options *opt, char
   int may_stream = rc == STK_OK && stream_wanted(t, opt);
   if (may_stream) rc = stream_begin(t, opt, msg, msglen);
   if (rc == STK_OK && t->first) probe_beside(t, opt ? opt->index_dir : NULL);
+  /* Without classes.txt the stream knows the classes of shard 0's first
+   * part only: soft labels need them all (mix_classes says how many, or
+   * the shards are read at open). */
+  int mixing = opt && (opt->mix_mixup_alpha > 0 || opt->mix_cutmix_alpha > 0);
+  if (may_stream && !cl.present && mixing && !opt->mix_classes) may_stream = 0;
   if (may_stream && rc == STK_OK && !t->beside) {
     rc = stream_open(s, t, opt, &cl, msg, msglen);
     free(dir);
