@@ -114,10 +114,11 @@ def test_first_epoch_covers_each_sample_once_then_exact(foreign, s3env, tmp_path
                             shuffle=True, **OPTS) as exact:
         assert not exact.stats()["remote_streaming"]
         assert labels_of(exact, 1) == e1
-    # a later open reads the index folder, not the shards
+    # a later open reads the index folder, not the shards (the listing, and
+    # what the first batches, prepared at once, read)
     with stoker.ImageLoader(foreign["url"], index_dir=idx, **OPTS) as again:
         assert not again.stats()["remote_streaming"]
-        assert again.stats()["remote_bytes"] < 1e6
+        assert again.stats()["remote_bytes"] < foreign["bytes"] / 10
 
 
 def test_first_epoch_two_ranks_same_batches_cover_once(foreign, s3env, tmp_path):

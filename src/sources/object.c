@@ -466,6 +466,13 @@ static uint64_t free_room(stk__parts *p) {
   return room;
 }
 
+uint64_t stk__parts_reach(stk__parts *p) {
+  pthread_mutex_lock(&p->mu);
+  uint64_t r = reach_wanted(p);
+  pthread_mutex_unlock(&p->mu);
+  return r;
+}
+
 /* Requests the whole parts that the positions after at_pos will read,
  * up to reach_wanted() bytes of parts not yet fetched this epoch (mutex
  * held). Positions already looked at are not looked at again. */

@@ -106,6 +106,8 @@ int stk__parts_read(stk__parts *p, int obj, const char *url, uint64_t off, uint6
 void stk__parts_want(stk__parts *p, int obj, const char *url, uint64_t size, uint64_t off,
                      uint64_t epoch);
 uint64_t stk__parts_budget(stk__parts *p);
+/* How far ahead of the plans parts are wanted now (see stk__parts_open). */
+uint64_t stk__parts_reach(stk__parts *p);
 /* Makes the remote object o read through the store p as its object `obj`
  * (a streamed scan: its bytes then serve the sample reads too), with
  * `depth` parts requested ahead of the one read. */

@@ -1726,7 +1726,6 @@ typedef struct tar_stream {
   int64_t L;        /* this rank's positions in an epoch */
   uint64_t scan_at; /* the scan's place in the stream's bytes */
   uint64_t ahead;   /* how far the scan may run ahead of `wanted` */
-  unsigned depth;   /* parts requested ahead of the scan */
   classlist cl;
   char *index_dir;
 } tar_stream;
@@ -1804,13 +1803,19 @@ static void stream_tail(tar_stream *ts, const tar_impl *t, int k, const shard_sc
   if (sc->dm.why[0]) stream_fail(ts, t, k, sc->dm.name, sc->dm.why, at);
 }
 
-/* Waits while the scan is far enough ahead of what the loader asked for. */
-static void stream_wait_room(tar_stream *ts) {
+/* Waits while the scan is far enough ahead of what the loader asked for:
+ * the read-ahead's measured reach (stk__parts_reach), at most ts->ahead.
+ * Further would push out of the store the parts of the samples that wait
+ * in the shuffle buffer (with the dataset twice remote_memory, a scan half
+ * of it ahead made 2,880 requests an epoch for 54 shards). */
+static void stream_wait_room(tar_stream *ts, stk__parts *parts) {
+  uint64_t ahead = stk__parts_reach(parts);
+  if (ahead > ts->ahead) ahead = ts->ahead;
   pthread_mutex_lock(&ts->mu);
   for (;;) {
     if (ts->stop || ts->wanted + 1 >= ts->L || ts->n <= ts->wanted + 1) break;
     uint64_t ref = ts->wanted >= 0 ? ts->at[ts->wanted] : 0;
-    if (ts->scan_at < ref + ts->ahead) break;
+    if (ts->scan_at < ref + ahead) break;
     pthread_cond_wait(&ts->cv, &ts->mu);
   }
   pthread_mutex_unlock(&ts->mu);
@@ -1825,7 +1830,9 @@ static int stream_scan(tar_stream *ts, tar_impl *t, int k, uint64_t base, shard_
   char why[256];
   if (stk__object_open(&obj, t->shards[k], t->net, t->size[k], PART_SIZE, why, sizeof why))
     return stk__fail(msg, msglen, STK_EIO, "%s", why);
-  stk__object_parts(&obj, t->parts, k, ts->depth, 0);
+  uint64_t reach = stk__parts_reach(t->parts); /* parts of this shard requested ahead */
+  unsigned depth = (unsigned)((reach < ts->ahead ? reach : ts->ahead) / PART_SIZE);
+  stk__object_parts(&obj, t->parts, k, depth < 1 ? 1 : depth > 8 ? 8 : depth, 0);
   scan_state *st = calloc(1, sizeof *st);
   if (!st) {
     stk__object_close(&obj);
@@ -1839,7 +1846,7 @@ static int stream_scan(tar_stream *ts, tar_impl *t, int k, uint64_t base, shard_
     pthread_mutex_lock(&ts->mu);
     ts->scan_at = base + st->off;
     pthread_mutex_unlock(&ts->mu);
-    stream_wait_room(ts);
+    stream_wait_room(ts, t->parts);
     if (ts->stop) st->rc = STK_ECANCELED;
   }
   for (; st->rc == STK_OK && emitted < st->ks.n; emitted++)
@@ -1883,8 +1890,9 @@ static void stream_shard(tar_stream *ts, tar_impl *t, int k, uint64_t base) {
  * reaches (at most 32 shards: the requests in flight), so that a stream
  * of small shards does not wait a round trip for each. */
 static void stream_ahead(tar_stream *ts, tar_impl *t, int j) {
-  uint64_t span = t->size[ts->order[j]];
-  for (int i = j + 1; i < ts->norder && i <= j + 32 && span < ts->ahead; i++) {
+  uint64_t span = t->size[ts->order[j]], reach = stk__parts_reach(t->parts);
+  if (reach > ts->ahead) reach = ts->ahead;
+  for (int i = j + 1; i < ts->norder && i <= j + 32 && span < reach; i++) {
     int k = ts->order[i];
     stk__parts_want(t->parts, k, t->shards[k], t->size[k], 0, 0);
     span += t->size[k];
@@ -1896,7 +1904,7 @@ static void *stream_main(void *arg) {
   tar_stream *ts = t->st;
   uint64_t base = 0;
   for (int j = 0; j < ts->norder && !ts->stop; j++) {
-    stream_wait_room(ts);
+    stream_wait_room(ts, t->parts);
     stream_ahead(ts, t, j);
     stream_shard(ts, t, ts->order[j], base);
     base += t->size[ts->order[j]];
@@ -2085,9 +2093,8 @@ static int stream_open(stk__source *s, tar_impl *t, const stk_options *o, classl
   ts->wanted = -1;
   ts->L = INT64_MAX;
   uint64_t budget = stk__parts_budget(t->parts);
-  ts->ahead = budget / 2 > 2 * PART_SIZE ? budget / 2 : 2 * PART_SIZE;
-  ts->depth = (unsigned)(ts->ahead / PART_SIZE / 2);
-  if (ts->depth > 8) ts->depth = 8;
+  /* at most a quarter of the budget: the rest holds the shuffle buffer's */
+  ts->ahead = budget / 4 > 2 * PART_SIZE ? budget / 4 : 2 * PART_SIZE;
   if (o->index_dir && !(ts->index_dir = strdup(o->index_dir)))
     return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   uint64_t count = 0, bytes = 1;
