@@ -2,7 +2,9 @@
  * shard-by-shard epoch order, and the writer behind `stoker pack --tar`.
  * See tar.h and docs/storage.md.
  *
- * The reader indexes every shard when the source is opened: it reads the
+ * The reader indexes every shard when the source is opened (remote shards
+ * without an index may instead be indexed by the first epoch that streams
+ * them: "the first epoch of foreign shards, streamed" below): it reads the
  * 512-byte headers (and the few bytes of each .cls member, and of GNU long
  * names and pax headers) and seeks over the data. The shards are untrusted
  * input: every length is checked against the file's size before it is used,
