@@ -43,7 +43,7 @@ typedef struct {
   double share;
   stk__share_ctl share_ctl;
   /* The way the engines are driven, chosen by trials of the delivery rate
-   * (loader/share.h) unless STOKER_GPU_ENGINE_STATES fixed it. Under the
+   * (loader/share.h) with STOKER_GPU_ENGINE_STATES=auto. Under the
    * loader's mutex. */
   int mode_auto;
   int in_trial;
@@ -414,25 +414,29 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
                        "STOKER_GPU_ENGINE_ORDER must be \"arrival\" or \"sorted\", got \"%s\"", eo);
     cfg.hw_sort = 0;
   }
-  /* The engines through the decoupled decoder, 4 states per lane, or the
-   * batched call, whichever delivers faster (trials, loader/share.h): beside
-   * a model the decoupled decoder's per-image work runs on our few streams
-   * instead of the batched call's many, and on an H200 ResNet-18 trained at
-   * 86-90% of its synthetic rate instead of 71-79%, ResNet-50 (4 threads) at
-   * 99.2-100% instead of 92%; the loader alone is faster with the batched
-   * call (18,000 against 14,600-15,100 img/s) (docs/gpu.md). It starts
-   * decoupled. STOKER_GPU_ENGINE_STATES=N (0-64) fixes the way: N states,
-   * or 0 for the batched call. */
+  /* The engines through the decoupled decoder, 4 states per lane: beside a
+   * model its per-image work runs on our few streams instead of the batched
+   * call's many, and on an H200 ResNet-18 trained at 86-90% of its
+   * synthetic rate instead of 71-79%, ResNet-50 (4 threads) at 99.2-100%
+   * instead of 92%; the loader alone is faster with the batched call
+   * (18,000 against 14,600-15,100 img/s) (docs/gpu.md).
+   * STOKER_GPU_ENGINE_STATES=N (0-64) sets N, 0 for the batched call;
+   * "auto" chooses between the two ways by trials of the delivery rate
+   * (loader/share.h), not yet the default: it has not been measured on a
+   * GPU. */
   cfg.hw_states = 4;
-  g->mode_auto = 1;
+  g->mode_auto = 0;
   const char *es = getenv("STOKER_GPU_ENGINE_STATES");
-  if (es && *es) {
-    g->mode_auto = 0;
+  if (es && !strcmp(es, "auto")) {
+    g->mode_auto = 1;
+  } else if (es && *es) {
     char *end = NULL;
     long ns = strtol(es, &end, 10);
     if (*end || ns < 0 || ns > 64)
       return stk__fail(err, errlen, STK_EINVAL,
-                       "STOKER_GPU_ENGINE_STATES must be a whole number in 0..64, got \"%s\"", es);
+                       "STOKER_GPU_ENGINE_STATES must be \"auto\" or a whole number in 0..64, "
+                       "got \"%s\"",
+                       es);
     cfg.hw_states = (int)ns;
   }
   char why[1024] = "";
