@@ -208,7 +208,7 @@ static int ini_get(const char *path, const char *section, const char *key, char 
   return found;
 }
 
-static void aws_file(char *out, size_t cap, const char *var, const char *name) {
+void stk__aws_file(char *out, size_t cap, const char *var, const char *name) {
   const char *v = env(var), *home = env("HOME");
   if (v)
     copy(out, cap, v);
@@ -224,7 +224,7 @@ int stk__s3_load(stk__s3 *c, char *msg, size_t msglen) {
   if (!profile) profile = env("AWS_DEFAULT_PROFILE");
   if (!profile) profile = "default";
   char conff[1024], csec[300];
-  aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
+  stk__aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
   /* ~/.aws/config names profiles "[profile NAME]", except the default */
   if (strcmp(profile, "default"))
     snprintf(csec, sizeof csec, "profile %s", profile);

@@ -86,4 +86,8 @@ void stk__sha256_hex(const void *data, size_t n, char out[65]);
 /* RFC 3986 encoding: unreserved characters kept, '/' kept when keep_slash. */
 int stk__uri_encode(const char *s, int keep_slash, char *out, size_t outlen);
 
+/* The AWS CLI's file `name` ("config" or "credentials") into out: the
+ * variable var's value when set, else $HOME/.aws/name, else "". */
+void stk__aws_file(char *out, size_t cap, const char *var, const char *name);
+
 #endif

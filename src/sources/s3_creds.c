@@ -415,21 +415,11 @@ static int run_process(const char *cmd, stk__aws_creds *out, char *msg, size_t m
 
 /* ---- profiles ------------------------------------------------------------- */
 
-static void aws_file(char *out, size_t cap, const char *var, const char *name) {
-  const char *v = env(var), *home = env("HOME");
-  if (v)
-    copy(out, cap, v);
-  else if (home)
-    snprintf(out, cap, "%s/.aws/%s", home, name);
-  else
-    out[0] = '\0';
-}
-
 /* A profile's settings from both files; 1 when either has it. */
 static int load_profile(const char *name, stk__aws_profile *p, char *files, size_t fcap) {
   char credf[1024], conff[1024], sec[300];
-  aws_file(credf, sizeof credf, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
-  aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
+  stk__aws_file(credf, sizeof credf, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  stk__aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
   snprintf(files, fcap, "%s nor %s", credf, conff);
   memset(p, 0, sizeof *p);
   int found = 0;
@@ -544,7 +534,7 @@ static int sso_creds(const char *name, stk__aws_profile *p, stk__aws_creds *out,
                      size_t msglen) {
   if (p->sso_session[0]) { /* the [sso-session NAME] section of the config file */
     char conff[1024], sec[200];
-    aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
+    stk__aws_file(conff, sizeof conff, "AWS_CONFIG_FILE", "config");
     snprintf(sec, sizeof sec, "sso-session %s", p->sso_session);
     size_t n = 0;
     char *t = read_small(conff, 1u << 20, &n);
