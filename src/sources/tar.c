@@ -777,6 +777,23 @@ static int scan_step(scan_state *st) {
   return 0;
 }
 
+/* The end of a scan: the object closed, the state freed; its keys and
+ * damage go to sc, or are dropped when sc is NULL. Returns its result. */
+static int scan_done(scan_state *st, stk__object *obj, shard_scan *sc) {
+  int rc = st->rc;
+  stk__object_close(obj);
+  free(st->ext);
+  pending_clear(&st->pd);
+  if (sc) {
+    sc->ks = st->ks;
+    sc->dm = st->dm;
+  } else {
+    keyset_free(&st->ks);
+  }
+  free(st);
+  return rc;
+}
+
 static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size_t msglen) {
   const char *path = t->shards[shard];
   char why[256];
@@ -803,14 +820,7 @@ static int read_scan(tar_impl *t, int32_t shard, shard_scan *sc, char *msg, size
   st->msglen = msglen;
   while (!scan_step(st)) {
   }
-  int rc = st->rc;
-  stk__object_close(&obj);
-  free(st->ext);
-  pending_clear(&st->pd);
-  sc->ks = st->ks;
-  sc->dm = st->dm;
-  free(st);
-  return rc;
+  return scan_done(st, &obj, sc);
 }
 
 /* A sample that stands for lost ones: named SHARD:NAME, its read fails with
@@ -1853,14 +1863,7 @@ static int stream_scan(tar_stream *ts, tar_impl *t, int k, uint64_t base, shard_
   }
   for (; st->rc == STK_OK && emitted < st->ks.n; emitted++)
     stream_rec(ts, t, k, &st->ks.r[emitted], base);
-  int rc = st->rc;
-  stk__object_close(&obj);
-  free(st->ext);
-  pending_clear(&st->pd);
-  sc->ks = st->ks;
-  sc->dm = st->dm;
-  free(st);
-  return rc;
+  return scan_done(st, &obj, sc);
 }
 
 /* Shard k of the stream: from the index folder when it is there, else
@@ -2014,12 +2017,7 @@ static int stream_sample_rate(tar_impl *t, uint64_t *count, uint64_t *bytes, int
     if (r->cls_ok && r->label < STK__TAR_LABEL_MAX && r->label > *maxlabel) *maxlabel = r->label;
   }
   *bytes = ended ? obj.size : st->off;
-  int rc = st->rc;
-  stk__object_close(&obj);
-  free(st->ext);
-  pending_clear(&st->pd);
-  keyset_free(&st->ks);
-  free(st);
+  int rc = scan_done(st, &obj, NULL);
   shard_scan_free(&sc);
   return rc;
 }
