@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -700,6 +701,10 @@ static void pack_estimate(void *user, uint64_t bytes, uint64_t avail, int64_t sa
 static char g_pack_tmp[4300];
 static int g_pack_tar;
 static sigset_t g_pack_sigs;
+/* Set once the signal thread has a signal: the pack may then fail on the
+ * output it removes, and the process must end by the signal, not by that
+ * failure's exit status. */
+static atomic_int g_pack_signalled;
 
 static void remove_pack_tmp(void) {
   if (!g_pack_tar) {
@@ -726,6 +731,7 @@ static void *pack_signal_thread(void *arg) {
   (void)arg;
   int sig = 0;
   if (sigwait(&g_pack_sigs, &sig) != 0) return NULL;
+  atomic_store(&g_pack_signalled, 1);
   remove_pack_tmp();
   signal(sig, SIG_DFL);
   pthread_sigmask(SIG_UNBLOCK, &g_pack_sigs, NULL);
@@ -850,6 +856,9 @@ static int cmd_pack(int argc, char **argv) {
   memset(&res, 0, sizeof res);
   char err[1024] = "";
   int rc = STK_PACK(&po, &res, err, sizeof err);
+  /* interrupted: the signal thread ends the process (its signals are
+   * blocked here, so pause() only waits for that) */
+  while (atomic_load(&g_pack_signalled)) pause();
   double secs = now() - ui.t0;
   if (ui.tty) fputc('\n', stderr);
   for (int64_t i = 0; i < ui.n; i++) printf("left out: %s: %s\n", ui.paths[i], ui.reasons[i]);
