@@ -292,117 +292,117 @@ static int read_file(const char *path, uint8_t **out, uint64_t *size, char *why,
   return STK_OK;
 }
 
-int stk__index_read(const char *path, const char *root, const char *real, stk__dataset *ds,
-                    stk__folder_stats *st, char *why, size_t whylen) {
-  memset(ds, 0, sizeof *ds);
-  uint8_t *b = NULL;
-  uint64_t size = 0;
-  int rc = read_file(path, &b, &size, why, whylen);
-  if (rc) return rc;
-  const char **rel = NULL;
-  char *prefix = NULL;
-#define BAD(...)                                                \
-  do {                                                          \
-    rc = stk__fail(why, whylen, STK__INDEX_CORRUPT, __VA_ARGS__); \
-    goto done;                                                  \
-  } while (0)
+/* An index file's parts, located and checked by parse_index. */
+typedef struct {
+  uint64_t nclasses, nsamples, ndirs, paths_len;
+  int64_t scan_sec, scan_nsec;
+  const char *root, *cls, *dirs, *paths;
+  const uint8_t *rec, *lab;
+} index_parts;
+
+/* Every field of the file b[0..size) checked before anything is trusted:
+ * sizes against the length, the checksum, the strings, the labels, and the
+ * paths (outside_root). STK_OK or STK__INDEX_CORRUPT with the reason. */
+static int parse_index(const char *path, const uint8_t *b, uint64_t size, index_parts *x,
+                       char *why, size_t whylen) {
+#define BAD(...) return stk__fail(why, whylen, STK__INDEX_CORRUPT, __VA_ARGS__)
   if (memcmp(b, MAGIC, 8) != 0) BAD("index %s: bad magic", path);
   if (get32(b + 8) != VERSION) BAD("index %s: version %u, not %u", path, get32(b + 8), VERSION);
   if (get32(b + 12) != BYTE_ORDER_MARK) BAD("index %s: written with another byte order", path);
-  uint64_t nclasses = get64(b + 16), nsamples = get64(b + 24), ndirs = get64(b + 32);
-  uint64_t root_len = get64(b + 40), classes_len = get64(b + 48), dirs_len = get64(b + 56),
-           paths_len = get64(b + 64);
-  int64_t scan_sec = (int64_t)get64(b + 72), scan_nsec = (int64_t)get64(b + 80);
+  x->nclasses = get64(b + 16), x->nsamples = get64(b + 24), x->ndirs = get64(b + 32);
+  uint64_t root_len = get64(b + 40), classes_len = get64(b + 48), dirs_len = get64(b + 56);
+  x->paths_len = get64(b + 64);
+  x->scan_sec = (int64_t)get64(b + 72), x->scan_nsec = (int64_t)get64(b + 80);
   /* each part bounded by the file first, so that the sum cannot overflow */
-  uint64_t body = size - HEADER;
-  if (nclasses == 0 || nclasses > INT32_MAX || nsamples == 0 || nsamples > body / 4 ||
-      ndirs == 0 || ndirs > body / DIRREC || root_len > body || classes_len > body ||
-      dirs_len > body || paths_len > body ||
-      root_len + ndirs * DIRREC + nsamples * 4 + classes_len + dirs_len + paths_len != body)
+  uint64_t body = size - HEADER, ns = x->nsamples, nd = x->ndirs;
+  if (x->nclasses == 0 || x->nclasses > INT32_MAX || ns == 0 || ns > body / 4 || nd == 0 ||
+      nd > body / DIRREC || root_len > body || classes_len > body || dirs_len > body ||
+      x->paths_len > body ||
+      root_len + nd * DIRREC + ns * 4 + classes_len + dirs_len + x->paths_len != body)
     BAD("index %s: sizes do not match the file (truncated?)", path);
   uint64_t want = stk__hash64(b + HEADER, (size_t)body, stk__hash64(b, 88, HASH_SEED));
   if (get64(b + 88) != want) BAD("index %s: checksum mismatch", path);
-  const char *rootp = (const char *)b + HEADER;
-  const uint8_t *rec = b + HEADER + root_len;
-  const uint8_t *lab = rec + ndirs * DIRREC;
-  const char *cls = (const char *)lab + nsamples * 4;
-  const char *dirp = cls + classes_len;
-  const char *paths = dirp + dirs_len;
-  if (!strings_ok(rootp, root_len, 1, 0) || !strings_ok(cls, classes_len, nclasses, 0) ||
-      !strings_ok(dirp, dirs_len, ndirs, 1) || !strings_ok(paths, paths_len, nsamples, 0))
+  x->root = (const char *)b + HEADER;
+  x->rec = b + HEADER + root_len;
+  x->lab = x->rec + nd * DIRREC;
+  x->cls = (const char *)x->lab + ns * 4;
+  x->dirs = x->cls + classes_len;
+  x->paths = x->dirs + dirs_len;
+  if (!strings_ok(x->root, root_len, 1, 0) || !strings_ok(x->cls, classes_len, x->nclasses, 0) ||
+      !strings_ok(x->dirs, dirs_len, nd, 1) || !strings_ok(x->paths, x->paths_len, ns, 0))
     BAD("index %s: malformed names", path);
   int32_t prev = 0;
-  for (uint64_t i = 0; i < nsamples; i++) {
-    int32_t l = (int32_t)get32(lab + i * 4);
-    if (l < prev || (uint64_t)l >= nclasses) BAD("index %s: labels out of order or range", path);
+  for (uint64_t i = 0; i < ns; i++) {
+    int32_t l = (int32_t)get32(x->lab + i * 4);
+    if (l < prev || (uint64_t)l >= x->nclasses)
+      BAD("index %s: labels out of order or range", path);
     prev = l;
   }
-  const char *bad = outside_root(cls, nclasses, dirp, ndirs, paths, nsamples, lab);
+  const char *bad = outside_root(x->cls, x->nclasses, x->dirs, nd, x->paths, ns, x->lab);
   if (bad) BAD("index %s: path \"%.200s\" is not a folder or file below the root", path, bad);
-  /* the file is sound; now, is it this tree's, unchanged? */
-  if (strcmp(rootp, real) != 0) {
-    rc = stk__fail(why, whylen, STK__INDEX_STALE, "index %s is for %s, not %s", path, rootp, real);
-    goto done;
-  }
-  rel = malloc((size_t)ndirs * sizeof *rel);
-  size_t rl = strlen(root);
-  size_t plen = rl + (rl && root[rl - 1] != '/');
-  prefix = malloc(plen + 1);
-  if (!rel || !prefix) {
-    rc = stk__fail(why, whylen, STK_ENOMEM, "out of memory");
-    goto done;
-  }
-  memcpy(prefix, root, rl);
-  if (plen > rl) prefix[rl] = '/';
-  prefix[plen] = 0;
-  const char *p = dirp;
-  for (uint64_t i = 0; i < ndirs; i++) {
+  return STK_OK;
+#undef BAD
+}
+
+/* Whether the tree under prefix is the one the index saw: no recorded
+ * folder too close to the scan, and every one unchanged (stat'ed by a few
+ * threads). STK_OK, STK__INDEX_STALE or STK_ENOMEM with the reason. */
+static int index_fresh(const char *path, const index_parts *x, const char *prefix, size_t plen,
+                       stk__folder_stats *st, char *why, size_t whylen) {
+  const char **rel = malloc((size_t)x->ndirs * sizeof *rel);
+  if (!rel) return stk__fail(why, whylen, STK_ENOMEM, "out of memory");
+  int rc = STK_OK;
+  const char *p = x->dirs;
+  for (uint64_t i = 0; i < x->ndirs && !rc; i++) {
     rel[i] = p;
     p += strlen(p) + 1;
-    if (racy((int64_t)get64(rec + i * DIRREC), (int64_t)get64(rec + i * DIRREC + 8), scan_sec,
-             scan_nsec)) {
+    const uint8_t *r = x->rec + i * DIRREC;
+    if (racy((int64_t)get64(r), (int64_t)get64(r + 8), x->scan_sec, x->scan_nsec))
       rc = stk__fail(why, whylen, STK__INDEX_STALE,
                      "index %s: folder %s%s changed too close to the scan to be trusted", path,
                      prefix, rel[i]);
-      goto done;
+  }
+  if (!rc) {
+    double t = stk__now();
+    check_job job = {.prefix = prefix, .plen = plen, .rel = rel, .rec = x->rec,
+                     .n = (size_t)x->ndirs};
+    atomic_init(&job.next, 0);
+    atomic_init(&job.changed, SIZE_MAX);
+    size_t nth = (size_t)x->ndirs / (4 * CHECK_CHUNK);
+    if (nth > 16) nth = 16;
+    stk__workers_fanout("stk-index", (int)nth, check_worker, &job); /* the caller is one */
+    if (st) {
+      st->check_s = stk__now() - t;
+      st->dirs = (int64_t)x->ndirs;
     }
+    size_t changed = atomic_load(&job.changed);
+    if (changed != SIZE_MAX)
+      rc = stk__fail(why, whylen, STK__INDEX_STALE,
+                     "folder %s%s changed since index %s was written", prefix, rel[changed],
+                     path);
   }
-  double t = stk__now();
-  check_job job = {.prefix = prefix, .plen = plen, .rel = rel, .rec = rec, .n = (size_t)ndirs};
-  atomic_init(&job.next, 0);
-  atomic_init(&job.changed, SIZE_MAX);
-  size_t nth = (size_t)ndirs / (4 * CHECK_CHUNK);
-  if (nth > 16) nth = 16;
-  stk__workers_fanout("stk-index", (int)nth, check_worker, &job); /* the caller is one */
-  if (st) {
-    st->check_s = stk__now() - t;
-    st->dirs = (int64_t)ndirs;
-    st->index_bytes = (int64_t)size;
-  }
-  size_t changed = atomic_load(&job.changed);
-  if (changed != SIZE_MAX) {
-    rc = stk__fail(why, whylen, STK__INDEX_STALE, "folder %s%s changed since index %s was written",
-                   prefix, rel[changed], path);
-    goto done;
-  }
+  free(rel);
+  return rc;
+}
 
-  /* fresh: the table, paths made whole as the scan makes them */
-  uint64_t arena = nsamples * plen + paths_len;
+/* The sample table of a fresh index into ds, paths made whole as the scan
+ * makes them. STK_OK or STK_ENOMEM. */
+static int index_table(const index_parts *x, const char *prefix, size_t plen, stk__dataset *ds,
+                       char *why, size_t whylen) {
+  uint64_t ns = x->nsamples, arena = ns * plen + x->paths_len;
   ds->arena = malloc((size_t)arena);
-  ds->path_off = malloc((size_t)nsamples * sizeof *ds->path_off);
-  ds->labels = malloc((size_t)nsamples * sizeof *ds->labels);
-  ds->classes = calloc((size_t)nclasses, sizeof *ds->classes);
-  if (!ds->arena || !ds->path_off || !ds->labels || !ds->classes) {
-    rc = stk__fail(why, whylen, STK_ENOMEM, "out of memory for %llu samples",
-                   (unsigned long long)nsamples);
-    goto done;
-  }
+  ds->path_off = malloc((size_t)ns * sizeof *ds->path_off);
+  ds->labels = malloc((size_t)ns * sizeof *ds->labels);
+  ds->classes = calloc((size_t)x->nclasses, sizeof *ds->classes);
+  if (!ds->arena || !ds->path_off || !ds->labels || !ds->classes)
+    return stk__fail(why, whylen, STK_ENOMEM, "out of memory for %llu samples",
+                     (unsigned long long)ns);
   ds->arena_cap = (size_t)arena;
-  ds->cap = (int64_t)nsamples;
-  memcpy(ds->labels, lab, (size_t)nsamples * 4);
-  p = paths;
+  ds->cap = (int64_t)ns;
+  memcpy(ds->labels, x->lab, (size_t)ns * 4);
+  const char *p = x->paths;
   char *o = ds->arena;
-  for (uint64_t i = 0; i < nsamples; i++) {
+  for (uint64_t i = 0; i < ns; i++) {
     size_t l = strlen(p) + 1;
     ds->path_off[i] = (size_t)(o - ds->arena);
     memcpy(o, prefix, plen);
@@ -411,22 +411,49 @@ int stk__index_read(const char *path, const char *root, const char *real, stk__d
     p += l;
   }
   ds->arena_len = (size_t)(o - ds->arena);
-  ds->n = (int64_t)nsamples;
-  p = cls;
-  for (uint64_t i = 0; i < nclasses; i++) {
+  ds->n = (int64_t)ns;
+  p = x->cls;
+  for (uint64_t i = 0; i < x->nclasses; i++, p += strlen(p) + 1) {
     if (!(ds->classes[i] = strdup(p))) {
       ds->nclasses = (int)i;
-      rc = stk__fail(why, whylen, STK_ENOMEM, "out of memory");
-      goto done;
+      return stk__fail(why, whylen, STK_ENOMEM, "out of memory");
     }
-    p += strlen(p) + 1;
   }
-  ds->nclasses = (int)nclasses;
-  rc = STK__INDEX_USED;
-#undef BAD
+  ds->nclasses = (int)x->nclasses;
+  return STK_OK;
+}
+
+int stk__index_read(const char *path, const char *root, const char *real, stk__dataset *ds,
+                    stk__folder_stats *st, char *why, size_t whylen) {
+  memset(ds, 0, sizeof *ds);
+  uint8_t *b = NULL;
+  uint64_t size = 0;
+  int rc = read_file(path, &b, &size, why, whylen);
+  if (rc) return rc;
+  index_parts x = {0};
+  char *prefix = NULL;
+  size_t rl = strlen(root);
+  size_t plen = rl + (rl && root[rl - 1] != '/');
+  if ((rc = parse_index(path, b, size, &x, why, whylen))) goto done;
+  /* the file is sound; now, is it this tree's, unchanged? */
+  if (strcmp(x.root, real) != 0) {
+    rc = stk__fail(why, whylen, STK__INDEX_STALE, "index %s is for %s, not %s", path, x.root,
+                   real);
+    goto done;
+  }
+  if (!(prefix = malloc(plen + 1))) {
+    rc = stk__fail(why, whylen, STK_ENOMEM, "out of memory");
+    goto done;
+  }
+  memcpy(prefix, root, rl);
+  if (plen > rl) prefix[rl] = '/';
+  prefix[plen] = 0;
+  if (st) st->index_bytes = (int64_t)size;
+  if ((rc = index_fresh(path, &x, prefix, plen, st, why, whylen))) goto done;
+  rc = index_table(&x, prefix, plen, ds, why, whylen);
+  if (!rc) rc = STK__INDEX_USED;
 done:
   if (rc != STK__INDEX_USED) stk__dataset_free(ds);
-  free(rel);
   free(prefix);
   free(b);
   return rc;
