@@ -146,6 +146,7 @@ static void pack_one(const stk__packer *pk, stk__worker *w, stk__resampler *rs,
   stk__bytes b = {0};
   r->rc = stk__bounded_read_file(br, path, o->max_file_bytes, &b, r->msg, sizeof r->msg);
   stk__image_info info;
+  memset(&info, 0, sizeof info); /* a failed read leaves it unread: copied below all the same */
   if (!r->rc) r->rc = stk__decoder_header(w->dec, b.data, b.len, &info, r->msg, sizeof r->msg);
   if (!r->rc && !pixels && b.len > 077777777777ULL)
     r->rc = stk__fail(r->msg, sizeof r->msg, STK_ELIMIT, "file is %zu bytes, too large for a tar "
