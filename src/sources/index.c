@@ -292,6 +292,11 @@ static int read_file(const char *path, uint8_t **out, uint64_t *size, char *why,
   return STK_OK;
 }
 
+static int time_ok(int64_t sec, int64_t nsec) {
+  const int64_t lim = (int64_t)1 << 40;
+  return sec > -lim && sec < lim && nsec >= 0 && nsec < 1000000000LL;
+}
+
 /* An index file's parts, located and checked by parse_index. */
 typedef struct {
   uint64_t nclasses, nsamples, ndirs, paths_len;
@@ -331,6 +336,14 @@ static int parse_index(const char *path, const uint8_t *b, uint64_t size, index_
   if (!strings_ok(x->root, root_len, 1, 0) || !strings_ok(x->cls, classes_len, x->nclasses, 0) ||
       !strings_ok(x->dirs, dirs_len, nd, 1) || !strings_ok(x->paths, x->paths_len, ns, 0))
     BAD("index %s: malformed names", path);
+  /* times as a file system gives them (within 2^40 s of 1970): racy()
+   * computes in nanoseconds, which forged ones would overflow */
+  if (!time_ok(x->scan_sec, x->scan_nsec)) BAD("index %s: bad scan time", path);
+  for (uint64_t i = 0; i < nd; i++) {
+    const uint8_t *r = x->rec + i * DIRREC;
+    if (!time_ok((int64_t)get64(r), (int64_t)get64(r + 8)))
+      BAD("index %s: bad folder time", path);
+  }
   int32_t prev = 0;
   for (uint64_t i = 0; i < ns; i++) {
     int32_t l = (int32_t)get32(x->lab + i * 4);
