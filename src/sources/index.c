@@ -293,7 +293,7 @@ static int read_file(const char *path, uint8_t **out, uint64_t *size, char *why,
 }
 
 static int time_ok(int64_t sec, int64_t nsec) {
-  const int64_t lim = (int64_t)1 << 40;
+  const int64_t lim = (int64_t)1 << 32; /* 2 x 2^32 s in ns fits in 63 bits */
   return sec > -lim && sec < lim && nsec >= 0 && nsec < 1000000000LL;
 }
 
@@ -336,7 +336,7 @@ static int parse_index(const char *path, const uint8_t *b, uint64_t size, index_
   if (!strings_ok(x->root, root_len, 1, 0) || !strings_ok(x->cls, classes_len, x->nclasses, 0) ||
       !strings_ok(x->dirs, dirs_len, nd, 1) || !strings_ok(x->paths, x->paths_len, ns, 0))
     BAD("index %s: malformed names", path);
-  /* times as a file system gives them (within 2^40 s of 1970): racy()
+  /* times as a file system gives them (within 2^32 s of 1970): racy()
    * computes in nanoseconds, which forged ones would overflow */
   if (!time_ok(x->scan_sec, x->scan_nsec)) BAD("index %s: bad scan time", path);
   for (uint64_t i = 0; i < nd; i++) {
