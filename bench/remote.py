@@ -100,6 +100,7 @@ def child_stoker(a):
     kw = {}
     if a.child == "foreign":  # a fresh index folder: the first epoch streams the shards
         kw["index_dir"] = tempfile.mkdtemp(prefix="stoker-bench-idx-")
+        kw["stream_first_epoch"] = True
     t0 = time.monotonic()
     ld = stoker.ImageLoader(a.source, batch_size=a.batch, pipeline="train", threads=a.threads, seed=0,
                             remote_memory=a.remote_memory, **kw)

@@ -377,7 +377,7 @@ typedef struct stk_options {
    * open reads the listing and one part, and the first epoch streams the
    * shards, indexing them as it reads them (its len() is an estimate); 0 =
    * the open reads every shard that is not indexed yet. docs/remote.md */
-  int stream_first_epoch;    /* 1 */
+  int stream_first_epoch;    /* 0 */
 } stk_options;
 
 /* Fills `opt` with the defaults above. stk_options_init is a macro that

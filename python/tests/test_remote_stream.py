@@ -24,7 +24,7 @@ N_SHARDS = 1000
 PER_SHARD = 8
 N = N_SHARDS * PER_SHARD
 B = 16
-OPTS = dict(batch_size=B, size=16, threads=2, seed=3, pipeline="eval")
+OPTS = dict(batch_size=B, size=16, threads=2, seed=3, pipeline="eval", stream_first_epoch=True)
 
 
 def _jpegs(k):
@@ -110,8 +110,8 @@ def test_first_epoch_covers_each_sample_once_then_exact(foreign, s3env, tmp_path
         # epoch 1: the loader reopens on that index, and equals an exact loader's
         e1 = labels_of(ld, 1)
         assert not ld.stats()["remote_streaming"]
-    with stoker.ImageLoader(foreign["url"], index_dir=idx, stream_first_epoch=False,
-                            shuffle=True, **OPTS) as exact:
+    with stoker.ImageLoader(foreign["url"], index_dir=idx, shuffle=True,
+                            **{**OPTS, "stream_first_epoch": False}) as exact:
         assert not exact.stats()["remote_streaming"]
         assert labels_of(exact, 1) == e1
     # a later open reads the index folder, not the shards (the listing, and

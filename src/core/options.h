@@ -249,9 +249,9 @@
     "MixUp/CutMix soft-label columns; 0 = the source's classes") \
   X(weights_file, STR, STK__V(0), 0, 0, NULL, "--weights", "weights_file", \
     "weighted sampling with replacement: a file of one weight a sample, in sample order") \
-  X(stream_first_epoch, BOOL, STK__V(1), 0, 1, NULL, "--stream-first-epoch", \
+  X(stream_first_epoch, BOOL, STK__V(0), 0, 1, NULL, "--stream-first-epoch", \
     "stream_first_epoch", \
-    "remote shards without an index: stream the first epoch, indexing as it reads; 0 = scan all at open")
+    "remote shards without an index: 1 = stream the first epoch, indexing as it reads (its length an estimate); 0 = scan all at open")
 /* The fields of stk_pack_options, in declaration order, as STK__OPTIONS
  * with one more column before doc:
  *
