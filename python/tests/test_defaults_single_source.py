@@ -352,10 +352,7 @@ REPO = os.path.dirname(PKG_ROOT)
 OPTIONS_H = os.path.join(REPO, "src", "core", "options.h")
 # Spellings of a default that are still in files others are restructuring:
 # (file, the literal) tolerated until that file takes the named constant.
-PENDING = {
-    ("src/sources/tar.c", "8u << 20"),    # PART_SIZE: STK__REMOTE_PART_BYTES
-    ("src/sources/tar.c", "256u << 20"),  # PARTS_BUDGET: STK__REMOTE_MEMORY_DEFAULT
-}
+PENDING = set()
 
 
 def _c_files():

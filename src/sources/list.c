@@ -12,9 +12,8 @@
 #include <pthread.h>
 
 #include "core/common.h"
-#include "sources/object.h"
-#include "sources/net.h"
 #include "sources/source.h"
+#include "sources/store.h"
 
 /* A list has no class names: its classes are the label numbers 0..max, each
  * given a name (in one block) when the source opens, so the largest label
@@ -235,11 +234,11 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
 typedef struct planned {
   struct planned *next;
   int64_t idx;
-  stk__net_req *req;
+  stk__objstore_req *req;
 } planned;
 
 typedef struct {
-  stk__net *net;
+  stk__objstore *store; /* the remote row: the list's URLs are read through it */
   uint64_t max_bytes;
   pthread_mutex_t mu;
   planned *b[PLAN_BUCKETS];
@@ -254,7 +253,7 @@ static void url_plan(const stk__source *s, const int64_t *idx, int n, uint64_t e
     planned *p = malloc(sizeof *p);
     if (!p) return; /* the read fetches it itself */
     p->idx = idx[k];
-    p->req = stk__net_get(u->net, name, 0, 0, u->max_bytes, 0);
+    p->req = stk__objstore_fetch(u->store, name, u->max_bytes);
     if (!p->req) {
       free(p);
       return;
@@ -268,11 +267,10 @@ static void url_plan(const stk__source *s, const int64_t *idx, int n, uint64_t e
   }
 }
 
-static void drop_planned(planned *p) {
+static void drop_planned(stk__objstore *st, planned *p) {
   while (p) {
     planned *nx = p->next;
-    stk__net_wait(p->req, NULL, NULL, 0);
-    stk__net_free(p->req);
+    stk__objstore_req_free(st, p->req);
     free(p);
     p = nx;
   }
@@ -286,18 +284,14 @@ static void url_plan_reset(const stk__source *s) {
   memset(u->b, 0, sizeof u->b);
   pthread_mutex_unlock(&u->mu);
   /* (outside the lock: dropping waits for transfers to end) */
-  for (int i = 0; i < PLAN_BUCKETS; i++) drop_planned(all[i]);
+  for (int i = 0; i < PLAN_BUCKETS; i++) drop_planned(u->store, all[i]);
 }
 
 static int url_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max_bytes,
                     stk__bytes *out, char *msg, size_t msglen) {
   const char *name = stk__dataset_path(&s->ds, i);
-  if (!stk__is_url(name)) return stk__read_whole_file(name, buf, max_bytes, out, msg, msglen);
   url_list *u = s->impl;
-  out->data = NULL;
-  out->len = 0;
-  out->bytes_read = 0;
-  stk__net_req *q = NULL;
+  stk__objstore_req *q = NULL;
   pthread_mutex_lock(&u->mu);
   for (planned **at = &u->b[(uint64_t)i % PLAN_BUCKETS]; *at; at = &(*at)->next)
     if ((*at)->idx == i) {
@@ -308,46 +302,26 @@ static int url_read(const stk__source *s, int64_t i, stk__buf *buf, uint64_t max
       break;
     }
   pthread_mutex_unlock(&u->mu);
-  if (!q) q = stk__net_get(u->net, name, 0, 0, max_bytes, 0);
-  stk__net_body b;
-  int rc = stk__net_wait_reason(q, &b, msg, msglen);
-  if (rc == STK_OK && max_bytes && b.len > max_bytes)
-    rc = stk__fail(msg, msglen, STK_ELIMIT, "%zu bytes, over the limit of %llu", b.len,
-                   (unsigned long long)max_bytes); /* (the message names the sample) */
-  if (rc == STK_OK && stk__buf_reserve(buf, b.len + 1))
-    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %zu bytes", b.len);
-  if (rc == STK_OK) {
-    memcpy(buf->p, b.data, b.len);
-    out->data = buf->p;
-    out->len = b.len;
-    out->bytes_read = b.len;
-  }
-  stk__net_free(q);
-  return rc;
+  /* (a path in a list of URLs is a local file's, read there) */
+  return stk__objstore_get(u->store, q, name, buf, max_bytes, out, msg, msglen);
 }
 
 static void url_cancel(const stk__source *s) {
   url_list *u = s->impl;
-  stk__net_cancel(u->net);
+  stk__objstore_cancel(u->store);
 }
 
 static void url_net_stats(const stk__source *s, stk_stats *o) {
   url_list *u = s->impl;
-  stk__net_stats ns;
-  stk__net_get_stats(u->net, &ns);
-  o->remote_bytes = ns.bytes;
-  o->remote_requests = ns.requests;
-  o->remote_retries = ns.retries;
-  o->remote_failures = ns.failures;
-  o->remote_seconds = ns.seconds;
+  stk__objstore_stats(u->store, o);
 }
 
 static void url_close(stk__source *s) {
   url_list *u = s->impl;
   if (!u) return;
-  stk__net_cancel(u->net);
+  stk__objstore_cancel(u->store);
   url_plan_reset(s);
-  stk__net_close(u->net);
+  stk__objstore_close(u->store);
   pthread_mutex_destroy(&u->mu);
   free(u);
   s->impl = NULL;
@@ -371,17 +345,18 @@ int stk__list_open(stk__source *s, const stk_options *opt, char *msg, size_t msg
     stk__dataset_free(&s->ds);
     return stk__fail(msg, msglen, rc, "out of memory naming %d classes", nc);
   }
-  int urls = 0;
-  for (int64_t i = 0; rc == STK_OK && i < s->ds.n && !urls; i++)
-    urls = stk__is_url(stk__dataset_path(&s->ds, i));
-  if (urls) {
+  const char *url = NULL;
+  for (int64_t i = 0; rc == STK_OK && i < s->ds.n && !url; i++)
+    if (stk__is_url(stk__dataset_path(&s->ds, i))) url = stk__dataset_path(&s->ds, i);
+  if (url) {
     url_list *u = calloc(1, sizeof *u);
     if (!u) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     pthread_mutex_init(&u->mu, NULL);
     u->max_bytes = opt->max_file_bytes;
     s->impl = u;
     s->ops = &url_list_ops; /* close() frees what was made on any failure */
-    rc = stk__net_open(&u->net, opt->read_timeout, msg, msglen);
+    stk__objstore_config cfg = {.read_timeout = opt->read_timeout};
+    rc = stk__objstore_open(&u->store, url, &cfg, msg, msglen);
   }
   return rc;
 }

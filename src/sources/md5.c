@@ -1,7 +1,16 @@
 /* md5.c: MD5 (RFC 1321). See md5.h. */
+#define _POSIX_C_SOURCE 200809L
 #include "sources/md5.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <string.h>
+
+#include "core/common.h"
 
 static const uint32_t K[64] = {
     0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
@@ -123,4 +132,63 @@ void stk__md5_update3(stk__md5 *const m[3], const void *data, size_t n) {
     m[k]->len += whole;
     stk__md5_update(m[k], p + whole, n - whole);
   }
+}
+
+/* (1 MiB reads: a part boundary, a multiple of 1 MiB, never falls inside one) */
+#define READ_BYTES ((size_t)1 << 20)
+
+/* The last part of chain k when the file ends inside one, then each
+ * chain's digest as hex ("-N" after a multipart one), a line each. */
+static void etags_out(stk__md5 *all, stk__md5 cur[2], stk__md5 outer[2], uint64_t nparts[2],
+                      const uint64_t part[2], uint64_t off, char *out, size_t cap) {
+  size_t len = 0;
+  uint8_t d[16];
+  for (int k = -1; k < 2; k++) {
+    if (k >= 0 && off % part[k]) { /* the last part, shorter */
+      stk__md5_final(&cur[k], d);
+      stk__md5_update(&outer[k], d, 16);
+      nparts[k]++;
+    }
+    stk__md5_final(k < 0 ? all : &outer[k], d);
+    for (int i = 0; i < 16 && len + 3 < cap; i++) len += (size_t)snprintf(out + len, cap - len, "%02x", d[i]);
+    if (k >= 0) len += (size_t)snprintf(out + len, cap - len, "-%llu", (unsigned long long)nparts[k]);
+    if (k < 1) len += (size_t)snprintf(out + len, cap - len, "\n");
+  }
+}
+
+int stk__md5_s3_etags(const char *path, char *out, size_t cap, char *err, size_t errlen) {
+  /* the AWS CLI's part size and stoker pack's */
+  static const uint64_t part[2] = {8 * (uint64_t)READ_BYTES, 16 * (uint64_t)READ_BYTES};
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t *b = fd >= 0 ? malloc(READ_BYTES) : NULL;
+  if (!b) {
+    if (fd >= 0) close(fd);
+    return stk__fail(err, errlen, fd < 0 ? STK_EIO : STK_ENOMEM, "cannot hash %s: %s", path,
+                     fd < 0 ? strerror(errno) : "out of memory");
+  }
+  stk__md5 all, cur[2], outer[2];
+  uint64_t off = 0, nparts[2] = {0, 0};
+  stk__md5_init(&all);
+  for (int k = 0; k < 2; k++) stk__md5_init(&cur[k]), stk__md5_init(&outer[k]);
+  ssize_t r;
+  uint8_t d[16];
+  while ((r = pread(fd, b, READ_BYTES, (off_t)off)) > 0 || (r < 0 && errno == EINTR)) {
+    if (r < 0) continue;
+    stk__md5 *const three[3] = {&all, &cur[0], &cur[1]};
+    stk__md5_update3(three, b, (size_t)r); /* the three chains at once */
+    off += (uint64_t)r;
+    for (int k = 0; k < 2; k++) {
+      if (off % part[k]) continue;
+      stk__md5_final(&cur[k], d);
+      stk__md5_update(&outer[k], d, 16);
+      stk__md5_init(&cur[k]);
+      nparts[k]++;
+    }
+  }
+  int e = errno;
+  free(b);
+  close(fd);
+  if (r < 0) return stk__fail(err, errlen, STK_EIO, "cannot hash %s: %s", path, strerror(e));
+  etags_out(&all, cur, outer, nparts, part, off, out, cap);
+  return STK_OK;
 }

@@ -29,4 +29,11 @@ void stk__md5_final(stk__md5 *m, uint8_t out[16]);
  * units idle). */
 void stk__md5_update3(stk__md5 *const m[3], const void *p, size_t n);
 
+/* The ETags S3 gives the local file at `path` once uploaded: the MD5 of its
+ * bytes (one PUT), and for a multipart upload in parts of 8 MiB (the AWS
+ * CLI's default) and of 16 MiB (stoker pack's) the MD5 of the parts' MD5s,
+ * "-N"; as "MD5\nE8\nE16" into out. One pass over the file. STK_OK, or
+ * STK_EIO / STK_ENOMEM with the reason in err. */
+int stk__md5_s3_etags(const char *path, char *out, size_t cap, char *err, size_t errlen);
+
 #endif

@@ -1,6 +1,7 @@
 /*
- * object.h: bytes of an object, by range: a local file or a URL. The tar
- * source reads its shards through this, local and remote alike.
+ * object.h: bytes of an object, by range: a local file or a URL; below the
+ * object store (store.h), whose rows read through it. The file helpers
+ * (stk__open_input, stk__read_whole_file) are declared in store.h.
  *
  * A remote object is read in two ways:
  *   - sequentially (the scan that indexes a shard): through a window of one
@@ -30,22 +31,11 @@
 #include "core/common.h"
 #include "sources/net.h"
 #include "sources/source.h"
-
-/* ---- local files (the folder, list and cache sources, the tools) ---- */
-/* Opens path for reading without ever blocking in open(): returns the
- * descriptor (blocking reads, close-on-exec) and its stat, or -1 with
- * "cannot open: ..." or "not a regular file (a FIFO)" in msg (errno is
- * open's when open itself failed, 0 otherwise). With allow_pipe, a FIFO or
- * pipe is accepted too (a list file given as <(command)). */
-int stk__open_input(const char *path, int allow_pipe, struct stat *st, char *msg, size_t msglen);
-/* Reads a whole file into buf (encoded sources of files): enforces
- * max_bytes (0 = none); a file that shrinks while read gives what is there. */
-int stk__read_whole_file(const char *path, stk__buf *buf, uint64_t max_bytes, stk__bytes *out,
-                         char *msg, size_t msglen);
+#include "sources/store.h"
 
 struct stk__parts;
 
-typedef struct {
+typedef struct stk__object {
   const char *name; /* the path or URL (borrowed) */
   uint64_t size;
   int fd;           /* local files */

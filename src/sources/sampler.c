@@ -226,3 +226,59 @@ void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out) {
     out[j] = s->perm[p % s->n];
   }
 }
+
+/* The order of runs (docs/storage.md has the rule): the runs in a
+ * per-epoch permutation (the same on every rank), laid end to end; rank r
+ * takes positions [r*L, (r+1)*L) of that sequence, wrapping round for the
+ * padding. The sampler's scratch (n entries) holds the run order: the
+ * number of runs <= n. */
+void stk__sampler_runs(stk__sampler *sp, uint64_t epoch, const int64_t *run_start, int64_t nrun,
+                       int64_t *out) {
+  int64_t n = sp->n, L = sp->num_samples;
+  int64_t *scratch = sp->perm;
+  if (sp->shuffle)
+    stk__torch_randperm(sp->seed + epoch, nrun, scratch);
+  else
+    for (int64_t k = 0; k < nrun; k++) scratch[k] = k;
+  /* The run holding the rank's first position, and the offset in it. */
+  int64_t pos = ((int64_t)sp->rank * L) % n, k = 0;
+  for (;; k++) {
+    int64_t len = run_start[scratch[k] + 1] - run_start[scratch[k]];
+    if (pos < len) break;
+    pos -= len;
+  }
+  for (int64_t j = 0; j < L; j++) {
+    int64_t run = scratch[k];
+    out[j] = run_start[run] + pos;
+    if (++pos == run_start[run + 1] - run_start[run]) {
+      pos = 0;
+      if (++k == nrun) k = 0; /* the padding wraps round to the start */
+    }
+  }
+}
+
+/* A bounded shuffle buffer of K entries over out[0..L) (when shuffling).
+ * The buffer is out[0..K); the rest of out is read ahead of where the
+ * output (in the sampler's scratch, n >= L entries) is written, so nothing
+ * is overwritten early. Its stream is keyed by the rank (and kept apart
+ * from sample streams). */
+void stk__sampler_buffer_shuffle(stk__sampler *sp, uint64_t epoch, int64_t K, int64_t *out,
+                                 int64_t L) {
+  int64_t *scratch = sp->perm;
+  if (K > L) K = L;
+  if (!sp->shuffle || K <= 1) return;
+  stk__rng rng;
+  stk__rng_init(&rng, sp->seed, epoch, 0xb0ffe7000000000ULL + (uint64_t)sp->rank);
+  int64_t e = 0;
+  for (int64_t i = K; i < L; i++) {
+    int64_t b = stk__rng_range(&rng, 0, K);
+    scratch[e++] = out[b];
+    out[b] = out[i];
+  }
+  for (int64_t left = K; left > 0; left--) {
+    int64_t b = stk__rng_range(&rng, 0, left);
+    scratch[e++] = out[b];
+    out[b] = out[left - 1];
+  }
+  memcpy(out, scratch, (size_t)L * sizeof *out);
+}

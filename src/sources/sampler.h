@@ -63,4 +63,13 @@ void stk__sampler_epoch(stk__sampler *s, uint64_t epoch, int64_t *out);
 /* torch.randperm(n, generator=torch.Generator().manual_seed(seed)) into out. */
 void stk__torch_randperm(uint64_t seed, int64_t n, int64_t *out);
 
+/* Orders of sources with runs (tar shards): this rank's L = num_samples
+ * positions of an epoch, the nrun runs [run_start[k], run_start[k+1]) in a
+ * per-epoch permutation laid end to end; then a bounded shuffle buffer of
+ * K entries over out[0..L) (nothing when not shuffling). */
+void stk__sampler_runs(stk__sampler *sp, uint64_t epoch, const int64_t *run_start, int64_t nrun,
+                       int64_t *out);
+void stk__sampler_buffer_shuffle(stk__sampler *sp, uint64_t epoch, int64_t K, int64_t *out,
+                                 int64_t L);
+
 #endif
