@@ -37,6 +37,121 @@ static int mask_ok(uint32_t m) {
   return (m & (m + 1)) == 0;
 }
 
+/* The masks of BI_BITFIELDS (after a 40-byte header, or inside a longer
+ * one at the same place), checked; *pal_pos moves past them for a 40-byte
+ * header. */
+static int read_masks(stk__fmtdec *f, uint32_t hsize, size_t *pal_pos, char *msg,
+                      size_t msglen) {
+  const uint8_t *b = f->buf;
+  stk__bmp_hdr *h = &f->h.bmp;
+  int bits = h->bits;
+  if (f->n < 14 + 40 + 12)
+    return stk__fail(msg, msglen, STK_EDECODE, "truncated BMP file (in the bit masks)");
+  uint32_t a = hsize >= 52 ? le32(b + 66) : 0;
+  for (int c = 0; c < 3; c++) h->mask[c] = le32(b + 54 + 4 * c);
+  if (hsize == 40) *pal_pos += 12;
+  if (bits < 16)
+    return stk__fail(msg, msglen, STK_EDECODE, "BMP: bit masks on a %d-bit image", bits);
+  if (bits == 32 && !h->mask[0] && !h->mask[1] && !h->mask[2] && !a) {
+    /* Pillow reads all-zero masks as BGRA */
+    h->mask[0] = 0xFF0000, h->mask[1] = 0xFF00, h->mask[2] = 0xFF;
+  }
+  uint32_t limit = bits == 16 ? 0xFFFFu : bits == 24 ? 0xFFFFFFu : 0xFFFFFFFFu;
+  for (int c = 0; c < 3; c++)
+    if (!mask_ok(h->mask[c]) || (h->mask[c] & ~limit))
+      return stk__fail(msg, msglen, STK_EDECODE,
+                       "BMP: unsupported bit-field layout (masks %08" PRIx32 " %08" PRIx32
+                       " %08" PRIx32 ")", h->mask[0], h->mask[1], h->mask[2]);
+  return STK_OK;
+}
+
+/* The palette of a 1, 4 or 8-bit image (at pal_pos, `pad` bytes an entry,
+ * `colors` of them or 0 for all), and where the pixel data starts. */
+static int read_palette(stk__fmtdec *f, uint32_t off, uint32_t hsize, size_t pal_pos, int pad,
+                        uint32_t colors, uint64_t *data_off, char *msg, size_t msglen) {
+  const uint8_t *b = f->buf;
+  size_t n = f->n;
+  stk__bmp_hdr *h = &f->h.bmp;
+  uint64_t ncol = colors ? colors : (uint64_t)1 << h->bits;
+  if (ncol > 65536)
+    return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported palette size (%" PRIu64 ")",
+                     ncol);
+  /* Pillow reads the palette with a read that may come back short: the
+   * entries the file has are used, the grey ramp stands for the rest */
+  uint64_t used = ncol < 256 ? ncol : 256;
+  uint64_t have = pal_pos < n ? (n - pal_pos) / (uint64_t)pad : 0;
+  if (used > have) used = have;
+  /* Pillow's default palette is the grey ramp; the file's entries
+   * replace its first ones */
+  for (int i = 0; i < 256; i++) memset(h->palette + 3 * i, i, 3);
+  for (uint64_t i = 0; i < used; i++) {
+    const uint8_t *e = b + pal_pos + i * (uint64_t)pad; /* B, G, R(, X) */
+    h->palette[3 * i] = e[2], h->palette[3 * i + 1] = e[1], h->palette[3 * i + 2] = e[0];
+  }
+  /* Pillow's repair of writers that point the data offset at the palette */
+  if (off == 14 + hsize) *data_off += 4 * ncol;
+  if (!off) *data_off = pal_pos + ncol * (uint64_t)pad;
+  return STK_OK;
+}
+
+/* The info header's size, depth, compression and palette count (12 bytes:
+ * OS/2 1.x; else Windows'); *pad the bytes per palette entry. */
+static int read_info(stk__fmtdec *f, uint32_t hsize, uint32_t *w, uint32_t *ht,
+                     uint32_t *compression, uint32_t *colors, int *pad, char *msg,
+                     size_t msglen) {
+  const uint8_t *ih = f->buf + 14;
+  stk__bmp_hdr *h = &f->h.bmp;
+  *compression = BI_RGB;
+  *colors = 0;
+  if (hsize == 12) {
+    *w = le16(ih + 4);
+    *ht = le16(ih + 6);
+    h->bits = (int)le16(ih + 10);
+    *pad = 3;
+  } else {
+    *w = le32(ih + 4);
+    *ht = le32(ih + 8);
+    /* Pillow's test for a negative (top-down) height: its top byte is 0xFF */
+    if (ih[11] == 0xFF) {
+      h->top_down = 1;
+      *ht = (uint32_t)0 - *ht;
+    }
+    h->bits = (int)le16(ih + 14);
+    *compression = le32(ih + 16);
+    *colors = le32(ih + 32);
+    *pad = 4;
+  }
+  if (*w > INT32_MAX || *ht > INT32_MAX)
+    return stk__fail(msg, msglen, STK_EDECODE, "BMP: size %" PRIu32 "x%" PRIu32 " out of range",
+                     *w, *ht);
+  int bits = h->bits;
+  if (bits != 1 && bits != 4 && bits != 8 && bits != 16 && bits != 24 && bits != 32)
+    return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported pixel depth (%d bits)", bits);
+  return STK_OK;
+}
+
+/* The channel masks of the compression (BI_BITFIELDS: the file's; BI_RGB:
+ * the depth's). */
+static int read_layout(stk__fmtdec *f, uint32_t hsize, uint32_t compression, size_t *pal_pos,
+                       char *msg, size_t msglen) {
+  stk__bmp_hdr *h = &f->h.bmp;
+  int bits = h->bits;
+  if (compression == BI_RLE8 || compression == BI_RLE4)
+    return stk__fail(msg, msglen, STK_EDECODE,
+                     "RLE-compressed BMP is not decoded by this build (uncompressed and "
+                     "BI_BITFIELDS are)");
+  if (compression == BI_BITFIELDS) return read_masks(f, hsize, pal_pos, msg, msglen);
+  if (compression != BI_RGB)
+    return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported compression (%" PRIu32 ")",
+                     compression);
+  if (bits == 16) {
+    h->mask[0] = 0x7C00, h->mask[1] = 0x3E0, h->mask[2] = 0x1F;
+  } else if (bits == 24 || bits == 32) {
+    h->mask[0] = 0xFF0000, h->mask[1] = 0xFF00, h->mask[2] = 0xFF;
+  }
+  return STK_OK;
+}
+
 int stk__bmp_header(stk__fmtdec *f, char *msg, size_t msglen) {
   const uint8_t *b = f->buf;
   size_t n = f->n;
@@ -47,89 +162,19 @@ int stk__bmp_header(stk__fmtdec *f, char *msg, size_t msglen) {
     return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported header size %" PRIu32, hsize);
   if (n < 14 + (size_t)hsize)
     return stk__fail(msg, msglen, STK_EDECODE, "truncated BMP file (in the header)");
-  const uint8_t *ih = b + 14;
-  uint32_t w, ht, compression = BI_RGB, colors = 0;
+  uint32_t w, ht, compression, colors;
   int pad; /* bytes per palette entry */
   h->top_down = 0;
   memset(h->mask, 0, sizeof h->mask);
-  if (hsize == 12) {
-    w = le16(ih + 4);
-    ht = le16(ih + 6);
-    h->bits = (int)le16(ih + 10);
-    pad = 3;
-  } else {
-    w = le32(ih + 4);
-    ht = le32(ih + 8);
-    /* Pillow's test for a negative (top-down) height: its top byte is 0xFF */
-    if (ih[11] == 0xFF) {
-      h->top_down = 1;
-      ht = (uint32_t)0 - ht;
-    }
-    h->bits = (int)le16(ih + 14);
-    compression = le32(ih + 16);
-    colors = le32(ih + 32);
-    pad = 4;
-  }
-  if (w > INT32_MAX || ht > INT32_MAX)
-    return stk__fail(msg, msglen, STK_EDECODE, "BMP: size %" PRIu32 "x%" PRIu32 " out of range",
-                     w, ht);
-  int bits = h->bits;
-  if (bits != 1 && bits != 4 && bits != 8 && bits != 16 && bits != 24 && bits != 32)
-    return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported pixel depth (%d bits)", bits);
+  int rc = read_info(f, hsize, &w, &ht, &compression, &colors, &pad, msg, msglen);
   size_t pal_pos = 14 + (size_t)hsize;
-  if (compression == BI_RLE8 || compression == BI_RLE4)
-    return stk__fail(msg, msglen, STK_EDECODE,
-                     "RLE-compressed BMP is not decoded by this build (uncompressed and "
-                     "BI_BITFIELDS are)");
-  if (compression == BI_BITFIELDS) {
-    /* 40-byte headers keep the three masks after the header; longer ones
-     * inside it, at the same place */
-    if (n < 14 + 40 + 12)
-      return stk__fail(msg, msglen, STK_EDECODE, "truncated BMP file (in the bit masks)");
-    uint32_t a = hsize >= 52 ? le32(b + 66) : 0;
-    for (int c = 0; c < 3; c++) h->mask[c] = le32(b + 54 + 4 * c);
-    if (hsize == 40) pal_pos += 12;
-    if (bits < 16)
-      return stk__fail(msg, msglen, STK_EDECODE, "BMP: bit masks on a %d-bit image", bits);
-    if (bits == 32 && !h->mask[0] && !h->mask[1] && !h->mask[2] && !a) {
-      /* Pillow reads all-zero masks as BGRA */
-      h->mask[0] = 0xFF0000, h->mask[1] = 0xFF00, h->mask[2] = 0xFF;
-    }
-    uint32_t limit = bits == 16 ? 0xFFFFu : bits == 24 ? 0xFFFFFFu : 0xFFFFFFFFu;
-    for (int c = 0; c < 3; c++)
-      if (!mask_ok(h->mask[c]) || (h->mask[c] & ~limit))
-        return stk__fail(msg, msglen, STK_EDECODE,
-                         "BMP: unsupported bit-field layout (masks %08" PRIx32 " %08" PRIx32
-                         " %08" PRIx32 ")", h->mask[0], h->mask[1], h->mask[2]);
-  } else if (compression != BI_RGB) {
-    return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported compression (%" PRIu32 ")",
-                     compression);
-  } else if (bits == 16) {
-    h->mask[0] = 0x7C00, h->mask[1] = 0x3E0, h->mask[2] = 0x1F;
-  } else if (bits == 24 || bits == 32) {
-    h->mask[0] = 0xFF0000, h->mask[1] = 0xFF00, h->mask[2] = 0xFF;
-  }
+  if (rc == STK_OK) rc = read_layout(f, hsize, compression, &pal_pos, msg, msglen);
+  if (rc) return rc;
+  int bits = h->bits;
   uint64_t data_off = off;
   if (bits <= 8) {
-    uint64_t ncol = colors ? colors : (uint64_t)1 << bits;
-    if (ncol > 65536)
-      return stk__fail(msg, msglen, STK_EDECODE, "BMP: unsupported palette size (%" PRIu64 ")",
-                       ncol);
-    /* Pillow reads the palette with a read that may come back short: the
-     * entries the file has are used, the grey ramp stands for the rest */
-    uint64_t used = ncol < 256 ? ncol : 256;
-    uint64_t have = pal_pos < n ? (n - pal_pos) / (uint64_t)pad : 0;
-    if (used > have) used = have;
-    /* Pillow's default palette is the grey ramp; the file's entries
-     * replace its first ones */
-    for (int i = 0; i < 256; i++) memset(h->palette + 3 * i, i, 3);
-    for (uint64_t i = 0; i < used; i++) {
-      const uint8_t *e = b + pal_pos + i * (uint64_t)pad; /* B, G, R(, X) */
-      h->palette[3 * i] = e[2], h->palette[3 * i + 1] = e[1], h->palette[3 * i + 2] = e[0];
-    }
-    /* Pillow's repair of writers that point the data offset at the palette */
-    if (off == 14 + hsize) data_off += 4 * ncol;
-    if (!off) data_off = pal_pos + ncol * (uint64_t)pad;
+    rc = read_palette(f, off, hsize, pal_pos, pad, colors, &data_off, msg, msglen);
+    if (rc) return rc;
   } else if (!off) {
     data_off = pal_pos;
   }

@@ -244,6 +244,38 @@ static void cmyk_to_rgb(uint8_t *p, int n) {
   }
 }
 
+/* The columns a cropped decode of [x0, x1) of W reads: *xoff and *cw.
+ * Fancy upsampling of horizontally subsampled chroma reads one chroma
+ * sample beyond each output pixel, but a cropped decode treats the crop's
+ * edges as image edges: widening the crop by one pixel each side gives
+ * every pixel of the region its real neighbours. A crop narrower than two
+ * chroma samples also makes libjpeg fall back to plain replication, so a
+ * crop spans at least three. Rows need no margin: jpeg_skip_scanlines()
+ * keeps the context rows. (libjpeg's errors jump to the caller's setjmp.) */
+static void crop_columns(struct jpeg_decompress_struct *cinfo, int x0, int x1, int W,
+                         JDIMENSION *xoff, JDIMENSION *cw) {
+  int hs = cinfo->max_h_samp_factor;
+  int m = hs > 1 ? 1 : 0;
+  /* A progressive file whose coefficients are incomplete is decoded with
+   * block smoothing (jdcoefct.c), which reads the blocks up to two away on
+   * each side and takes a cropped decode's edge for the image's: two
+   * blocks of the coarsest component more each side keep those reads
+   * inside the image's real blocks. */
+  if (cinfo->progressive_mode)
+    m += 2 * hs * MIN_SCALED(cinfo);
+  int a0 = x0 > m ? x0 - m : 0;
+  int a1 = x1 + m < W ? x1 + m : W;
+  if (a1 - a0 < 3 * hs) {
+    a1 = a0 + 3 * hs < W ? a0 + 3 * hs : W;
+    a0 = a1 - 3 * hs > 0 ? a1 - 3 * hs : 0;
+  }
+  if (a1 - a0 < W) {
+    *xoff = (JDIMENSION)a0;
+    *cw = (JDIMENSION)(a1 - a0);
+    jpeg_crop_scanline(cinfo, xoff, cw); /* moves xoff down to an iMCU edge */
+  }
+}
+
 /* Decodes the region `want` of the image whose header was just read. */
 int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int d, stk__region *out,
                         char *msg, size_t msglen) {
@@ -273,36 +305,8 @@ int stk__jpegdec_decode(stk__jpegdec *j, const stk__rect *want, int d, stk__regi
       y1 = H;
   }
 
-  /* Fancy upsampling of horizontally subsampled chroma reads one chroma
-   * sample beyond each output pixel, but a cropped decode treats the crop's
-   * edges as image edges: widening the crop by one pixel each side gives
-   * every pixel of the region its real neighbours. A crop narrower than two
-   * chroma samples also makes libjpeg fall back to plain replication, so a
-   * crop spans at least three. Rows need no margin: jpeg_skip_scanlines()
-   * keeps the context rows. */
   JDIMENSION xoff = 0, cw = (JDIMENSION)W;
-  if (want && crop_is_exact(cinfo)) {
-    int hs = cinfo->max_h_samp_factor;
-    int m = hs > 1 ? 1 : 0;
-    /* A progressive file whose coefficients are incomplete is decoded with
-     * block smoothing (jdcoefct.c), which reads the blocks up to two away on
-     * each side and takes a cropped decode's edge for the image's: two
-     * blocks of the coarsest component more each side keep those reads
-     * inside the image's real blocks. */
-    if (cinfo->progressive_mode)
-      m += 2 * hs * MIN_SCALED(cinfo);
-    int a0 = x0 > m ? x0 - m : 0;
-    int a1 = x1 + m < W ? x1 + m : W;
-    if (a1 - a0 < 3 * hs) {
-      a1 = a0 + 3 * hs < W ? a0 + 3 * hs : W;
-      a0 = a1 - 3 * hs > 0 ? a1 - 3 * hs : 0;
-    }
-    if (a1 - a0 < W) {
-      xoff = (JDIMENSION)a0;
-      cw = (JDIMENSION)(a1 - a0);
-      jpeg_crop_scanline(cinfo, &xoff, &cw); /* moves xoff down to an iMCU edge */
-    }
-  }
+  if (want && crop_is_exact(cinfo)) crop_columns(cinfo, x0, x1, W, &xoff, &cw);
 
   int comps = cmyk ? 4 : 3;
   size_t stride = (size_t)cw * (size_t)comps;

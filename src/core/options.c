@@ -308,15 +308,12 @@ static int check_field(const void *o, const stk__option *d, char *err, size_t er
   return STK_OK;
 }
 
-int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
+/* The rules that tie fields together, which a per-field range cannot say,
+ * in steps; each fails with the first rule broken. */
 #define BAD(...) return stk__fail(err, errlen, STK_EINVAL, __VA_ARGS__)
-  int src = stk_source_check(o->root, o->list_file, err, errlen);
-  if (src) return src;
-  for (int i = 0; i < stk__num_options; i++) {
-    int rc = check_field(o, &stk__options[i], err, errlen);
-    if (rc) return rc;
-  }
-  /* The rules that tie fields together, which a per-field range cannot say. */
+
+/* The resize and the random crop. */
+static int check_crop(const stk_options *o, char *err, size_t errlen) {
   if (o->resize_size > 0 && o->resize_size < o->size)
     BAD("resize_size must be 0 or at least size (%d), got %d", o->size, o->resize_size);
   if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->scale[1] <= 1.0f))
@@ -334,6 +331,11 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
         "must be within [1/65535, 65535], as no image side is longer; ImageNet training uses "
         "(3/4, 4/3)",
         (double)o->ratio[0], (double)o->ratio[1]);
+  return STK_OK;
+}
+
+/* Where indexes are kept. */
+static int check_index_dir(const stk_options *o, char *err, size_t errlen) {
   /* A file as index_dir was ignored without a word (no index written or
    * read): refuse it, as an unwritable folder is not (that is no error). */
   if (o->index != 0 && o->index_dir && *o->index_dir) {
@@ -343,6 +345,11 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
       BAD("index_dir %s is not a folder%s", o->index_dir,
           below_file ? " (a part of its path is a file)" : "");
   }
+  return STK_OK;
+}
+
+/* The normalisation. */
+static int check_norm(const stk_options *o, char *err, size_t errlen) {
   for (int c = 0; c < 3; c++) {
     if (!(o->std[c] != 0)) BAD("std[%d] must not be 0", c);
     if (!isfinite(o->mean[c]) || !isfinite(o->std[c]))
@@ -359,6 +366,11 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
           c, (double)o->std[c], isfinite(inv) ? (lo > hi ? lo : hi) : INFINITY,
           o->dtype == STK_DTYPE_FLOAT16 ? "float16" : "float32");
   }
+  return STK_OK;
+}
+
+/* The sampler and the GPU share. */
+static int check_sampling(const stk_options *o, char *err, size_t errlen) {
   if (o->rank >= o->world_size)
     BAD("rank must be in [0, world_size=%d), got %d", o->world_size, o->rank);
   if (o->ra_reps > 0 && o->weights_file)
@@ -370,7 +382,11 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
   /* -1 is a mode, not the end of a range: (-1, 0) means nothing */
   if (!(o->gpu_cpu_share == -1.0f || (o->gpu_cpu_share >= 0.0f && o->gpu_cpu_share <= 1.0f)))
     BAD("gpu_cpu_share must be -1 (adaptive) or in [0, 1], got %g", (double)o->gpu_cpu_share);
-  /* the augmentations */
+  return STK_OK;
+}
+
+/* The augmentations' own parameters. */
+static int check_augment(const stk_options *o, char *err, size_t errlen) {
   if (o->auto_augment == 2 && o->ra_magnitude >= o->magnitude_bins)
     BAD("ra_magnitude must be below magnitude_bins (%d), got %d", o->magnitude_bins,
         o->ra_magnitude);
@@ -393,6 +409,11 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
       BAD("erase_random (a value per element) and erase_per_channel (per channel) exclude "
           "each other");
   }
+  return STK_OK;
+}
+
+/* Where the augmentations and the mix may run. */
+static int check_augment_use(const stk_options *o, char *err, size_t errlen) {
   int aug = o->auto_augment || o->vflip_prob > 0 || o->grayscale_prob > 0 || o->blur_kernel > 0 ||
             o->erase_prob > 0 || o->color_jitter[0] > 0 || o->color_jitter[1] > 0 ||
             o->color_jitter[2] > 0 || o->color_jitter[3] > 0;
@@ -412,8 +433,22 @@ int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
     BAD("mix_mixup_alpha and mix_cutmix_alpha must be finite");
   if ((o->mix_mixup_alpha > 0 || o->mix_cutmix_alpha > 0) && o->pipeline != STK_PIPELINE_TRAIN)
     BAD("mix: MixUp and CutMix (mix_mixup_alpha, mix_cutmix_alpha) belong to the train pipeline");
-#undef BAD
   return STK_OK;
+}
+
+#undef BAD
+
+int stk__options_validate(const stk_options *o, char *err, size_t errlen) {
+  int rc = stk_source_check(o->root, o->list_file, err, errlen);
+  for (int i = 0; rc == STK_OK && i < stk__num_options; i++)
+    rc = check_field(o, &stk__options[i], err, errlen);
+  if (rc == STK_OK) rc = check_crop(o, err, errlen);
+  if (rc == STK_OK) rc = check_index_dir(o, err, errlen);
+  if (rc == STK_OK) rc = check_norm(o, err, errlen);
+  if (rc == STK_OK) rc = check_sampling(o, err, errlen);
+  if (rc == STK_OK) rc = check_augment(o, err, errlen);
+  if (rc == STK_OK) rc = check_augment_use(o, err, errlen);
+  return rc;
 }
 
 int stk__options_adopt(const stk_options *opt, stk_options *o, char *err, size_t errlen) {

@@ -25,6 +25,7 @@
  * next sample the source is asked for. */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, SYS_mmap */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -633,27 +634,35 @@ static int check_source(stk__source *s, const char *path, const char *kind, cons
   return STK_OK;
 }
 
-int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
-                    size_t msglen) {
-  cache_impl *c = calloc(1, sizeof *c);
-  if (!c) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  c->fd = -1;
-  c->verify = opt && opt->verify;
-  s->impl = c;
-  if (!(c->path = strdup(path))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-  s->ops = &raw_ops; /* close() until the encoding is known */
-  /* a file changing under the open reads as zeros and fails some check:
-   * say that it changed rather than that it is corrupt */
-#define BAD(...)                                                          \
-  return atomic_load(&c->changed) ? file_unchanged(c, msg, msglen)        \
-                                  : stk__fail(msg, msglen, STK_EDECODE, __VA_ARGS__)
+/* A refusal of the cache's content: a file changing under the open reads
+ * as zeros and fails some check, so say that it changed rather than that
+ * it is corrupt. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static int bad(cache_impl *c, char *msg, size_t msglen, const char *fmt, ...) {
+  if (atomic_load(&c->changed)) return file_unchanged(c, msg, msglen);
+  if (msg && msglen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msglen, fmt, ap);
+    va_end(ap);
+  }
+  return STK_EDECODE;
+}
+
+/* The file opened, mapped and guarded: from here on a file cut short while
+ * the index is read reads as zeros, fails its checksums, and is reported
+ * as changed. */
+static int map_cache(cache_impl *c, const char *path, char *msg, size_t msglen) {
   struct stat st;
   char why[256];
   int fd = stk__open_input(path, 0, &st, why, sizeof why);
   if (fd < 0) return stk__fail(msg, msglen, STK_EIO, "cache %s: %s", path, why);
   if (st.st_size < (off_t)STK__CACHE_DATA_OFF) {
     close(fd);
-    BAD("cache %s is truncated: %lld bytes, shorter than its header", path, (long long)st.st_size);
+    return bad(c, msg, msglen, "cache %s is truncated: %lld bytes, shorter than its header", path,
+               (long long)st.st_size);
   }
   c->fd = fd;
   c->st = st;
@@ -661,36 +670,48 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
   if (m == MAP_FAILED) return stk__fail(msg, msglen, STK_EIO, "cannot map %s: %s", path, strerror(errno));
   c->map = m;
   c->size = (size_t)st.st_size;
-  /* guarded from here on: a file cut short while the index is read below
-   * reads as zeros, fails its checksums, and is reported as changed */
   c->guard = guard_add(c->map, c->size, &c->changed);
+  return STK_OK;
+}
+
+/* The header and the index's bounds and checksum. Every bound is checked
+ * before anything is trusted or allocated. */
+static int check_header(cache_impl *c, const char *path, char *msg, size_t msglen) {
   stk__cache_header *hd = &c->hd;
   memcpy(hd, c->map, sizeof *hd);
-  if (memcmp(hd->magic, STK__CACHE_MAGIC, 8) != 0) BAD("%s is not a stoker cache", path);
+  if (memcmp(hd->magic, STK__CACHE_MAGIC, 8) != 0)
+    return bad(c, msg, msglen, "%s is not a stoker cache", path);
   if (hd->version != STK__CACHE_VERSION)
     return stk__fail(msg, msglen, STK_EFORMAT,
                      "cache %s has format version %u; this build reads version %u: pack it again",
                      path, hd->version, STK__CACHE_VERSION);
   if (stk__hash64(hd, offsetof(stk__cache_header, header_hash), 0) != hd->header_hash)
-    BAD("cache %s: the header is corrupt (checksum mismatch)", path);
-  /* Every bound is checked before anything is trusted or allocated. */
-  if (hd->encoding > STK_CACHE_JPEG) BAD("cache %s: unknown encoding %u", path, hd->encoding);
+    return bad(c, msg, msglen, "cache %s: the header is corrupt (checksum mismatch)", path);
+  if (hd->encoding > STK_CACHE_JPEG)
+    return bad(c, msg, msglen, "cache %s: unknown encoding %u", path, hd->encoding);
   if (hd->meta_off < hd->data_end || hd->data_end < STK__CACHE_DATA_OFF ||
       hd->meta_off > c->size || hd->meta_len > c->size - hd->meta_off)
-    BAD("cache %s is truncated or corrupt: %zu bytes, its header expects %llu", path, c->size,
-        (unsigned long long)(hd->meta_off + hd->meta_len));
+    return bad(c, msg, msglen, "cache %s is truncated or corrupt: %zu bytes, its header expects %llu",
+               path, c->size, (unsigned long long)(hd->meta_off + hd->meta_len));
   if (hd->n == 0 || hd->n > hd->meta_len / sizeof(stk__cache_entry) || hd->nclasses == 0 ||
       hd->nclasses > hd->n)
-    BAD("cache %s: corrupt counts (%llu samples, %u classes)", path, (unsigned long long)hd->n,
-        hd->nclasses);
+    return bad(c, msg, msglen, "cache %s: corrupt counts (%llu samples, %u classes)", path,
+               (unsigned long long)hd->n, hd->nclasses);
   uint64_t strs = hd->meta_len - hd->n * sizeof(stk__cache_entry);
   if (hd->names_len + hd->classes_len + hd->source_len != strs)
-    BAD("cache %s: corrupt index lengths", path);
+    return bad(c, msg, msglen, "cache %s: corrupt index lengths", path);
   const uint8_t *meta = c->map + hd->meta_off;
   if (stk__hash64(meta, (size_t)hd->meta_len, 0) != hd->meta_hash)
-    BAD("cache %s: the index is corrupt (checksum mismatch)", path);
+    return bad(c, msg, msglen, "cache %s: the index is corrupt (checksum mismatch)", path);
   c->ent = (const stk__cache_entry *)meta; /* meta_off is a multiple of 64 */
-  if ((uintptr_t)c->ent % _Alignof(stk__cache_entry)) BAD("cache %s: misaligned index", path);
+  if ((uintptr_t)c->ent % _Alignof(stk__cache_entry))
+    return bad(c, msg, msglen, "cache %s: misaligned index", path);
+  return STK_OK;
+}
+
+/* Every index entry, and the table of file stats when the cache has one. */
+static int check_entries(cache_impl *c, const char *path, char *msg, size_t msglen) {
+  const stk__cache_header *hd = &c->hd;
   for (uint64_t i = 0; i < hd->n; i++) {
     const stk__cache_entry *e = &c->ent[i];
     /* Sizes are ints downstream, and w * h * 3 must not wrap round to the
@@ -699,35 +720,38 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
         e->label < 0 || (uint32_t)e->label >= hd->nclasses || e->w == 0 || e->h == 0 ||
         e->w > INT32_MAX || e->h > INT32_MAX ||
         (hd->encoding == STK_CACHE_RAW && e->len != (uint64_t)e->w * e->h * 3))
-      BAD("cache %s: index entry %llu is corrupt", path, (unsigned long long)i);
+      return bad(c, msg, msglen, "cache %s: index entry %llu is corrupt", path,
+                 (unsigned long long)i);
   }
-  if (hd->reserved & STK__CACHE_F_STATS) {
-    stk__cache_ext x;
-    memcpy(&x, c->map + STK__CACHE_EXT_OFF, sizeof x);
-    if (memcmp(x.magic, STK__CACHE_EXT_MAGIC, 8) ||
-        stk__hash64(&x, offsetof(stk__cache_ext, ext_hash), 0) != x.ext_hash)
-      BAD("cache %s: the header is corrupt (file stats)", path);
-    if (x.stats_off % 8 || x.stats_off < hd->meta_off + hd->meta_len || x.stats_off > c->size ||
-        x.stats_len != hd->n * sizeof(stk__cache_stat) || x.stats_len > c->size - x.stats_off)
-      BAD("cache %s is truncated or corrupt: %zu bytes, its header expects %llu", path, c->size,
-          (unsigned long long)(x.stats_off + x.stats_len));
-    if (stk__hash64(c->map + x.stats_off, (size_t)x.stats_len, 0) != x.stats_hash)
-      BAD("cache %s: the file stats are corrupt (checksum mismatch)", path);
-    c->fst = (const stk__cache_stat *)(c->map + x.stats_off);
-  }
-  const char *p = (const char *)(meta + hd->n * sizeof(stk__cache_entry));
-  const char *names_end = p + hd->names_len, *classes_end = names_end + hd->classes_len;
-  const char *src_end = classes_end + hd->source_len;
+  if (!(hd->reserved & STK__CACHE_F_STATS)) return STK_OK;
+  stk__cache_ext x;
+  memcpy(&x, c->map + STK__CACHE_EXT_OFF, sizeof x);
+  if (memcmp(x.magic, STK__CACHE_EXT_MAGIC, 8) ||
+      stk__hash64(&x, offsetof(stk__cache_ext, ext_hash), 0) != x.ext_hash)
+    return bad(c, msg, msglen, "cache %s: the header is corrupt (file stats)", path);
+  if (x.stats_off % 8 || x.stats_off < hd->meta_off + hd->meta_len || x.stats_off > c->size ||
+      x.stats_len != hd->n * sizeof(stk__cache_stat) || x.stats_len > c->size - x.stats_off)
+    return bad(c, msg, msglen, "cache %s is truncated or corrupt: %zu bytes, its header expects %llu",
+               path, c->size, (unsigned long long)(x.stats_off + x.stats_len));
+  if (stk__hash64(c->map + x.stats_off, (size_t)x.stats_len, 0) != x.stats_hash)
+    return bad(c, msg, msglen, "cache %s: the file stats are corrupt (checksum mismatch)", path);
+  c->fst = (const stk__cache_stat *)(c->map + x.stats_off);
+  return STK_OK;
+}
+
+/* The samples' names (CACHE#FILE: errors name the cache and the file the
+ * sample was packed from) and labels, from *p on; *p then past them. */
+static int read_names(stk__source *s, cache_impl *c, const char *path, const char **p,
+                      const char *names_end, char *msg, size_t msglen) {
   size_t plen = strlen(path);
   stk__buf name = {0};
   int rc = STK_OK;
-  for (uint64_t i = 0; rc == STK_OK && i < hd->n; i++) {
-    const char *nm = next_str(&p, names_end);
+  for (uint64_t i = 0; rc == STK_OK && i < c->hd.n; i++) {
+    const char *nm = next_str(p, names_end);
     if (!nm) {
       stk__buf_free(&name);
-      BAD("cache %s: corrupt sample names", path);
+      return bad(c, msg, msglen, "cache %s: corrupt sample names", path);
     }
-    /* errors name the cache and the file the sample was packed from */
     size_t l = strlen(nm);
     if (stk__buf_reserve(&name, plen + l + 2)) {
       rc = STK_ENOMEM;
@@ -739,23 +763,50 @@ int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, ch
     rc = stk__dataset_add(&s->ds, name.p, c->ent[i].label);
   }
   stk__buf_free(&name);
-  if (rc) return stk__fail(msg, msglen, rc, "out of memory");
+  return rc ? stk__fail(msg, msglen, rc, "out of memory") : STK_OK;
+}
+
+/* The names, the class names and the source's description from the index;
+ * then the source compared with the cache. */
+static int read_index(stk__source *s, cache_impl *c, const char *path, const stk_options *opt,
+                      char *msg, size_t msglen) {
+  const stk__cache_header *hd = &c->hd;
+  const char *p = (const char *)(c->map + hd->meta_off + hd->n * sizeof(stk__cache_entry));
+  const char *names_end = p + hd->names_len, *classes_end = names_end + hd->classes_len;
+  const char *src_end = classes_end + hd->source_len;
+  int rc = read_names(s, c, path, &p, names_end, msg, msglen);
+  if (rc) return rc;
   p = names_end;
   s->ds.classes = calloc(hd->nclasses, sizeof(char *));
   if (!s->ds.classes) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
   for (uint32_t k = 0; k < hd->nclasses; k++) {
     const char *cn = next_str(&p, classes_end);
-    if (!cn) BAD("cache %s: corrupt class names", path);
+    if (!cn) return bad(c, msg, msglen, "cache %s: corrupt class names", path);
     if (!(s->ds.classes[k] = strdup(cn))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
     s->ds.nclasses = (int)k + 1;
   }
   p = classes_end;
   const char *kind = next_str(&p, src_end), *where = next_str(&p, src_end);
   const char *base = next_str(&p, src_end);
-  if (!kind || !where || !base) BAD("cache %s: corrupt source description", path);
-#undef BAD
+  if (!kind || !where || !base) return bad(c, msg, msglen, "cache %s: corrupt source description", path);
   s->ops = hd->encoding == STK_CACHE_RAW ? &raw_ops : &jpeg_ops;
-  rc = check_source(s, path, kind, where, base, opt, msg, msglen);
+  return check_source(s, path, kind, where, base, opt, msg, msglen);
+}
+
+int stk__cache_open(stk__source *s, const char *path, const stk_options *opt, char *msg,
+                    size_t msglen) {
+  cache_impl *c = calloc(1, sizeof *c);
+  if (!c) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  c->fd = -1;
+  c->verify = opt && opt->verify;
+  s->impl = c;
+  if (!(c->path = strdup(path))) return stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  s->ops = &raw_ops; /* close() until the encoding is known */
+  int rc = map_cache(c, path, msg, msglen);
+  if (rc == STK_OK) rc = check_header(c, path, msg, msglen);
+  if (rc == STK_OK) rc = check_entries(c, path, msg, msglen);
+  if (rc) return rc;
+  rc = read_index(s, c, path, opt, msg, msglen);
   /* The names and the stats table were read from the map: a cache cut short
    * meanwhile gave zeros there (sizes "packed at 0"), so its own change is
    * the error, never a stale source that its zeros made up. */

@@ -329,90 +329,45 @@ static int list_classes(const char *root, strlist *out, struct stat *st, int64_t
   return rc;
 }
 
-int stk__folder_scan(stk__dataset *ds, const char *root, int threads, stk__dirsig *sig,
-                     int64_t *files_out, char *msg, size_t msglen) {
-  memset(ds, 0, sizeof *ds);
-  struct timespec t0;
-  clock_gettime(CLOCK_REALTIME, &t0); /* before the first readdir: see index.c */
-  strlist classes = {0};
-  class_scan *res = NULL;
-  char *prefix = NULL;
-  int64_t files = 0;
-  struct stat rst;
-  int rc = list_classes(root, &classes, &rst, &files, msg, msglen);
-  if (rc) goto done;
-  if (classes.n == 0) {
-    rc = stk__fail(msg, msglen, STK_EEMPTY, "no class folders found in %s", root);
-    goto done;
+/* torchvision refuses a class with no valid file; so do we, naming them. */
+static int refuse_empty(const class_scan *res, const strlist *classes, const char *root,
+                        char *msg, size_t msglen) {
+  char names[512] = "";
+  int nempty = 0;
+  for (size_t c = 0; c < classes->n; c++) {
+    if (res[c].nf) continue;
+    size_t l = strlen(names);
+    snprintf(names + l, sizeof names - l, "%s%s", nempty++ ? ", " : "", classes->v[c]);
   }
-  /* sample paths are root + "/" + relative path, as stk__path_join makes them */
-  size_t rl = strlen(root);
-  size_t plen = rl + (rl && root[rl - 1] != '/');
-  prefix = malloc(plen + 1);
-  res = calloc(classes.n, sizeof *res);
-  if (!prefix || !res) {
-    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
-    goto done;
-  }
-  memcpy(prefix, root, rl);
-  if (plen > rl) prefix[rl] = '/';
-  prefix[plen] = 0;
+  if (!nempty) return STK_OK;
+  return stk__fail(msg, msglen, STK_EEMPTY, "found no valid image file for the class%s %s in %s",
+                   nempty > 1 ? "es" : "", names, root);
+}
 
-  scan_job job = {.prefix = prefix, .plen = plen, .classes = classes.v, .nclasses = classes.n,
-                  .res = res};
-  atomic_init(&job.next, 0);
-  atomic_init(&job.fail_min, SIZE_MAX);
-  if (threads <= 0) threads = default_threads(classes.n);
-  if ((size_t)threads > classes.n) threads = (int)classes.n;
-  /* the calling thread works too; threads that fail to start are not needed */
-  stk__workers_fanout("stk-scan", threads, scan_worker, &job);
-
-  size_t fail = atomic_load(&job.fail_min);
-  if (fail != SIZE_MAX) {
-    rc = stk__fail(msg, msglen, res[fail].rc, "%s", res[fail].msg);
-    goto done;
-  }
-  /* sizes first, so that the table is allocated once and exactly */
-  size_t total = 0, arena = 0;
-  for (size_t c = 0; c < classes.n; c++) {
-    class_scan *cs = &res[c];
-    files += cs->files;
+/* The table's size first, so that it is allocated once and exactly: *total
+ * samples, *arena bytes of names; *files counts every file seen. */
+static void table_size(const class_scan *res, size_t nclasses, size_t plen, size_t *total,
+                       size_t *arena, int64_t *files) {
+  *total = *arena = 0;
+  for (size_t c = 0; c < nclasses; c++) {
+    const class_scan *cs = &res[c];
+    *files += cs->files;
     for (size_t d = 0; d < cs->nd; d++) {
       size_t dl = strlen(cs->d[d].p);
       for (size_t f = 0; f < cs->d[d].n; f++)
-        arena += plen + dl + 1 + strlen(cs->fp[cs->d[d].first + f]) + 1;
-      total += cs->d[d].n;
+        *arena += plen + dl + 1 + strlen(cs->fp[cs->d[d].first + f]) + 1;
+      *total += cs->d[d].n;
     }
   }
-  /* torchvision refuses a class with no valid file; so do we, naming them */
-  char names[512] = "";
-  int nempty = 0;
-  for (size_t c = 0; c < classes.n; c++) {
-    if (res[c].nf) continue;
-    size_t l = strlen(names);
-    snprintf(names + l, sizeof names - l, "%s%s", nempty++ ? ", " : "", classes.v[c]);
-  }
-  if (nempty) {
-    rc = stk__fail(msg, msglen, STK_EEMPTY, "found no valid image file for the class%s %s in %s",
-                   nempty > 1 ? "es" : "", names, root);
-    goto done;
-  }
-  ds->arena = malloc(arena);
-  ds->path_off = malloc(total * sizeof *ds->path_off);
-  ds->labels = malloc(total * sizeof *ds->labels);
-  if (!ds->arena || !ds->path_off || !ds->labels) {
-    rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %zu samples", total);
-    goto done;
-  }
-  ds->arena_cap = arena;
-  ds->cap = (int64_t)total;
-  if (sig) {
-    rc = stk__dirsig_add(sig, "", (int64_t)rst.st_mtim.tv_sec, (int64_t)rst.st_mtim.tv_nsec,
-                         (uint64_t)rst.st_ino);
-    sig->scan_sec = (int64_t)t0.tv_sec;
-    sig->scan_nsec = (int64_t)t0.tv_nsec;
-  }
-  for (size_t c = 0; rc == STK_OK && c < classes.n; c++) {
+}
+
+/* The samples of every class into the table (allocated), and the folders'
+ * times into sig; each class's scan freed as it goes: the peak is one
+ * table, not two. */
+static int fill_table(stk__dataset *ds, class_scan *res, size_t nclasses, const char *prefix,
+                      size_t plen, stk__dirsig *sig) {
+  int rc = STK_OK;
+  for (size_t c = 0; rc == STK_OK && c < nclasses; c++) {
     class_scan *cs = &res[c];
     for (size_t d = 0; rc == STK_OK && d < cs->nd; d++) {
       const dent *de = &cs->d[d];
@@ -432,17 +387,89 @@ int stk__folder_scan(stk__dataset *ds, const char *root, int threads, stk__dirsi
         ds->n++;
       }
     }
-    class_scan_free(cs); /* as we go: the peak is one table, not two */
+    class_scan_free(cs);
   }
-  if (rc) {
-    stk__fail(msg, msglen, rc, "out of memory");
-    goto done;
+  return rc;
+}
+
+/* The class folders scanned in parallel (the calling thread works too;
+ * threads that fail to start are not needed): res[c] per class. */
+static int scan_classes(const strlist *classes, const char *prefix, size_t plen, int threads,
+                        class_scan *res, char *msg, size_t msglen) {
+  scan_job job = {.prefix = prefix, .plen = plen, .classes = classes->v,
+                  .nclasses = classes->n, .res = res};
+  atomic_init(&job.next, 0);
+  atomic_init(&job.fail_min, SIZE_MAX);
+  if (threads <= 0) threads = default_threads(classes->n);
+  if ((size_t)threads > classes->n) threads = (int)classes->n;
+  stk__workers_fanout("stk-scan", threads, scan_worker, &job);
+  size_t fail = atomic_load(&job.fail_min);
+  if (fail != SIZE_MAX) return stk__fail(msg, msglen, res[fail].rc, "%s", res[fail].msg);
+  return STK_OK;
+}
+
+/* The sample table of the scanned classes (the root's stat rst and the
+ * scan's start t0 into sig). */
+static int make_table(stk__dataset *ds, class_scan *res, const strlist *classes,
+                      const char *prefix, size_t plen, const char *root, const struct stat *rst,
+                      const struct timespec *t0, stk__dirsig *sig, int64_t *files, char *msg,
+                      size_t msglen) {
+  size_t total, arena;
+  table_size(res, classes->n, plen, &total, &arena, files);
+  int rc = refuse_empty(res, classes, root, msg, msglen);
+  if (rc) return rc;
+  ds->arena = malloc(arena);
+  ds->path_off = malloc(total * sizeof *ds->path_off);
+  ds->labels = malloc(total * sizeof *ds->labels);
+  if (!ds->arena || !ds->path_off || !ds->labels)
+    return stk__fail(msg, msglen, STK_ENOMEM, "out of memory for %zu samples", total);
+  ds->arena_cap = arena;
+  ds->cap = (int64_t)total;
+  if (sig) {
+    rc = stk__dirsig_add(sig, "", (int64_t)rst->st_mtim.tv_sec, (int64_t)rst->st_mtim.tv_nsec,
+                         (uint64_t)rst->st_ino);
+    sig->scan_sec = (int64_t)t0->tv_sec;
+    sig->scan_nsec = (int64_t)t0->tv_nsec;
   }
-  ds->nclasses = (int)classes.n;
-  ds->classes = classes.v; /* ownership moves to the dataset */
-  memset(&classes, 0, sizeof classes);
-  if (files_out) *files_out = files;
-done:
+  if (rc == STK_OK) rc = fill_table(ds, res, classes->n, prefix, plen, sig);
+  return rc ? stk__fail(msg, msglen, rc, "out of memory") : STK_OK;
+}
+
+int stk__folder_scan(stk__dataset *ds, const char *root, int threads, stk__dirsig *sig,
+                     int64_t *files_out, char *msg, size_t msglen) {
+  memset(ds, 0, sizeof *ds);
+  struct timespec t0;
+  clock_gettime(CLOCK_REALTIME, &t0); /* before the first readdir: see index.c */
+  strlist classes = {0};
+  class_scan *res = NULL;
+  char *prefix = NULL;
+  int64_t files = 0;
+  struct stat rst;
+  int rc = list_classes(root, &classes, &rst, &files, msg, msglen);
+  if (rc == STK_OK && classes.n == 0)
+    rc = stk__fail(msg, msglen, STK_EEMPTY, "no class folders found in %s", root);
+  /* sample paths are root + "/" + relative path, as stk__path_join makes them */
+  size_t rl = strlen(root);
+  size_t plen = rl + (rl && root[rl - 1] != '/');
+  if (rc == STK_OK) {
+    prefix = malloc(plen + 1);
+    res = calloc(classes.n, sizeof *res);
+    if (!prefix || !res) rc = stk__fail(msg, msglen, STK_ENOMEM, "out of memory");
+  }
+  if (rc == STK_OK) {
+    memcpy(prefix, root, rl);
+    if (plen > rl) prefix[rl] = '/';
+    prefix[plen] = 0;
+    rc = scan_classes(&classes, prefix, plen, threads, res, msg, msglen);
+  }
+  if (rc == STK_OK)
+    rc = make_table(ds, res, &classes, prefix, plen, root, &rst, &t0, sig, &files, msg, msglen);
+  if (rc == STK_OK) {
+    ds->nclasses = (int)classes.n;
+    ds->classes = classes.v; /* ownership moves to the dataset */
+    memset(&classes, 0, sizeof classes);
+    if (files_out) *files_out = files;
+  }
   if (res)
     for (size_t c = 0; c < classes.n; c++) class_scan_free(&res[c]);
   free(res);

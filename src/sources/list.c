@@ -119,6 +119,73 @@ int stk__dataset_from_list(stk__dataset *ds, const char *list, const char *base,
   return rc;
 }
 
+/* The next line of text[*pos..n) copied out into *line (grown as needed),
+ * NUL-terminated, newline included, as getline gives it, so that the
+ * parsing works on a C string; *pos then past it. A line ends at LF, CRLF
+ * or a lone CR (a list saved by an old Mac editor used to parse as one path
+ * holding every line). */
+static int next_line(const char *text, size_t n, size_t *pos, char **line, size_t *cap,
+                     size_t *linelen, const char *list, int64_t lineno, char *msg, size_t msglen) {
+  size_t len = 0, at = *pos;
+  while (at + len < n && text[at + len] != '\n' && text[at + len] != '\r') len++;
+  if (at + len < n) len += text[at + len] == '\r' && at + len + 1 < n && text[at + len + 1] == '\n' ? 2 : 1;
+  if (len > LIST_LINE_MAX)
+    return stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: line of %zu bytes, over the limit of %d",
+                     list, (long long)lineno + 1, len, LIST_LINE_MAX);
+  if (len + 1 > *cap) {
+    size_t nc = *cap ? *cap : 256;
+    while (nc < len + 1) nc *= 2;
+    char *nb = realloc(*line, nc);
+    if (!nb) return STK_ENOMEM;
+    *line = nb;
+    *cap = nc;
+  }
+  memcpy(*line, text + at, len);
+  (*line)[len] = '\0';
+  *pos = at + len;
+  *linelen = len;
+  return STK_OK;
+}
+
+/* One line of len bytes (a NUL inside ends its path) "path label" (blank
+ * lines and # comments are none) into the table; *maxlabel the largest
+ * label so far. */
+static int parse_line(stk__dataset *ds, char *line, size_t len, const char *list,
+                      const char *base, int64_t lineno, int32_t *maxlabel, char *msg,
+                      size_t msglen) {
+  while (len > 0 && isspace((unsigned char)line[len - 1])) line[--len] = '\0';
+  char *s = line;
+  while (isspace((unsigned char)*s)) s++;
+  if (*s == '\0' || *s == '#') return STK_OK;
+  char *sp = s + strlen(s);
+  while (sp > s && !isspace((unsigned char)sp[-1])) sp--;
+  char *end = NULL;
+  errno = 0;
+  long lab = sp > s ? strtol(sp, &end, 10) : -1;
+  /* digits only: strtol also takes "+1" and " 1" */
+  if (sp == s || !isdigit((unsigned char)*sp) || errno || !end || *end || lab < 0 ||
+      lab > INT32_MAX)
+    return stk__fail(msg, msglen, STK_EINVAL,
+                     "%s:%lld: expected \"path label\" with a non-negative integer label", list,
+                     (long long)lineno);
+  if (lab >= LIST_LABEL_MAX)
+    return stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: label %ld is over the limit of %d", list,
+                     (long long)lineno, lab, LIST_LABEL_MAX - 1);
+  char *pe = sp;
+  while (pe > s && isspace((unsigned char)pe[-1])) pe--;
+  *pe = '\0';
+  if ((size_t)(pe - s) > LIST_PATH_MAX)
+    return stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: path of %zu bytes, over the limit of %d",
+                     list, (long long)lineno, (size_t)(pe - s), LIST_PATH_MAX);
+  /* absolute paths and URLs are kept as they are */
+  char *path = s[0] == '/' || stk__is_url(s) ? strdup(s) : stk__path_join(base, s);
+  if (!path) return STK_ENOMEM;
+  int rc = stk__dataset_add(ds, path, (int32_t)lab);
+  free(path);
+  if (lab > *maxlabel) *maxlabel = (int32_t)lab;
+  return rc;
+}
+
 int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, const char *list,
                                   const char *base, char *msg, size_t msglen) {
   memset(ds, 0, sizeof *ds);
@@ -134,80 +201,17 @@ int stk__dataset_from_list_buffer(stk__dataset *ds, const char *text, size_t n, 
     base = dirbuf;
   }
   char *line = NULL;
-  size_t cap = 0, pos = 0;
+  size_t cap = 0, pos = 0, len = 0;
   int64_t lineno = 0;
   int rc = STK_OK;
   int32_t maxlabel = -1;
   /* A UTF-8 byte order mark (editors on Windows write one) is not part of
    * the first path: kept, it made an invisible character of it. */
   if (n >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) pos = 3;
-  /* Each line is copied out NUL-terminated, newline included, as getline
-   * gives it, so that the parsing below works on a C string. */
   while (rc == STK_OK && pos < n) {
-    /* A line ends at LF, CRLF or a lone CR (a list saved by an old Mac
-     * editor used to parse as one path holding every line). */
-    size_t len = 0;
-    while (pos + len < n && text[pos + len] != '\n' && text[pos + len] != '\r') len++;
-    if (pos + len < n) len += text[pos + len] == '\r' && pos + len + 1 < n && text[pos + len + 1] == '\n' ? 2 : 1;
-    if (len > LIST_LINE_MAX) {
-      rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: line of %zu bytes, over the limit of %d",
-                     list, (long long)lineno + 1, len, LIST_LINE_MAX);
-      break;
-    }
-    if (len + 1 > cap) {
-      size_t nc = cap ? cap : 256;
-      while (nc < len + 1) nc *= 2;
-      char *nb = realloc(line, nc);
-      if (!nb) {
-        rc = STK_ENOMEM;
-        break;
-      }
-      line = nb;
-      cap = nc;
-    }
-    memcpy(line, text + pos, len);
-    line[len] = '\0';
-    pos += len;
-    lineno++;
-    while (len > 0 && isspace((unsigned char)line[len - 1])) line[--len] = '\0';
-    char *s = line;
-    while (isspace((unsigned char)*s)) s++;
-    if (*s == '\0' || *s == '#') continue;
-    char *sp = s + strlen(s);
-    while (sp > s && !isspace((unsigned char)sp[-1])) sp--;
-    char *end = NULL;
-    errno = 0;
-    long lab = sp > s ? strtol(sp, &end, 10) : -1;
-    /* digits only: strtol also takes "+1" and " 1" */
-    if (sp == s || !isdigit((unsigned char)*sp) || errno || !end || *end || lab < 0 ||
-        lab > INT32_MAX) {
-      rc = stk__fail(msg, msglen, STK_EINVAL,
-                     "%s:%lld: expected \"path label\" with a non-negative integer label",
-                     list, (long long)lineno);
-      break;
-    }
-    if (lab >= LIST_LABEL_MAX) {
-      rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: label %ld is over the limit of %d", list,
-                     (long long)lineno, lab, LIST_LABEL_MAX - 1);
-      break;
-    }
-    char *pe = sp;
-    while (pe > s && isspace((unsigned char)pe[-1])) pe--;
-    *pe = '\0';
-    if ((size_t)(pe - s) > LIST_PATH_MAX) {
-      rc = stk__fail(msg, msglen, STK_EINVAL, "%s:%lld: path of %zu bytes, over the limit of %d",
-                     list, (long long)lineno, (size_t)(pe - s), LIST_PATH_MAX);
-      break;
-    }
-    /* absolute paths and URLs are kept as they are */
-    char *path = s[0] == '/' || stk__is_url(s) ? strdup(s) : stk__path_join(base, s);
-    if (!path) {
-      rc = STK_ENOMEM;
-      break;
-    }
-    rc = stk__dataset_add(ds, path, (int32_t)lab);
-    free(path);
-    if (lab > maxlabel) maxlabel = (int32_t)lab;
+    rc = next_line(text, n, &pos, &line, &cap, &len, list, lineno, msg, msglen);
+    if (rc == STK_OK)
+      rc = parse_line(ds, line, len, list, base, ++lineno, &maxlabel, msg, msglen);
   }
   free(line);
   free(dirbuf);

@@ -202,123 +202,154 @@ static void object_init(object *o, stk__rng *r, const class_style *cs, int w, in
   o->detail = uni(r, 0.05f, 0.3f);
 }
 
-static void render(uint8_t *rgb, int w, int h, uint64_t seed, const class_style *cs) {
-  stk__rng r;
-  stk__rng_init(&r, seed, SALT_RENDER, 0);
-
-  /* Per-image variation of the class palette: white balance and exposure. */
-  float dh = uni(&r, -0.04f, 0.04f), sat_gain = uni(&r, 0.8f, 1.2f), gain = uni(&r, 0.8f, 1.1f);
+/* One image's draw: the class palette varied, the horizon and hills, the
+ * octaves of light, texture and detail, the objects, the light's
+ * direction, vignette and grain. Drawn in this order from one stream, so
+ * that a seed gives the same image. */
+typedef struct {
   float top[3], low[3], far[3], near[3];
-  hsv_to_rgb(cs->back_top, dh, sat_gain, gain, top);
-  hsv_to_rgb(cs->back_low, dh, sat_gain, gain, low);
-  hsv_to_rgb(cs->front_far, dh, sat_gain, gain, far);
-  hsv_to_rgb(cs->front_near, dh, sat_gain, gain, near);
+  float horizon, hill_amp, inv_blur, light_amp;
+  octave hill[2], light[2], tex[TEX_OCTAVES], detail[3], mask;
+  object obj[MAX_OBJECTS];
+  int nobj;
+  float lx, ly, lz; /* towards the light, unit length */
+  float vignette, grain;
+  uint64_t grain_key;
+} scene;
+
+static void scene_init(scene *sc, stk__rng *r, int w, int h, const class_style *cs) {
+  /* Per-image variation of the class palette: white balance and exposure. */
+  float dh = uni(r, -0.04f, 0.04f), sat_gain = uni(r, 0.8f, 1.2f), gain = uni(r, 0.8f, 1.1f);
+  hsv_to_rgb(cs->back_top, dh, sat_gain, gain, sc->top);
+  hsv_to_rgb(cs->back_low, dh, sat_gain, gain, sc->low);
+  hsv_to_rgb(cs->front_far, dh, sat_gain, gain, sc->far);
+  hsv_to_rgb(cs->front_near, dh, sat_gain, gain, sc->near);
 
   float fw = (float)w, fh = (float)h, big = (float)(w > h ? w : h);
-  float horizon = fh * (cs->horizon + cs->horizon_spread * uni(&r, -1, 1));
-  float hill_amp = fh * uni(&r, 0.02f, 0.12f);
-  float inv_blur = 1.0f / uni(&r, 1.5f, 12.0f); /* sharp or hazy horizon */
-  octave hill[2], light[2], tex[TEX_OCTAVES], detail[3], mask;
-  octave_init(&hill[0], &r, fw * uni(&r, 0.3f, 0.6f), 0.7f);
-  octave_init(&hill[1], &r, fw * uni(&r, 0.08f, 0.15f), 0.3f);
-  octave_init(&light[0], &r, big * 0.8f, 0.65f);
-  octave_init(&light[1], &r, big * 0.3f, 0.35f);
-  float light_amp = uni(&r, 0.1f, 0.3f);
+  sc->horizon = fh * (cs->horizon + cs->horizon_spread * uni(r, -1, 1));
+  sc->hill_amp = fh * uni(r, 0.02f, 0.12f);
+  sc->inv_blur = 1.0f / uni(r, 1.5f, 12.0f); /* sharp or hazy horizon */
+  octave_init(&sc->hill[0], r, fw * uni(r, 0.3f, 0.6f), 0.7f);
+  octave_init(&sc->hill[1], r, fw * uni(r, 0.08f, 0.15f), 0.3f);
+  octave_init(&sc->light[0], r, big * 0.8f, 0.65f);
+  octave_init(&sc->light[1], r, big * 0.3f, 0.35f);
+  sc->light_amp = uni(r, 0.1f, 0.3f);
 
   /* Octave amplitudes fall geometrically and sum to 1. */
-  float period = uni(&r, 60.0f, 140.0f) * cs->tex_scale;
-  float persistence = cs->persistence * uni(&r, 0.9f, 1.1f), amp = 1.0f, total = 0.0f;
+  float period = uni(r, 60.0f, 140.0f) * cs->tex_scale;
+  float persistence = cs->persistence * uni(r, 0.9f, 1.1f), amp = 1.0f, total = 0.0f;
   for (int k = 0; k < TEX_OCTAVES; k++, amp *= persistence) total += amp;
   amp = 1.0f / total;
   for (int k = 0; k < TEX_OCTAVES; k++, period *= 0.5f, amp *= persistence)
-    octave_init(&tex[k], &r, period, amp);
+    octave_init(&sc->tex[k], r, period, amp);
 
   /* Fine detail (foliage, fur, gravel) comes in patches where `mask` is high. */
-  float dscale = uni(&r, 0.8f, 1.2f);
-  octave_init(&detail[0], &r, 4.5f * dscale, 0.5f);
-  octave_init(&detail[1], &r, 2.2f * dscale, 0.3f);
-  octave_init(&detail[2], &r, 1.1f * dscale, 0.2f);
-  octave_init(&mask, &r, big * uni(&r, 0.15f, 0.4f), 1.5f);
+  float dscale = uni(r, 0.8f, 1.2f);
+  octave_init(&sc->detail[0], r, 4.5f * dscale, 0.5f);
+  octave_init(&sc->detail[1], r, 2.2f * dscale, 0.3f);
+  octave_init(&sc->detail[2], r, 1.1f * dscale, 0.2f);
+  octave_init(&sc->mask, r, big * uni(r, 0.15f, 0.4f), 1.5f);
 
-  object obj[MAX_OBJECTS];
-  int nobj = (int)stk__rng_range(&r, cs->min_objects, cs->max_objects + 1);
-  for (int k = 0; k < nobj; k++) object_init(&obj[k], &r, cs, w, h, dh, sat_gain, gain);
+  sc->nobj = (int)stk__rng_range(r, cs->min_objects, cs->max_objects + 1);
+  for (int k = 0; k < sc->nobj; k++) object_init(&sc->obj[k], r, cs, w, h, dh, sat_gain, gain);
   /* Light from above, towards the viewer. */
-  float lx = uni(&r, -1, 1), ly = uni(&r, -1.0f, -0.2f), lz = uni(&r, 0.5f, 1.0f);
+  float lx = uni(r, -1, 1), ly = uni(r, -1.0f, -0.2f), lz = uni(r, 0.5f, 1.0f);
   float ln = 1.0f / sqrtf(lx * lx + ly * ly + lz * lz);
-  lx *= ln, ly *= ln, lz *= ln;
+  sc->lx = lx * ln, sc->ly = ly * ln, sc->lz = lz * ln;
 
-  float vignette = uni(&r, 0.0f, 0.35f);
-  float grain = cs->grain * uni(&r, 0.7f, 1.3f);
-  uint64_t grain_key = stk__rng_next(&r);
+  sc->vignette = uni(r, 0.0f, 0.35f);
+  sc->grain = cs->grain * uni(r, 0.7f, 1.3f);
+  sc->grain_key = stk__rng_next(r);
+}
 
+/* The objects over pixel (x, y) of colour c, given the texture t and the
+ * detail dt there. */
+static void shade_objects(const scene *sc, const class_style *cs, int x, int y, float t,
+                          float dt, float c[3]) {
+  float fx = (float)x, fy = (float)y;
+  for (int k = 0; k < sc->nobj; k++) {
+    const object *o = &sc->obj[k];
+    if (x < o->x0 || x > o->x1 || y < o->y0 || y > o->y1) continue;
+    float dx = fx - o->cx, dy = fy - o->cy;
+    float u = (dx * o->cos_a + dy * o->sin_a) * o->inv_rx;
+    float v = (dy * o->cos_a - dx * o->sin_a) * o->inv_ry;
+    float u2 = u * u, v2 = v * v;
+    /* Squared radius: of an ellipse, or of a superellipse of exponent 4. */
+    float d2 = cs->boxy ? sqrtf(u2 * u2 + v2 * v2) : u2 + v2;
+    float edge = 1.0f + o->soft;
+    if (d2 >= edge * edge) continue;
+    float d = sqrtf(d2);
+    float alpha = 1.0f - smooth(clampf((d - 1.0f + o->soft) / (2.0f * o->soft), 0.0f, 1.0f));
+    /* Shade as a sphere bulging towards the viewer. */
+    float nz = sqrtf(1.0f - (d2 < 1.0f ? d2 : 1.0f));
+    float diffuse = clampf(u * sc->lx + v * sc->ly + nz * sc->lz, 0.0f, 1.0f);
+    float shade = (0.35f + 0.8f * diffuse) * (1.0f + o->tex * t + o->detail * dt);
+    for (int i = 0; i < 3; i++) c[i] = lerpf(c[i], o->rgb[i] * shade, alpha);
+  }
+}
+
+/* Grain: triangular noise from 8-bit fields of one hash, shared by the
+ * channels (luma) plus a weaker part of each channel's own; then the
+ * pixel, rounded. */
+static void put_pixel(const scene *sc, int w, int x, int y, const float c[3], uint8_t *out) {
+  uint64_t z = stk__mix64(sc->grain_key + (uint64_t)y * (uint64_t)w + (uint64_t)x);
+  float n[4];
+  for (int i = 0; i < 4; i++, z >>= 16)
+    n[i] = (float)((int)(z & 255) + (int)(z >> 8 & 255) - 255) * (1.0f / 255.0f);
+  for (int i = 0; i < 3; i++) {
+    float val = c[i] + sc->grain * (n[0] + 0.4f * n[i + 1]);
+    out[3 * x + i] = (uint8_t)(clampf(val, 0.0f, 255.0f) + 0.5f);
+  }
+}
+
+/* Row y of the image (the octaves already on that row). */
+static void render_row(scene *sc, const class_style *cs, int w, int h, int y, uint8_t *out) {
+  float fy = (float)y, fw = (float)w, fh = (float)h;
+  float vy = (fy - 0.5f * fh) / (0.5f * fh);
+  for (int x = 0; x < w; x++) {
+    float fx = (float)x;
+    float hz = sc->horizon +
+               sc->hill_amp * (octave_at(&sc->hill[0], fx) + octave_at(&sc->hill[1], fx));
+    float s = clampf((fy - hz) * sc->inv_blur + 0.5f, 0.0f, 1.0f); /* weight of the ground */
+    float tb = clampf(fy / (hz > 1.0f ? hz : 1.0f), 0.0f, 1.0f);
+    float tf = clampf((fy - hz) / (fh - hz > 1.0f ? fh - hz : 1.0f), 0.0f, 1.0f);
+    float t = 0.0f;
+    for (int k = 0; k < TEX_OCTAVES; k++) t += octave_at(&sc->tex[k], fx);
+    float dt = 0.0f;
+    for (int k = 0; k < 3; k++) dt += octave_at(&sc->detail[k], fx);
+    /* Sharpened into two-tone blobs with crisp edges, like leaves or gravel. */
+    dt = clampf(dt * 4.0f, -1.0f, 1.0f) * clampf(0.5f + octave_at(&sc->mask, fx), 0.0f, 1.0f);
+    float vx = (fx - 0.5f * fw) / (0.5f * fw);
+    float g = (1.0f + lerpf(cs->tex_back, cs->tex_front, s) * t +
+               lerpf(cs->detail_back, cs->detail_front, s) * dt) *
+              (1.0f + sc->light_amp * (octave_at(&sc->light[0], fx) + octave_at(&sc->light[1], fx))) *
+              (1.0f - sc->vignette * 0.5f * (vx * vx + vy * vy));
+    float c[3];
+    for (int i = 0; i < 3; i++)
+      c[i] = g * lerpf(lerpf(sc->top[i], sc->low[i], tb), lerpf(sc->far[i], sc->near[i], tf), s);
+    shade_objects(sc, cs, x, y, t, dt, c);
+    put_pixel(sc, w, x, y, c, out);
+  }
+}
+
+static void render(uint8_t *rgb, int w, int h, uint64_t seed, const class_style *cs) {
+  stk__rng r;
+  stk__rng_init(&r, seed, SALT_RENDER, 0);
+  scene sc;
+  scene_init(&sc, &r, w, h, cs);
   /* Hills vary along x only: they stay on noise row 0 and restart their
    * walk along it on every image row. */
-  for (int k = 0; k < 2; k++) octave_row(&hill[k], 0.0f);
+  for (int k = 0; k < 2; k++) octave_row(&sc.hill[k], 0.0f);
   for (int y = 0; y < h; y++) {
     float fy = (float)y;
     for (int k = 0; k < 2; k++) {
-      hill[k].ix = INT_MIN;
-      octave_row(&light[k], fy);
+      sc.hill[k].ix = INT_MIN;
+      octave_row(&sc.light[k], fy);
     }
-    for (int k = 0; k < TEX_OCTAVES; k++) octave_row(&tex[k], fy);
-    for (int k = 0; k < 3; k++) octave_row(&detail[k], fy);
-    octave_row(&mask, fy);
-    float vy = (fy - 0.5f * fh) / (0.5f * fh);
-    uint8_t *out = rgb + (size_t)y * (size_t)w * 3;
-
-    for (int x = 0; x < w; x++) {
-      float fx = (float)x;
-      float hz = horizon + hill_amp * (octave_at(&hill[0], fx) + octave_at(&hill[1], fx));
-      float s = clampf((fy - hz) * inv_blur + 0.5f, 0.0f, 1.0f); /* weight of the ground */
-      float tb = clampf(fy / (hz > 1.0f ? hz : 1.0f), 0.0f, 1.0f);
-      float tf = clampf((fy - hz) / (fh - hz > 1.0f ? fh - hz : 1.0f), 0.0f, 1.0f);
-      float t = 0.0f;
-      for (int k = 0; k < TEX_OCTAVES; k++) t += octave_at(&tex[k], fx);
-      float dt = 0.0f;
-      for (int k = 0; k < 3; k++) dt += octave_at(&detail[k], fx);
-      /* Sharpened into two-tone blobs with crisp edges, like leaves or gravel. */
-      dt = clampf(dt * 4.0f, -1.0f, 1.0f) * clampf(0.5f + octave_at(&mask, fx), 0.0f, 1.0f);
-      float vx = (fx - 0.5f * fw) / (0.5f * fw);
-      float g = (1.0f + lerpf(cs->tex_back, cs->tex_front, s) * t +
-                 lerpf(cs->detail_back, cs->detail_front, s) * dt) *
-                (1.0f + light_amp * (octave_at(&light[0], fx) + octave_at(&light[1], fx))) *
-                (1.0f - vignette * 0.5f * (vx * vx + vy * vy));
-      float c[3];
-      for (int i = 0; i < 3; i++)
-        c[i] = g * lerpf(lerpf(top[i], low[i], tb), lerpf(far[i], near[i], tf), s);
-
-      for (int k = 0; k < nobj; k++) {
-        const object *o = &obj[k];
-        if (x < o->x0 || x > o->x1 || y < o->y0 || y > o->y1) continue;
-        float dx = fx - o->cx, dy = fy - o->cy;
-        float u = (dx * o->cos_a + dy * o->sin_a) * o->inv_rx;
-        float v = (dy * o->cos_a - dx * o->sin_a) * o->inv_ry;
-        float u2 = u * u, v2 = v * v;
-        /* Squared radius: of an ellipse, or of a superellipse of exponent 4. */
-        float d2 = cs->boxy ? sqrtf(u2 * u2 + v2 * v2) : u2 + v2;
-        float edge = 1.0f + o->soft;
-        if (d2 >= edge * edge) continue;
-        float d = sqrtf(d2);
-        float alpha = 1.0f - smooth(clampf((d - 1.0f + o->soft) / (2.0f * o->soft), 0.0f, 1.0f));
-        /* Shade as a sphere bulging towards the viewer. */
-        float nz = sqrtf(1.0f - (d2 < 1.0f ? d2 : 1.0f));
-        float diffuse = clampf(u * lx + v * ly + nz * lz, 0.0f, 1.0f);
-        float shade = (0.35f + 0.8f * diffuse) * (1.0f + o->tex * t + o->detail * dt);
-        for (int i = 0; i < 3; i++) c[i] = lerpf(c[i], o->rgb[i] * shade, alpha);
-      }
-
-      /* Grain: triangular noise from 8-bit fields of one hash, shared by
-       * the channels (luma) plus a weaker part of each channel's own. */
-      uint64_t z = stk__mix64(grain_key + (uint64_t)y * (uint64_t)w + (uint64_t)x);
-      float n[4];
-      for (int i = 0; i < 4; i++, z >>= 16)
-        n[i] = (float)((int)(z & 255) + (int)(z >> 8 & 255) - 255) * (1.0f / 255.0f);
-      for (int i = 0; i < 3; i++) {
-        float val = c[i] + grain * (n[0] + 0.4f * n[i + 1]);
-        out[3 * x + i] = (uint8_t)(clampf(val, 0.0f, 255.0f) + 0.5f);
-      }
-    }
+    for (int k = 0; k < TEX_OCTAVES; k++) octave_row(&sc.tex[k], fy);
+    for (int k = 0; k < 3; k++) octave_row(&sc.detail[k], fy);
+    octave_row(&sc.mask, fy);
+    render_row(&sc, cs, w, h, y, rgb + (size_t)y * (size_t)w * 3);
   }
 }
 
