@@ -3,9 +3,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sources/store.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "sources/index.h"
@@ -133,6 +135,57 @@ int stk__objstore_index_path(const stk__objstore *st, int k, char *out, size_t c
 int stk__objstore_has_index(const stk__objstore *st, int k) {
   char p[4200];
   return stk__objstore_index_path(st, k, p, sizeof p) == STK_OK && access(p, R_OK) == 0;
+}
+
+/* The key of an index beside its shard (stoker pack --tar), as written:
+ * the shard's size and the ETags S3 gives it (stk__md5_s3_etags), so that a shard
+ * rewritten since at the same size, whose member headers may all be the
+ * same (other labels, other pixels), is told by its listed ETag. Its name
+ * is the file's own. As looked for at open: the listed size and ETag
+ * (beside_matches compares them). */
+void stk__objstore_beside_key(uint64_t size, const char *etags, char *key, size_t cap) {
+  snprintf(key, cap, "beside\n%llu%s%s", (unsigned long long)size, etags[0] ? "\n" : "", etags);
+}
+
+/* Whether an ETag has the form of S3's: 32 hex digits (the MD5 of a PUT's
+ * bytes), maybe "-N" (a multipart upload of N parts). Other servers' ETags
+ * (a file's mtime and size) say nothing of the bytes. */
+static int s3_etag_form(const char *e) {
+  size_t i = 0;
+  while (i < 32 && isxdigit((unsigned char)e[i])) i++;
+  if (i != 32) return 0;
+  if (!e[32]) return 1;
+  if (e[32] != '-' || !e[33]) return 0;
+  for (i = 33; e[i]; i++)
+    if (!isdigit((unsigned char)e[i])) return 0;
+  return 1;
+}
+
+/* Whether an index beside its shard, of key `stored`, is the shard's whose
+ * listing gave `want` ("beside\nSIZE\nETAG"): the same size, and the ETag one
+ * of those the index records. An index without ETags (written before they
+ * were recorded), a server without ETags, or one whose ETags are not S3's
+ * leave the size alone to tell. */
+static int beside_matches(const char *stored, const char *want) {
+  if (strncmp(stored, "beside\n", 7)) return 0;
+  const char *ws = want + 7, *ss = stored + 7;
+  size_t wl = strcspn(ws, "\n"), sl = strcspn(ss, "\n");
+  if (wl != sl || memcmp(ws, ss, wl)) return 0; /* another size */
+  const char *etag = ws[wl] ? ws + wl + 1 : "";
+  if (!ss[sl] || !s3_etag_form(etag)) return 1;
+  size_t el = strlen(etag);
+  for (const char *p = ss + sl + 1; *p;) {
+    size_t l = strcspn(p, "\n");
+    if (l == el && !strncasecmp(p, etag, l)) return 1;
+    p += l + (p[l] != '\0');
+  }
+  return 0;
+}
+
+/* Whether a saved index's key `stored` is the one looked for, `want`: the
+ * same, or for an index beside its object, as beside_matches says. */
+int stk__objstore_key_matches(const char *stored, const char *want) {
+  return strncmp(want, "beside\n", 7) ? !strcmp(stored, want) : beside_matches(stored, want);
 }
 
 stk__objstore_req *stk__objstore_fetch(stk__objstore *st, const char *name, uint64_t max) {

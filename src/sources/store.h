@@ -177,6 +177,13 @@ int stk__objstore_beside(stk__objstore *st, int k, uint8_t **data, size_t *len);
 int stk__objstore_index_path(const stk__objstore *st, int k, char *out, size_t cap);
 void stk__objstore_index_key(const stk__objstore *st, int k, char *key, size_t cap);
 int stk__objstore_has_index(const stk__objstore *st, int k);
+/* Keys of indexes beside their objects: "beside\nSIZE" and the ETags S3
+ * gives the object ("" when unknown, else a line each), as written; at an
+ * open, the listed size and ETag. key_matches: whether a saved index's key
+ * is the one looked for (beside its object: the same size, and the listed
+ * ETag one of those recorded, when both are S3's). */
+void stk__objstore_beside_key(uint64_t size, const char *etags, char *key, size_t cap);
+int stk__objstore_key_matches(const char *stored, const char *want);
 
 /* Whole objects by name (a list of URLs and paths): fetch starts a read
  * (NULL for a local file: get reads it then), get waits for it (q NULL:

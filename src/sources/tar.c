@@ -338,7 +338,7 @@ static int shard_scan_of(stk__objstore *store, int32_t shard, shard_scan *sc, ch
     char bkey[200];
     stk__tar_scan_free(sc);
     memset(sc, 0, sizeof *sc);
-    stk__tar_beside_key(size, store->etag[shard], bkey, sizeof bkey);
+    stk__objstore_beside_key(size, store->etag[shard], bkey, sizeof bkey);
     rc = stk__tar_load_scan_mem(data, len, bkey, size, sc);
     free(data);
     if (rc == STK_OK && ipath[0]) stk__tar_save_scan(ipath, key, sc);
@@ -917,7 +917,7 @@ int stk__tar_write_index(const char *shard, char *err, size_t errlen) {
     rc = stk__fail(err, errlen, STK_EIO, "cannot stat %s: %s", shard, strerror(errno));
   if (rc == STK_OK) rc = stk__md5_s3_etags(shard, etags, sizeof etags, err, errlen);
   if (rc == STK_OK) {
-    stk__tar_beside_key((uint64_t)st.st_size, etags, key, sizeof key);
+    stk__objstore_beside_key((uint64_t)st.st_size, etags, key, sizeof key);
     rc = stk__tar_save_scan(idx, key, &sc);
     if (rc) stk__fail(err, errlen, rc, "cannot write %s", idx);
   }

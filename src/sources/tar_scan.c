@@ -39,67 +39,6 @@ void stk__tar_left_out(tally *t, int64_t *counter, const char *shard, const char
     t->first[0] = '\0';
 }
 
-/* A numeric header field: octal digits (leading blanks, ending at a NUL or
- * blank), or GNU's base-256 form (first byte 0x80, then big-endian bytes),
- * which tar uses for sizes of 8 GiB and more. 0 on a malformed field. */
-static int parse_number(const unsigned char *f, size_t n, uint64_t *out) {
-  uint64_t v = 0;
-  if (f[0] & 0x80) {
-    if (f[0] != 0x80) return 0; /* negative, or a form we do not know */
-    for (size_t i = 1; i < n; i++) {
-      if (v >> 55) return 0; /* would overflow 63 bits */
-      v = v << 8 | f[i];
-    }
-    *out = v;
-    return 1;
-  }
-  size_t i = 0;
-  while (i < n && f[i] == ' ') i++;
-  int digits = 0;
-  for (; i < n && f[i] >= '0' && f[i] <= '7'; i++, digits++) {
-    if (v >> 60) return 0;
-    v = v << 3 | (uint64_t)(f[i] - '0');
-  }
-  if (i < n && f[i] != '\0' && f[i] != ' ') return 0;
-  *out = v;
-  return digits > 0 || i == n || f[i] == '\0';
-}
-
-/* The header checksum: the bytes summed with the checksum field read as
- * blanks. Some old writers summed signed chars: either form is accepted. */
-static int checksum_ok(const unsigned char *h) {
-  uint64_t want;
-  if (!parse_number(h + 148, 8, &want)) return 0;
-  uint64_t u = 0;
-  int64_t s = 0;
-  for (int i = 0; i < BLOCK; i++) {
-    unsigned char c = (i >= 148 && i < 156) ? ' ' : h[i];
-    u += c;
-    s += (signed char)c;
-  }
-  return want == u || (int64_t)want == s;
-}
-
-static int all_zero(const unsigned char *h) {
-  for (int i = 0; i < BLOCK; i++)
-    if (h[i]) return 0;
-  return 1;
-}
-
-/* Absolute names and names with a ".." component could point outside the
- * dataset if a tool extracted them; they are never samples. */
-static int unsafe_name(const char *name) {
-  if (name[0] == '/') return 1;
-  for (const char *p = name; *p;) {
-    const char *e = strchr(p, '/');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (n == 2 && p[0] == '.' && p[1] == '.') return 1;
-    p += n;
-    if (*p == '/') p++;
-  }
-  return 0;
-}
-
 /* A .cls member: an ASCII non-negative integer, blanks around it allowed. */
 static int parse_cls(const char *p, size_t n, int32_t *out) {
   size_t i = 0;
@@ -163,56 +102,6 @@ static rec *keyset_get(keyset *k, const char *key, size_t n) {
   r->key[n] = '\0';
   k->slot[h] = (int64_t)k->n++;
   return r;
-}
-
-static void pending_clear(pending *p) {
-  free(p->name);
-  memset(p, 0, sizeof *p);
-}
-
-/* Parses pax records "LEN key=value\n" in d[0..n). Every length is checked
- * against what is left, so a record claiming a huge length is refused
- * rather than followed. 0 when malformed. */
-static int parse_pax(const char *d, size_t n, pending *p) {
-  size_t i = 0;
-  while (i < n) {
-    if (d[i] == '\0') break; /* some writers pad the block with NULs */
-    size_t len = 0, j = i;
-    while (j < n && d[j] >= '0' && d[j] <= '9') {
-      len = len * 10 + (size_t)(d[j] - '0');
-      if (len > n) return 0;
-      j++;
-    }
-    if (j == i || j >= n || d[j] != ' ' || len > n - i || len < (j - i) + 3 ||
-        d[i + len - 1] != '\n')
-      return 0;
-    const char *kv = d + j + 1, *end = d + i + len - 1;
-    const char *eq = memchr(kv, '=', (size_t)(end - kv));
-    if (!eq) return 0;
-    size_t klen = (size_t)(eq - kv), vlen = (size_t)(end - eq - 1);
-    const char *v = eq + 1;
-    if (klen == 4 && !memcmp(kv, "path", 4)) {
-      if (vlen == 0 || memchr(v, '\0', vlen)) return 0;
-      char *nm = malloc(vlen + 1);
-      if (!nm) return 0;
-      memcpy(nm, v, vlen);
-      nm[vlen] = '\0';
-      free(p->name);
-      p->name = nm;
-      p->name_from_pax = 1;
-    } else if (klen == 4 && !memcmp(kv, "size", 4)) {
-      uint64_t s = 0;
-      if (vlen == 0 || vlen > 19) return 0;
-      for (size_t q = 0; q < vlen; q++) {
-        if (v[q] < '0' || v[q] > '9') return 0;
-        s = s * 10 + (uint64_t)(v[q] - '0');
-      }
-      p->size = s;
-      p->has_size = 1;
-    }
-    i += len;
-  }
-  return 1;
 }
 
 /* Where the zeros that start at `off` end: the offset of the first
@@ -295,7 +184,7 @@ static int scan_at_end(scan_state *st) {
                       "after that point are lost");
     return 1;
   }
-  if (!all_zero(st->h)) return 0;
+  if (!stk__ustar_all_zero(st->h)) return 0;
   /* The end of the archive, when only zeros follow. Data after the zeros
    * means that a region was zero-filled: the members in it and after it
    * would be lost without a word. */
@@ -331,30 +220,13 @@ static int scan_at_end(scan_state *st) {
   return 1;
 }
 
-/* The member name of header h: POSIX ustar ("ustar\0") keeps a prefix;
- * GNU ("ustar  ") uses that space for other fields. */
-static void header_name(const unsigned char *h, char out[260]) {
-  size_t nl = strnlen((const char *)h, 100);
-  size_t pl = 0;
-  if (!memcmp(h + 257, "ustar\0", 6)) pl = strnlen((const char *)h + 345, 155);
-  if (pl) {
-    memcpy(out, h + 345, pl);
-    out[pl] = '/';
-    memcpy(out + pl + 1, h, nl);
-    out[pl + 1 + nl] = '\0';
-  } else {
-    memcpy(out, h, nl);
-    out[nl] = '\0';
-  }
-}
-
 /* An extended header (GNU long name 'L', pax 'x') at data: the next
  * member's name and maybe its size, into st->pd. 0 to go on, 1 when the
  * scan ends (the shard cut inside it, or st->rc). */
 static int scan_extended(scan_state *st, char type, uint64_t size, uint64_t data) {
-  pending *pd = &st->pd;
+  stk__ustar_pending *pd = &st->pd;
   if (size > STK__TAR_EXT_MAX) {
-    pending_clear(pd);
+    stk__ustar_pax_clear(pd);
     pd->drop = type == 'L' ? "its GNU long name is over 64 KiB" : "its pax header is over 64 KiB";
     return 0;
   }
@@ -371,7 +243,7 @@ static int scan_extended(scan_state *st, char type, uint64_t size, uint64_t data
   }
   st->ext[size] = '\0';
   if (type == 'x') {
-    if (!parse_pax(st->ext, (size_t)size, pd)) pd->drop = "its pax header is malformed";
+    if (!stk__ustar_pax(st->ext, (size_t)size, pd)) pd->drop = "its pax header is malformed";
     return 0;
   }
   free(pd->name);
@@ -440,7 +312,7 @@ static void scan_member(scan_state *st, char type, const char *name, uint64_t si
     stk__tar_left_out(ta, &ta->special, path, name, why_out = "a device or FIFO, not a file");
   } else if (type != '0' && type != '\0' && type != '7') {
     stk__tar_left_out(ta, &ta->other, path, name, why_out = "a tar member type stoker does not read");
-  } else if (name[0] && unsafe_name(name)) {
+  } else if (name[0] && stk__ustar_unsafe_name(name)) {
     stk__tar_left_out(ta, &ta->unsafe, path, name, why_out = "an absolute name or one with '..'");
   } else {
     why_out = scan_keyed(st, name, size, data);
@@ -458,7 +330,7 @@ int stk__tar_scan_step(scan_state *st) {
   if (scan_at_end(st)) return 1;
   const unsigned char *h = st->h;
   uint64_t size, fsize = st->fsize;
-  if (!checksum_ok(h) || !parse_number(h + 124, 12, &size)) {
+  if (!stk__ustar_checksum_ok(h) || !stk__ustar_number(h + 124, 12, &size)) {
     stk__tar_left_out(ta, &ta->bad_header, st->path, st->where,
              "not a valid tar header (checksum mismatch): the rest of the shard is left out");
     DAMAGE(&st->dm, st->where,
@@ -472,7 +344,7 @@ int stk__tar_scan_step(scan_state *st) {
   int is_ext = type == 'L' || type == 'K' || type == 'x' || type == 'g';
   if (!is_ext && st->pd.has_size) size = st->pd.size; /* pax size overrides the field */
   char hname[260]; /* prefix, '/', name */
-  header_name(h, hname);
+  stk__ustar_name(h, hname);
   const char *name = !is_ext && st->pd.name ? st->pd.name : hname;
   uint64_t data = st->off + BLOCK;
   if (size > fsize || data + size > fsize) {
@@ -490,7 +362,7 @@ int stk__tar_scan_step(scan_state *st) {
   } else if (type != 'K' && type != 'g') { /* a long link name; global pax records: unused */
     scan_member(st, type, name, size, data);
     if (st->rc) return 1;
-    pending_clear(&st->pd);
+    stk__ustar_pax_clear(&st->pd);
   }
   st->off = next;
   return 0;
@@ -500,7 +372,7 @@ int stk__tar_scan_done(scan_state *st, shard_scan *sc) {
   int rc = st->rc;
   stk__objstore_reader_close(st->fd);
   free(st->ext);
-  pending_clear(&st->pd);
+  stk__ustar_pax_clear(&st->pd);
   if (sc) {
     sc->ks = st->ks;
     sc->dm = st->dm;
@@ -562,55 +434,6 @@ static void wput(wbuf *w, const void *p, size_t n) {
 }
 static void wstr(wbuf *w, const char *s) { wput(w, s ? s : "", strlen(s ? s : "") + 1); }
 static void w64(wbuf *w, uint64_t v) { wput(w, &v, 8); }
-
-/* The key of an index beside its shard (stoker pack --tar), as written:
- * the shard's size and the ETags S3 gives it (shard_etags), so that a shard
- * rewritten since at the same size, whose member headers may all be the
- * same (other labels, other pixels), is told by its listed ETag. Its name
- * is the file's own. As looked for at open: the listed size and ETag
- * (beside_matches compares them). */
-void stk__tar_beside_key(uint64_t size, const char *etags, char *key, size_t cap) {
-  snprintf(key, cap, "beside\n%llu%s%s", (unsigned long long)size, etags[0] ? "\n" : "", etags);
-}
-
-/* Whether an ETag has the form of S3's: 32 hex digits (the MD5 of a PUT's
- * bytes), maybe "-N" (a multipart upload of N parts). Other servers' ETags
- * (a file's mtime and size) say nothing of the bytes. */
-static int s3_etag_form(const char *e) {
-  size_t i = 0;
-  while (i < 32 && isxdigit((unsigned char)e[i])) i++;
-  if (i != 32) return 0;
-  if (!e[32]) return 1;
-  if (e[32] != '-' || !e[33]) return 0;
-  for (i = 33; e[i]; i++)
-    if (!isdigit((unsigned char)e[i])) return 0;
-  return 1;
-}
-
-/* Whether an index beside its shard, of key `stored`, is the shard's whose
- * listing gave `want` ("beside\nSIZE\nETAG"): the same size, and the ETag one
- * of those the index records. An index without ETags (written before they
- * were recorded), a server without ETags, or one whose ETags are not S3's
- * leave the size alone to tell. */
-static int beside_matches(const char *stored, const char *want) {
-  if (strncmp(stored, "beside\n", 7)) return 0;
-  const char *ws = want + 7, *ss = stored + 7;
-  size_t wl = strcspn(ws, "\n"), sl = strcspn(ss, "\n");
-  if (wl != sl || memcmp(ws, ss, wl)) return 0; /* another size */
-  const char *etag = ws[wl] ? ws + wl + 1 : "";
-  if (!ss[sl] || !s3_etag_form(etag)) return 1;
-  size_t el = strlen(etag);
-  for (const char *p = ss + sl + 1; *p;) {
-    size_t l = strcspn(p, "\n");
-    if (l == el && !strncasecmp(p, etag, l)) return 1;
-    p += l + (p[l] != '\0');
-  }
-  return 0;
-}
-
-static int key_matches(const char *stored, const char *want) {
-  return strncmp(want, "beside\n", 7) ? !strcmp(stored, want) : beside_matches(stored, want);
-}
 
 int stk__tar_save_scan(const char *path, const char *key, const shard_scan *sc) {
   wbuf w = {{0}, 0, 0};
@@ -704,7 +527,7 @@ int stk__tar_load_scan_mem(const uint8_t *data, size_t len, const char *key, uin
   if (rc == STK_OK && h != stk__hash64(by.data + 16, by.len - 16, 0x5bd1e995)) rc = STK_EFORMAT;
   r.p += 16;
   /* another shard's (a hash collision of names), or a shard rewritten since */
-  if (rc == STK_OK && !key_matches(rstr(&r), key)) rc = STK_ESTALE;
+  if (rc == STK_OK && !stk__objstore_key_matches(rstr(&r), key)) rc = STK_ESTALE;
   tally *ta = &sc->ta;
   int64_t cnt[13] = {0};
   rget(&r, cnt, (v2 ? 12 : 13) * sizeof *cnt);

@@ -12,6 +12,7 @@
 
 #include "sources/store.h"
 #include "sources/tar.h"
+#include "sources/ustar.h"
 
 /* What was left out, for the note. */
 typedef struct {
@@ -38,15 +39,6 @@ typedef struct {
   size_t nslot;
 } keyset;
 
-/* State of one shard's scan that the next member inherits from GNU 'L' and
- * pax 'x' headers. */
-typedef struct {
-  char *name;           /* the next member's name (pax path or GNU long name) */
-  int name_from_pax;
-  uint64_t size;        /* pax size */
-  int has_size;
-  const char *drop;     /* the next member is left out, for this reason */
-} pending;
 
 /* The damage that ended a shard's scan, made a stand-in sample. */
 typedef struct {
@@ -75,7 +67,7 @@ typedef struct {
   uint64_t fsize, off;
   shard_scan *sc;
   keyset ks;
-  pending pd;
+  stk__ustar_pending pd;
   char *ext; /* scratch for GNU long names and pax headers */
   damage dm;
   char prev[300]; /* the last member read, to place the damage */
@@ -117,8 +109,5 @@ int stk__tar_save_scan(const char *path, const char *key, const shard_scan *sc);
 int stk__tar_load_scan(const char *path, const char *key, uint64_t shard_size, shard_scan *sc);
 int stk__tar_load_scan_mem(const uint8_t *data, size_t len, const char *key, uint64_t shard_size,
                            shard_scan *sc);
-/* The key of an index beside its shard: its size and the ETags S3 gives it
- * ("" when unknown), as written by stk__tar_write_index. */
-void stk__tar_beside_key(uint64_t size, const char *etags, char *key, size_t cap);
 
 #endif

@@ -24,36 +24,7 @@
 #include "core/common.h"
 #include "sources/pack_writer.h"
 #include "sources/tar.h"
-
-/* An octal field of n bytes: n-1 digits and a NUL. */
-static void put_octal(unsigned char *f, size_t n, uint64_t v) {
-  f[n - 1] = '\0';
-  for (size_t i = n - 1; i-- > 0;) {
-    f[i] = (unsigned char)('0' + (v & 7));
-    v >>= 3;
-  }
-}
-
-/* A POSIX ustar header of a regular file. mtime is 0 so that the same
- * input packs to the same bytes. name is shorter than 100 bytes. */
-static void make_header(unsigned char h[STK__TAR_BLOCK], const char *name, uint64_t size) {
-  memset(h, 0, STK__TAR_BLOCK);
-  memcpy(h, name, strlen(name));
-  put_octal(h + 100, 8, 0644);
-  put_octal(h + 108, 8, 0);
-  put_octal(h + 116, 8, 0);
-  put_octal(h + 124, 12, size);
-  put_octal(h + 136, 12, 0);
-  h[156] = '0';
-  memcpy(h + 257, "ustar", 6); /* with its NUL */
-  memcpy(h + 263, "00", 2);
-  put_octal(h + 329, 8, 0);
-  put_octal(h + 337, 8, 0);
-  memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (int i = 0; i < STK__TAR_BLOCK; i++) sum += h[i];
-  put_octal(h + 148, 7, sum); /* six digits, a NUL, then the blank left there */
-}
+#include "sources/ustar.h"
 
 typedef struct {
   FILE *f;
@@ -70,7 +41,7 @@ static void put_bytes(shard_out *o, const void *p, size_t n) {
 static void put_member(shard_out *o, const char *name, const void *data, uint64_t size) {
   static const unsigned char zeros[STK__TAR_BLOCK];
   unsigned char h[STK__TAR_BLOCK];
-  make_header(h, name, size);
+  stk__ustar_header(h, name, size);
   put_bytes(o, h, STK__TAR_BLOCK);
   put_bytes(o, data, (size_t)size);
   put_bytes(o, zeros, (size_t)((STK__TAR_BLOCK - size % STK__TAR_BLOCK) % STK__TAR_BLOCK));
