@@ -1,5 +1,6 @@
 /*
- * store.h: the one interface to bytes of objects, under the sources that
+ * store.h: the object store (stk__objstore; stk__store is ops.h's output
+ * store), the one interface to bytes of objects under the sources that
  * read them (tar.c, list.c): list what a root names, stat, read a range,
  * plan the ranges an epoch will need, cancel, statistics. A source never
  * sees where the bytes live. Two rows (stk__objstore_ops), as the writers of
@@ -240,6 +241,8 @@ int stk__stream_peek(stk__stream *ss, int64_t i, stk__span *m);
 /* The rank's positions in an epoch (the loader's). */
 void stk__stream_length(stk__stream *ss, int64_t L);
 void stk__stream_stop(stk__stream *ss);
+/* 1 once the stream is stopping (its reads may fail for that alone). */
+int stk__stream_stopped(stk__stream *ss);
 void stk__stream_close(stk__stream *ss);
 
 #endif

@@ -188,6 +188,13 @@ void stk__stream_stop(stk__stream *ss) {
   pthread_mutex_unlock(&ss->mu);
 }
 
+int stk__stream_stopped(stk__stream *ss) {
+  pthread_mutex_lock(&ss->mu);
+  int stop = ss->stop;
+  pthread_mutex_unlock(&ss->mu);
+  return stop;
+}
+
 void stk__stream_close(stk__stream *ss) {
   if (!ss) return;
   stk__stream_stop(ss);

@@ -793,7 +793,7 @@ static void stream_shard(void *ctx, stk__stream *ss, int k, uint64_t base) {
     if (rc == STK_OK) {
       stream_tail(ss, t, k, &sc, base + size);
       if (have) stk__tar_save_scan(ipath, key, &sc); /* unwritable: the next open scans it */
-    } else if (rc != STK_ECANCELED) {
+    } else if (!stk__stream_stopped(ss)) { /* (a closing loader's reads fail: no entry) */
       stream_fail(ss, t, k, "", msg, base);
     }
   }
