@@ -660,6 +660,12 @@ typedef struct stk_pack_result {
                                 decoded (the others were decoded on the
                                 CPU, as without a device, and resized on the
                                 GPU, or on the CPU when too large for it) */
+  /* device >= 0: the rates measured, files per second (the device's over
+   * the time it ran, the CPU producers' over their busy time, times their
+   * threads), and whether the device threads stopped claiming because the
+   * CPU producers alone were faster (the CPU then packed the rest) */
+  double device_rate, cpu_rate;
+  int device_stopped;
 } stk_pack_result;
 
 STK_API void stk_pack_options_init_sized(stk_pack_options *o, size_t size);

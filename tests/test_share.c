@@ -1,13 +1,17 @@
 /* test_share.c: the adaptive CPU share's controller (src/loader/share.c)
  * against a model of the GPU path: the engines decode their part of each
- * batch at E images/s, the CPU cores theirs at C, both at once, and the
- * consumer takes at most K: batches come at min(E / (1 - p), C / p, K), with
- * 2% noise, and a batch delivered now was split LAG batches ago (the
- * loader's slots). The share must settle near the best one (it moves one step
- * either side of it, so the rate stays within a few percent of the best), follow the best one
- * when the GPU slows down (a model starts training), and stay near 0 when
- * the consumer is the bottleneck. test_mode does the same for the choice of
- * the engines' way. */
+ * batch at E images/s, T worker threads spend A seconds on a position they
+ * decode and Bp on one they only read and plan for the engines, and the
+ * consumer takes at most K: batches come at min(E / (1 - p), T / (p A + (1 -
+ * p) Bp), K), with 2% noise, and a batch delivered now was split LAG batches
+ * ago (the loader's slots). The model also keeps the totals the sink
+ * measures (the workers' seconds per kind of position, the lanes' seconds
+ * inside the engines), with 5% noise. The share must settle near the best
+ * one (the rate within a few percent of the best), follow it when the GPU
+ * slows down (a model starts training), stay near 0 when the consumer is
+ * the bottleneck or the CPU is weak, and come down when the workers are
+ * the bottleneck. test_mode does the same for the choice of the engines'
+ * way. */
 #include <math.h>
 #include <stdio.h>
 
@@ -16,45 +20,64 @@
 #include "loader/share.h"
 
 typedef struct {
-  double E, C, K;
+  double E, T, A, Bp, K;
 } model;
+
+#define LANES 2
 
 static double rate(const model *m, double p) {
   double r = m->K;
   if (p < 1 && m->E / (1 - p) < r) r = m->E / (1 - p);
-  if (p > 0 && m->C / p < r) r = m->C / p;
+  double work = p * m->A + (1 - p) * m->Bp;
+  if (work > 0 && m->T / work < r) r = m->T / work;
   return r;
 }
 
-/* Runs n batches of 256 images; returns the mean share and the mean rate
- * (as a fraction of the best rate) over the last half. */
-/* The loader's default slots (prefetch 2 + 2): a batch delivered now was
- * split when it started, LAG batches ago. */
-#define LAG 4
-
-static void run(stk__share_ctl *c, const model *m, int n, stk__rng *rng, double *t, double *mean_p,
-                double *eff) {
-  double split[LAG]; /* the shares of the batches under way, oldest first */
-  for (int k = 0; k < LAG; k++) split[k] = c->share;
+static double best_rate(const model *m) {
   double best = 0;
   for (int i = 0; i <= 1000; i++) {
     double r = rate(m, i / 1000.0);
     if (r > best) best = r;
   }
+  return best;
+}
+
+/* The loader's default slots (prefetch 2 + 2): a batch delivered now was
+ * split when it started, LAG batches ago. */
+#define LAG 4
+
+static double noisy(stk__rng *rng, double x, double f) {
+  return x * (1 + f * (2 * stk__rng_uniform(rng) - 1));
+}
+
+/* Runs n batches of 256 images; returns the mean share and the mean rate
+ * (as a fraction of the best rate) over the last half. */
+static void run(stk__share_ctl *c, const model *m, int n, stk__rng *rng, double *t,
+                stk__share_work *wk, double *mean_p, double *eff) {
+  double split[LAG]; /* the shares of the batches under way, oldest first */
+  for (int k = 0; k < LAG; k++) split[k] = c->share;
+  double best = best_rate(m);
   double sp = 0, imgs = 0, secs = 0;
   for (int i = 0; i < n; i++) {
     double used = split[0];
     for (int k = 0; k + 1 < LAG; k++) split[k] = split[k + 1];
     split[LAG - 1] = c->share;
-    double r = rate(m, used) * (1 + 0.02 * (2 * stk__rng_uniform(rng) - 1));
+    double r = noisy(rng, rate(m, used), 0.02);
     double dt = 256 / r;
     *t += dt;
+    uint64_t ncpu = (uint64_t)(256 * used + 0.5), neng = 256 - ncpu;
+    wk->cpu_n += ncpu;
+    wk->cpu_s += noisy(rng, (double)ncpu * m->A, 0.05);
+    wk->eng_n += neng;
+    wk->eng_s += noisy(rng, (double)neng * m->Bp, 0.05);
+    wk->hw_n += neng;
+    wk->hw_s += noisy(rng, (double)neng * LANES / m->E, 0.05);
     if (i >= n / 2) {
       sp += c->share;
       imgs += 256;
       secs += dt;
     }
-    stk__share_batch(c, *t);
+    stk__share_batch(c, *t, wk);
   }
   *mean_p = sp / (n - n / 2);
   *eff = imgs / secs / best;
@@ -110,71 +133,121 @@ static void test_mode(stk__rng *rng) {
   CHECK(c.phase == 0 && c.batched == 0);
 }
 
+/* The way from the consumer's time: a consumer always back in next()
+ * (a benchmark) gets the batched call, one busy 90% of the time (a model)
+ * the decoupled decoder; in between, the way in use stays. */
+static void test_consumer(void) {
+  stk__consumer_ctl c;
+  stk__consumer_init(&c, 0);
+  double t = 0, wait = 0;
+  for (int i = 0; i < 3 * STK__CONSUMER_WINDOW; i++) { /* waits 95% of each batch */
+    t += 0.01;
+    wait += 0.0095;
+    stk__consumer_batch(&c, t, wait);
+  }
+  CHECK(c.batched == 1 && c.switches == 1);
+  for (int i = 0; i < 3 * STK__CONSUMER_WINDOW; i++) { /* busy 90% */
+    t += 0.02;
+    wait += 0.002;
+    stk__consumer_batch(&c, t, wait);
+  }
+  CHECK(c.batched == 0 && c.switches == 2);
+  for (int i = 0; i < 3 * STK__CONSUMER_WINDOW; i++) { /* busy half the time: no change */
+    t += 0.02;
+    wait += 0.01;
+    stk__consumer_batch(&c, t, wait);
+  }
+  CHECK(c.batched == 0 && c.switches == 2);
+  /* nothing changes before a whole window is measured */
+  stk__consumer_init(&c, 0);
+  for (int i = 0; i <= STK__CONSUMER_WINDOW - 1; i++) stk__consumer_batch(&c, i * 0.01, i * 0.01);
+  CHECK_EQ_INT(c.batched, 0);
+  stk__consumer_batch(&c, STK__CONSUMER_WINDOW * 0.01, STK__CONSUMER_WINDOW * 0.01);
+  CHECK_EQ_INT(c.batched, 1);
+}
+
 int main(void) {
   stk__rng rng;
   stk__rng_init(&rng, 3, 0, 0);
   test_mode(&rng);
+  test_consumer();
   stk__share_ctl c;
+  stk__share_work wk = {0};
   double t = 0, p, eff;
 
-  /* an idle GPU: engines 16,000 img/s, CPU 3,000: best share 3/19 */
-  model idle = {16000, 3000, 1e9};
-  stk__share_init(&c, 0, LAG);
-  run(&c, &idle, 2000, &rng, &t, &p, &eff);
-  printf("idle GPU: mean share %.3f (best %.3f), %.1f%% of the best rate\n", p, 3.0 / 19, 100 * eff);
-  CHECK_MSG(fabs(p - 3.0 / 19) < 0.06, "mean share %.3f", p);
+  /* an idle GPU, 16 threads: engines 18,000 img/s, 1.8 ms per CPU decode:
+   * the best share is about a third, and the two decoders add up */
+  model idle = {18000, 16, 1.8e-3, 6e-5, 1e9};
+  stk__share_init(&c, 0, LAG, 16, LANES, 256);
+  run(&c, &idle, 600, &rng, &t, &wk, &p, &eff);
+  printf("idle GPU: mean share %.3f, %.1f%% of the best rate (%.0f img/s)\n", p, 100 * eff,
+         best_rate(&idle));
+  CHECK_MSG(p > 0.25 && p < 0.36, "mean share %.3f", p);
   CHECK_MSG(eff > 0.93, "%.3f of the best rate", eff);
 
   /* training starts: the engines fall to 9,000 img/s, the model takes
-   * 13,000: best share 1/4 */
-  model busy = {9000, 3000, 13000};
-  run(&c, &busy, 2000, &rng, &t, &p, &eff);
-  printf("under training: mean share %.3f (best 0.250), %.1f%% of the best rate\n", p, 100 * eff);
-  CHECK_MSG(fabs(p - 0.25) < 0.06, "mean share %.3f", p);
-  CHECK_MSG(eff > 0.93, "%.3f of the best rate", eff);
+   * 13,000: the share rises until the engines keep up */
+  model busy = {9000, 16, 1.8e-3, 6e-5, 13000};
+  run(&c, &busy, 600, &rng, &t, &wk, &p, &eff);
+  printf("under training: mean share %.3f, %.1f%% of the best rate\n", p, 100 * eff);
+  CHECK_MSG(p > 0.3 && p < 0.5, "mean share %.3f", p);
+  CHECK_MSG(eff > 0.97, "%.3f of the best rate", eff);
 
   /* the consumer is the bottleneck (8,000 img/s, the engines alone make
-   * 16,000): the CPU is left alone, but for rare probes */
-  model slow = {16000, 3000, 8000};
-  stk__share_init(&c, 0.5, LAG);
-  run(&c, &slow, 2000, &rng, &t, &p, &eff);
+   * 18,000): the CPU is left alone */
+  model slow = {18000, 16, 1.8e-3, 6e-5, 8000};
+  stk__share_init(&c, 0.5, LAG, 16, LANES, 256);
+  run(&c, &slow, 600, &rng, &t, &wk, &p, &eff);
   printf("consumer-bound: mean share %.3f\n", p);
-  CHECK_MSG(p < 0.03, "mean share %.3f", p);
+  CHECK_MSG(p < 0.01, "mean share %.3f", p);
   CHECK(eff > 0.99);
 
-  /* two CPU threads (250 img/s): one step of share makes them the
-   * bottleneck (half the rate at 1/32; the best share, 1/65, is below one
-   * step), so probes cost; the failed ones back off and the rate stays near
-   * that of share 0 */
-  model weak = {16000, 250, 1e9};
-  stk__share_init(&c, 0, LAG);
-  run(&c, &weak, 4000, &rng, &t, &p, &eff);
+  /* two worker threads: reading and planning for the engines already
+   * fill them; the share stays at 0 */
+  model weak = {18000, 2, 1.8e-3, 1e-4, 1e9};
+  stk__share_init(&c, 0, LAG, 2, LANES, 256);
+  run(&c, &weak, 600, &rng, &t, &wk, &p, &eff);
   printf("weak CPU: mean share %.4f, %.1f%% of the best rate\n", p, 100 * eff);
   CHECK_MSG(p < 0.005, "mean share %.4f", p);
   CHECK_MSG(eff > 0.95, "%.3f of the best rate", eff);
 
-  /* a restart during a probe (a reset) cancels it: the share goes back to
-   * 0 at the end of the next window instead of climbing unmeasured */
-  stk__share_init(&c, 0, 0);
-  double tt = 0;
-  int guard = 0;
-  while (!c.probing && guard++ < 10000) stk__share_batch(&c, tt += 0.01);
-  CHECK(c.share == STK__SHARE_STEP && c.probing);
-  stk__share_restart(&c);
-  for (int k = 0; k <= STK__SHARE_WINDOW; k++) stk__share_batch(&c, tt += 0.01);
-  CHECK_MSG(c.share == 0, "share %.4f after a cancelled probe", c.share);
+  /* a share far too high for the workers (they are the bottleneck) comes
+   * down to the balance */
+  stk__share_init(&c, 0.9, LAG, 16, LANES, 256);
+  run(&c, &idle, 600, &rng, &t, &wk, &p, &eff);
+  printf("from 0.9: mean share %.3f, %.1f%% of the best rate\n", p, 100 * eff);
+  CHECK_MSG(p > 0.25 && p < 0.36, "mean share %.3f", p);
 
-  /* restart forgets the last rate: the next window only measures; after a
-   * step, the LAG batches under way pass before the next window opens */
-  stk__share_init(&c, 0.25, LAG);
-  stk__share_restart(&c);
-  double s0 = c.share;
+  /* the target itself: nothing measured keeps the share; with the engines
+   * measured, the balance of share.h */
+  stk__share_init(&c, 0.2, LAG, 16, LANES, 256);
+  CHECK(stk__share_target(&c, 20000) == 0.2);
+  c.e = 18000;
+  c.a = 1.8e-3;
+  c.b = 6e-5;
+  double bal = (0.9 * 16 - 18000 * 6e-5) / (0.9 * 16 + 18000 * (1.8e-3 - 6e-5));
+  CHECK_MSG(fabs(stk__share_target(&c, 1e9) - bal) < 1e-12, "%.4f", stk__share_target(&c, 1e9));
+  CHECK(stk__share_target(&c, 10000) == 0); /* the engines keep up alone */
+
+  /* after a move, the LAG batches under way pass before the next window
+   * opens; a restart forgets the open window */
+  stk__share_init(&c, 0, LAG, 16, LANES, 256);
+  stk__share_work w0 = {0};
+  double tt = 0;
   int i = 0;
-  for (; i <= STK__SHARE_WINDOW; i++) stk__share_batch(&c, i * 0.01);
-  CHECK(c.share == s0 + STK__SHARE_STEP); /* one step in the start direction, no comparison */
-  for (int k = 0; k < LAG + STK__SHARE_WINDOW; k++, i++) stk__share_batch(&c, i * 0.01);
-  CHECK(c.share == s0 + STK__SHARE_STEP); /* the lag, then a window not yet closed */
-  stk__share_batch(&c, i * 0.01);
-  CHECK(c.share != s0 + STK__SHARE_STEP); /* that window's end moves it */
+  for (; i <= STK__SHARE_WINDOW; i++) {
+    w0.hw_n += 256;
+    w0.hw_s += 256 * LANES / 18000.0;
+    w0.eng_n += 256;
+    w0.eng_s += 256 * 6e-5;
+    stk__share_batch(&c, tt += 256 / 18000.0, &w0);
+  }
+  CHECK_MSG(c.share > 0.05, "share %.3f after the first window", c.share);
+  CHECK_EQ_INT(c.n, -LAG);
+  double s1 = c.share;
+  for (int k = 0; k < LAG + STK__SHARE_WINDOW; k++) stk__share_batch(&c, tt += 0.01, &w0);
+  CHECK(c.share == s1); /* the lag, then a window not yet closed */
+  stk__share_restart(&c);
+  CHECK_EQ_INT(c.n, 0);
   return CHECK_DONE();
 }

@@ -876,8 +876,9 @@ static int cmd_pack(int argc, char **argv) {
            secs);
   else if (po.device >= 0)
     printf("packed %" PRId64 " samples into %s (cache), %" PRId64 " left out, %" PRIu64
-           " bytes, in %.1f s; device %d decoded %" PRId64 " of them, the CPU the rest\n",
-           res.packed, po.output, res.failed, res.bytes, secs, po.device, res.device_packed);
+           " bytes, in %.1f s; device %d decoded %" PRId64 " of them, the CPU the rest%s\n",
+           res.packed, po.output, res.failed, res.bytes, secs, po.device, res.device_packed,
+           res.device_stopped ? " (the CPU packed faster, and took over)" : "");
   else
     printf("packed %" PRId64 " samples into %s (cache), %" PRId64 " left out, %" PRIu64
            " bytes, in %.1f s\n",
@@ -887,9 +888,11 @@ static int cmd_pack(int argc, char **argv) {
            tar ? "tar" : "cache");
     json_string(stdout, po.output);
     printf(", \"packed\": %" PRId64 ", \"failed\": %" PRId64 ", \"bytes\": %" PRIu64
-           ", \"shards\": %d, \"device_packed\": %" PRId64 ", \"seconds\": %.6f"
+           ", \"shards\": %d, \"device_packed\": %" PRId64 ", \"device_rate\": %.1f"
+           ", \"cpu_rate\": %.1f, \"device_stopped\": %s, \"seconds\": %.6f"
            ", \"estimated_bytes\": %" PRIu64 ", \"left_out\": [",
-           res.packed, res.failed, res.bytes, res.shards, res.device_packed, secs, ui.estimate);
+           res.packed, res.failed, res.bytes, res.shards, res.device_packed, res.device_rate,
+           res.cpu_rate, res.device_stopped ? "true" : "false", secs, ui.estimate);
     for (int64_t i = 0; i < ui.n; i++) {
       printf("%s{\"path\": ", i ? ", " : "");
       json_string(stdout, ui.paths[i]);

@@ -963,10 +963,11 @@ static PyObject *pack(PyObject *m, PyObject *args, PyObject *kwds) {
       Py_XDECREF(t);
     }
     if (left)
-      result = Py_BuildValue("{s:L,s:L,s:K,s:i,s:L,s:N}", "packed", (long long)res.packed,
+      result = Py_BuildValue("{s:L,s:L,s:K,s:i,s:L,s:N,s:O}", "packed", (long long)res.packed,
                              "failed", (long long)res.failed, "bytes",
                              (unsigned long long)res.bytes, "shards", res.shards,
-                             "device_packed", (long long)res.device_packed, "left_out", left);
+                             "device_packed", (long long)res.device_packed, "left_out", left,
+                             "device_stopped", res.device_stopped ? Py_True : Py_False);
   }
   for (Py_ssize_t i = 0; i < c.n; i++) {
     free(c.paths[i]);

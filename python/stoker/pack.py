@@ -20,6 +20,7 @@ class PackResult(NamedTuple):
     shards: int                       # tar: shard files written (0 for a cache)
     left_out: List[Tuple[str, str]]   # (path, reason) of each file left out
     device_packed: int = 0            # device=: samples the GPU decoded (the rest: the CPU)
+    device_stopped: bool = False      # device=: the CPU packed faster and took over
 
     def __getitem__(self, key: Any) -> Any:  # a field name, an index or a slice
         if isinstance(key, str):
@@ -156,4 +157,4 @@ def pack(source: Optional[StrPath], output: StrPath, *, format: str = PACK_DEFAU
         kw["max_decode_bytes"] = _int("max_decode_bytes", max_decode_bytes)
     r = _stoker.pack(source, os.fspath(output), **kw)
     return PackResult(r["packed"], r["failed"], r["bytes"], r["shards"], r["left_out"],
-                      r["device_packed"])
+                      r["device_packed"], r["device_stopped"])

@@ -78,6 +78,8 @@ def test_cuda_device_is_a_clear_runtime_error(small_folder):
 @pytest.mark.parametrize("name,value", [("STOKER_GPU_ENGINE_STATES", "x"),
                                         ("STOKER_GPU_ENGINE_STATES", "65"),
                                         ("STOKER_GPU_ENGINE_STATES", "4 "),
+                                        ("STOKER_GPU_LANES", "0"),
+                                        ("STOKER_GPU_LANES", "9"),
                                         ("STOKER_GPU_ENGINE_ORDER", "random")])
 def test_bad_gpu_engine_variable_is_named(small_folder, monkeypatch, name, value):
     # checked before the device is opened: the same error with or without a GPU

@@ -823,6 +823,8 @@ size_t stk__gpu_image_bytes(const stk__gpu *g) { return g ? g->image_bytes : 0; 
 
 int stk__gpu_engine_ways(const stk__gpu *g) { return g && g->lanes && g->lanes[0].nhs > 0; }
 
+int stk__gpu_lanes(const stk__gpu *g) { return g ? g->cfg.lanes : 0; }
+
 void stk__gpu_set_engine_batched(stk__gpu *g, int on) {
   if (g) atomic_store_explicit(&g->hw_batched, on ? 1 : 0, memory_order_relaxed);
 }

@@ -350,6 +350,8 @@ void stk__gpu_host_free(stk__gpu *g, void *p);
 /* Whether the engines can be driven both ways (cfg.hw_states > 0 and the
  * decoupled decoder opened): only then does the next call choose. */
 int stk__gpu_engine_ways(const stk__gpu *g);
+/* How many batches can be decoding at once (threads in run_batch). */
+int stk__gpu_lanes(const stk__gpu *g);
 /* Drives the engines by the batched call (on = 1) or through the decoupled
  * decoder (0) from the next chunk a lane decodes; the pixels are the same
  * either way. Any thread may call it. */

@@ -1402,6 +1402,7 @@ int stk_loader_next_timed(stk_loader *l, stk_batch *out, double timeout_s) {
     }
     wait_until(&l->ready_cv, &l->mu, t + slice < t_end ? t + slice : t_end);
     l->wait_s += stk__now() - t;
+    l->sink.consumer_wait_s = l->wait_s;
   }
   pthread_mutex_unlock(&l->mu);
   if (rc == STK_OK && l->mix.classes) rc = mix_out(l, out);

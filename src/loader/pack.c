@@ -195,11 +195,14 @@ static void pack_main(void *arg) {
     pthread_mutex_unlock(&pk->mu);
     r->data = NULL;
     r->cpu = 1;
+    double t0 = stk__now();
     if (ok)
       pack_one(pk, &w, &rs, &br, i, r);
     else
       r->rc = stk__fail(r->msg, sizeof r->msg, STK_ENOMEM, "out of memory for decoder state");
     pthread_mutex_lock(&pk->mu);
+    pk->cpu_busy_s += stk__now() - t0;
+    pk->cpu_done++;
     r->state = SLOT_DONE;
     pthread_cond_broadcast(&pk->cv);
   }
@@ -348,6 +351,7 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
   int rc = dev ? stk__pack_device_open(&pk, &dev_threads, err, errlen) : STK_OK;
   if (rc) return rc;
   pk.device_threads = dev ? dev_threads : 0;
+  pk.cpu_threads = cpu_threads;
   rc = wops->open(&pk.writer, o, ds, src, err, errlen);
   if (rc) {
     stk__pack_device_close(&pk, dev_threads);
@@ -366,6 +370,10 @@ static int pack_run(const stk_pack_options *o, const stk__dataset *ds,
                : stk__fail(err, errlen, STK_ENOMEM, "out of memory");
   stk__pack_device_close(&pk, dev_threads);
   res->device_packed = pk.device_items;
+  if (dev) {
+    stk__pack_device_slower(&pk, &res->device_rate, &res->cpu_rate);
+    res->device_stopped = pk.dev_stopped;
+  }
   rc = wops->finish(pk.writer, rc, ds, res, err, errlen);
   for (int64_t k = 0; pk.ring && k < pk.nring; k++) {
     /* results done but never written (a failure or a cancel stopped the

@@ -72,7 +72,23 @@ typedef struct {
   int64_t device_items;   /* decoded on the GPU (stk_pack_result.device_packed) */
   uint8_t **pinned;       /* a pinned buffer per device thread */
   int device_threads;     /* of the producers, how many are device threads */
+  /* What each kind of producer did, under mu: busy seconds and files, from
+   * which a device pack stops its device threads when the CPU producers
+   * alone are faster (stk__pack_device_slower) */
+  double cpu_busy_s;
+  int64_t cpu_done, dev_done;
+  double dev_t0, dev_t1; /* the first device block's claim; the device's stop */
+  int cpu_threads;
+  int dev_stopped;
 } stk__packer;
+
+/* Mutex held: whether the device threads pack slower than the CPU
+ * producers could alone, once both have done enough to tell. The device's
+ * rate is its files per second since its first block (its threads share
+ * the GPU, so their busy times overlap); the CPU's, its files per busy
+ * second times its threads (the CPU producers wait behind the device's
+ * blocks, which their rate must not count). *dev and *cpu get the rates. */
+int stk__pack_device_slower(const stk__packer *pk, double *dev, double *cpu);
 
 /* The cache's bytes of an image of nw x nh RGB8 pixels px (in r->buf or a
  * pinned buffer): the pixels themselves, or their JPEG; and their hash. */

@@ -178,18 +178,30 @@ void stk__pack_device_main(void *arg) {
   }
   if (dec) stk__decoder_set_limits(dec, pk->o->max_pixels);
   for (;;) {
+    /* Where the CPU producers alone pack faster, a device thread's block
+     * only holds the ordered writes back (the CPU producers wait for it
+     * at the end of their window): the device threads stop, and the CPU
+     * producers pack the rest. */
+    double rd, rcpu;
+    if (!pk->dev_stopped && stk__pack_device_slower(pk, &rd, &rcpu)) {
+      pk->dev_stopped = 1;
+      pk->dev_t1 = stk__now();
+    }
+    if (pk->dev_stopped) break;
     /* a whole block of free ring entries (blocks are aligned in the ring,
      * which holds a whole number of them) */
     while (!pk->stop && pk->next_claim < pk->ds->n && !dev_ring_free(pk, pk->next_claim, DEV_BLOCK))
       pthread_cond_wait(&pk->cv, &pk->mu);
     if (pk->stop || pk->next_claim >= pk->ds->n) break;
     int64_t first = pk->next_claim;
+    if (pk->dev_t0 == 0) pk->dev_t0 = stk__now();
     int n = pk->ds->n - first < DEV_BLOCK ? (int)(pk->ds->n - first) : DEV_BLOCK;
     pk->next_claim += n;
     for (int k = 0; k < n; k++) pk->ring[(first + k) % pk->nring].state = SLOT_CLAIMED;
     pthread_mutex_unlock(&pk->mu);
     int rc = dev_run(pk, dec, &br, b, slot, first, n, msg, sizeof msg);
     pthread_mutex_lock(&pk->mu);
+    pk->dev_done += n;
     if (rc) {
       if (!pk->dev_rc) {
         pk->dev_rc = rc;
@@ -209,6 +221,18 @@ void stk__pack_device_main(void *arg) {
   if (b)
     for (int k = 0; k < DEV_BLOCK; k++) stk__buf_free(&b->bytes[k]);
   free(b);
+}
+
+int stk__pack_device_slower(const stk__packer *pk, double *dev, double *cpu) {
+  double span = (pk->dev_t1 > 0 ? pk->dev_t1 : stk__now()) - pk->dev_t0;
+  *dev = pk->dev_t0 > 0 && span > 0 ? (double)pk->dev_done / span : 0;
+  *cpu = pk->cpu_busy_s > 0 ? pk->cpu_threads * (double)pk->cpu_done / pk->cpu_busy_s : 0;
+  /* enough to tell: a block from each device thread, a few files from
+   * each CPU producer (none: the device packs alone) */
+  if (pk->cpu_threads == 0 || pk->dev_done < (int64_t)pk->device_threads * DEV_BLOCK ||
+      pk->cpu_done < 4 * (int64_t)pk->cpu_threads)
+    return 0;
+  return *dev < *cpu;
 }
 
 /* The GPU of a device pack: one slot per device thread, each image a

@@ -141,6 +141,9 @@ typedef struct {
 struct stk__sink {
   const stk__sink_ops *ops;
   void *impl; /* the implementation's state */
+  /* The consumer's seconds inside next() so far, kept by the loader under
+   * its mutex; the GPU sink chooses the engines' way from it (share.h). */
+  double consumer_wait_s;
 };
 
 /* Opens the sink the options ask for: the GPU's for opt->device >= 0, the

@@ -9,6 +9,7 @@
  * the workers on the CPU, and the GPU resamples it as it does a cache image
  * (or, for an image whose decoded region is large, finished on the CPU as
  * raw RGB8, which the GPU only normalises). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +43,19 @@ typedef struct {
    * delivers batches fastest (loader/share.h). Under the loader's mutex. */
   double share;
   stk__share_ctl share_ctl;
+  /* The workers' time in the positions they produced, what the share's
+   * balance is measured from (share.h). Workers add without the mutex. */
+  _Atomic int64_t cpu_ns, eng_ns, cpu_n, eng_n;
   /* The way the engines are driven, chosen by trials of the delivery rate
    * (loader/share.h) with STOKER_GPU_ENGINE_STATES=auto. Under the
    * loader's mutex. */
   int mode_auto;
   int in_trial;
   stk__mode_ctl mode_ctl;
+  /* By default the way follows the consumer's time (share.h). Under the
+   * loader's mutex. */
+  int mode_consumer;
+  stk__consumer_ctl consumer_ctl;
 } gpu_sink;
 
 static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
@@ -65,11 +73,14 @@ static int gpu_slot_open(stk__sink *k, int i, uint8_t **data) {
                                                                                       : STK_ENOMEM;
 }
 
+static int produce_on_cpu(gpu_sink *g, gpu_slot *s, stk__worker *w, int j, stk__sample *smp,
+                          char *reason, size_t reasonlen, int64_t *held);
+
 /* Reads position j's file and plans it for the GPU, or finishes it on the
  * CPU (its share, and what the GPU's decoders cannot take). */
-static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t epoch, int64_t idx,
-                       int on_cpu, char *reason, size_t reasonlen, int64_t *held) {
-  gpu_sink *g = k->impl;
+static int produce_position(gpu_sink *g, stk__worker *w, int slot, int j, uint64_t epoch,
+                            int64_t idx, int on_cpu, char *reason, size_t reasonlen,
+                            int64_t *held) {
   gpu_slot *s = &g->slots[slot];
   stk__sample smp;
   /* Read into the worker's own buffer (a stuck read may write it long after
@@ -119,17 +130,23 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
     stk__gpu_plan_ahead(g->gpu, j, it);
     return STK_OK;
   }
-  /* Decoded here, the region the crop reads at the CPU path's DCT scale,
-   * and resampled by the GPU's fused kernel as a cache image is: the same
-   * pixels and the same arithmetic as the CPU loader, and the worker's time
-   * goes to the decoding alone (the resampling was 30% of it). What the
-   * kernel reads is copied out of the decoder, whose buffer the worker's
-   * next image reuses. */
+  return produce_on_cpu(g, s, w, j, &smp, reason, reasonlen, held);
+}
+
+/* Decodes position j on the CPU: the region the crop reads at the CPU
+ * path's DCT scale, resampled by the GPU's fused kernel as a cache image
+ * is: the same pixels and the same arithmetic as the CPU loader, and the
+ * worker's time goes to the decoding alone (the resampling was 30% of it).
+ * What the kernel reads is copied out of the decoder, whose buffer the
+ * worker's next image reuses. */
+static int produce_on_cpu(gpu_sink *g, gpu_slot *s, stk__worker *w, int j, stk__sample *smp,
+                          char *reason, size_t reasonlen, int64_t *held) {
+  stk__gpu_item *it = &s->items[j];
   int S = g->plan->size;
   stk__geom geom;
   stk__region reg;
   stk__rect need;
-  rc = stk__sample_decode(g->plan, w, &smp, &geom, &reg, &need, reason, reasonlen);
+  int rc = stk__sample_decode(g->plan, w, smp, &geom, &reg, &need, reason, reasonlen);
   if (rc) return rc;
   /* What the kernel reads: the resampler's rectangle, one pixel wider each
    * side within the region (the GPU plans the same rectangle; the margin
@@ -141,7 +158,7 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   /* Pre-decoded images, and a region larger than 4 output tiles (a large
    * PNG, which has no DCT scaling), are resampled here as before: the
    * positions would hold too much. */
-  if (!smp.raw && x1 > x0 && y1 > y0 && bytes <= (size_t)4 * S * S * 3) {
+  if (!smp->raw && x1 > x0 && y1 > y0 && bytes <= (size_t)4 * S * S * 3) {
     stk__buf *b = &s->regions[j];
     size_t before = b->cap;
     if (stk__buf_reserve(b, bytes)) {
@@ -166,7 +183,7 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   /* Finished here exactly as the CPU sink would (flip included), as raw
    * RGB8; the GPU applies an identity resample (exact) and normalises. */
   uint8_t *px = s->rgb8 + (size_t)j * S * S * 3;
-  rc = stk__sample_resample(g->plan, w, &smp, &reg, &g->plan->store_rgb8, px, reason, reasonlen);
+  rc = stk__sample_resample(g->plan, w, smp, &reg, &g->plan->store_rgb8, px, reason, reasonlen);
   stk__sample_release(g->plan, w);
   if (rc) return rc;
   it->kind = STK__GPU_RGB8;
@@ -175,6 +192,25 @@ static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t e
   it->x = it->y = 0;
   it->w = it->h = S;
   stk__geom_crop(&(stk__rect){0, 0, S, S}, S, S, &it->geom);
+  return STK_OK;
+}
+
+/* Produces position j, and counts the worker's time in it by where it
+ * went: what the adaptive share balances (share.h). */
+static int gpu_produce(stk__sink *k, stk__worker *w, int slot, int j, uint64_t epoch, int64_t idx,
+                       int on_cpu, char *reason, size_t reasonlen, int64_t *held) {
+  gpu_sink *g = k->impl;
+  double t0 = stk__now();
+  int rc = produce_position(g, w, slot, j, epoch, idx, on_cpu, reason, reasonlen, held);
+  if (rc) return rc;
+  int64_t ns = (int64_t)((stk__now() - t0) * 1e9);
+  if (g->slots[slot].items[j].kind == STK__GPU_JPEG) {
+    atomic_fetch_add_explicit(&g->eng_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->eng_n, 1, memory_order_relaxed);
+  } else {
+    atomic_fetch_add_explicit(&g->cpu_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->cpu_n, 1, memory_order_relaxed);
+  }
   return STK_OK;
 }
 
@@ -221,6 +257,9 @@ static int gpu_submit(stk__sink *k, int slot, int n, int32_t *codes, char *msgs,
 static void gpu_finalised(stk__sink *k) {
   gpu_sink *g = k->impl;
   double now = stk__now();
+  if (g->mode_consumer)
+    stk__gpu_set_engine_batched(g->gpu,
+                                stk__consumer_batch(&g->consumer_ctl, now, k->consumer_wait_s));
   if (g->mode_auto) {
     int trial = 0;
     stk__gpu_set_engine_batched(g->gpu, stk__mode_batch(&g->mode_ctl, now, &trial));
@@ -232,7 +271,17 @@ static void gpu_finalised(stk__sink *k) {
   /* Decoded pixels (a raw cache) cost the GPU a copy of the crop's rows and
    * the CPU a whole resample: the adaptive share stays at 0 for them. */
   if (g->opt->gpu_cpu_share >= 0 || g->src->ops->pixels) return;
-  g->share = stk__share_batch(&g->share_ctl, now);
+  stk__gpu_stats gs;
+  stk__gpu_get_stats(g->gpu, &gs);
+  stk__share_work wk = {
+      .cpu_s = 1e-9 * (double)atomic_load_explicit(&g->cpu_ns, memory_order_relaxed),
+      .eng_s = 1e-9 * (double)atomic_load_explicit(&g->eng_ns, memory_order_relaxed),
+      .cpu_n = (uint64_t)atomic_load_explicit(&g->cpu_n, memory_order_relaxed),
+      .eng_n = (uint64_t)atomic_load_explicit(&g->eng_n, memory_order_relaxed),
+      .hw_s = gs.host_hw_seconds,
+      .hw_n = gs.path[STK__GPU_PATH_HW],
+  };
+  g->share = stk__share_batch(&g->share_ctl, now, &wk);
 }
 
 /* The batch is closed up on the device. */
@@ -319,15 +368,20 @@ static void gpu_finish(stk__sink *k) {
           "stoker gpu profile: %llu batches, cpu share %.3f; per batch, ms of host time: in "
           "run_batch %.2f = waiting for a lane %.2f + for the lane's previous decode %.2f + "
           "planning %.2f + the engines %.2f + CPU fallbacks %.2f + rest; the engines driven "
-          "%s, %d states per lane (%s, %d trials changed it); items: engines %llu, cuda %llu, "
+          "%s, %d states per lane (%s, %d changes); items: engines %llu, cuda %llu, "
           "cpu %llu, host %llu, big %llu\n",
           (unsigned long long)gs.batches, g->share, gs.host_seconds * b,
           gs.host_lane_wait_seconds * b, gs.host_sync_seconds * b, gs.host_plan_seconds * b,
           gs.host_hw_seconds * b, gs.host_cpu_seconds * b,
-          gs.hw_states && !(g->mode_auto && g->mode_ctl.batched)
+          gs.hw_states && !(g->mode_auto && g->mode_ctl.batched) &&
+                  !(g->mode_consumer && g->consumer_ctl.batched)
               ? "one by one (decoupled decoder)"
               : "by the batched call",
-          gs.hw_states, g->mode_auto ? "chosen by trials" : "fixed", g->mode_ctl.switches,
+          gs.hw_states,
+          g->mode_auto       ? "chosen by trials"
+          : g->mode_consumer ? "chosen by the consumer's time"
+                             : "fixed",
+          g->mode_auto ? g->mode_ctl.switches : g->consumer_ctl.switches,
           (unsigned long long)gs.path[STK__GPU_PATH_HW],
           (unsigned long long)gs.path[STK__GPU_PATH_CUDA],
           (unsigned long long)gs.path[STK__GPU_PATH_CPU],
@@ -414,27 +468,37 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
                        "STOKER_GPU_ENGINE_ORDER must be \"arrival\" or \"sorted\", got \"%s\"", eo);
     cfg.hw_sort = 0;
   }
-  /* The engines through the decoupled decoder, 4 states per lane: beside a
-   * model its per-image work runs on our few streams instead of the batched
-   * call's many, and on an H200 ResNet-18 trained at 86-90% of its
-   * synthetic rate instead of 71-79%, ResNet-50 (4 threads) at 99.2-100%
-   * instead of 92%; the loader alone is faster with the batched call
-   * (18,000 against 14,600-15,100 img/s) (docs/gpu.md).
-   * STOKER_GPU_ENGINE_STATES=N (0-64) sets N, 0 for the batched call;
-   * "auto" chooses between the two ways by trials of the delivery rate
-   * (loader/share.h), not yet the default: it has not been measured on a
-   * GPU. */
+  /* Both ways of driving the engines are opened (the decoupled decoder with
+   * 4 states per lane), and the consumer's time chooses between them
+   * (loader/share.h): beside a model the decoupled decoder's per-image work
+   * runs on our few streams instead of the batched call's many (ResNet-18
+   * at 94% of its synthetic rate on an H100 against 80%); alone, the
+   * batched call is faster (docs/gpu.md). STOKER_GPU_ENGINE_STATES=N
+   * (0-64) fixes the way: N states, 0 for the batched call; "trials"
+   * (or "auto") chooses by trials of the delivery rate instead. */
   cfg.hw_states = 4;
+  /* STOKER_GPU_LANES=N: batches decoding at once (default 2) */
+  const char *el = getenv("STOKER_GPU_LANES");
+  if (el && *el) {
+    char *end = NULL;
+    long nl = strtol(el, &end, 10);
+    if (*end || nl < 1 || nl > 8)
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "STOKER_GPU_LANES must be a whole number in 1..8, got \"%s\"", el);
+    cfg.lanes = (int)nl;
+  }
   g->mode_auto = 0;
+  g->mode_consumer = 1;
   const char *es = getenv("STOKER_GPU_ENGINE_STATES");
-  if (es && !strcmp(es, "auto")) {
+  if (es && *es) g->mode_consumer = 0;
+  if (es && (!strcmp(es, "auto") || !strcmp(es, "trials"))) {
     g->mode_auto = 1;
   } else if (es && *es) {
     char *end = NULL;
     long ns = strtol(es, &end, 10);
     if (*end || ns < 0 || ns > 64)
       return stk__fail(err, errlen, STK_EINVAL,
-                       "STOKER_GPU_ENGINE_STATES must be \"auto\" or a whole number in 0..64, "
+                       "STOKER_GPU_ENGINE_STATES must be \"trials\" or a whole number in 0..64, "
                        "got \"%s\"",
                        es);
     cfg.hw_states = (int)ns;
@@ -452,8 +516,10 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
                      o->batch_size, o->size, o->size, (unsigned long long)gs.device_bytes,
                      (unsigned long long)o->max_device_bytes);
   g->share = o->gpu_cpu_share < 0 ? 0 : o->gpu_cpu_share;
-  stk__share_init(&g->share_ctl, g->share, g->nslots);
+  stk__share_init(&g->share_ctl, g->share, g->nslots, o->threads, stk__gpu_lanes(g->gpu), g->B);
   g->mode_auto = g->mode_auto && stk__gpu_engine_ways(g->gpu);
+  g->mode_consumer = g->mode_consumer && stk__gpu_engine_ways(g->gpu);
   stk__mode_init(&g->mode_ctl, 0, g->nslots);
+  stk__consumer_init(&g->consumer_ctl, 0);
   return STK_OK;
 }
