@@ -431,6 +431,56 @@ static const stk__sink_ops gpu_ops = {
     .close = gpu_close,
 };
 
+/* The benchmark variables (docs/gpu.md): checked before the device is
+ * opened, so that a bad value gets the same error with or without a GPU. */
+static int gpu_env(gpu_sink *g, stk__gpu_config *cfg, char *err, size_t errlen) {
+  /* STOKER_GPU_ENGINE_ORDER=arrival: the engines' batches in the order the
+   * items came, for benchmarks of the sorted default against it */
+  const char *eo = getenv("STOKER_GPU_ENGINE_ORDER");
+  if (eo && *eo && strcmp(eo, "sorted")) {
+    if (strcmp(eo, "arrival"))
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "STOKER_GPU_ENGINE_ORDER must be \"arrival\" or \"sorted\", got \"%s\"", eo);
+    cfg->hw_sort = 0;
+  }
+  /* Both ways of driving the engines are opened (the decoupled decoder with
+   * 4 states per lane), and the consumer's time chooses between them
+   * (loader/share.h): beside a model the decoupled decoder's per-image work
+   * runs on our few streams instead of the batched call's many (ResNet-18
+   * at 94% of its synthetic rate on an H100 against 80%); alone, the
+   * batched call is faster (docs/gpu.md). STOKER_GPU_ENGINE_STATES=N
+   * (0-64) fixes the way: N states, 0 for the batched call; "trials"
+   * (or "auto") chooses by trials of the delivery rate instead. */
+  cfg->hw_states = 4;
+  /* STOKER_GPU_LANES=N: batches decoding at once (default 2) */
+  const char *el = getenv("STOKER_GPU_LANES");
+  if (el && *el) {
+    char *end = NULL;
+    long nl = strtol(el, &end, 10);
+    if (*end || nl < 1 || nl > 8)
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "STOKER_GPU_LANES must be a whole number in 1..8, got \"%s\"", el);
+    cfg->lanes = (int)nl;
+  }
+  g->mode_auto = 0;
+  g->mode_consumer = 1;
+  const char *es = getenv("STOKER_GPU_ENGINE_STATES");
+  if (es && *es) g->mode_consumer = 0;
+  if (es && (!strcmp(es, "auto") || !strcmp(es, "trials"))) {
+    g->mode_auto = 1;
+  } else if (es && *es) {
+    char *end = NULL;
+    long ns = strtol(es, &end, 10);
+    if (*end || ns < 0 || ns > 64)
+      return stk__fail(err, errlen, STK_EINVAL,
+                       "STOKER_GPU_ENGINE_STATES must be \"trials\" or a whole number in 0..64, "
+                       "got \"%s\"",
+                       es);
+    cfg->hw_states = (int)ns;
+  }
+  return STK_OK;
+}
+
 /* Opens the GPU back end: every device and pinned buffer is allocated here,
  * and the cap on device memory is checked against what was allocated. */
 int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_t errlen) {
@@ -459,52 +509,10 @@ int stk__sink_gpu_open(stk__sink *k, const stk__sink_config *c, char *err, size_
   cfg.planners = o->threads; /* as many header parsers as workers (resolved by now) */
   cfg.aug = g->plan->aug.on ? &g->plan->aug : NULL;
   cfg.mix_classes = c->mix_classes;
-  /* STOKER_GPU_ENGINE_ORDER=arrival: the engines' batches in the order the
-   * items came, for benchmarks of the sorted default against it */
-  const char *eo = getenv("STOKER_GPU_ENGINE_ORDER");
-  if (eo && *eo && strcmp(eo, "sorted")) {
-    if (strcmp(eo, "arrival"))
-      return stk__fail(err, errlen, STK_EINVAL,
-                       "STOKER_GPU_ENGINE_ORDER must be \"arrival\" or \"sorted\", got \"%s\"", eo);
-    cfg.hw_sort = 0;
-  }
-  /* Both ways of driving the engines are opened (the decoupled decoder with
-   * 4 states per lane), and the consumer's time chooses between them
-   * (loader/share.h): beside a model the decoupled decoder's per-image work
-   * runs on our few streams instead of the batched call's many (ResNet-18
-   * at 94% of its synthetic rate on an H100 against 80%); alone, the
-   * batched call is faster (docs/gpu.md). STOKER_GPU_ENGINE_STATES=N
-   * (0-64) fixes the way: N states, 0 for the batched call; "trials"
-   * (or "auto") chooses by trials of the delivery rate instead. */
-  cfg.hw_states = 4;
-  /* STOKER_GPU_LANES=N: batches decoding at once (default 2) */
-  const char *el = getenv("STOKER_GPU_LANES");
-  if (el && *el) {
-    char *end = NULL;
-    long nl = strtol(el, &end, 10);
-    if (*end || nl < 1 || nl > 8)
-      return stk__fail(err, errlen, STK_EINVAL,
-                       "STOKER_GPU_LANES must be a whole number in 1..8, got \"%s\"", el);
-    cfg.lanes = (int)nl;
-  }
-  g->mode_auto = 0;
-  g->mode_consumer = 1;
-  const char *es = getenv("STOKER_GPU_ENGINE_STATES");
-  if (es && *es) g->mode_consumer = 0;
-  if (es && (!strcmp(es, "auto") || !strcmp(es, "trials"))) {
-    g->mode_auto = 1;
-  } else if (es && *es) {
-    char *end = NULL;
-    long ns = strtol(es, &end, 10);
-    if (*end || ns < 0 || ns > 64)
-      return stk__fail(err, errlen, STK_EINVAL,
-                       "STOKER_GPU_ENGINE_STATES must be \"trials\" or a whole number in 0..64, "
-                       "got \"%s\"",
-                       es);
-    cfg.hw_states = (int)ns;
-  }
+  int rc = gpu_env(g, &cfg, err, errlen);
+  if (rc) return rc;
   char why[1024] = "";
-  int rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
+  rc = stk__gpu_open(o->device, &cfg, &g->gpu, why, sizeof why);
   if (rc)
     return stk__fail(err, errlen, rc, "CUDA device %d cannot be used: %s", o->device, why);
   stk__gpu_stats gs;
