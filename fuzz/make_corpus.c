@@ -19,7 +19,7 @@
 #include "core/common.h"
 #include "sources/cache_format.h"
 #include "sources/index.h"
-#include "sources/object.h"
+#include "sources/store.h"
 #include "sources/tar.h"
 #include "synth/synth.h"
 

@@ -10,7 +10,7 @@
 
 #include "core/options.h"
 #include "core/workers.h"
-#include "sources/object.h"
+#include "sources/store.h"
 #include "sources/bounded_read.h"
 #include "sources/redact.h"
 #include "loader/pipeline.h"

@@ -1,8 +1,8 @@
 /* bounded_read.c: reads with a timeout through a helper thread. See
  * bounded_read.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "sources/object.h"
 #include "sources/bounded_read.h"
+#include "sources/store.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -41,9 +41,9 @@
 #include <unistd.h>
 
 #include "core/workers.h"
-#include "sources/object.h"
 #include "sources/cache_format.h"
 #include "sources/source.h"
+#include "sources/store.h"
 
 /* Why a source stopped trusting its file (cache_impl.changed). */
 enum { CH_NONE = 0, CH_FAULT = 1, CH_STAT = 2 };

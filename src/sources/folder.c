@@ -26,9 +26,9 @@
 
 #include "core/common.h"
 #include "core/workers.h"
-#include "sources/object.h"
 #include "sources/index.h"
 #include "sources/source.h"
+#include "sources/store.h"
 
 /* Beyond this many nested folders below a class, a link cycle is assumed. */
 #define MAX_DEPTH 64
