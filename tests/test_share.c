@@ -11,12 +11,15 @@
  * slows down (a model starts training), stay near 0 when the consumer is
  * the bottleneck or the CPU is weak, and come down when the workers are
  * the bottleneck. test_mode does the same for the choice of the engines'
- * way. */
+ * way by trials, test_consumer for its choice from the consumer's time,
+ * and test_pack_device_choice for the device pack's stop rule. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "check.h"
 #include "core/common.h"
+#include "loader/pack.h"
 #include "loader/share.h"
 
 typedef struct {
@@ -166,11 +169,44 @@ static void test_consumer(void) {
   CHECK_EQ_INT(c.batched, 1);
 }
 
+/* The device pack's choice (pack_device.c): the device threads stop once
+ * the CPU producers alone pack faster, and not before both have done enough
+ * to tell. */
+static void test_pack_device_choice(void) {
+  stk__packer pk;
+  memset(&pk, 0, sizeof pk);
+  pk.device_threads = 8;
+  pk.cpu_threads = 16;
+  double dev, cpu;
+  CHECK(!stk__pack_device_slower(&pk, &dev, &cpu)); /* nothing done yet */
+  /* the device: 512 files over the 0.25 s since its first block (2,048/s);
+   * the CPU: 64 files in 0.29 busy seconds on 16 threads (3,531/s) */
+  pk.dev_t0 = 100.0;
+  pk.dev_t1 = 100.25;
+  pk.dev_done = 512;
+  pk.cpu_done = 63;
+  pk.cpu_busy_s = 0.29;
+  CHECK(!stk__pack_device_slower(&pk, &dev, &cpu)); /* 63 CPU files: too few to tell */
+  pk.cpu_done = 64;
+  CHECK(stk__pack_device_slower(&pk, &dev, &cpu));
+  CHECK_MSG(fabs(dev - 2048) < 1e-6 && fabs(cpu - 16 * 64 / 0.29) < 1e-6, "%.1f %.1f", dev, cpu);
+  pk.dev_done = 511; /* a block from each device thread not yet done */
+  CHECK(!stk__pack_device_slower(&pk, &dev, &cpu));
+  /* a faster device keeps going */
+  pk.dev_done = 2048;
+  CHECK(!stk__pack_device_slower(&pk, &dev, &cpu));
+  /* no CPU producers: the device packs alone, whatever its rate */
+  pk.cpu_threads = 0;
+  pk.dev_done = 512;
+  CHECK(!stk__pack_device_slower(&pk, &dev, &cpu));
+}
+
 int main(void) {
   stk__rng rng;
   stk__rng_init(&rng, 3, 0, 0);
   test_mode(&rng);
   test_consumer();
+  test_pack_device_choice();
   stk__share_ctl c;
   stk__share_work wk = {0};
   double t = 0, p, eff;
