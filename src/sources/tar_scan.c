@@ -407,16 +407,15 @@ int stk__tar_read_scan(stk__objstore *store, int k, shard_scan *sc, char *msg, s
   return stk__tar_scan_done(st, sc);
 }
 
-/* ---- the index cache of remote shards ------------------------------------- */
-/* A remote shard's scan is kept in the index folder (index_dir, else
- * ~/.cache/stoker) under a name from its URL, size and ETag, so that the
- * next open reads one small local file instead of the whole shard; a shard
- * rewritten since has another ETag, hence another file. The file ends in a
- * checksum of its body, and names its key inside: one that does not
- * match is scanned again. */
+/* ---- the saved form ------------------------------------------------------- */
+/* A shard's scan, saved: beside the shard (stoker pack --tar), or for a
+ * remote shard in the index folder under the name the object store gives
+ * it (from its URL, size and ETag), so that the next open reads one small
+ * local file instead of the whole shard. The file holds a checksum of its
+ * body and names its key inside: one that does not match (the store's
+ * stk__objstore_key_matches) is scanned again. */
 #define SIDX_MAGIC "STKTIDX3"   /* 13 counters; 2 (12, no `empty`) is still read */
 #define SIDX_MAGIC2 "STKTIDX2"
-#define SIDX_EXT STK__TAR_INDEX_EXT
 
 typedef struct {
   stk__buf b;

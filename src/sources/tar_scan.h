@@ -39,7 +39,6 @@ typedef struct {
   size_t nslot;
 } keyset;
 
-
 /* The damage that ended a shard's scan, made a stand-in sample. */
 typedef struct {
   char name[300]; /* member, or "offset N" */
@@ -60,7 +59,7 @@ typedef struct {
   size_t nlost;
 } shard_scan;
 
-/* One shard's scan in progress: read_scan's steps share it. */
+/* One shard's scan in progress: its steps share it. */
 typedef struct {
   const char *path;
   stk__object *fd; /* the store's reader */
