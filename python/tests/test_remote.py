@@ -361,11 +361,13 @@ def test_slowdown_is_retried(dataset, proxy):
 
 
 def test_slowdown_while_reading(dataset, proxy):
-    """503s after the open, while the epoch reads the shards."""
+    """503s on the shards' bytes, after the listing. Armed before the open
+    and for the shards alone: the loader starts reading at open, so a fault
+    armed after it may find every byte already fetched."""
     want = local_epoch(dataset, pipeline="eval")
     proxy.reset_counts()
+    proxy.fail_next(4, path="/ds/shard-")
     with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
-        proxy.fail_next(4)
         got = epoch(ld)
         st = ld.stats()
     assert_same(got, want, "503 while reading")
@@ -377,8 +379,9 @@ def test_broken_body_resumes(dataset, proxy, fault):
     want = local_epoch(dataset, pipeline="eval")
     _, _, clean = run_through(proxy, dataset)
     proxy.reset_counts()
+    # armed before the open, for the shards' bytes (see test_slowdown_while_reading)
+    getattr(proxy, f"{fault}_next")(2, after_bytes=700, path="/ds/shard-")
     with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", **OPTS) as ld:
-        getattr(proxy, f"{fault}_next")(2, after_bytes=700)
         got = epoch(ld)
         st = ld.stats()
     assert_same(got, want, f"{fault} mid-body")
@@ -416,12 +419,22 @@ def test_wrong_secret_is_403_at_once(dataset, s3env, monkeypatch, tmp_path):
 
 
 def test_spoiled_signature_midway_is_403(dataset, proxy, tmp_path):
+    """The listing is signed well, every read of the shards' bytes badly
+    (armed before the open: the loader reads from the open on, so a fault
+    armed after it may find every byte already fetched)."""
     secret = servers.SECRET_KEY
-    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", index_dir=str(tmp_path / "idx"), **OPTS) as ld:
-        proxy.spoil_auth_next(10000)
-        e, secs = timed(lambda: epoch(ld))
-        st = ld.stats()
-        texts = [repr(st), ld.note, repr(ld.samples)]
+    texts = []
+
+    def run():
+        with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval",
+                                index_dir=str(tmp_path / "idx"), **OPTS) as ld:
+            try:
+                epoch(ld)
+            finally:
+                texts.extend([repr(ld.stats()), ld.note, repr(ld.samples)])
+
+    proxy.spoil_auth_next(10000, path="/ds/shard-")
+    e, secs = timed(run)
     msg = check_refusal(e, secs, 403, "s3://stoker/ds/shard-", secret)
     assert "AWS_" in msg, msg
     no_secret_anywhere(secret, str(tmp_path), extra=texts)
@@ -443,9 +456,13 @@ def test_missing_bucket_or_empty_prefix(dataset, s3env):
 
 
 def test_stalled_body_fails_after_read_timeout(dataset, proxy):
-    with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=1, **OPTS) as ld:
-        proxy.stall_next(10000, after_bytes=100, seconds=120)
-        e, secs = timed(lambda: epoch(ld))
+    # armed before the open, for the shards' bytes (see test_slowdown_while_reading)
+    def run():
+        with stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=1, **OPTS) as ld:
+            epoch(ld)
+
+    proxy.stall_next(10000, after_bytes=100, seconds=120, path="/ds/shard-")
+    e, secs = timed(run)
     assert isinstance(e, OSError), repr(e)
     assert "timed out" in str(e) and "s3://stoker/ds/shard-" in str(e), str(e)
     # each try ends after read_timeout; with the client's retries and their waits, well within 60 s
