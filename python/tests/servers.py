@@ -523,8 +523,9 @@ class _Rule:
     """A fault for the next `count` requests that match: kind is 'status',
     'reset', 'truncate', 'stall' or 'auth'."""
 
-    def __init__(self, kind, count, method=None, path=None, **kw):
+    def __init__(self, kind, count, method=None, path=None, skip=0, **kw):
         self.kind, self.count, self.method, self.path, self.kw = kind, count, method, path, kw
+        self.skip = skip  # matching requests let through before the fault applies
 
     def matches(self, method, path):
         return ((self.method is None or method == self.method)
@@ -545,7 +546,8 @@ class FaultProxy:
     - `reset_next(n, after_bytes)`: the body's first bytes, then a TCP reset;
     - `truncate_next(n, after_bytes)`: the body's first bytes, then a clean close;
     - `stall_next(n, after_bytes, seconds)`: the body's first bytes, then
-      nothing for `seconds` (or until the proxy stops), then the rest;
+      nothing for `seconds` (or until the proxy stops), then the rest (`skip`:
+      the first matching requests pass untouched);
     - `spoil_auth_next(n)`: the Authorization signature altered (the server
       answers 403).
 
@@ -604,8 +606,8 @@ class FaultProxy:
     def truncate_next(self, n, after_bytes, method="GET", path=None):
         return self._add(_Rule("truncate", n, method, path, after=after_bytes))
 
-    def stall_next(self, n, after_bytes, seconds, method="GET", path=None):
-        return self._add(_Rule("stall", n, method, path, after=after_bytes, seconds=seconds))
+    def stall_next(self, n, after_bytes, seconds, method="GET", path=None, skip=0):
+        return self._add(_Rule("stall", n, method, path, skip, after=after_bytes, seconds=seconds))
 
     def spoil_auth_next(self, n, method=None, path=None):
         return self._add(_Rule("auth", n, method, path))
@@ -620,6 +622,9 @@ class FaultProxy:
         with self.lock:
             for r in self.rules:
                 if r.count > 0 and r.kind in kinds and r.matches(method, path):
+                    if r.skip > 0:
+                        r.skip -= 1
+                        continue
                     r.count -= 1
                     self.faults[r.kind] = self.faults.get(r.kind, 0) + 1
                     return r

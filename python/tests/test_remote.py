@@ -470,8 +470,14 @@ def test_stalled_body_fails_after_read_timeout(dataset, proxy):
 
 
 def test_close_during_transfer_returns_within_1s(dataset, proxy):
+    """The stall is armed before the open, for the shards' reads after the
+    scan's one per shard: the loader reads ahead from the open on, so a fault
+    armed after it may find every byte already fetched."""
+    proxy.reset_counts()
+    proxy.stall_next(10000, after_bytes=100, seconds=120, path="/ds/shard-", skip=N_SHARDS)
     ld = stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=0, **OPTS)
-    proxy.stall_next(10000, after_bytes=100, seconds=120)
+    scans = [e for e in proxy.log if e[0] == "GET" and "/ds/shard-" in e[1]]
+    assert len(scans) == N_SHARDS and proxy.faults.get("stall", 0) == 0, proxy.log
     done = threading.Event()
 
     def consume():
