@@ -11,13 +11,16 @@
 #include <time.h>
 #include <unistd.h>
 
+int stk__vfail(char *msg, size_t len, int code, const char *fmt, va_list ap) {
+  if (msg && len) vsnprintf(msg, len, fmt, ap);
+  return code;
+}
+
 int stk__fail(char *msg, size_t len, int code, const char *fmt, ...) {
-  if (msg && len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  stk__vfail(msg, len, code, fmt, ap);
+  va_end(ap);
   return code;
 }
 

@@ -20,6 +20,9 @@
 /* snprintf into msg[0..len) that tolerates msg == NULL. Returns `code`, so
  * error paths read `return stk__fail(msg, len, STK_EIO, "...", ...)`. */
 int stk__fail(char *msg, size_t len, int code, const char *fmt, ...) STK__PRINTF(4, 5);
+/* stk__fail with the arguments as a va_list (for wrappers that check first). */
+int stk__vfail(char *msg, size_t len, int code, const char *fmt, va_list ap)
+    STK__PRINTF(4, 0);
 
 /* The header-version rule of stoker.h ("Versioning"): STK_OK, or
  * STK_EVERSION with the reason in msg. */

@@ -642,12 +642,10 @@ __attribute__((format(printf, 4, 5)))
 #endif
 static int bad(cache_impl *c, char *msg, size_t msglen, const char *fmt, ...) {
   if (atomic_load(&c->changed)) return file_unchanged(c, msg, msglen);
-  if (msg && msglen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, msglen, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  stk__vfail(msg, msglen, STK_EDECODE, fmt, ap);
+  va_end(ap);
   return STK_EDECODE;
 }
 
