@@ -116,13 +116,29 @@ static int read_classes(stk__objstore *store, classlist *c, char *msg, size_t ms
   return rc;
 }
 
+/* nm = "SHARD:NAME", a sample's name. STK_OK or STK_ENOMEM. */
+static int sample_name(stk__buf *nm, const char *path, const char *name) {
+  size_t plen = strlen(path), l = strlen(name);
+  if (stk__buf_reserve(nm, plen + l + 2)) return STK_ENOMEM;
+  memcpy(nm->p, path, plen);
+  ((char *)nm->p)[plen] = ':';
+  memcpy((char *)nm->p + plen + 1, name, l + 1);
+  return STK_OK;
+}
+
+/* Why key r of a scan is not a sample, or NULL when it is one. */
+static const char *rec_refusal(const rec *r, const classlist *cl) {
+  if (!r->has_cls) return "no .cls member";
+  if (r->cls_ok && r->label < (cl->present ? cl->n : STK__TAR_LABEL_MAX)) return NULL;
+  return cl->present ? "its .cls is not a class index of classes.txt"
+                     : "its .cls is not a non-negative integer below 1048576";
+}
+
 /* A sample that stands for lost ones: named SHARD:NAME, its read fails with
  * `why` (label 0: it is never delivered); it counts as `weight` samples
  * against max_skipped_fraction. STK_OK or STK_ENOMEM. */
 static int stand_in(stk__source *s, tar_impl *t, int32_t shard, const char *name,
                     const char *why, int64_t weight, stk__buf *nm) {
-  const char *path = t->store->name[shard];
-  size_t plen = strlen(path), l = strlen(name);
   char **wv = realloc(t->why, ((size_t)t->nwhy + 1) * sizeof *wv);
   if (!wv) return STK_ENOMEM;
   t->why = wv;
@@ -130,15 +146,12 @@ static int stand_in(stk__source *s, tar_impl *t, int32_t shard, const char *name
   if (!lv) return STK_ENOMEM;
   t->lost = lv;
   if (!(wv[t->nwhy] = strdup(why))) return STK_ENOMEM;
-  if (stk__buf_reserve(nm, plen + l + 2)) {
+  if (sample_name(nm, t->store->name[shard], name)) {
     free(wv[t->nwhy]);
     return STK_ENOMEM;
   }
   lv[t->nwhy] = weight;
   t->nwhy++;
-  memcpy(nm->p, path, plen);
-  ((char *)nm->p)[plen] = ':';
-  memcpy((char *)nm->p + plen + 1, name, l + 1);
   int rc = stk__dataset_add(&s->ds, nm->p, 0);
   tar_member *m = rc == STK_OK ? realloc(t->m, (size_t)s->ds.cap * sizeof *m) : NULL;
   if (!m) return STK_ENOMEM; /* a sample in the table without a member: the open fails */
@@ -156,39 +169,23 @@ static int add_scan(stk__source *s, tar_impl *t, int32_t shard, shard_scan *sc,
   damage dm = sc->dm;
   int rc = STK_OK;
   stk__tar_tally_add(ta, &sc->ta);
-  for (size_t i = 0; i < ks.n; i++) {
-    rec *r = &ks.r[i];
-    if (r->cls_ok && cl->present && r->label >= cl->n) r->cls_ok = 0;
-    if (r->cls_ok && !cl->present && r->label >= STK__TAR_LABEL_MAX) r->cls_ok = 0;
-  }
-
   /* Samples in the order their keys first appear in the shard. */
-  size_t plen = strlen(path);
   stk__buf nm = {0};
   for (size_t i = 0; rc == STK_OK && i < ks.n; i++) {
-    rec *r = &ks.r[i];
+    const rec *r = &ks.r[i];
     if (!r->img_name) {
       char nb[300];
       snprintf(nb, sizeof nb, "%s.cls", r->key);
       stk__tar_left_out(ta, &ta->no_img, path, nb, "a .cls without an image");
       continue;
     }
-    if (!r->has_cls || !r->cls_ok) {
-      const char *why = !r->has_cls ? "no .cls member"
-                        : cl->present ? "its .cls is not a class index of classes.txt"
-                                      : "its .cls is not a non-negative integer below 1048576";
+    const char *why = rec_refusal(r, cl);
+    if (why) {
       stk__tar_left_out(ta, !r->has_cls ? &ta->no_cls : &ta->bad_cls, path, r->img_name, why);
       if ((rc = stk__tar_lose(sc, r->img_name, why))) break;
       continue;
     }
-    size_t l = strlen(r->img_name);
-    if (stk__buf_reserve(&nm, plen + l + 2)) {
-      rc = STK_ENOMEM;
-      break;
-    }
-    memcpy(nm.p, path, plen);
-    ((char *)nm.p)[plen] = ':';
-    memcpy((char *)nm.p + plen + 1, r->img_name, l + 1);
+    if ((rc = sample_name(&nm, path, r->img_name))) break;
     if ((rc = stk__dataset_add(&s->ds, nm.p, r->label))) break;
     tar_member *m = realloc(t->m, (size_t)s->ds.cap * sizeof *m);
     if (!m) {
@@ -727,12 +724,8 @@ static void stream_fail(stk__stream *ss, const tar_impl *t, int k, const char *n
  * usable .cls) an entry that fails as the index's stand-in would. */
 static void stream_rec(stk__stream *ss, const tar_impl *t, int k, const rec *r, uint64_t base) {
   if (!r->img_name) return;
-  const classlist *cl = &t->cl;
-  int ok = r->has_cls && r->cls_ok && (cl->present ? r->label < cl->n : r->label < STK__TAR_LABEL_MAX);
-  if (!ok) {
-    const char *why = !r->has_cls ? "no .cls member"
-                      : cl->present ? "its .cls is not a class index of classes.txt"
-                                    : "its .cls is not a non-negative integer below 1048576";
+  const char *why = rec_refusal(r, &t->cl);
+  if (why) {
     stream_fail(ss, t, k, r->img_name, why, base + r->img_off);
     return;
   }
