@@ -472,10 +472,13 @@ def test_stalled_body_fails_after_read_timeout(dataset, proxy):
 def test_close_during_transfer_returns_within_1s(dataset, proxy):
     """The stall is armed before the open, for the shards' reads after the
     scan's one per shard: the loader reads ahead from the open on, so a fault
-    armed after it may find every byte already fetched."""
+    armed after it may find every byte already fetched. remote_memory below
+    one shard: the scan's bytes cannot serve the epoch, which fetches its
+    own."""
     proxy.reset_counts()
     proxy.stall_next(10000, after_bytes=100, seconds=120, path="/ds/shard-", skip=N_SHARDS)
-    ld = stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=0, **OPTS)
+    ld = stoker.ImageLoader("s3://stoker/ds/", pipeline="eval", read_timeout=0,
+                            remote_memory=4096, **OPTS)
     scans = [e for e in proxy.log if e[0] == "GET" and "/ds/shard-" in e[1]]
     assert len(scans) == N_SHARDS and proxy.faults.get("stall", 0) == 0, proxy.log
     done = threading.Event()
@@ -584,12 +587,15 @@ def test_second_open_reads_the_index_not_the_shards(dataset, s3env, tmp_path):
     want = local_epoch(dataset, pipeline="eval")
     shard_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dataset["shards"], "*.tar")))
     idx = str(tmp_path / "idx")
-    first, got = open_stats("s3://stoker/ds/", index_dir=idx)
+    # remote_memory below one shard: the scan's bytes cannot serve the epoch
+    # (test_open_scan_bytes_serve_the_first_epoch), so the scan's cost shows
+    tiny = 4096
+    first, got = open_stats("s3://stoker/ds/", index_dir=idx, remote_memory=tiny)
     assert_same(got, want, "first open")
     # the first open scans every shard, and the epoch reads them again
     assert first["remote_bytes"] >= 2 * shard_bytes
     assert len(glob.glob(os.path.join(idx, "shard-*.stkidx"))) == N_SHARDS
-    second, got = open_stats("s3://stoker/ds/", index_dir=idx)
+    second, got = open_stats("s3://stoker/ds/", index_dir=idx, remote_memory=tiny)
     assert_same(got, want, "second open")
     # the second open reads the local index instead: the scan's bytes are not sent again
     assert second["remote_bytes"] <= first["remote_bytes"] - shard_bytes // 2, (first, second)
@@ -724,6 +730,21 @@ def test_epoch_reads_shards_in_parts_not_per_sample(dataset, s3env, tmp_path):
     # 1 listing + 1 part per shard; the next epoch's first batches may start early
     assert st["remote_requests"] <= 1 + 2 * N_SHARDS, st
     assert st["remote_requests"] < N // 2
+
+
+def test_open_scan_bytes_serve_the_first_epoch(dataset, s3env, tmp_path):
+    """Shards without an index are read whole at open (the exact open); while
+    remote_memory has room, the bytes the scan read serve the first epoch's
+    sample reads: each shard is fetched once, not twice."""
+    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(dataset["shards"], "*.tar")))
+    with stoker.ImageLoader("s3://stoker/ds/", pipeline="train", index_dir=str(tmp_path / "idx"),
+                            **OPTS) as ld:
+        opened = ld.stats()["remote_bytes"]
+        got = epoch(ld)
+        st = ld.stats()
+    assert_same(got, local_epoch(dataset, pipeline="train"), "epoch 0 from the scan's bytes")
+    assert opened >= total, (opened, total)  # the scan read every shard
+    assert st["remote_bytes"] == opened, (st, opened)  # and the epoch fetched none again
 
 
 def test_remote_memory_bounds_the_parts(dataset, s3env, tmp_path):

@@ -36,9 +36,11 @@ int stk__object_open(stk__object *o, const char *name, stk__net *net, uint64_t s
   return STK_OK;
 }
 
+static void window_release(stk__object *o);
+
 void stk__object_close(stk__object *o) {
   if (o->fd >= 0) close(o->fd);
-  free(o->win);
+  window_release(o);
   if (o->ahead) {
     stk__net_wait(o->ahead, NULL, NULL, 0);
     stk__net_free(o->ahead);
@@ -70,10 +72,15 @@ static int window_at(stk__object *o, uint64_t off) {
   stk__net_body b;
   int rc = stk__net_wait_reason(q, &b, o->why, sizeof o->why);
   if (rc == STK_OK) {
-    free(o->win);
+    window_release(o);
     o->win_len = b.len;
-    o->win = stk__net_take(q); /* taken over from the request */
     o->win_off = off;
+    if (o->keep) { /* the request is kept: the store may take it later */
+      o->win = b.data;
+      o->win_req = q;
+      return rc;
+    }
+    o->win = stk__net_take(q); /* taken over from the request */
   }
   stk__net_free(q);
   return rc;
@@ -287,6 +294,48 @@ static void evict(stk__parts *p) {
     p->bytes -= v->len;
     piece_free(v);
   }
+}
+
+static uint64_t next_start(stk__parts *p, int obj, uint64_t at, uint64_t limit);
+static piece *find(stk__parts *p, int obj, uint64_t at);
+
+/* Takes the finished request q, bytes [off, off + its length) of obj, as a
+ * piece no plan holds, if the store has room for it without letting go of
+ * anything and no piece holds any of its bytes. 1 if taken. */
+static int parts_adopt(stk__parts *p, int obj, uint64_t off, stk__net_req *q) {
+  stk__net_body b;
+  if (stk__net_wait(q, &b, NULL, 0) != STK_OK || !b.len) return 0;
+  piece *c = calloc(1, sizeof *c);
+  if (!c) return 0;
+  pthread_mutex_lock(&p->mu);
+  int fits = p->bytes + b.len <= p->budget && !find(p, obj, off) &&
+             next_start(p, obj, off, off + b.len) == off + b.len;
+  if (fits) {
+    *c = (piece){.obj = obj, .off = off, .len = b.len, .req = q, .tick = ++p->tick};
+    c->next = p->list;
+    p->list = c;
+    p->bytes += c->len;
+    if (p->bytes > p->peak) p->peak = p->bytes;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!fits) free(c);
+  return fits;
+}
+
+/* Lets go of the window: its request to the store kept for (or freed). */
+static void window_release(stk__object *o) {
+  if (o->win_req) {
+    if (!parts_adopt(o->keep, o->keep_obj, o->win_off, o->win_req)) stk__net_free(o->win_req);
+    o->win_req = NULL;
+  } else {
+    free(o->win);
+  }
+  o->win = NULL;
+}
+
+void stk__object_keep(stk__object *o, stk__parts *p, int obj) {
+  o->keep = p;
+  o->keep_obj = obj;
 }
 
 static piece *find(stk__parts *p, int obj, uint64_t at) {

@@ -44,6 +44,7 @@ typedef struct stk__object {
   uint8_t *win;     /* the window: bytes [win_off, win_off + win_len) */
   uint64_t win_off;
   size_t win_len;
+  stk__net_req *win_req; /* the request whose body win is, when kept for `keep` */
   stk__net_req *ahead; /* the next window, requested */
   uint64_t ahead_off;
   char why[800];    /* the last failure */
@@ -52,6 +53,10 @@ typedef struct stk__object {
   int obj;
   unsigned depth;   /* parts requested beyond the one read */
   uint64_t epoch;
+  /* a plain read's windows, once passed, given to this store (as its
+   * object keep_obj) while it has room (stk__object_keep) */
+  struct stk__parts *keep;
+  int keep_obj;
 } stk__object;
 
 /* Opens a local file (size from fstat) or a remote object of known size
@@ -102,6 +107,11 @@ uint64_t stk__parts_reach(stk__parts *p);
  * (a streamed scan: its bytes then serve the sample reads too), with
  * `depth` parts requested ahead of the one read. */
 void stk__object_parts(stk__object *o, stk__parts *p, int obj, unsigned depth, uint64_t epoch);
+/* Makes the passed windows of the plain remote read o pieces of p (as its
+ * object `obj`) while p has room to spare: the bytes an open's scan reads
+ * then serve the first epoch's sample reads instead of being fetched
+ * again. A window that finds no room, or that a piece overlaps, is freed. */
+void stk__object_keep(stk__object *o, stk__parts *p, int obj);
 /* Bytes the parts hold now, and their peak. */
 void stk__parts_memory(stk__parts *p, uint64_t *now, uint64_t *peak);
 

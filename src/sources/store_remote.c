@@ -435,10 +435,15 @@ static int remote_reader(stk__objstore *st, int k, int parts, unsigned depth, st
   }
   if (parts) {
     stk__object_parts(o, r->parts, k, depth, 0);
-  } else if (!st->beside && r->first[k]) { /* its first part, requested ahead */
-    o->ahead = r->first[k];
-    o->ahead_off = 0;
-    r->first[k] = NULL;
+  } else {
+    if (!st->beside && r->first[k]) { /* its first part, requested ahead */
+      o->ahead = r->first[k];
+      o->ahead_off = 0;
+      r->first[k] = NULL;
+    }
+    /* an open's scan: the bytes it reads stay for the first epoch's reads
+     * while the parts' budget has room (fetched once, not twice) */
+    if (r->parts) stk__object_keep(o, r->parts, k);
   }
   *out = o;
   return STK_OK;
