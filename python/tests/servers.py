@@ -528,8 +528,15 @@ class _Rule:
         self.skip = skip  # matching requests let through before the fault applies
 
     def matches(self, method, path):
-        return ((self.method is None or method == self.method)
-                and (self.path is None or self.path in urllib.parse.unquote(path)))
+        """`path`: a substring of the request's path, or, ending in "$", its end."""
+        if self.method is not None and method != self.method:
+            return False
+        if self.path is None:
+            return True
+        path = urllib.parse.unquote(path)
+        if self.path.endswith("$"):
+            return path.split("?", 1)[0].endswith(self.path[:-1])
+        return self.path in path
 
 
 class FaultProxy:
@@ -539,7 +546,8 @@ class FaultProxy:
     client's connection is kept alive). The Host header is passed unchanged,
     so SigV4 signatures made for the proxy's address still verify. Faults
     apply to the next N matching requests (method GET by default; `path`: a
-    substring of the path), in the order they were added:
+    substring of the path, or its end when it ends in "$"), in the order
+    they were added:
 
     - `latency` (s): added before each request is forwarded;
     - `fail_next(n, status=503)`: answered by the proxy with S3's SlowDown;
