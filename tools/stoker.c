@@ -694,10 +694,14 @@ static void pack_estimate(void *user, uint64_t bytes, uint64_t avail, int64_t sa
 }
 
 /* Ctrl-C (SIGINT) and SIGTERM during a pack: a thread that waits for them
- * (blocked in every other thread) removes the temporary output, which the
- * library would have renamed or removed had it finished, then ends the
- * process with the signal, as the shell expects of an interrupted command.
- * Done outside a signal handler, so it may list the shard folder. */
+ * (blocked in every other thread) cancels the pack (its cancel callback),
+ * which removes its temporary output and returns; then ends the process
+ * with the signal, as the shell expects of an interrupted command. Should
+ * the pack not return within PACK_CANCEL_WAIT_S, the thread removes the
+ * temporary output itself first (done outside a signal handler, so it may
+ * list the shard folder). Removing it under a running pack could race the
+ * writer creating it (a signal at the very start, on a loaded machine). */
+#define PACK_CANCEL_WAIT_S 10
 static char g_pack_tmp[4300];
 static int g_pack_tar;
 static sigset_t g_pack_sigs;
@@ -705,6 +709,12 @@ static sigset_t g_pack_sigs;
  * output it removes, and the process must end by the signal, not by that
  * failure's exit status. */
 static atomic_int g_pack_signalled;
+static atomic_int g_pack_returned; /* the pack returned after the signal */
+
+static int pack_cancel(void *user) {
+  (void)user;
+  return atomic_load(&g_pack_signalled);
+}
 
 static void remove_pack_tmp(void) {
   if (!g_pack_tar) {
@@ -732,7 +742,9 @@ static void *pack_signal_thread(void *arg) {
   int sig = 0;
   if (sigwait(&g_pack_sigs, &sig) != 0) return NULL;
   atomic_store(&g_pack_signalled, 1);
-  remove_pack_tmp();
+  for (int i = 0; i < PACK_CANCEL_WAIT_S * 100 && !atomic_load(&g_pack_returned); i++)
+    nanosleep(&(struct timespec){0, 10000000L}, NULL);
+  remove_pack_tmp(); /* (nothing left when the pack returned) */
   signal(sig, SIG_DFL);
   pthread_sigmask(SIG_UNBLOCK, &g_pack_sigs, NULL);
   raise(sig); /* blocked elsewhere, so delivered here: the default action */
@@ -838,6 +850,7 @@ static int cmd_pack(int argc, char **argv) {
   po.bad_file = pack_bad_file;
   po.user = &ui;
   po.estimate = pack_estimate;
+  po.cancel = pack_cancel;
   if (stk_pack_temp_path(po.output, g_pack_tmp, sizeof g_pack_tmp) == STK_OK) {
     g_pack_tar = tar;
     sigemptyset(&g_pack_sigs);
@@ -858,6 +871,7 @@ static int cmd_pack(int argc, char **argv) {
   int rc = STK_PACK(&po, &res, err, sizeof err);
   /* interrupted: the signal thread ends the process (its signals are
    * blocked here, so pause() only waits for that) */
+  if (atomic_load(&g_pack_signalled)) atomic_store(&g_pack_returned, 1);
   while (atomic_load(&g_pack_signalled)) pause();
   double secs = now() - ui.t0;
   if (ui.tty) fputc('\n', stderr);
